@@ -1,0 +1,253 @@
+// Package lease owns Sluice's decisions: the algorithms and their math, the
+// Store interface that holds the authoritative state of every counter key,
+// the in-memory Store, and the Manager that keeps leased tokens in memory so
+// that almost every check is answered without I/O.
+//
+// # Algorithms
+//
+// Six algorithms are supported (see [Algorithm]). Four are leased: a node
+// takes a batch of tokens from the Store and spends them locally. Two are
+// exact (sliding_log and concurrency): every check is one Store call.
+//
+// The semantics below are the contract that every Store implements (the
+// in-memory store in Go, the Redis store in Lua) and that the conformance
+// suite in lease/storetest checks. "now" is the Store's clock (Redis TIME
+// for Redis). Durations are reported in whole milliseconds, rounded up, so
+// that a client that waits retry_after is never early.
+//
+// A lease call is Lease(key, policy, want, need) with 0 ≤ need ≤ want. Let
+// avail be the whole tokens available now after refill. If avail ≥ need the
+// Store grants min(want, avail) tokens, which are gone from the Store (they
+// are the caller's to spend); otherwise it grants nothing and reports Wait,
+// the time until need tokens will be available. need = 0 with want = 0 is a
+// peek: nothing changes, Remaining says what is available. A need larger
+// than the policy's capacity can never be met: nothing is granted and Wait
+// is one Period.
+//
+//   - token_bucket: capacity = Burst, refill Limit tokens per Period,
+//     continuously. State: tokens (fractional) and the time of the last
+//     update. avail = floor(tokens). Wait = (need - tokens) / rate.
+//     Reset = (capacity - tokens_after) / rate: when the bucket is full again.
+//   - gcra: the same limits expressed as one theoretical arrival time (TAT):
+//     emission interval T = Period/Limit, tolerance tau = Burst*T.
+//     avail = floor((now + tau - max(TAT, now)) / T). A grant of g moves
+//     TAT to max(TAT, now) + g*T. Wait = max(TAT,now) + need*T - tau - now.
+//     Reset = TAT_after - now.
+//   - fixed_window: windows aligned on multiples of Period since the Unix
+//     epoch; avail = Limit - count of the current window. Wait and Reset are
+//     the time to the end of the current window. State expires after two
+//     windows.
+//   - sliding_window: the weighted estimate
+//     est = prev * (1 - elapsed/Period) + cur, where elapsed is the time
+//     since the current window began; avail = floor(Limit - est). A grant
+//     adds to cur. Wait: the time until est + need ≤ Limit (inside the
+//     current window if prev's weight falling is enough, else in the next
+//     window where cur becomes prev). Reset: the time until est would be 0
+//     (end of the next window if cur > 0, end of this one if only prev > 0).
+//
+// The exact algorithms:
+//
+//   - sliding_log (the rolling window of the sorted-set design): stamps older
+//     than now - Period are removed; if count + hits > Limit the check is
+//     denied and RetryAfter is the time until enough stamps have left the
+//     window; else if MinInterval > 0 and the newest stamp is less than
+//     MinInterval old, it is denied and RetryAfter is the time until it is
+//     MinInterval old; else hits stamps of now are recorded (each a distinct
+//     member). hits = 0 peeks. Remaining = Limit - count after the check.
+//     Reset = time until the newest stamp leaves the window.
+//   - concurrency: Limit is the maximum in flight, Period the lease TTL.
+//     Acquire reaps ids whose expiry has passed, then admits the id (scored
+//     now + Period) if fewer than Limit are held; RetryAfter on denial is the
+//     time until the earliest held id expires. Release removes an id (an
+//     unknown id is not an error). Remaining = Limit - held.
+//
+// # Concurrency
+//
+// Every exported type in this package is safe for concurrent use unless its
+// comment says otherwise.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names a rate-limit algorithm.
+type Algorithm uint8
+
+// The algorithms. The zero Algorithm is invalid.
+const (
+	TokenBucket Algorithm = iota + 1
+	GCRA
+	FixedWindow
+	SlidingWindow
+	SlidingLog
+	Concurrency
+)
+
+var algorithmNames = [...]string{
+	TokenBucket:   "token_bucket",
+	GCRA:          "gcra",
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+	Concurrency:   "concurrency",
+}
+
+// String returns the algorithm's configuration name, such as "token_bucket".
+func (a Algorithm) String() string {
+	if a == 0 || int(a) >= len(algorithmNames) {
+		return fmt.Sprintf("algorithm(%d)", a)
+	}
+	return algorithmNames[a]
+}
+
+// ParseAlgorithm returns the Algorithm with the configuration name s.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if name != "" && name == s {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, gcra, fixed_window, sliding_window, sliding_log or concurrency)", s)
+}
+
+// Leased reports whether the algorithm's tokens can be leased in batches.
+// sliding_log and concurrency cannot: every check is a Store call.
+func (a Algorithm) Leased() bool {
+	return a >= TokenBucket && a <= SlidingWindow
+}
+
+// Policy is the parameters of one limit. It is a small value, compared with
+// == to tell whether a counter key's limit changed.
+type Policy struct {
+	// Algorithm is required.
+	Algorithm Algorithm
+	// Limit is the number of hits allowed per Period (for concurrency: the
+	// maximum in flight). Must be > 0.
+	Limit int64
+	// Period is the window or refill period (for concurrency: the TTL of an
+	// acquired slot). Must be ≥ 1ms.
+	Period time.Duration
+	// Burst is the bucket capacity of token_bucket and gcra. Zero means
+	// Limit. Ignored by the other algorithms.
+	Burst int64
+	// MinInterval is sliding_log's minimum time between two admitted
+	// requests. Zero means no minimum.
+	MinInterval time.Duration
+	// OnFailure is what the Manager does while the Store is unavailable.
+	// Stores ignore it.
+	OnFailure FailureMode
+}
+
+// Capacity is the largest number of hits a single check can ever be granted.
+func (p Policy) Capacity() int64 {
+	if (p.Algorithm == TokenBucket || p.Algorithm == GCRA) && p.Burst > 0 {
+		return p.Burst
+	}
+	return p.Limit
+}
+
+// Validate reports whether p is usable, naming the offending field.
+func (p Policy) Validate() error {
+	switch {
+	case p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames):
+		return &FieldError{Field: "algorithm", Msg: "unknown algorithm"}
+	case p.Limit <= 0:
+		return &FieldError{Field: "limit", Msg: "must be > 0"}
+	case p.Limit > MaxLimit:
+		return &FieldError{Field: "limit", Msg: fmt.Sprintf("must be ≤ %d", int64(MaxLimit))}
+	case p.Period < time.Millisecond:
+		return &FieldError{Field: "period", Msg: "must be ≥ 1ms"}
+	case p.Period > MaxPeriod:
+		return &FieldError{Field: "period", Msg: "must be ≤ 8760h"}
+	case p.Burst < 0 || p.Burst > MaxLimit:
+		return &FieldError{Field: "burst", Msg: fmt.Sprintf("must be between 0 and %d", int64(MaxLimit))}
+	case p.MinInterval < 0 || p.MinInterval > p.Period:
+		return &FieldError{Field: "min_interval", Msg: "must be between 0 and period"}
+	}
+	return nil
+}
+
+// Bounds on policies, so that all Store arithmetic stays exact in float64
+// (Lua's number type).
+const (
+	MaxLimit  = 1 << 40
+	MaxPeriod = 365 * 24 * time.Hour
+	// MaxHits bounds the hits of one check.
+	MaxHits = 1 << 40
+)
+
+// FieldError is a validation error that names the field at fault.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Grant is the answer of a lease call.
+type Grant struct {
+	// Granted is the number of tokens taken from the Store (0 when it could
+	// not meet need).
+	Granted int64
+	// Remaining is the whole tokens left in the Store after the call.
+	Remaining int64
+	// Wait is, when nothing was granted, the time until need tokens will be
+	// available; zero otherwise.
+	Wait time.Duration
+	// Reset is the time until the limit would be fully available again
+	// with no further traffic.
+	Reset time.Duration
+}
+
+// Result is the answer of an exact check (sliding_log, concurrency).
+type Result struct {
+	Allowed    bool
+	Remaining  int64
+	RetryAfter time.Duration // zero when allowed
+	Reset      time.Duration
+}
+
+// Store holds the authoritative state of every counter key. Implementations
+// must make each call atomic with respect to all others on the same key and
+// must be safe for concurrent use. The in-memory Store is [MemoryStore]; the
+// Redis one is lua.Store.
+type Store interface {
+	Leaser
+	Exact
+}
+
+// Leaser is the Store half used by the leased algorithms.
+type Leaser interface {
+	// Lease grants min(want, available) tokens of key if at least need
+	// are available, else none (see the package doc for each algorithm).
+	Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error)
+	// Return gives back tokens that were granted and not spent. The Store
+	// never holds more than the policy's capacity after a return (for
+	// windowed algorithms, a return lowers the current window's count but
+	// never below zero). Returning to a key whose state expired is a no-op.
+	Return(ctx context.Context, key string, p Policy, tokens int64) error
+}
+
+// Exact is the Store half used by the algorithms that cannot be leased.
+type Exact interface {
+	// Log runs one sliding_log check of hits.
+	Log(ctx context.Context, key string, p Policy, hits int64) (Result, error)
+	// Acquire takes one concurrency slot of key for id (hits = 0 peeks and
+	// records nothing); Release frees it.
+	Acquire(ctx context.Context, key string, p Policy, id string, hits int64) (Result, error)
+	Release(ctx context.Context, key string, p Policy, id string) error
+}
+
+// Errors.
+var (
+	// ErrStoreUnavailable means the Store could not answer in time (or at
+	// all); the breaker counts it, and rules follow on_store_failure.
+	ErrStoreUnavailable = errors.New("store unavailable")
+	// ErrWrongAlgorithm means a call was made for a policy whose algorithm
+	// does not support it (a lease for sliding_log, say).
+	ErrWrongAlgorithm = errors.New("operation not supported by the policy's algorithm")
+)
