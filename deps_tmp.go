@@ -8,6 +8,7 @@ import (
 	_ "github.com/hashicorp/memberlist"
 	_ "github.com/redis/rueidis"
 	_ "github.com/valyala/fasthttp"
+	_ "github.com/valyala/fastjson"
 	_ "gopkg.in/yaml.v3"
 )
 

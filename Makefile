@@ -1,0 +1,65 @@
+# Sluice — the single entry point: run, test, race, bench, fuzz, lint.
+GO       ?= go
+BIN      := .bin
+LISTEN   ?= :8080
+RULES    ?= deploy/rules.example.yaml
+FUZZTIME ?= 10s
+BENCHTIME ?= 1s
+
+.PHONY: all build run test race bench bench-go fuzz lint deps clean
+
+all: lint test
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## run: build and start one node on the in-memory store with the example rules.
+run: build
+	$(BIN)/sluiced -listen $(LISTEN) -rules $(RULES)
+
+## deps: make sure what the tests need is installed (redis-server through apt when root).
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing redis-server (apt-get)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else \
+			echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server) and run make test again" >&2; \
+			exit 1; \
+		fi; \
+	fi
+
+## test: install what is missing, then run every test.
+test: deps
+	$(GO) test -count=1 ./...
+
+## race: every test under the race detector.
+race: deps
+	$(GO) test -race -count=1 ./...
+
+## bench-go: the Go micro-benchmarks of the hot paths.
+bench-go:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./lease/ ./node/... ./shard/
+
+## bench: the standard sluice-bench suite (starts and stops Redis and nodes), writes a report.
+bench: deps build
+	./bench/run-suite.sh
+
+## fuzz: run every fuzz target for FUZZTIME each.
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+		pkg=./$$(dirname $$f); \
+		for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
+			echo "== $$pkg $$t"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+## lint: gofmt and go vet must be clean.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN)
