@@ -1,0 +1,469 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"github.com/sluicehq/sluice/node/api"
+)
+
+// Match is one rule a request matched and the request's counter key for it.
+type Match struct {
+	Rule *Rule
+	Key  string
+}
+
+// AuthPrefix is the path of the forward-auth endpoint, removed from the
+// auth request's path to find the original path when no forwarded-URI
+// header says it (Envoy ext_authz).
+const AuthPrefix = "/v1/auth"
+
+// MatchDescriptors appends to dst the rules reachable by descriptors d (all
+// of whose descriptor names are in d, and whose match holds against the
+// path, method and host descriptors when d has them), in file order, with
+// their counter keys.
+func (s *Set) MatchDescriptors(d []api.Descriptor, dst []Match) []Match {
+	if s == nil || len(s.byDesc) == 0 {
+		return dst
+	}
+	start := len(dst)
+	for i := range d {
+		for _, ri := range s.byDesc[d[i].Name] {
+			r := s.rules[ri]
+			key, ok := descriptorKey(r, d)
+			if !ok || !routeMatchesDescriptors(&r.Match, d) {
+				continue
+			}
+			dst = append(dst, Match{Rule: r, Key: key})
+			// Keep file order: rules are indexed by their first name, so
+			// matches arrive grouped by the request's descriptor order.
+			for j := len(dst) - 1; j > start && dst[j-1].Rule.pos > r.pos; j-- {
+				dst[j], dst[j-1] = dst[j-1], dst[j]
+			}
+		}
+	}
+	return dst
+}
+
+func descriptorValue(d []api.Descriptor, name string) (string, bool) {
+	for i := range d {
+		if d[i].Name == name {
+			return d[i].Value, true
+		}
+	}
+	return "", false
+}
+
+// descriptorKey builds r's key from d; ok is false when a name is missing.
+func descriptorKey(r *Rule, d []api.Descriptor) (string, bool) {
+	if len(r.Descriptors) == 1 {
+		v, ok := descriptorValue(d, r.Descriptors[0])
+		if len(v) > api.MaxKeyLen {
+			v = keyString([]byte(v))
+		}
+		return v, ok && v != ""
+	}
+	var buf [api.MaxKeyLen * 2]byte
+	b := buf[:0]
+	for i, name := range r.Descriptors {
+		v, ok := descriptorValue(d, name)
+		if !ok || v == "" {
+			return "", false
+		}
+		if i > 0 {
+			b = append(b, '|')
+		}
+		b = append(b, v...)
+	}
+	return keyString(b), true
+}
+
+func routeMatchesDescriptors(m *Route, d []api.Descriptor) bool {
+	if m.PathPrefix != "" {
+		if p, ok := descriptorValue(d, "path"); ok && !hasPrefix(p, m.PathPrefix) {
+			return false
+		}
+	}
+	if len(m.Methods) > 0 {
+		if meth, ok := descriptorValue(d, "method"); ok && !methodIn(m.Methods, []byte(meth)) {
+			return false
+		}
+	}
+	if m.Host != "" {
+		if h, ok := descriptorValue(d, "host"); ok && !hostMatches(m.Host, []byte(h)) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefix[T string | []byte](s T, prefix string) bool {
+	return len(s) >= len(prefix) && string(s[:len(prefix)]) == prefix
+}
+
+func methodIn(methods []string, m []byte) bool {
+	for _, x := range methods {
+		if len(x) == len(m) && bytes.EqualFold([]byte(x), m) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostMatches matches host (normalized) against glob g.
+func hostMatches(g string, host []byte) bool {
+	var buf [256]byte
+	return globMatch(g, normalizeHost(buf[:0], host))
+}
+
+// normalizeHost appends host lower-cased and without its port to dst
+// ("[::1]:80" → "[::1]"). Hosts longer than 255 bytes are cut.
+func normalizeHost(dst, host []byte) []byte {
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 &&
+		(host[0] == '[' || bytes.IndexByte(host[:i], ':') < 0) {
+		host = host[:i]
+	}
+	if len(host) > 255 {
+		host = host[:255]
+	}
+	for _, c := range host {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// keyString converts a built key to a string, shortening keys longer than
+// api.MaxKeyLen to 239 bytes + '#' + 16 hex digits of their xxhash.
+func keyString(b []byte) string {
+	if len(b) <= api.MaxKeyLen {
+		return string(b)
+	}
+	h := xxhash.Sum64(b)
+	out := make([]byte, 0, api.MaxKeyLen)
+	out = append(out, b[:api.MaxKeyLen-17]...)
+	out = append(out, '#')
+	var hex [16]byte
+	x := strconv.AppendUint(hex[:0], h, 16)
+	for i := len(x); i < 16; i++ {
+		out = append(out, '0')
+	}
+	out = append(out, x...)
+	return string(out)
+}
+
+// authRequest holds the original request's identity, extracted lazily.
+type authRequest struct {
+	req      *fasthttp.Request
+	remoteIP net.IP
+
+	uriDone           bool
+	path, query       []byte
+	args              *fasthttp.Args
+	jwtDone           bool
+	jwt               *fastjson.Object
+	parser            *fastjson.Parser
+	jwtBuf            []byte
+	methodDone        bool
+	method            []byte
+	hostDone          bool
+	hostLen           int
+	hostBuf           [256]byte
+	ipDone            bool
+	ip                []byte
+	ipLen             int
+	ipBuf             [64]byte
+	pathWithoutPrefix bool
+}
+
+var jwtParsers fastjson.ParserPool
+
+func (a *authRequest) release() {
+	if a.args != nil {
+		fasthttp.ReleaseArgs(a.args)
+	}
+	if a.parser != nil {
+		jwtParsers.Put(a.parser)
+	}
+}
+
+var (
+	hdrForwardedURI    = []byte("X-Forwarded-Uri")
+	hdrOriginalURI     = []byte("X-Original-Uri")
+	hdrForwardedMethod = []byte("X-Forwarded-Method")
+	hdrOriginalMethod  = []byte("X-Original-Method")
+	hdrForwardedHost   = []byte("X-Forwarded-Host")
+	hdrOriginalHost    = []byte("X-Original-Host")
+	hdrForwardedFor    = []byte("X-Forwarded-For")
+	hdrRealIP          = []byte("X-Real-Ip")
+	hdrAuthorization   = []byte("Authorization")
+)
+
+func (a *authRequest) uri() {
+	if a.uriDone {
+		return
+	}
+	a.uriDone = true
+	h := &a.req.Header
+	u := h.PeekBytes(hdrForwardedURI)
+	if len(u) == 0 {
+		u = h.PeekBytes(hdrOriginalURI)
+	}
+	if len(u) == 0 {
+		// Envoy ext_authz: the auth path followed by the original path.
+		u = h.RequestURI()
+		if hasPrefix(u, AuthPrefix) {
+			rest := u[len(AuthPrefix):]
+			switch {
+			case len(rest) == 0:
+				u = []byte("/")
+			case rest[0] == '/':
+				u = rest
+			case rest[0] == '?':
+				u = append([]byte("/"), rest...)
+			}
+		}
+	}
+	// An absolute URI (http://host/path?q) keeps only its path and query.
+	if i := bytes.Index(u, []byte("://")); i >= 0 && bytes.IndexByte(u[:i], '/') < 0 {
+		rest := u[i+3:]
+		if j := bytes.IndexAny(rest, "/?"); j >= 0 {
+			u = rest[j:]
+		} else {
+			u = []byte("/")
+		}
+	}
+	if i := bytes.IndexByte(u, '#'); i >= 0 {
+		u = u[:i]
+	}
+	if i := bytes.IndexByte(u, '?'); i >= 0 {
+		a.path, a.query = u[:i], u[i+1:]
+	} else {
+		a.path = u
+	}
+	if len(a.path) == 0 {
+		a.path = []byte("/")
+	}
+}
+
+func (a *authRequest) getMethod() []byte {
+	if !a.methodDone {
+		a.methodDone = true
+		h := &a.req.Header
+		a.method = h.PeekBytes(hdrForwardedMethod)
+		if len(a.method) == 0 {
+			a.method = h.PeekBytes(hdrOriginalMethod)
+		}
+		if len(a.method) == 0 {
+			a.method = h.Method()
+		}
+	}
+	return a.method
+}
+
+// getHost returns the original host, lower-cased, without its port.
+func (a *authRequest) getHost() []byte {
+	if !a.hostDone {
+		a.hostDone = true
+		h := &a.req.Header
+		host := firstListItem(h.PeekBytes(hdrForwardedHost))
+		if len(host) == 0 {
+			host = h.PeekBytes(hdrOriginalHost)
+		}
+		if len(host) == 0 {
+			host = h.Host()
+		}
+		// Keep a length, not a slice of hostBuf: a pointer from a into
+		// itself would move the whole authRequest to the heap.
+		a.hostLen = len(normalizeHost(a.hostBuf[:0], host))
+	}
+	return a.hostBuf[:a.hostLen]
+}
+
+func (a *authRequest) getIP() []byte {
+	if !a.ipDone {
+		a.ipDone = true
+		h := &a.req.Header
+		a.ip = firstListItem(h.PeekBytes(hdrForwardedFor))
+		if len(a.ip) == 0 {
+			a.ip = bytes.TrimSpace(h.PeekBytes(hdrRealIP))
+		}
+		if len(a.ip) == 0 {
+			if ip, ok := netip.AddrFromSlice(a.remoteIP); ok {
+				a.ipLen = len(ip.Unmap().AppendTo(a.ipBuf[:0]))
+			}
+		}
+	}
+	if len(a.ip) == 0 {
+		return a.ipBuf[:a.ipLen]
+	}
+	return a.ip
+}
+
+// firstListItem returns the first element of a comma list, trimmed.
+func firstListItem(v []byte) []byte {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		v = v[:i]
+	}
+	return bytes.TrimSpace(v)
+}
+
+func (a *authRequest) queryArg(name string) []byte {
+	a.uri()
+	if len(a.query) == 0 {
+		return nil
+	}
+	if a.args == nil {
+		a.args = fasthttp.AcquireArgs()
+		a.args.ParseBytes(a.query)
+	}
+	return a.args.Peek(name)
+}
+
+// claim returns the value of a JWT claim from the unverified payload of the
+// Authorization bearer token, or nil.
+func (a *authRequest) claim(name string, buf []byte) []byte {
+	if !a.jwtDone {
+		a.jwtDone = true
+		a.jwt = a.parseJWT()
+	}
+	if a.jwt == nil {
+		return nil
+	}
+	v := a.jwt.Get(name)
+	if v == nil {
+		return nil
+	}
+	switch v.Type() {
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		return b
+	case fastjson.TypeNumber:
+		return v.MarshalTo(buf)
+	case fastjson.TypeTrue:
+		return append(buf, "true"...)
+	case fastjson.TypeFalse:
+		return append(buf, "false"...)
+	}
+	return nil
+}
+
+func (a *authRequest) parseJWT() *fastjson.Object {
+	auth := a.req.Header.PeekBytes(hdrAuthorization)
+	const bearer = "bearer "
+	if len(auth) <= len(bearer) || !bytes.EqualFold(auth[:len(bearer)], []byte(bearer)) {
+		return nil
+	}
+	tok := bytes.TrimSpace(auth[len(bearer):])
+	first := bytes.IndexByte(tok, '.')
+	if first < 0 {
+		return nil
+	}
+	payload := tok[first+1:]
+	second := bytes.IndexByte(payload, '.')
+	if second < 0 {
+		return nil
+	}
+	payload = bytes.TrimRight(payload[:second], "=")
+	if len(payload) > 16<<10 {
+		return nil
+	}
+	n := base64.RawURLEncoding.DecodedLen(len(payload))
+	if cap(a.jwtBuf) < n {
+		a.jwtBuf = make([]byte, n)
+	}
+	m, err := base64.RawURLEncoding.Decode(a.jwtBuf[:n], payload)
+	if err != nil {
+		return nil
+	}
+	a.parser = jwtParsers.Get()
+	v, err := a.parser.ParseBytes(a.jwtBuf[:m])
+	if err != nil {
+		return nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return nil
+	}
+	return o
+}
+
+// value returns the value of src for the request (appending to buf when
+// it must be built), or nil when the request does not have it.
+func (a *authRequest) value(src Source, buf []byte) []byte {
+	switch src.Kind {
+	case SourceHeader:
+		return a.req.Header.Peek(src.Name)
+	case SourceIP:
+		return a.getIP()
+	case SourceQuery:
+		return a.queryArg(src.Name)
+	case SourceJWT:
+		return a.claim(src.Name, buf)
+	case SourcePath:
+		a.uri()
+		return a.path
+	case SourceMethod:
+		return a.getMethod()
+	case SourceHost:
+		return a.getHost()
+	}
+	return nil
+}
+
+func (a *authRequest) routeMatches(m *Route) bool {
+	if m.PathPrefix != "" {
+		a.uri()
+		if !hasPrefix(a.path, m.PathPrefix) {
+			return false
+		}
+	}
+	if len(m.Methods) > 0 && !methodIn(m.Methods, a.getMethod()) {
+		return false
+	}
+	if m.Host != "" && !hostMatches(m.Host, a.getHost()) {
+		return false
+	}
+	return true
+}
+
+// MatchAuth appends to dst the rules that apply to the forward-auth request
+// req (see the package doc for where each part of the identity comes from)
+// and its counter key for each, in file order. remoteIP is the connection's
+// peer address, used when no X-Forwarded-For or X-Real-IP header is given.
+func (s *Set) MatchAuth(req *fasthttp.Request, remoteIP net.IP, dst []Match) []Match {
+	if s == nil || len(s.auth) == 0 {
+		return dst
+	}
+	a := authRequest{req: req, remoteIP: remoteIP}
+	defer a.release()
+	var kb [api.MaxKeyLen * 2]byte
+rules:
+	for _, r := range s.auth {
+		if !a.routeMatches(&r.Match) {
+			continue
+		}
+		key := kb[:0]
+		for i, src := range r.Sources {
+			v := a.value(src, nil)
+			if len(v) == 0 {
+				continue rules
+			}
+			if i > 0 {
+				key = append(key, '|')
+			}
+			key = append(key, v...)
+		}
+		dst = append(dst, Match{Rule: r, Key: keyString(key)})
+	}
+	return dst
+}

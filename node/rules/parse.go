@@ -1,0 +1,312 @@
+package rules
+
+import (
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Parse parses and validates a rule file. It is strict: unknown fields,
+// duplicate fields and values of the wrong type are errors, each an [*Error]
+// naming the rule and field. An empty file is an empty Set.
+func Parse(data []byte) (*Set, error) {
+	if len(data) > MaxFileBytes {
+		return nil, &Error{Index: -1, Msg: "rule file larger than 4 MiB"}
+	}
+	root, e := parseYAML(data)
+	if e != nil {
+		return nil, e
+	}
+	s := &Set{byName: map[string]*Rule{}, byDesc: map[string][]int{}}
+	if root == nil {
+		return s, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{Index: -1, Line: root.Line, Msg: "a rule file is a mapping with a rules: list"}
+	}
+	var list *yaml.Node
+	e = eachField(root, func(key string, v *yaml.Node) *Error {
+		if key != "rules" {
+			return &Error{Index: -1, Field: key, Line: v.Line, Msg: "unknown field (want rules)"}
+		}
+		list = v
+		return nil
+	}, func(field, msg string, line int) *Error {
+		return &Error{Index: -1, Field: field, Line: line, Msg: msg}
+	})
+	if e != nil {
+		return nil, e
+	}
+	if list == nil || isNull(list) {
+		return s, nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		return nil, &Error{Index: -1, Field: "rules", Line: list.Line, Msg: "must be a list of rules"}
+	}
+	if len(list.Content) > MaxRules {
+		return nil, &Error{Index: -1, Field: "rules", Line: list.Line, Msg: "more than 10000 rules"}
+	}
+	for i, item := range list.Content {
+		item = resolve(item)
+		spec, e := decodeSpec(item, i)
+		if e != nil {
+			return nil, e
+		}
+		r, e := compile(spec, i, item.Line)
+		if e != nil {
+			return nil, e
+		}
+		if e := s.add(r, i, item.Line); e != nil {
+			return nil, e
+		}
+	}
+	return s, nil
+}
+
+// ParseSpec parses one rule (a YAML or JSON mapping, as the admin API's PUT
+// body carries) without compiling it; pass it to [Set.With] or [Compile].
+func ParseSpec(data []byte) (Spec, error) {
+	if len(data) > MaxFileBytes {
+		return Spec{}, &Error{Index: -1, Msg: "rule larger than 4 MiB"}
+	}
+	root, e := parseYAML(data)
+	if e != nil {
+		return Spec{}, e
+	}
+	if root == nil {
+		return Spec{}, &Error{Index: -1, Msg: "empty rule"}
+	}
+	spec, e := decodeSpec(root, -1)
+	if e != nil {
+		return Spec{}, e
+	}
+	return spec, nil
+}
+
+// parseYAML returns the document's root node, or nil for an empty document.
+func parseYAML(data []byte) (root *yaml.Node, e *Error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &Error{Index: -1, Msg: "invalid YAML: " + err.Error()}
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, nil
+	}
+	root = resolve(doc.Content[0])
+	if isNull(root) {
+		return nil, nil
+	}
+	return root, nil
+}
+
+// resolve follows aliases.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// eachField calls f for each key of mapping n, refusing non-mappings,
+// non-scalar keys and duplicate keys.
+func eachField(n *yaml.Node, f func(key string, v *yaml.Node) *Error, fail func(field, msg string, line int) *Error) *Error {
+	if n.Kind != yaml.MappingNode {
+		return fail("", "must be a mapping", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k == nil || v == nil || k.Kind != yaml.ScalarNode {
+			return fail("", "field names must be plain strings", n.Content[i].Line)
+		}
+		for j := 0; j < i; j += 2 {
+			if pk := resolve(n.Content[j]); pk != nil && pk.Value == k.Value {
+				return fail(k.Value, "given twice", k.Line)
+			}
+		}
+		if e := f(k.Value, v); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// decodeSpec decodes one rule mapping (idx is its position, or -1).
+func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
+	var spec Spec
+	name := ""
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k, v := resolve(n.Content[i]), resolve(n.Content[i+1]); k != nil && v != nil && k.Value == "name" && v.Kind == yaml.ScalarNode {
+				name = v.Value
+			}
+		}
+	}
+	fail := func(field, msg string, line int) *Error {
+		return &Error{Rule: name, Index: idx, Field: field, Line: line, Msg: msg}
+	}
+	str := func(field string, v *yaml.Node, dst *string) *Error {
+		if isNull(v) {
+			*dst = ""
+			return nil
+		}
+		if v.Kind != yaml.ScalarNode {
+			return fail(field, "must be a string", v.Line)
+		}
+		*dst = v.Value
+		return nil
+	}
+	integer := func(field string, v *yaml.Node, dst *int64) *Error {
+		if isNull(v) {
+			*dst = 0
+			return nil
+		}
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(dst) != nil {
+			return fail(field, "must be an integer", v.Line)
+		}
+		return nil
+	}
+	e := eachField(n, func(key string, v *yaml.Node) *Error {
+		switch key {
+		case "name":
+			return str(key, v, &spec.Name)
+		case "algorithm":
+			return str(key, v, &spec.Algorithm)
+		case "limit":
+			return integer(key, v, &spec.Limit)
+		case "period":
+			return str(key, v, &spec.Period)
+		case "burst":
+			return integer(key, v, &spec.Burst)
+		case "min_interval":
+			return str(key, v, &spec.MinInterval)
+		case "key":
+			return str(key, v, &spec.Key)
+		case "descriptor":
+			return str(key, v, &spec.Descriptor)
+		case "on_store_failure":
+			return str(key, v, &spec.OnStoreFailure)
+		case "shadow":
+			if isNull(v) {
+				return nil
+			}
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&spec.Shadow) != nil {
+				return fail(key, "must be true or false", v.Line)
+			}
+			return nil
+		case "match":
+			if isNull(v) {
+				return nil
+			}
+			m := &MatchSpec{}
+			spec.Match = m
+			return eachField(v, func(k string, v *yaml.Node) *Error {
+				f := "match." + k
+				switch k {
+				case "path_prefix":
+					return str(f, v, &m.PathPrefix)
+				case "host":
+					return str(f, v, &m.Host)
+				case "methods":
+					if isNull(v) {
+						return nil
+					}
+					if v.Kind == yaml.ScalarNode { // methods: GET
+						m.Methods = []string{v.Value}
+						return nil
+					}
+					if v.Kind != yaml.SequenceNode {
+						return fail(f, "must be a list of methods", v.Line)
+					}
+					if len(v.Content) > 16 {
+						return fail(f, "more than 16 methods", v.Line)
+					}
+					for i, mv := range v.Content {
+						var s string
+						if e := str(f+"["+strconv.Itoa(i)+"]", resolve(mv), &s); e != nil {
+							return e
+						}
+						m.Methods = append(m.Methods, s)
+					}
+					return nil
+				}
+				return fail(f, "unknown field (want path_prefix, methods or host)", v.Line)
+			}, func(field, msg string, line int) *Error { return fail(prefixed("match", field), msg, line) })
+		case "hot":
+			if isNull(v) {
+				return nil
+			}
+			h := &HotSpec{}
+			spec.Hot = h
+			return eachField(v, func(k string, v *yaml.Node) *Error {
+				f := "hot." + k
+				switch k {
+				case "threshold":
+					if isNull(v) {
+						return nil
+					}
+					if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") || v.Decode(&h.Threshold) != nil {
+						return fail(f, "must be a number", v.Line)
+					}
+					return nil
+				case "split":
+					var n int64
+					if e := integer(f, v, &n); e != nil {
+						return e
+					}
+					if n < 0 || n > MaxSplit {
+						return fail(f, "must be between 0 (all nodes) and 1024", v.Line)
+					}
+					h.Split = int(n)
+					return nil
+				}
+				return fail(f, "unknown field (want threshold or split)", v.Line)
+			}, func(field, msg string, line int) *Error { return fail(prefixed("hot", field), msg, line) })
+		case "overrides":
+			if isNull(v) {
+				return nil
+			}
+			if v.Kind != yaml.SequenceNode {
+				return fail(key, "must be a list of {key, limit, burst, period}", v.Line)
+			}
+			if len(v.Content) > MaxOverrides {
+				return fail(key, "more than 1000 overrides", v.Line)
+			}
+			spec.Overrides = make([]OverrideSpec, len(v.Content))
+			for i, ov := range v.Content {
+				o := &spec.Overrides[i]
+				p := "overrides[" + strconv.Itoa(i) + "]"
+				e := eachField(resolve(ov), func(k string, v *yaml.Node) *Error {
+					f := p + "." + k
+					switch k {
+					case "key":
+						return str(f, v, &o.Key)
+					case "limit":
+						return integer(f, v, &o.Limit)
+					case "burst":
+						return integer(f, v, &o.Burst)
+					case "period":
+						return str(f, v, &o.Period)
+					}
+					return fail(f, "unknown field (want key, limit, burst or period)", v.Line)
+				}, func(field, msg string, line int) *Error { return fail(prefixed(p, field), msg, line) })
+				if e != nil {
+					return e
+				}
+			}
+			return nil
+		}
+		return fail(key, "unknown field", v.Line)
+	}, fail)
+	return spec, e
+}
+
+func prefixed(prefix, field string) string {
+	if field == "" {
+		return prefix
+	}
+	return prefix + "." + field
+}

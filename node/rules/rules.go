@@ -1,0 +1,305 @@
+// Package rules owns Sluice's rules: the YAML rule file, its validation, and
+// the matching of a request to the rules that apply to it and their counter
+// keys. It is a sub-package of node (DESIGN.md puts rules under node/) so
+// that it can be built, tested and fuzzed on its own; the node imports it.
+//
+// # Rule file
+//
+//	rules:
+//	  - name: per-key
+//	    algorithm: token_bucket    # token_bucket gcra fixed_window sliding_window sliding_log concurrency
+//	    limit: 100                 # per period; for concurrency: max in flight
+//	    period: 1m                 # Go duration; for concurrency: the slot TTL
+//	    burst: 100                 # token_bucket and gcra only; default = limit
+//	    min_interval: 1s           # sliding_log only
+//	    key: header:X-API-Key      # forward-auth identity (see below)
+//	    descriptor: api_key        # descriptor names forming the key; default derived from key
+//	    match: {path_prefix: /api, methods: [GET, POST], host: "*.example.com"}
+//	    on_store_failure: local    # local | open | closed
+//	    shadow: false              # decide and count, but always allow
+//	    hot: {threshold: 20000, split: 0}
+//	    overrides:                 # first matching glob wins
+//	      - {key: "ent-*", limit: 10000, burst: 20000, period: 1m}
+//
+// Parsing is strict: unknown fields, wrong types and invalid values are
+// errors of type [*Error] naming the rule and the field
+// (rule "per-key": period: must be ≥ 1ms), and a file with any invalid rule
+// yields no [Set] at all, so a node never runs a half-loaded rule set.
+//
+// Overrides: key is a glob on the counter key where '*' matches any run of
+// bytes (including '/') and '?' any one character; '\' escapes the next
+// character. '[' must be escaped (character classes are reserved). An
+// override replaces limit, and period when given; its burst defaults to its
+// own limit, not the rule's burst.
+//
+// # Keys and descriptors
+//
+// key is a comma list of sources: header:NAME, ip, query:NAME, jwt:CLAIM,
+// path, method, host. A request's counter key for the rule is the sources'
+// values joined with "|" in the order listed (values are not escaped, so a
+// value holding "|" can collide with another split; use sources that cannot
+// hold "|" where that matters). A key longer than api.MaxKeyLen bytes is
+// shortened to its first 239 bytes, '#', and the 16 hex digits of the
+// xxhash of the whole key, so long values still count separately.
+//
+// Descriptor checks (POST /v1/check {"descriptors":{...}}) reach the rules
+// whose descriptor names are all present; the key is those values joined
+// with "|" in the rule's order. A rule's descriptor names default to its key
+// sources: header:X-API-Key → x-api-key, query:N → N, jwt:C → C, and ip,
+// path, method, host themselves (a source whose derived name is not a valid
+// name, like jwt:https://x/tenant, makes the rule unreachable by
+// descriptors unless descriptor is set). When the descriptors include path,
+// method or host, the rule's match must hold for them; when they do not, it
+// is not checked. A rule with neither key nor descriptor is reachable only by
+// an explicit {"rule","key"} check.
+//
+// # Forward-auth identity
+//
+// Gateways (nginx auth_request, Traefik forwardAuth, Envoy ext_authz HTTP,
+// Caddy forward_auth) call /v1/auth with the original request described by
+// headers. [Set.MatchAuth] reads:
+//
+//   - path and query: from X-Forwarded-Uri (Traefik, Caddy) or
+//     X-Original-URI (nginx); when neither is present, from the auth
+//     request's own URI with a leading /v1/auth removed, which is what Envoy
+//     ext_authz sends (it appends the original path to the auth path).
+//   - method: X-Forwarded-Method (Traefik, Caddy), X-Original-Method
+//     (nginx), else the auth request's method (Envoy keeps it).
+//   - host: X-Forwarded-Host, X-Original-Host, else Host. Matched without
+//     its port, case-insensitively, as a glob.
+//   - ip: the first X-Forwarded-For entry, else X-Real-IP, else the
+//     connection's remote address. These headers are trusted as sent: only
+//     trusted gateways must be able to reach Sluice.
+//   - header:NAME: that header of the auth request (gateways copy the
+//     original request's headers; nginx needs proxy_set_header or
+//     proxy_pass_request_headers).
+//   - jwt:CLAIM: the claim (string, number or boolean) in the payload of
+//     "Authorization: Bearer <jwt>". Sluice does NOT verify the signature:
+//     the gateway must have verified the token before asking Sluice, or the
+//     claim is whatever the client says.
+//
+// A rule applies to a forward-auth request when its match holds and every
+// one of its key sources is present and non-empty.
+//
+// # Concurrency
+//
+// A [Set] and its [Rule]s are immutable once built and safe for concurrent
+// use; reload builds a new Set and swaps it in. The only package-level state
+// is a pool of JSON parsers for JWT payloads.
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// Bounds on rule files.
+const (
+	// MaxFileBytes bounds a rule file.
+	MaxFileBytes = 4 << 20
+	// MaxRules bounds the rules of one set.
+	MaxRules = 10000
+	// MaxSources bounds the key sources (and descriptor names) of a rule.
+	MaxSources = 16
+	// MaxOverrides bounds the overrides of one rule.
+	MaxOverrides = 1000
+	// MaxSplit bounds hot.split.
+	MaxSplit = 1024
+)
+
+// ErrInvalid means a rule or rule file is invalid; the error is an [*Error]
+// naming the rule and the field.
+var ErrInvalid = errors.New("invalid rules")
+
+// Error is a validation error naming the rule and field at fault.
+type Error struct {
+	// Rule is the rule's name; empty when the rule has no valid name yet
+	// (Index says which one) or when the file as a whole is at fault.
+	Rule string
+	// Index is the rule's position in the file (0-based), or -1.
+	Index int
+	// Field is the field at fault ("period", "overrides[0].key"); empty
+	// when the whole rule or file is at fault.
+	Field string
+	// Line is the line in the file, when known (0 otherwise).
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var s string
+	switch {
+	case e.Rule != "":
+		s = "rule " + strconv.Quote(e.Rule) + ": "
+	case e.Index >= 0:
+		s = "rules[" + strconv.Itoa(e.Index) + "]: "
+	default:
+		s = "rules: "
+	}
+	if e.Field != "" {
+		s += e.Field + ": "
+	}
+	s += e.Msg
+	if e.Line > 0 {
+		s += " (line " + strconv.Itoa(e.Line) + ")"
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrInvalid) true for every *Error.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+// SourceKind is where a key source takes its value from.
+type SourceKind uint8
+
+// The key sources.
+const (
+	SourceHeader SourceKind = iota + 1 // header:NAME
+	SourceIP                           // ip
+	SourceQuery                        // query:NAME
+	SourceJWT                          // jwt:CLAIM
+	SourcePath                         // path
+	SourceMethod                       // method
+	SourceHost                         // host
+)
+
+var sourceNames = [...]string{
+	SourceHeader: "header", SourceIP: "ip", SourceQuery: "query", SourceJWT: "jwt",
+	SourcePath: "path", SourceMethod: "method", SourceHost: "host",
+}
+
+// Source is one element of a rule's key.
+type Source struct {
+	Kind SourceKind
+	// Name is the header, query parameter or claim name (empty for the
+	// other kinds), as written in the rule.
+	Name string
+}
+
+// String returns the source as written in a rule: "header:X-API-Key", "ip".
+func (s Source) String() string {
+	if int(s.Kind) >= len(sourceNames) || s.Kind == 0 {
+		return fmt.Sprintf("source(%d)", s.Kind)
+	}
+	if s.Name == "" {
+		return sourceNames[s.Kind]
+	}
+	return sourceNames[s.Kind] + ":" + s.Name
+}
+
+// Route is a rule's match: conditions on the original request of a
+// forward-auth check (and on the path, method and host descriptors). Empty
+// fields match everything.
+type Route struct {
+	// PathPrefix is a plain byte prefix of the path ("/api" also matches
+	// "/apiary"; write "/api/" to mean the directory).
+	PathPrefix string
+	// Methods holds upper-case methods; empty means any.
+	Methods []string
+	// Host is a lower-case glob on the host without port.
+	Host string
+}
+
+// Hot configures hot-key splitting for a rule.
+type Hot struct {
+	// Threshold is the checks per second that make a key hot; 0 means the
+	// node's default.
+	Threshold float64
+	// Split is the number of holders of a hot key; 0 means all nodes.
+	Split int
+}
+
+// Override gives the keys matching a glob their own policy.
+type Override struct {
+	// Key is the glob on the counter key.
+	Key string
+	// Policy is the rule's policy with the override's limit, burst and
+	// period applied.
+	Policy lease.Policy
+}
+
+// Rule is one validated rule. Rules are immutable: do not modify a Rule
+// reachable from a Set.
+type Rule struct {
+	Name string
+	// Policy is the default policy of the rule's keys.
+	Policy lease.Policy
+	// Sources form the forward-auth key; empty when the rule has no key.
+	Sources []Source
+	// Descriptors are the descriptor names forming the key of a descriptor
+	// check; empty when the rule is not reachable by descriptors.
+	Descriptors []string
+	Match       Route
+	Shadow      bool
+	Hot         Hot
+	// Overrides in file order; the first whose glob matches wins.
+	Overrides []Override
+	// Spec is the rule as written (normalized), for the admin API and
+	// for writing the set back out.
+	Spec Spec
+
+	pos int // position in its Set
+}
+
+// PolicyFor returns the policy of counter key key: that of the first
+// override whose glob matches, else the rule's. It does not allocate.
+func (r *Rule) PolicyFor(key string) lease.Policy {
+	for i := range r.Overrides {
+		if globMatch(r.Overrides[i].Key, key) {
+			return r.Overrides[i].Policy
+		}
+	}
+	return r.Policy
+}
+
+// Spec is a rule as written in a rule file (and in the admin API's JSON).
+// Durations are Go duration strings.
+type Spec struct {
+	Name           string         `yaml:"name" json:"name"`
+	Algorithm      string         `yaml:"algorithm" json:"algorithm"`
+	Limit          int64          `yaml:"limit" json:"limit"`
+	Period         string         `yaml:"period" json:"period"`
+	Burst          int64          `yaml:"burst,omitempty" json:"burst,omitempty"`
+	MinInterval    string         `yaml:"min_interval,omitempty" json:"min_interval,omitempty"`
+	Key            string         `yaml:"key,omitempty" json:"key,omitempty"`
+	Descriptor     string         `yaml:"descriptor,omitempty" json:"descriptor,omitempty"`
+	Match          *MatchSpec     `yaml:"match,omitempty" json:"match,omitempty"`
+	OnStoreFailure string         `yaml:"on_store_failure,omitempty" json:"on_store_failure,omitempty"`
+	Shadow         bool           `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	Hot            *HotSpec       `yaml:"hot,omitempty" json:"hot,omitempty"`
+	Overrides      []OverrideSpec `yaml:"overrides,omitempty" json:"overrides,omitempty"`
+}
+
+// MatchSpec is a rule's match as written.
+type MatchSpec struct {
+	PathPrefix string   `yaml:"path_prefix,omitempty" json:"path_prefix,omitempty"`
+	Methods    []string `yaml:"methods,omitempty" json:"methods,omitempty"`
+	Host       string   `yaml:"host,omitempty" json:"host,omitempty"`
+}
+
+// HotSpec is a rule's hot-key settings as written.
+type HotSpec struct {
+	Threshold float64 `yaml:"threshold,omitempty" json:"threshold,omitempty"`
+	Split     int     `yaml:"split,omitempty" json:"split,omitempty"`
+}
+
+// OverrideSpec is one override as written.
+type OverrideSpec struct {
+	Key    string `yaml:"key" json:"key"`
+	Limit  int64  `yaml:"limit" json:"limit"`
+	Burst  int64  `yaml:"burst,omitempty" json:"burst,omitempty"`
+	Period string `yaml:"period,omitempty" json:"period,omitempty"`
+}
+
+// durationMsg parses a duration field; msg is "" on success.
+func parseDuration(s string) (time.Duration, string) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, "must be a duration such as 500ms, 10s or 1m"
+	}
+	return d, ""
+}
