@@ -1,0 +1,172 @@
+package lease
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// bucket is the local leased bucket of one counter key: tokens taken from
+// the Store and not yet spent, and what the Manager knows about the key.
+//
+// The atomic fields are read and written by any goroutine. rate and
+// lastLeaseMs belong to the holder of the bucket's lease slot (see
+// Manager.claim): only one goroutine at a time talks to the Store about a
+// bucket, and the slot's mutex orders their accesses.
+//
+// Times are Unix nanoseconds.
+type bucket struct {
+	// tokens is the leased tokens on hand. It never goes negative: the
+	// fast path takes with compare-and-swap.
+	tokens atomic.Int64
+	// denyUntil is when the Store said a batch will be available again;
+	// until then denials are answered locally. evicted marks a bucket
+	// that left the index.
+	denyUntil atomic.Int64
+	// remaining and resetAt are the Store's answer at the last lease.
+	// resetAt is 0 until the first lease.
+	remaining atomic.Int64
+	resetAt   atomic.Int64
+	// basis is the tokens on hand right after the last lease: the bound
+	// on Refund, and the base from which consumption is measured.
+	basis atomic.Int64
+
+	// low is the prefetch mark: a take that leaves fewer tokens starts a
+	// prefetch. -1 while a prefetch is due or running. It saturates at
+	// MaxInt32 (a lease of 8 billion tokens).
+	low atomic.Int32
+	// lastUse is the last check in Unix milliseconds modulo 2^32 (compared
+	// by difference: fine for idle times under 49 days), to the Manager's
+	// touch resolution.
+	lastUse atomic.Uint32
+
+	pol *Policy // interned and immutable; a policy change replaces the bucket
+	key string  // owned copy of the counter key
+
+	rate        float32 // EWMA of hits per second; slot holder only
+	lastLeaseMs uint32  // Unix ms modulo 2^32 of the last grant; 0 before it; slot holder only
+}
+
+// The bucket's size is the bulk of a key's memory (budget: 128 bytes per
+// key plus the key); keep it at 80 bytes, a malloc size class.
+const bucketSize = 80
+
+// unixMs32 is Unix milliseconds modulo 2^32, for lastUse and lastLeaseMs.
+func unixMs32(ns int64) uint32 { return uint32(ns / int64(time.Millisecond)) }
+
+// evicted is denyUntil's value for a bucket that left the index. Its
+// tokens are (or will be) returned to the Store; checks that still hold a
+// pointer to it look the key up again.
+const evicted = math.MaxInt64
+
+// markEvicted sets the evicted mark; it reports false if it was already set.
+func (b *bucket) markEvicted() bool {
+	for {
+		du := b.denyUntil.Load()
+		if du == evicted {
+			return false
+		}
+		if b.denyUntil.CompareAndSwap(du, evicted) {
+			return true
+		}
+	}
+}
+
+// denyTill sets denyUntil unless the bucket was evicted.
+func (b *bucket) denyTill(t int64) {
+	for {
+		du := b.denyUntil.Load()
+		if du == evicted || b.denyUntil.CompareAndSwap(du, t) {
+			return
+		}
+	}
+}
+
+// clearDeny ends a deny-until (unless the bucket was evicted).
+func (b *bucket) clearDeny() {
+	for {
+		du := b.denyUntil.Load()
+		if du == 0 || du == evicted || b.denyUntil.CompareAndSwap(du, 0) {
+			return
+		}
+	}
+}
+
+// tryTake takes hits > 0 tokens if there are that many and returns the
+// tokens left.
+func (b *bucket) tryTake(hits int64) (left int64, ok bool) {
+	for {
+		t := b.tokens.Load()
+		if t < hits {
+			return t, false
+		}
+		if b.tokens.CompareAndSwap(t, t-hits) {
+			return t - hits, true
+		}
+	}
+}
+
+// refund puts hits back, never above basis; it returns how many it put back.
+func (b *bucket) refund(hits int64) int64 {
+	for {
+		t := b.tokens.Load()
+		n := min(t+hits, b.basis.Load())
+		if n <= t {
+			return 0
+		}
+		if b.tokens.CompareAndSwap(t, n) {
+			return n - t
+		}
+	}
+}
+
+// The lease sizing math. Pure: time is passed in.
+
+// minRateWindow bounds the window over which a rate is measured from
+// below, as a fraction of the horizon: a burst of a few hits in the same
+// millisecond must not look like a million hits per second. It caps the
+// growth of a lease at 10× per lease call.
+const minRateWindowDiv = 10
+
+// rateTau is the EWMA time constant, in horizons: the smoothed rate forgets
+// a burst after about ten horizons (1s by default).
+const rateTauHorizons = 10
+
+// observeRate folds consumed hits over elapsed into the EWMA rate (hits
+// per second). It returns the new EWMA and the rate to size the next lease
+// with: the larger of the EWMA and the latest measurement, so that a key
+// heating up gets big leases at once and a key cooling down shrinks them
+// gradually. first is true for a bucket's first lease (nothing measured).
+func observeRate(ewma float64, consumed int64, elapsed, horizon time.Duration, first bool) (newEWMA, sizing float64) {
+	if first {
+		return 0, 0
+	}
+	consumed = max(consumed, 0)
+	elapsed = max(elapsed, 0)
+	win := max(elapsed, horizon/minRateWindowDiv, time.Microsecond)
+	inst := float64(consumed) / win.Seconds()
+	tau := float64(horizon) * rateTauHorizons
+	alpha := float64(elapsed) / (float64(elapsed) + tau)
+	newEWMA = ewma + alpha*(inst-ewma)
+	return newEWMA, max(newEWMA, inst)
+}
+
+// leaseWant is the number of tokens to ask for: rate × horizon, at least
+// need (the check at hand), at most capacity (the Store cannot grant more).
+func leaseWant(rate float64, horizon time.Duration, need, capacity int64) int64 {
+	w := need
+	if f := math.Ceil(rate * horizon.Seconds()); f > float64(w) {
+		if f >= float64(capacity) {
+			w = capacity
+		} else {
+			w = int64(f)
+		}
+	}
+	return max(min(w, capacity), need)
+}
+
+// lowMark is the prefetch mark for a grant: LowWater × grant, rounded
+// down, at most MaxInt32.
+func lowMark(lowWater float64, granted int64) int32 {
+	return int32(min(int64(lowWater*float64(granted)), math.MaxInt32))
+}
