@@ -1,0 +1,195 @@
+package main
+
+import (
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// options are sluiced's settings, from flags and SLUICE_* environment
+// variables (DESIGN.md "Configuration of sluiced").
+type options struct {
+	listen       string
+	rules        string
+	redis        string
+	join         []string
+	nodeName     string
+	gossip       string
+	clusterKey   []byte
+	adminToken   string
+	leaseHorizon time.Duration
+	leaseIdle    time.Duration
+	storeTimeout time.Duration
+	rulesPoll    time.Duration
+	logLevel     slog.Level
+}
+
+// setting is one flag and its environment variable.
+type setting struct {
+	flag, env, def, usage string
+	// set parses and validates a value into o; its error is wrapped with
+	// the flag's or the variable's name by the caller.
+	set func(o *options, v string) error
+}
+
+func settings() []setting {
+	return []setting{
+		{"listen", "SLUICE_LISTEN", ":8080", "HTTP API address host:port", func(o *options, v string) error {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return errors.New("want host:port")
+			}
+			o.listen = v
+			return nil
+		}},
+		{"rules", "SLUICE_RULES", "", "rule file (YAML); empty: no rules", func(o *options, v string) error {
+			o.rules = v
+			return nil
+		}},
+		{"redis", "SLUICE_REDIS", "", "Redis: host:port, several for Cluster, or sentinel://master@h:p,...; empty: in-memory store", func(o *options, v string) error {
+			o.redis = v
+			return nil
+		}},
+		{"join", "SLUICE_JOIN", "", "comma list of gossip seeds host:port; empty: single node", func(o *options, v string) error {
+			o.join = nil
+			for s := range strings.SplitSeq(v, ",") {
+				s = strings.TrimSpace(s)
+				if s == "" {
+					continue
+				}
+				if _, _, err := net.SplitHostPort(s); err != nil {
+					return fmt.Errorf("seed %q: want host:port", s)
+				}
+				o.join = append(o.join, s)
+			}
+			return nil
+		}},
+		{"node-name", "SLUICE_NODE_NAME", "", "unique member name; empty: hostname-port", func(o *options, v string) error {
+			o.nodeName = v
+			return nil
+		}},
+		{"gossip", "SLUICE_GOSSIP", ":7946", "memberlist bind host:port", func(o *options, v string) error {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return errors.New("want host:port")
+			}
+			o.gossip = v
+			return nil
+		}},
+		{"cluster-key", "SLUICE_CLUSTER_KEY", "", "16, 24 or 32-byte key, base64, for gossip encryption and the internal endpoint", func(o *options, v string) error {
+			if v == "" {
+				o.clusterKey = nil
+				return nil
+			}
+			k, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				return errors.New("want base64")
+			}
+			if n := len(k); n != 16 && n != 24 && n != 32 {
+				return fmt.Errorf("key is %d bytes, want 16, 24 or 32", n)
+			}
+			o.clusterKey = k
+			return nil
+		}},
+		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token for admin endpoints; empty: admin from loopback only", func(o *options, v string) error {
+			o.adminToken = v
+			return nil
+		}},
+		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
+		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
+		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
+		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error", func(o *options, v string) error {
+			var l slog.Level
+			if err := l.UnmarshalText([]byte(v)); err != nil {
+				return errors.New("want debug, info, warn or error")
+			}
+			o.logLevel = l
+			return nil
+		}},
+	}
+}
+
+func durationSetter(field func(*options) *time.Duration) func(*options, string) error {
+	return func(o *options, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q", v)
+		}
+		if d <= 0 {
+			return fmt.Errorf("must be > 0, got %s", v)
+		}
+		*field(o) = d
+		return nil
+	}
+}
+
+// settingValue is a flag.Value that parses into options.
+type settingValue struct {
+	o   *options
+	s   *setting
+	cur string
+}
+
+func (v *settingValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return v.cur
+}
+
+func (v *settingValue) Set(s string) error {
+	if err := v.s.set(v.o, s); err != nil {
+		return err
+	}
+	v.cur = s
+	return nil
+}
+
+// parseOptions reads defaults, then the environment, then flags (each
+// overriding the one before). A bad value is an error naming the flag or
+// the variable; -h prints the usage and returns flag.ErrHelp.
+func parseOptions(args []string, getenv func(string) string, out io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("sluiced", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned, usage printed below
+	fs.Usage = func() {}
+	ss := settings()
+	for i := range ss {
+		s := &ss[i]
+		if err := s.set(&o, s.def); err != nil {
+			return o, fmt.Errorf("default of -%s: %w", s.flag, err) // a bug
+		}
+		v := &settingValue{o: &o, s: s, cur: s.def}
+		if e := getenv(s.env); e != "" {
+			if err := v.Set(e); err != nil {
+				return o, fmt.Errorf("invalid value %q for %s: %w", e, s.env, err)
+			}
+		}
+		fs.Var(v, s.flag, s.usage)
+	}
+	usage := func() {
+		fmt.Fprintf(out, "Usage: sluiced [flags]\n\nsluiced is a Sluice node. Every flag can also be set by its environment\nvariable; flags override the environment.\n\n")
+		for _, s := range ss {
+			def := s.def
+			if def == "" {
+				def = "none"
+			}
+			fmt.Fprintf(out, "  -%s (env %s, default %s)\n    \t%s\n", s.flag, s.env, def, s.usage)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage()
+		}
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return o, nil
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestOptionsPrecedence(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		horizon time.Duration
+		listen  string
+	}{
+		{"defaults", nil, nil, 100 * time.Millisecond, ":8080"},
+		{"env", nil, map[string]string{"SLUICE_LEASE_HORIZON": "250ms", "SLUICE_LISTEN": "127.0.0.1:9"}, 250 * time.Millisecond, "127.0.0.1:9"},
+		{"flag over env", []string{"-lease-horizon", "1s", "-listen=:1"}, map[string]string{"SLUICE_LEASE_HORIZON": "250ms", "SLUICE_LISTEN": "127.0.0.1:9"}, time.Second, ":1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o, err := parseOptions(c.args, env(c.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.leaseHorizon != c.horizon || o.listen != c.listen {
+				t.Errorf("horizon %v listen %q, want %v %q", o.leaseHorizon, o.listen, c.horizon, c.listen)
+			}
+			if o.leaseIdle != 10*time.Second || o.storeTimeout != 50*time.Millisecond || o.rulesPoll != time.Second || o.gossip != ":7946" {
+				t.Errorf("other defaults: %+v", o)
+			}
+		})
+	}
+}
+
+func TestOptionsInvalid(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string // in the error
+	}{
+		{[]string{"-lease-horizon", "soon"}, nil, "-lease-horizon"},
+		{[]string{"-store-timeout", "-5ms"}, nil, "-store-timeout"},
+		{[]string{"-rules-poll", "0s"}, nil, "-rules-poll"},
+		{[]string{"-lease-idle", "x"}, nil, "-lease-idle"},
+		{[]string{"-log-level", "loud"}, nil, "-log-level"},
+		{[]string{"-listen", "nohost"}, nil, "-listen"},
+		{[]string{"-cluster-key", "c2hvcnQ="}, nil, "-cluster-key"},
+		{[]string{"-join", "a:1,b"}, nil, "-join"},
+		{[]string{"-nope"}, nil, "-nope"},
+		{[]string{"extra"}, nil, "extra"},
+		{nil, map[string]string{"SLUICE_LEASE_HORIZON": "soon"}, "SLUICE_LEASE_HORIZON"},
+		{nil, map[string]string{"SLUICE_CLUSTER_KEY": "!!"}, "SLUICE_CLUSTER_KEY"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		code := run(c.args, env(c.env), &out)
+		if code != 2 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%v %v: exit %d, output %q; want 2 naming %s", c.args, c.env, code, out.String(), c.want)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"-h"}, env(nil), &out); code != 0 {
+		t.Errorf("-h: exit %d", code)
+	}
+	for _, want := range []string{"-listen", "SLUICE_LISTEN", "SLUICE_RULES", "SLUICE_REDIS", "SLUICE_JOIN", "SLUICE_NODE_NAME",
+		"SLUICE_GOSSIP", "SLUICE_CLUSTER_KEY", "SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_HORIZON", "SLUICE_LOG_LEVEL",
+		"SLUICE_LEASE_IDLE", "SLUICE_STORE_TIMEOUT", "SLUICE_RULES_POLL"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-h lacks %s", want)
+		}
+	}
+}
+
+func TestStartFailures(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    limit: 0\n    period: 1s\n"), 0o600)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-rules", bad, "-listen", "127.0.0.1:0"}, "limit"},
+		{[]string{"-rules", filepath.Join(dir, "missing.yaml"), "-listen", "127.0.0.1:0"}, "missing.yaml"},
+		{[]string{"-redis", "127.0.0.1:6379", "-listen", "127.0.0.1:0"}, "not yet supported"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		if code := run(c.args, env(nil), &out); code != 1 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%v: exit %d, output %q; want 1 mentioning %q", c.args, code, out.String(), c.want)
+		}
+	}
+}
+
+const rulesV1 = `rules:
+  - name: per-key
+    algorithm: token_bucket
+    limit: 2
+    period: 1h
+`
+
+const rulesV2 = `rules:
+  - name: per-key
+    algorithm: token_bucket
+    limit: 50
+    period: 1h
+`
+
+// TestDaemon builds sluiced, runs it on a free port with a rule file,
+// reloads the file, breaks it, and stops the daemon with SIGTERM.
+func TestDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sluiced")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	writeFile(t, rulesPath, rulesV1)
+
+	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-rules", rulesPath, "-rules-poll", "20ms")
+	cmd.Env = append(os.Environ(), "SLUICE_LOG_LEVEL=debug")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var logs bytes.Buffer
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		re := regexp.MustCompile(`msg=listening addr=(\S+)`)
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addrc <- m[1]
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	var base string
+	select {
+	case a := <-addrc:
+		base = "http://" + a
+	case err := <-exited:
+		t.Fatalf("sluiced exited early: %v\n%s", err, logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no listen address logged")
+	}
+
+	check := func(key string) (int, map[string]any) {
+		t.Helper()
+		res, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"rule":"per-key","key":"`+key+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var m map[string]any
+		json.NewDecoder(res.Body).Decode(&m)
+		return res.StatusCode, m
+	}
+	for i, want := range []int{200, 200, 429} {
+		if code, m := check("a"); code != want {
+			t.Fatalf("check %d: %d %v, want %d", i, code, m, want)
+		}
+	}
+
+	// A new limit is picked up by polling.
+	writeFile(t, rulesPath, rulesV2)
+	eventually(t, "the new limit", func() bool {
+		_, m := check("probe")
+		return m["limit"] == float64(50)
+	})
+
+	// A bad file is refused, shown in /readyz, and the last good set stays.
+	writeFile(t, rulesPath, "rules:\n  - name: per-key\n    algorithm: nope\n")
+	eventually(t, "/readyz to report the error", func() bool {
+		res, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		var m map[string]any
+		json.NewDecoder(res.Body).Decode(&m)
+		e, _ := m["last_reload_error"].(string)
+		return res.StatusCode == 200 && strings.Contains(e, "algorithm")
+	})
+	if _, m := check("probe2"); m["limit"] != float64(50) {
+		t.Errorf("after a bad reload: %v, want the last good limit 50", m)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit: %v\n%s", err, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no exit after SIGTERM\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "msg=stopped") {
+		t.Errorf("logs lack the stop message:\n%s", logs.String())
+	}
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond (every 20ms, for at most 20s: a bound, not a
+// timing assertion).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}

@@ -1,0 +1,321 @@
+package node
+
+import (
+	"hash/maphash"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// item is one (rule, key) that a request is decided against.
+type item struct {
+	ri   *ruleInfo
+	key  string // the client's key, without the rule prefix
+	ckey string // the counter key: rule name, ":", key
+	p    lease.Policy
+	// peek marks a hits=0 look at a concurrency rule.
+	peek bool
+	// done: d holds the rule's decision; charged: hits were taken and must
+	// be refunded if another rule denies.
+	done, charged bool
+	d             lease.Decision
+}
+
+// verdict is the combined answer of a request's items.
+type verdict struct {
+	status   int // 200, 429 or 503
+	rep      int // index of the reported item; -1 when nothing matched
+	degraded bool
+}
+
+// reqState is the per-request scratch space, pooled so that the hot path
+// allocates nothing after warm-up.
+type reqState struct {
+	n       *Node
+	check   api.CheckRequest
+	batch   api.ChecksRequest
+	acquire api.AcquireRequest
+	release api.ReleaseRequest
+	items   []item
+	matches []rules.Match
+	results []api.CheckResult
+	buf     []byte // the response body
+	scratch []byte // header values
+	ticks   uint32 // checks served with this state, for startTimer
+}
+
+// timerSample: one check in timerSample is timed for
+// sluice_check_duration_seconds (reading the clock costs more than 100ns
+// on some virtual machines, a tenth of a check). Batches are always timed.
+const timerSample = 16
+
+// startTimer says whether to time this check and, if so, returns now.
+func (st *reqState) startTimer() (bool, time.Time) {
+	st.ticks++
+	if st.ticks%timerSample != 0 {
+		return false, time.Time{}
+	}
+	return true, time.Now()
+}
+
+func (n *Node) getState() *reqState { return n.states.Get().(*reqState) }
+
+func (n *Node) putState(st *reqState) {
+	clear(st.items)
+	st.items = st.items[:0]
+	clear(st.matches)
+	st.matches = st.matches[:0]
+	clear(st.results)
+	st.results = st.results[:0]
+	n.states.Put(st)
+}
+
+// hitsOf returns a check's hits: 1 when the request did not say.
+func hitsOf(c *api.CheckRequest) int64 {
+	if !c.HitsSet {
+		return 1
+	}
+	return c.Hits
+}
+
+// addCheck appends the items of one check request to st.items (from
+// index start): either the named rule, or every rule its descriptors match.
+func (st *reqState) addCheck(t *ruleTable, c *api.CheckRequest) error {
+	if c.Rule != "" {
+		ri := t.get(c.Rule)
+		if ri == nil {
+			return fieldError("rule", "unknown rule "+strconv.Quote(c.Rule))
+		}
+		it := item{ri: ri, key: c.Key}
+		if ri.base.Algorithm == lease.Concurrency {
+			if hitsOf(c) != 0 {
+				return fieldError("rule", "rule "+strconv.Quote(c.Rule)+" is a concurrency rule: use /v1/acquire and /v1/release (or hits 0 to peek)")
+			}
+			it.peek = true
+		}
+		st.addItem(it)
+		return nil
+	}
+	st.matches = t.set.MatchDescriptors(c.Descriptors, st.matches[:0])
+	st.addMatches(t)
+	return nil
+}
+
+// addMatches appends the items of st.matches, skipping concurrency rules
+// (they are only reachable through /v1/acquire).
+func (st *reqState) addMatches(t *ruleTable) {
+	for i := range st.matches {
+		m := &st.matches[i]
+		ri := t.get(m.Rule.Name)
+		if ri == nil || ri.base.Algorithm == lease.Concurrency {
+			continue
+		}
+		st.addItem(item{ri: ri, key: m.Key})
+	}
+}
+
+func (st *reqState) addItem(it item) {
+	it.p = it.ri.rule.PolicyFor(it.key)
+	it.ckey = st.n.keys.get(it.ri.prefix, it.ri.salt, it.key)
+	st.items = append(st.items, it)
+}
+
+// decide decides items for hits and combines their decisions (see the
+// package doc, "Several rules, one answer"). An error (a bad call the
+// Manager refused) refunds what was charged.
+func (n *Node) decide(items []item, hits int64) (verdict, error) {
+	denied := false
+	var err error
+	// Leased rules first: their hits can be refunded.
+	for i := range items {
+		it := &items[i]
+		if !it.p.Algorithm.Leased() {
+			continue
+		}
+		if err = n.decideOne(it, hits); err != nil {
+			break
+		}
+		if !it.d.Allowed && !it.ri.rule.Shadow {
+			denied = true
+		}
+	}
+	// Then exact rules, only while nothing denied: each allowed exact
+	// check records its hits for good.
+	for i := range items {
+		if denied || err != nil {
+			break
+		}
+		it := &items[i]
+		if it.p.Algorithm.Leased() {
+			continue
+		}
+		if err = n.decideOne(it, hits); err != nil {
+			break
+		}
+		if !it.d.Allowed && !it.ri.rule.Shadow {
+			denied = true
+		}
+	}
+	if denied || err != nil {
+		for i := range items {
+			if it := &items[i]; it.charged {
+				n.mgr.Refund(it.ckey, it.p, hits)
+				it.charged = false
+			}
+		}
+	}
+	if err != nil {
+		return verdict{}, err
+	}
+	return combine(items, denied), nil
+}
+
+// decideOne asks the Manager about one item and counts the decision.
+func (n *Node) decideOne(it *item, hits int64) error {
+	var err error
+	if it.peek {
+		it.d, _, err = n.mgr.Acquire(it.ckey, it.p, 0)
+	} else {
+		it.d, err = n.mgr.Take(it.ckey, it.p, hits)
+	}
+	if err != nil {
+		return err
+	}
+	it.done = true
+	it.charged = it.d.Allowed && hits > 0 && !it.peek
+	it.ri.checks[decisionOf(it.d, it.ri.rule.Shadow, it.p.OnFailure)].Inc()
+	return nil
+}
+
+// decisionOf is the decision label of d.
+func decisionOf(d lease.Decision, shadow bool, mode lease.FailureMode) int {
+	switch {
+	case d.Unavailable:
+		return decUnavailable
+	case !d.Allowed && shadow:
+		return decShadowDenied
+	case !d.Allowed:
+		return decDenied
+	case d.Degraded && mode == lease.FailOpen:
+		return decDegraded
+	}
+	return decAllowed
+}
+
+// combine picks the answer: when denied, the non-shadow denial with the
+// longest retry-after (429 if any rule denied on its limit, else 503); when
+// allowed, the rule with the least remaining, preferring non-shadow rules.
+func combine(items []item, denied bool) verdict {
+	v := verdict{status: fasthttp.StatusOK, rep: -1}
+	for i := range items {
+		if it := &items[i]; it.done && it.d.Degraded {
+			v.degraded = true
+		}
+	}
+	if denied {
+		limited := false
+		for i := range items {
+			it := &items[i]
+			if it.done && !it.d.Allowed && !it.ri.rule.Shadow && !it.d.Unavailable {
+				limited = true
+			}
+		}
+		v.status = fasthttp.StatusServiceUnavailable
+		if limited {
+			v.status = fasthttp.StatusTooManyRequests
+		}
+		for i := range items {
+			it := &items[i]
+			if !it.done || it.d.Allowed || it.ri.rule.Shadow || it.d.Unavailable == limited {
+				continue
+			}
+			if v.rep < 0 || it.d.RetryAfter > items[v.rep].d.RetryAfter {
+				v.rep = i
+			}
+		}
+		return v
+	}
+	for i := range items {
+		it := &items[i]
+		if !it.done {
+			continue
+		}
+		if v.rep < 0 {
+			v.rep = i
+			continue
+		}
+		r := &items[v.rep]
+		if r.ri.rule.Shadow != it.ri.rule.Shadow {
+			if r.ri.rule.Shadow {
+				v.rep = i
+			}
+			continue
+		}
+		if it.d.Remaining < r.d.Remaining {
+			v.rep = i
+		}
+	}
+	return v
+}
+
+// result fills dst with the answer of v for items.
+func result(dst *api.CheckResult, items []item, v verdict) {
+	*dst = api.CheckResult{Allowed: v.status == fasthttp.StatusOK, Degraded: v.degraded}
+	if v.rep < 0 {
+		return
+	}
+	it := &items[v.rep]
+	dst.Rule = it.ri.name
+	dst.Key = it.key
+	dst.Limit = it.p.Limit
+	dst.Remaining = max(it.d.Remaining, 0)
+	dst.ResetMS = ceilMillis(it.d.Reset)
+	if !dst.Allowed {
+		dst.RetryAfterMS = max(ceilMillis(it.d.RetryAfter), 1)
+	}
+}
+
+// keyCache remembers the counter keys ("rule:key") of recently checked
+// keys, so that checking a hot key allocates nothing. (The key cannot be
+// built in a reused buffer: the Manager and the Stores may keep the string
+// they are given; a MemoryStore keeps it as a map key.)
+//
+// It is a direct-mapped table of immutable entries swapped atomically: a
+// lookup is one hash, one atomic load and a compare. A miss allocates the
+// key and, when the slot is empty or one time in eight, an entry replacing
+// the slot's, so that a stream of cold keys does not keep evicting hot
+// ones (a hot key soon wins its slot back). Safe for concurrent use.
+type keyCache struct {
+	seed  maphash.Seed
+	slots [keyCacheSlots]atomic.Pointer[keyEntry]
+}
+
+// keyCacheSlots: 8192 entries, about 64 KiB of slots plus the entries.
+const keyCacheSlots = 1 << 13
+
+type keyEntry struct{ ckey string }
+
+func newKeyCache() *keyCache { return &keyCache{seed: maphash.MakeSeed()} }
+
+// get returns prefix + key; salt tells prefixes apart in the hash (the
+// rule's ruleInfo.salt).
+func (c *keyCache) get(prefix string, salt uint64, key string) string {
+	h := maphash.String(c.seed, key) ^ salt
+	slot := &c.slots[h&(keyCacheSlots-1)]
+	if e := slot.Load(); e != nil && len(e.ckey) == len(prefix)+len(key) &&
+		e.ckey[:len(prefix)] == prefix && e.ckey[len(prefix):] == key {
+		return e.ckey
+	}
+	ckey := prefix + key
+	if e := slot.Load(); e == nil || rand.Uint32()&7 == 0 {
+		slot.Store(&keyEntry{ckey: ckey})
+	}
+	return ckey
+}

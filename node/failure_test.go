@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// downStore is a Store that is always unavailable (a seam we own).
+type downStore struct{}
+
+func (downStore) Lease(context.Context, string, lease.Policy, int64, int64) (lease.Grant, error) {
+	return lease.Grant{}, lease.ErrStoreUnavailable
+}
+func (downStore) Return(context.Context, string, lease.Policy, int64) error {
+	return lease.ErrStoreUnavailable
+}
+func (downStore) Log(context.Context, string, lease.Policy, int64) (lease.Result, error) {
+	return lease.Result{}, lease.ErrStoreUnavailable
+}
+func (downStore) Acquire(context.Context, string, lease.Policy, string, int64) (lease.Result, error) {
+	return lease.Result{}, lease.ErrStoreUnavailable
+}
+func (downStore) Release(context.Context, string, lease.Policy, string) error {
+	return lease.ErrStoreUnavailable
+}
+
+const failureRules = `
+rules:
+  - name: closed
+    algorithm: token_bucket
+    limit: 2
+    period: 1h
+    on_store_failure: closed
+    key: header:X-Closed
+  - name: open
+    algorithm: token_bucket
+    limit: 2
+    period: 1h
+    on_store_failure: open
+  - name: local
+    algorithm: token_bucket
+    limit: 2
+    period: 1h
+    on_store_failure: local
+`
+
+func TestStoreDown(t *testing.T) {
+	tn := newTestNodeStore(t, failureRules, downStore{}, newFakeClock())
+	r := tn.do("POST", "/v1/check", `{"rule":"closed","key":"a"}`)
+	if r.status != 503 || r.hdr["Retry-After"] == "" || r.json(t)["allowed"] != false {
+		t.Errorf("closed: %d %s %v", r.status, r.body, r.hdr)
+	}
+	if r := tn.do("GET", "/v1/auth", "", "X-Closed: k"); r.status != 503 || r.hdr["Retry-After"] == "" {
+		t.Errorf("closed forward-auth: %d %v", r.status, r.hdr)
+	}
+	for i := range 3 {
+		r := tn.do("POST", "/v1/check", `{"rule":"open","key":"a"}`)
+		if m := r.json(t); r.status != 200 || m["degraded"] != true {
+			t.Errorf("open %d: %d %s", i, r.status, r.body)
+		}
+	}
+	// local keeps enforcing the limit from this node's memory.
+	for i, want := range []int{200, 200, 429} {
+		r := tn.do("POST", "/v1/check", `{"rule":"local","key":"a"}`)
+		if m := r.json(t); r.status != want || m["degraded"] != true {
+			t.Errorf("local %d: %d %s, want %d degraded", i, r.status, r.body, want)
+		}
+	}
+	m := tn.do("GET", "/metrics", "").body
+	for _, want := range []string{
+		`sluice_checks_total{rule="closed",decision="unavailable"} 2`,
+		`sluice_checks_total{rule="open",decision="degraded"} 3`,
+		`sluice_checks_total{rule="local",decision="denied"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestKeyCache(t *testing.T) {
+	c := newKeyCache()
+	// The same salt for every prefix: only the compare tells them apart.
+	a := c.get("r:", 1, "k1")
+	if a != "r:k1" || c.get("r:", 1, "k1") != "r:k1" || c.get("r:k", 1, "1") != "r:k1" || c.get("s:", 1, "k1") != "s:k1" || c.get("r:", 1, "k") != "r:k" {
+		t.Fatal("wrong keys")
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20000 {
+				k := string(rune('a'+g)) + string(rune('a'+i%200))
+				if got := c.get("p:", 7, k); got != "p:"+k {
+					t.Errorf("get(%q) = %q", k, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestErrorStatus(t *testing.T) {
+	cases := []struct {
+		err    error
+		status int
+		field  string
+	}{
+		{fieldError("key", "required"), 400, "key"},
+		{&lease.FieldError{Field: "hits", Msg: "too many"}, 400, "hits"},
+		{fmt.Errorf("cannot take: %w", lease.ErrWrongAlgorithm), 400, "rule"},
+		{ErrNotFound, 404, ""},
+		{ErrMethodNotAllowed, 405, ""},
+		{ErrBodyTooLarge, 413, ""},
+		{fasthttp.ErrBodyTooLarge, 413, ""},
+		{ErrHeaderTooLarge, 431, ""},
+		{ErrNotReady, 503, ""},
+		{fmt.Errorf("cannot release: %w", lease.ErrStoreUnavailable), 503, ""},
+		{os.ErrDeadlineExceeded, 408, ""},
+		{errors.New("boom"), 500, ""},
+	}
+	for _, c := range cases {
+		status, msg, field := errorStatus(c.err)
+		if status != c.status || field != c.field || msg == "" {
+			t.Errorf("%v: %d %q %q, want %d field %q", c.err, status, msg, field, c.status, c.field)
+		}
+	}
+}

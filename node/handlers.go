@@ -1,0 +1,409 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/api"
+)
+
+// handle routes one request and counts it.
+func (n *Node) handle(ctx *fasthttp.RequestCtx) {
+	route := n.route(ctx)
+	n.met.countHTTP(route, ctx.Response.StatusCode())
+}
+
+func (n *Node) route(ctx *fasthttp.RequestCtx) int {
+	path := ctx.Path()
+	switch string(path) {
+	case "/v1/check":
+		switch {
+		case ctx.IsPost():
+			n.checkPost(ctx)
+		case ctx.IsGet():
+			n.checkGet(ctx)
+		default:
+			n.writeError(ctx, ErrMethodNotAllowed)
+		}
+		return routeCheck
+	case "/v1/checks":
+		if n.requirePost(ctx) {
+			n.checks(ctx)
+		}
+		return routeChecks
+	case "/v1/auth":
+		n.auth(ctx)
+		return routeAuth
+	case "/v1/acquire":
+		if n.requirePost(ctx) {
+			n.acquire(ctx)
+		}
+		return routeAcquire
+	case "/v1/release":
+		if n.requirePost(ctx) {
+			n.releaseLease(ctx)
+		}
+		return routeRelease
+	case "/metrics":
+		if n.requireGet(ctx) {
+			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+			n.met.write(ctx)
+		}
+		return routeMetrics
+	case "/healthz":
+		if n.requireGet(ctx) {
+			ctx.SetContentTypeBytes(contentTypeJSON)
+			ctx.SetBodyString(`{"status":"ok"}`)
+		}
+		return routeHealthz
+	case "/readyz":
+		if n.requireGet(ctx) {
+			n.readyz(ctx)
+		}
+		return routeReadyz
+	}
+	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
+		n.auth(ctx)
+		return routeAuth
+	}
+	n.writeError(ctx, ErrNotFound)
+	return routeOther
+}
+
+func (n *Node) requirePost(ctx *fasthttp.RequestCtx) bool {
+	if ctx.IsPost() {
+		return true
+	}
+	n.writeError(ctx, ErrMethodNotAllowed)
+	return false
+}
+
+func (n *Node) requireGet(ctx *fasthttp.RequestCtx) bool {
+	if ctx.IsGet() || ctx.IsHead() {
+		return true
+	}
+	n.writeError(ctx, ErrMethodNotAllowed)
+	return false
+}
+
+// table returns the current rules, or answers 503 and returns nil.
+func (n *Node) table(ctx *fasthttp.RequestCtx) *ruleTable {
+	t := n.rules.Load()
+	if t == nil {
+		n.writeError(ctx, ErrNotReady)
+	}
+	return t
+}
+
+func (n *Node) checkPost(ctx *fasthttp.RequestCtx) {
+	st := n.getState()
+	defer n.putState(st)
+	if err := api.DecodeCheck(ctx.PostBody(), &st.check); err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	n.checkOne(ctx, st)
+}
+
+func (n *Node) checkGet(ctx *fasthttp.RequestCtx) {
+	st := n.getState()
+	defer n.putState(st)
+	if err := api.ParseCheckQuery(ctx.URI().QueryString(), &st.check); err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	n.checkOne(ctx, st)
+}
+
+// checkOne decides st.check and answers it with a JSON body and headers.
+func (n *Node) checkOne(ctx *fasthttp.RequestCtx, st *reqState) {
+	t := n.table(ctx)
+	if t == nil {
+		return
+	}
+	if err := st.addCheck(t, &st.check); err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	timed, start := st.startTimer()
+	v, err := n.decide(st.items, hitsOf(&st.check))
+	if timed {
+		n.met.checkDuration.UpdateDuration(start)
+	}
+	if err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	st.results = append(st.results[:0], api.CheckResult{})
+	res := &st.results[0]
+	result(res, st.items, v)
+	n.writeCheck(ctx, st, v, res)
+}
+
+// writeCheck answers one decided check: status, headers, JSON body.
+func (n *Node) writeCheck(ctx *fasthttp.RequestCtx, st *reqState, v verdict, res *api.CheckResult) {
+	ctx.SetStatusCode(v.status)
+	n.setHeaders(ctx, st, v)
+	ctx.SetContentTypeBytes(contentTypeJSON)
+	st.buf = api.AppendCheckResult(st.buf[:0], res)
+	ctx.SetBody(st.buf)
+}
+
+// setHeaders writes the rate-limit headers of the reported item.
+func (n *Node) setHeaders(ctx *fasthttp.RequestCtx, st *reqState, v verdict) {
+	if v.rep < 0 {
+		return
+	}
+	it := &st.items[v.rep]
+	st.scratch = setRateHeaders(&ctx.Response.Header, st.scratch, it.ri, it.p, &it.d, v.status != fasthttp.StatusOK)
+}
+
+func (n *Node) checks(ctx *fasthttp.RequestCtx) {
+	st := n.getState()
+	defer n.putState(st)
+	if err := api.DecodeChecks(ctx.PostBody(), &st.batch); err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	t := n.table(ctx)
+	if t == nil {
+		return
+	}
+	checks := st.batch.Checks
+	if cap(st.results) < len(checks) {
+		st.results = make([]api.CheckResult, len(checks))
+	}
+	st.results = st.results[:len(checks)]
+	start := time.Now()
+	for i := range checks {
+		c := &checks[i]
+		st.items = st.items[:0]
+		res := &st.results[i]
+		if c.Err != nil {
+			*res = api.CheckResult{Error: c.Err.Msg, Field: c.Err.Field}
+			continue
+		}
+		if err := st.addCheck(t, c); err != nil {
+			_, msg, field := errorStatus(err)
+			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
+			continue
+		}
+		v, err := n.decide(st.items, hitsOf(c))
+		if err != nil {
+			_, msg, field := errorStatus(err)
+			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
+			continue
+		}
+		result(res, st.items, v)
+	}
+	if len(checks) > 0 { // one observation: the mean time per check
+		n.met.checkDuration.Update(time.Since(start).Seconds() / float64(len(checks)))
+	}
+	ctx.SetContentTypeBytes(contentTypeJSON)
+	st.buf = api.AppendResults(st.buf[:0], st.results)
+	ctx.SetBody(st.buf)
+}
+
+// batchField names field inside item i of a batch: checks[i].field.
+func batchField(i int, field string) string {
+	s := "checks[" + strconv.Itoa(i) + "]"
+	if field != "" {
+		s += "." + field
+	}
+	return s
+}
+
+// auth is forward-auth: identity from the original request's headers, the
+// answer in the status code and headers only.
+func (n *Node) auth(ctx *fasthttp.RequestCtx) {
+	t := n.rules.Load()
+	if t == nil {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.Response.Header.SetCanonical(hdrRetryAfter, one)
+		return
+	}
+	st := n.getState()
+	defer n.putState(st)
+	st.matches = t.set.MatchAuth(&ctx.Request, ctx.RemoteIP(), st.matches[:0])
+	st.addMatches(t)
+	timed, start := st.startTimer()
+	v, err := n.decide(st.items, 1)
+	if timed {
+		n.met.checkDuration.UpdateDuration(start)
+	}
+	if err != nil { // rules are validated: only a bug gets here
+		n.log.Error("forward-auth decision failed", "err", err)
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		return
+	}
+	ctx.SetStatusCode(v.status)
+	n.setHeaders(ctx, st, v)
+	if v.status == fasthttp.StatusServiceUnavailable && v.rep < 0 {
+		ctx.Response.Header.SetCanonical(hdrRetryAfter, one)
+	}
+}
+
+func (n *Node) acquire(ctx *fasthttp.RequestCtx) {
+	st := n.getState()
+	defer n.putState(st)
+	req := &st.acquire
+	if err := api.DecodeAcquire(ctx.PostBody(), req); err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	t := n.table(ctx)
+	if t == nil {
+		return
+	}
+	ri := t.get(req.Rule)
+	switch {
+	case ri == nil:
+		n.writeError(ctx, fieldError("rule", "unknown rule "+strconv.Quote(req.Rule)))
+		return
+	case ri.base.Algorithm != lease.Concurrency:
+		n.writeError(ctx, fieldError("rule", "rule "+strconv.Quote(req.Rule)+" is not a concurrency rule: use /v1/check"))
+		return
+	}
+	hits := req.Hits
+	if !req.HitsSet {
+		hits = 1
+	}
+	it := item{ri: ri, key: req.Key}
+	it.p = ri.rule.PolicyFor(req.Key)
+	it.ckey = n.keys.get(ri.prefix, ri.salt, req.Key)
+	d, id, err := n.mgr.Acquire(it.ckey, it.p, hits)
+	if err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	it.d, it.done = d, true
+	ri.checks[decisionOf(d, ri.rule.Shadow, it.p.OnFailure)].Inc()
+	st.items = append(st.items, it)
+	// A shadow rule's denial is answered as allowed, without a lease_id.
+	v := combine(st.items, !d.Allowed && !ri.rule.Shadow)
+	st.results = append(st.results[:0], api.CheckResult{})
+	res := &st.results[0]
+	result(res, st.items, v)
+	if d.Allowed && id != "" {
+		res.LeaseID = encodeLeaseID(ri.name, req.Key, id)
+	}
+	n.writeCheck(ctx, st, v, res)
+}
+
+func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
+	st := n.getState()
+	defer n.putState(st)
+	req := &st.release
+	if err := decodeRelease(ctx.PostBody(), req); err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	t := n.table(ctx)
+	if t == nil {
+		return
+	}
+	rule, key, hasKey, id, err := decodeLeaseID(req.LeaseID)
+	switch {
+	case err != nil:
+	case req.Rule != "" && req.Rule != rule:
+		err = fieldError("rule", "does not match the lease_id's rule "+strconv.Quote(rule))
+	case !hasKey && req.Key == "":
+		err = fieldError("key", "required: this lease_id does not carry its key (keys longer than "+strconv.Itoa(maxKeyInLeaseID)+" bytes)")
+	case !hasKey:
+		key = req.Key
+	case req.Key != "" && req.Key != key:
+		err = fieldError("key", "does not match the lease_id's key")
+	}
+	if err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	ri := t.get(rule)
+	switch {
+	case ri == nil:
+		err = fieldError("lease_id", "rule "+strconv.Quote(rule)+" no longer exists (the slot expires at its TTL)")
+	case ri.base.Algorithm != lease.Concurrency:
+		err = fieldError("lease_id", "rule "+strconv.Quote(rule)+" is not a concurrency rule")
+	}
+	if err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	p := ri.rule.PolicyFor(key)
+	ckey := ri.prefix + key
+	if err := n.mgr.Release(ckey, p, id); err != nil {
+		n.writeError(ctx, err)
+		return
+	}
+	d, _, _ := n.mgr.Acquire(ckey, p, 0) // peek: what is free now
+	st.results = append(st.results[:0], api.CheckResult{
+		Allowed: true, Rule: rule, Key: key, Limit: p.Limit,
+		Remaining: max(d.Remaining, 0), ResetMS: ceilMillis(d.Reset), Degraded: d.Degraded,
+	})
+	ctx.SetContentTypeBytes(contentTypeJSON)
+	st.buf = api.AppendCheckResult(st.buf[:0], &st.results[0])
+	ctx.SetBody(st.buf)
+}
+
+// decodeRelease decodes a release body. node/api's DecodeRelease requires
+// rule and key; here a lease_id alone is enough (it carries them), so a
+// body that lacks only those is read again for lease_id.
+func decodeRelease(body []byte, dst *api.ReleaseRequest) error {
+	err := api.DecodeRelease(body, dst)
+	var fe *api.FieldError
+	if err == nil || !errors.As(err, &fe) || fe.Msg != "required" || (fe.Field != "rule" && fe.Field != "key") {
+		return err
+	}
+	v, perr := fastjson.ParseBytes(body)
+	if perr != nil {
+		return err
+	}
+	rule, key, id := v.GetStringBytes("rule"), v.GetStringBytes("key"), v.GetStringBytes("lease_id")
+	switch {
+	case len(rule) > 0 && !api.ValidName(string(rule)):
+		return fieldError("rule", "invalid rule name")
+	case len(key) > 0 && !api.ValidKey(string(key)):
+		return fieldError("key", "invalid key")
+	case len(id) == 0:
+		return fieldError("lease_id", "required")
+	case len(id) > api.MaxLeaseIDLen:
+		return fieldError("lease_id", "longer than "+strconv.Itoa(api.MaxLeaseIDLen)+" bytes")
+	}
+	dst.Rule, dst.Key, dst.LeaseID = string(rule), string(key), string(id)
+	return nil
+}
+
+// readyz answers 200 once a rule set is loaded (503 before), with the rule
+// count and the last reload error, if any.
+func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
+	t := n.rules.Load()
+	var body struct {
+		Ready           bool   `json:"ready"`
+		Rules           int    `json:"rules"`
+		LastReloadError string `json:"last_reload_error,omitempty"`
+		LastReload      string `json:"last_reload,omitempty"`
+	}
+	n.reload.Lock()
+	if n.reload.err != nil {
+		body.LastReloadError = n.reload.err.Error()
+	}
+	if !n.reload.when.IsZero() {
+		body.LastReload = n.reload.when.UTC().Format(time.RFC3339)
+	}
+	n.reload.Unlock()
+	body.Ready = t != nil
+	if t != nil {
+		body.Rules = len(t.byName)
+	} else {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+	}
+	b, _ := json.Marshal(body)
+	ctx.SetContentTypeBytes(contentTypeJSON)
+	ctx.SetBody(b)
+}

@@ -1,0 +1,112 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Routes, the path label of sluice_http_requests_total (a fixed set, so
+// that random paths cannot grow the metric's cardinality).
+const (
+	routeCheck = iota
+	routeChecks
+	routeAuth
+	routeAcquire
+	routeRelease
+	routeMetrics
+	routeHealthz
+	routeReadyz
+	routeOther
+	numRoutes
+)
+
+var routeNames = [numRoutes]string{
+	routeCheck:   "/v1/check",
+	routeChecks:  "/v1/checks",
+	routeAuth:    "/v1/auth",
+	routeAcquire: "/v1/acquire",
+	routeRelease: "/v1/release",
+	routeMetrics: "/metrics",
+	routeHealthz: "/healthz",
+	routeReadyz:  "/readyz",
+	routeOther:   "other",
+}
+
+// The status codes whose counters are created up front.
+var commonCodes = [...]int{200, 400, 404, 405, 413, 429, 431, 500, 503}
+
+// Decisions, the decision label of sluice_checks_total.
+const (
+	decAllowed = iota
+	decDenied
+	decShadowDenied // a shadow rule denied; the request was allowed
+	decUnavailable  // the Store was down and the rule fails closed
+	decDegraded     // the Store was down; allowed by an open rule
+	numDecisions
+)
+
+var decisionNames = [numDecisions]string{
+	decAllowed:      "allowed",
+	decDenied:       "denied",
+	decShadowDenied: "shadow_denied",
+	decUnavailable:  "unavailable",
+	decDegraded:     "degraded",
+}
+
+// nodeMetrics are one Node's metrics. They live in the Node's own
+// metrics.Set (two Nodes in one process, as in tests, do not mix counts);
+// /metrics writes that set followed by the process-wide default set, which
+// holds the lease package's metrics.
+type nodeMetrics struct {
+	set           *metrics.Set
+	checkDuration *metrics.Histogram
+	reloadErrors  *metrics.Counter
+	rules         atomic.Int64
+	http          [numRoutes][len(commonCodes)]*metrics.Counter
+}
+
+func newNodeMetrics(_ *Node) *nodeMetrics {
+	m := &nodeMetrics{set: metrics.NewSet()}
+	m.checkDuration = m.set.NewHistogram("sluice_check_duration_seconds")
+	m.reloadErrors = m.set.NewCounter("sluice_rules_reload_errors_total")
+	m.set.NewGauge("sluice_rules", func() float64 { return float64(m.rules.Load()) })
+	for r := range numRoutes {
+		for i, code := range commonCodes {
+			m.http[r][i] = m.set.NewCounter(httpMetricName(r, code))
+		}
+	}
+	return m
+}
+
+func httpMetricName(route, code int) string {
+	return fmt.Sprintf(`sluice_http_requests_total{path=%q,code="%d"}`, routeNames[route], code)
+}
+
+// countHTTP counts one answered request.
+func (m *nodeMetrics) countHTTP(route, code int) {
+	for i, c := range commonCodes {
+		if c == code {
+			m.http[route][i].Inc()
+			return
+		}
+	}
+	m.set.GetOrCreateCounter(httpMetricName(route, code)).Inc()
+}
+
+// checkCounters returns the per-decision counters of a rule, created once
+// per rule name (and kept across reloads).
+func (m *nodeMetrics) checkCounters(rule string) (c [numDecisions]*metrics.Counter) {
+	for d := range numDecisions {
+		c[d] = m.set.GetOrCreateCounter(fmt.Sprintf(`sluice_checks_total{rule=%q,decision=%q}`, rule, decisionNames[d]))
+	}
+	return c
+}
+
+// write writes the Node's metrics and the process-wide ones.
+func (m *nodeMetrics) write(w io.Writer) {
+	m.set.WritePrometheus(w)
+	metrics.WritePrometheus(w, true)
+}

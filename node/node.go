@@ -1,0 +1,269 @@
+// Package node is Sluice's HTTP server: it decodes checks, matches them to
+// rules, asks the lease Manager for decisions, and answers with JSON bodies
+// and rate-limit headers. It also serves /metrics, /healthz and /readyz.
+// (Rule files and their matching live in the sub-package node/rules, the
+// wire codec in node/api; routing to owners, membership and the admin API
+// are later parts of this package.)
+//
+// # Endpoints
+//
+//   - POST /v1/check, GET /v1/check?rule=&key=&hits=: one check. 200
+//     allowed, 429 denied, 503 when a rule whose on_store_failure is closed
+//     cannot reach the Store.
+//   - POST /v1/checks: up to api.MaxBatch checks, answered in order with 200;
+//     a bad item is answered inline as {"error","field":"checks[i].x"}.
+//   - /v1/auth and /v1/auth/* (any method): forward-auth for nginx
+//     auth_request, Traefik forwardAuth, Envoy ext_authz (HTTP) and Caddy
+//     forward_auth. The answer is headers only: 200, 429 or 503. A request
+//     that matches no rule is allowed.
+//   - POST /v1/acquire, POST /v1/release: concurrency slots (see below).
+//   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
+//     (readiness: a rule set is loaded; the last reload error is shown).
+//
+// Unknown paths, and the endpoints of later issues (rules CRUD, members,
+// hot keys, the dashboard), answer 404 with a JSON error; a known path with
+// the wrong method answers 405. Every error body is {"error","field"}.
+//
+// # Several rules, one answer
+//
+// A check by descriptors, or a forward-auth request, may match several rules.
+// It is allowed only if every rule allows. Leased rules are decided first,
+// then exact ones (sliding_log), so that a request denied by a leased rule
+// never touches an exact rule. When one rule denies, the hits charged to the
+// rules that allowed are refunded: a denied request burns no quota (a
+// sliding_log stamp already recorded when a later exact rule denies cannot
+// be taken back; put at most one exact rule on a request path). A denial is
+// answered with the denying rule that has the longest retry-after (429 if
+// any rule denied on its limit, else 503 for rules that fail closed); an
+// allowed request is answered with the rule that has the least remaining.
+// Shadow rules are decided and counted (decision="shadow_denied") but never
+// deny. Concurrency rules are not matched by descriptors or forward-auth:
+// they need /v1/acquire and /v1/release; /v1/check may only peek at them
+// (hits=0).
+//
+// # Lease ids
+//
+// /v1/acquire answers a lease_id of the form rule~base64url(key)~id, where id
+// is the Manager's random slot id, so that /v1/release needs only
+// {"lease_id"}: the rule and key are read back from it (when the request
+// also names them, they must agree). Rule names cannot contain '~' and
+// base64url never does. A lease_id is at most api.MaxLeaseIDLen (128)
+// bytes; when a long key does not fit, the lease_id is rule~~id and the
+// release must also carry "key".
+//
+// # Metrics
+//
+// /metrics writes the Node's own metrics, then the process-wide set (the
+// lease package's): sluice_checks_total{rule,decision} (decision: allowed,
+// denied, shadow_denied, unavailable, degraded), created for every rule when
+// a rule set is installed; sluice_check_duration_seconds, the time to decide
+// a check (one check in 16 is timed, because reading the clock costs a
+// tenth of a check on some virtual machines; a batch is one observation of
+// its mean time per check); sluice_http_requests_total{path,code} (path is
+// one of the endpoints or "other"); sluice_rules; and
+// sluice_rules_reload_errors_total.
+//
+// # Concurrency
+//
+// A Node is safe for concurrent use. SetRules and SetRulesError may be
+// called at any time (rules are swapped atomically); requests in flight
+// finish with the set they started with.
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// Config configures a Node. The zero value of each field means the default
+// given in its comment.
+type Config struct {
+	// AdminToken is the bearer token of the admin endpoints. Empty means
+	// admin requests are accepted from loopback addresses only.
+	AdminToken string
+	// MaxBodyBytes bounds a request body; larger bodies are answered 413.
+	// Zero means api.MaxBodyBytes (1 MiB: a full batch of 1000 checks with
+	// 256-byte keys fits with room to spare).
+	MaxBodyBytes int
+	// MaxHeaderBytes bounds the request line plus headers (fasthttp's read
+	// buffer); larger ones are answered 431. Zero means 8 KiB, enough for
+	// the forwarded headers and JWTs gateways send to forward-auth.
+	MaxHeaderBytes int
+	// ReadTimeout bounds reading one request. Zero means 5s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one response. Zero means 5s.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request. Zero means 90s, longer than the idle timeouts of the common
+	// gateways' upstream pools, so that gateways close first.
+	IdleTimeout time.Duration
+	// Logger receives errors and reload messages. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults described on each Config field.
+func DefaultConfig() Config {
+	return Config{
+		MaxBodyBytes:   api.MaxBodyBytes,
+		MaxHeaderBytes: 8 << 10,
+		ReadTimeout:    5 * time.Second,
+		WriteTimeout:   5 * time.Second,
+		IdleTimeout:    90 * time.Second,
+		Logger:         slog.Default(),
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = d.ReadTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	return c
+}
+
+// Node serves the HTTP API for one lease Manager.
+type Node struct {
+	cfg Config
+	mgr *lease.Manager
+	log *slog.Logger
+	srv *fasthttp.Server
+	met *nodeMetrics
+
+	// rules is the current rule set with its precomputed per-rule data;
+	// nil until the first SetRules.
+	rules atomic.Pointer[ruleTable]
+
+	// reload holds the outcome of the last reload, for /readyz.
+	reload struct {
+		sync.Mutex
+		err  error
+		when time.Time
+	}
+
+	states sync.Pool // of *reqState
+	keys   *keyCache
+}
+
+// New returns a Node that decides with mgr. It serves nothing until Serve,
+// and answers /readyz with 503 until the first SetRules.
+func New(cfg Config, mgr *lease.Manager) *Node {
+	cfg = cfg.withDefaults()
+	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger}
+	n.met = newNodeMetrics(n)
+	n.keys = newKeyCache()
+	n.states.New = func() any { return &reqState{n: n} }
+	n.srv = &fasthttp.Server{
+		Handler:               n.handle,
+		ErrorHandler:          n.handleTransportError,
+		Name:                  "sluice",
+		MaxRequestBodySize:    cfg.MaxBodyBytes,
+		ReadBufferSize:        cfg.MaxHeaderBytes,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
+		CloseOnShutdown:       true,
+		NoDefaultServerHeader: true,
+		Logger:                fasthttpLogger{cfg.Logger},
+	}
+	return n
+}
+
+// SetRules installs s (nil means an empty set) atomically. Counter keys are
+// the rule name, ":" and the key, so rules kept across a reload keep their
+// counters; the Manager resets a key whose Policy changed. SetRules clears
+// the last reload error.
+func (n *Node) SetRules(s *rules.Set) {
+	t := n.met.newRuleTable(s)
+	n.rules.Store(t)
+	n.met.rules.Store(int64(len(t.byName)))
+	n.reload.Lock()
+	n.reload.err = nil
+	n.reload.when = time.Now()
+	n.reload.Unlock()
+}
+
+// SetRulesError records that the last reload failed: the Node keeps serving
+// the last good set, logs err, counts it and shows it in /readyz until the
+// next SetRules.
+func (n *Node) SetRulesError(err error) {
+	if err == nil {
+		return
+	}
+	n.met.reloadErrors.Inc()
+	n.log.Error("rules reload failed; keeping the last good rule set", "err", err)
+	n.reload.Lock()
+	n.reload.err = err
+	n.reload.when = time.Now()
+	n.reload.Unlock()
+}
+
+// Handler returns the request handler, for tests and embedding.
+func (n *Node) Handler() fasthttp.RequestHandler { return n.handle }
+
+// Serve serves HTTP on ln until Shutdown. It returns nil after Shutdown.
+func (n *Node) Serve(ln net.Listener) error {
+	return n.srv.Serve(ln)
+}
+
+// Shutdown stops accepting connections and waits for the requests in
+// flight to finish, or for ctx to end.
+func (n *Node) Shutdown(ctx context.Context) error {
+	if err := n.srv.ShutdownWithContext(ctx); err != nil {
+		return fmt.Errorf("cannot shut down the HTTP server: %w", err)
+	}
+	return nil
+}
+
+// adminAllowed reports whether ctx may use the admin endpoints: with an
+// AdminToken, it must carry "Authorization: Bearer <token>"; without one,
+// it must come from a loopback address. (Used by the admin endpoints of a
+// later issue.)
+func (n *Node) adminAllowed(ctx *fasthttp.RequestCtx) bool {
+	if n.cfg.AdminToken == "" {
+		ip := ctx.RemoteIP()
+		return ip != nil && ip.IsLoopback()
+	}
+	const prefix = "Bearer "
+	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	if len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix {
+		return false
+	}
+	return subtle.ConstantTimeCompare(h[len(prefix):], []byte(n.cfg.AdminToken)) == 1
+}
+
+// fasthttpLogger adapts slog to fasthttp's Logger.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	// fasthttp logs each connection error (bad requests, oversize bodies)
+	// that ErrorHandler already answered: debug, so that bad clients
+	// cannot flood the log.
+	f.l.Debug("fasthttp", "msg", fmt.Sprintf(format, args...))
+}

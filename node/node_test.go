@@ -1,0 +1,475 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testRules = `
+rules:
+  - name: per-key
+    algorithm: token_bucket
+    limit: 3
+    period: 1h
+    key: header:X-API-Key
+    descriptor: api_key
+    overrides:
+      - {key: "big-*", limit: 100}
+  - name: login
+    algorithm: sliding_log
+    limit: 2
+    period: 1m
+    key: ip
+  - name: global
+    algorithm: fixed_window
+    limit: 10
+    period: 1h
+    descriptor: api_key
+  - name: tight
+    algorithm: gcra
+    limit: 1
+    period: 1h
+    descriptor: tenant
+  - name: wide
+    algorithm: token_bucket
+    limit: 10
+    period: 1h
+    descriptor: tenant
+  - name: watch
+    algorithm: token_bucket
+    limit: 1
+    period: 1h
+    shadow: true
+    descriptor: user
+  - name: uploads
+    algorithm: concurrency
+    limit: 2
+    period: 30s
+  - name: api
+    algorithm: token_bucket
+    limit: 2
+    period: 1h
+    key: header:X-API-Key
+    match: {path_prefix: /api}
+`
+
+// wantHeaders checks the rate-limit headers of an answer: "" means the
+// header must be absent, "*" that any value goes.
+func wantHeaders(t *testing.T, r resp, policy, rl, limit, remaining, reset, retry string) {
+	t.Helper()
+	want := map[string]string{
+		"Ratelimit-Policy":      policy,
+		"Ratelimit":             rl,
+		"X-Ratelimit-Limit":     limit,
+		"X-Ratelimit-Remaining": remaining,
+		"X-Ratelimit-Reset":     reset,
+		"Retry-After":           retry,
+	}
+	for k, v := range want {
+		if v == "*" {
+			continue
+		}
+		if got, ok := r.hdr[k]; v == "" && ok {
+			t.Errorf("header %s = %q, want none", k, got)
+		} else if v != "" && got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+func num(t *testing.T, m map[string]any, k string) int64 {
+	t.Helper()
+	f, ok := m[k].(float64)
+	if !ok {
+		t.Fatalf("%s missing or not a number in %v", k, m)
+	}
+	return int64(f)
+}
+
+func TestCheckTokenBucket(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	for i := range 3 {
+		r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"user-42"}`)
+		if r.status != 200 {
+			t.Fatalf("check %d: status %d %s", i, r.status, r.body)
+		}
+		m := r.json(t)
+		rem := strconv.Itoa(2 - i)
+		if m["allowed"] != true || m["rule"] != "per-key" || m["key"] != "user-42" || num(t, m, "limit") != 3 || num(t, m, "remaining") != int64(2-i) {
+			t.Errorf("check %d: body %s", i, r.body)
+		}
+		reset := strconv.FormatInt(ceilSeconds(time.Duration(num(t, m, "reset_ms"))*time.Millisecond), 10)
+		wantHeaders(t, r, `"per-key";q=3;w=3600`, `"per-key";r=`+rem+`;t=`+reset, "3", rem, reset, "")
+	}
+	r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"user-42"}`)
+	if r.status != 429 {
+		t.Fatalf("4th check: status %d %s", r.status, r.body)
+	}
+	m := r.json(t)
+	retry := num(t, m, "retry_after_ms")
+	// One token refills in period/limit = 20 minutes.
+	if m["allowed"] != false || num(t, m, "remaining") != 0 || retry <= 0 || retry > 20*60*1000 {
+		t.Errorf("denied body %s", r.body)
+	}
+	retryS := strconv.FormatInt(ceilSeconds(time.Duration(retry)*time.Millisecond), 10)
+	reset := strconv.FormatInt(ceilSeconds(time.Duration(num(t, m, "reset_ms"))*time.Millisecond), 10)
+	wantHeaders(t, r, `"per-key";q=3;w=3600`, `"per-key";r=0;t=`+reset, "3", "0", reset, retryS)
+
+	// Another key has its own bucket; an override gives big-* keys 100.
+	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"user-43"}`); r.status != 200 {
+		t.Errorf("other key: %d", r.status)
+	}
+	r = tn.do("POST", "/v1/check", `{"rule":"per-key","key":"big-1","hits":10}`)
+	if m := r.json(t); r.status != 200 || num(t, m, "limit") != 100 || num(t, m, "remaining") != 90 {
+		t.Errorf("override: %d %s", r.status, r.body)
+	}
+	if got := r.hdr["Ratelimit-Policy"]; got != `"per-key";q=100;w=3600` {
+		t.Errorf("override policy header %q", got)
+	}
+	// hits 0 peeks without charging.
+	r = tn.do("GET", "/v1/check?rule=per-key&key=user-43&hits=0", "")
+	if m := r.json(t); r.status != 200 || num(t, m, "remaining") != 2 {
+		t.Errorf("peek: %d %s", r.status, r.body)
+	}
+}
+
+func TestCheckSlidingLogGet(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	for i := range 2 {
+		r := tn.do("GET", "/v1/check?rule=login&key=10.0.0.1", "")
+		if r.status != 200 || r.json(t)["remaining"] != float64(1-i) {
+			t.Fatalf("login %d: %d %s", i, r.status, r.body)
+		}
+		wantHeaders(t, r, `"login";q=2;w=60`, "*", "2", strconv.Itoa(1-i), "*", "")
+	}
+	r := tn.do("GET", "/v1/check?rule=login&key=10.0.0.1", "")
+	if r.status != 429 {
+		t.Fatalf("3rd login: %d %s", r.status, r.body)
+	}
+	m := r.json(t)
+	if retry := num(t, m, "retry_after_ms"); retry <= 0 || retry > 60000 {
+		t.Errorf("retry_after_ms %d", retry)
+	}
+	if r.hdr["Retry-After"] == "" || r.hdr["X-Ratelimit-Remaining"] != "0" {
+		t.Errorf("headers %v", r.hdr)
+	}
+	// A minute later the stamps have left the window.
+	tn.clock.Advance(61 * time.Second)
+	if r := tn.do("GET", "/v1/check?rule=login&key=10.0.0.1", ""); r.status != 200 {
+		t.Errorf("after the window: %d %s", r.status, r.body)
+	}
+}
+
+func TestBatch(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	body := `{"checks":[
+		{"rule":"per-key","key":"a"},
+		{"rule":"nope","key":"a"},
+		{"rule":"per-key","key":"a","hits":2},
+		{"rule":"per-key"},
+		{"rule":"per-key","key":"a"},
+		{"descriptors":{"api_key":"k1"}},
+		{"rule":"uploads","key":"u","hits":1}
+	]}`
+	r := tn.do("POST", "/v1/checks", body)
+	if r.status != 200 {
+		t.Fatalf("status %d %s", r.status, r.body)
+	}
+	var got struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"allowed rem=2",
+		"error checks[1].rule",
+		"allowed rem=0",
+		"error checks[3].key",
+		"denied rem=0",
+		"allowed rem=2",
+		"error checks[6].rule",
+	}
+	if len(got.Results) != len(want) {
+		t.Fatalf("%d results, want %d: %s", len(got.Results), len(want), r.body)
+	}
+	for i, res := range got.Results {
+		var s string
+		switch {
+		case res["error"] != nil:
+			s = fmt.Sprintf("error %v", res["field"])
+		case res["allowed"] == true:
+			s = fmt.Sprintf("allowed rem=%v", res["remaining"])
+		default:
+			s = fmt.Sprintf("denied rem=%v", res["remaining"])
+		}
+		if s != want[i] {
+			t.Errorf("result %d = %s, want %s (%v)", i, s, want[i], res)
+		}
+	}
+}
+
+func TestMultiRuleNoBurn(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	// tenant matches tight (gcra, 1/h) and wide (token_bucket, 10/h).
+	r := tn.do("POST", "/v1/check", `{"descriptors":{"tenant":"t1"}}`)
+	if m := r.json(t); r.status != 200 || m["rule"] != "tight" || num(t, m, "remaining") != 0 {
+		t.Fatalf("first: %d %s (want the rule with the least remaining)", r.status, r.body)
+	}
+	for range 3 {
+		r = tn.do("POST", "/v1/check", `{"descriptors":{"tenant":"t1"}}`)
+		if m := r.json(t); r.status != 429 || m["rule"] != "tight" {
+			t.Fatalf("denied: %d %s", r.status, r.body)
+		}
+	}
+	// wide was charged once only: the denied requests were refunded.
+	r = tn.do("POST", "/v1/check", `{"rule":"wide","key":"t1","hits":0}`)
+	if m := r.json(t); num(t, m, "remaining") != 9 {
+		t.Errorf("wide after 3 denials: %s, want remaining 9", r.body)
+	}
+	// per-key and global both match api_key: global keeps counting.
+	for range 4 {
+		tn.do("POST", "/v1/check", `{"descriptors":{"api_key":"k9"}}`)
+	}
+	r = tn.do("POST", "/v1/check", `{"rule":"global","key":"k9","hits":0}`)
+	if m := r.json(t); num(t, m, "remaining") != 7 {
+		t.Errorf("global after 3 allowed + 1 denied: %s, want remaining 7", r.body)
+	}
+	// No rule matches: allowed, nothing reported.
+	r = tn.do("POST", "/v1/check", `{"descriptors":{"nothing":"x"}}`)
+	if m := r.json(t); r.status != 200 || m["allowed"] != true || r.hdr["Ratelimit"] != "" {
+		t.Errorf("no match: %d %s %v", r.status, r.body, r.hdr)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	for i := range 3 {
+		r := tn.do("POST", "/v1/check", `{"descriptors":{"user":"u1"}}`)
+		if r.status != 200 || r.json(t)["allowed"] != true {
+			t.Fatalf("shadow check %d: %d %s", i, r.status, r.body)
+		}
+	}
+	r := tn.do("GET", "/metrics", "")
+	for _, want := range []string{
+		`sluice_checks_total{rule="watch",decision="shadow_denied"} 2`,
+		`sluice_checks_total{rule="watch",decision="allowed"} 1`,
+	} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestAcquireRelease(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	var ids []string
+	for i := range 2 {
+		r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"user-1"}`)
+		m := r.json(t)
+		id, _ := m["lease_id"].(string)
+		if r.status != 200 || id == "" || num(t, m, "remaining") != int64(1-i) {
+			t.Fatalf("acquire %d: %d %s", i, r.status, r.body)
+		}
+		ids = append(ids, id)
+	}
+	r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"user-1"}`)
+	if m := r.json(t); r.status != 429 || m["lease_id"] != nil || r.hdr["Retry-After"] == "" {
+		t.Fatalf("3rd acquire: %d %s", r.status, r.body)
+	}
+	// A check may peek at a concurrency rule, not charge it.
+	if r := tn.do("GET", "/v1/check?rule=uploads&key=user-1&hits=0", ""); r.status != 429 {
+		t.Errorf("peek full: %d %s", r.status, r.body)
+	}
+	r = tn.do("POST", "/v1/release", `{"lease_id":"`+ids[0]+`"}`)
+	if m := r.json(t); r.status != 200 || num(t, m, "remaining") != 1 || m["key"] != "user-1" {
+		t.Fatalf("release: %d %s", r.status, r.body)
+	}
+	if r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"user-1"}`); r.status != 200 {
+		t.Errorf("acquire after release: %d %s", r.status, r.body)
+	}
+	// Releasing twice is not an error.
+	if r := tn.do("POST", "/v1/release", `{"lease_id":"`+ids[0]+`"}`); r.status != 200 {
+		t.Errorf("second release: %d %s", r.status, r.body)
+	}
+
+	// A long key does not fit the lease_id: release needs the key.
+	long := strings.Repeat("k", 200)
+	r = tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"`+long+`"}`)
+	id, _ := r.json(t)["lease_id"].(string)
+	if r.status != 200 || id == "" || len(id) > 128 {
+		t.Fatalf("acquire long key: %d %s", r.status, r.body)
+	}
+	if r := tn.do("POST", "/v1/release", `{"lease_id":"`+id+`"}`); r.status != 400 || r.json(t)["field"] != "key" {
+		t.Errorf("release long key without key: %d %s", r.status, r.body)
+	}
+	r = tn.do("POST", "/v1/release", `{"rule":"uploads","key":"`+long+`","lease_id":"`+id+`"}`)
+	if m := r.json(t); r.status != 200 || num(t, m, "remaining") != 2 {
+		t.Errorf("release long key: %d %s", r.status, r.body)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	cases := []struct {
+		name, method, uri, body string
+		status                  int
+		field                   string
+	}{
+		{"not json", "POST", "/v1/check", `{`, 400, ""},
+		{"no rule", "POST", "/v1/check", `{"key":"a"}`, 400, "key"},
+		{"no key", "POST", "/v1/check", `{"rule":"per-key"}`, 400, "key"},
+		{"unknown rule", "POST", "/v1/check", `{"rule":"nope","key":"a"}`, 400, "rule"},
+		{"bad rule name", "POST", "/v1/check", `{"rule":"a b","key":"a"}`, 400, "rule"},
+		{"negative hits", "POST", "/v1/check", `{"rule":"per-key","key":"a","hits":-1}`, 400, "hits"},
+		{"fractional hits", "POST", "/v1/check", `{"rule":"per-key","key":"a","hits":1.5}`, 400, "hits"},
+		{"huge hits", "POST", "/v1/check", `{"rule":"per-key","key":"a","hits":1e300}`, 400, "hits"},
+		{"long key", "POST", "/v1/check", `{"rule":"per-key","key":"` + strings.Repeat("x", 300) + `"}`, 400, "key"},
+		{"concurrency on check", "POST", "/v1/check", `{"rule":"uploads","key":"a"}`, 400, "rule"},
+		{"get no key", "GET", "/v1/check?rule=per-key", "", 400, "key"},
+		{"get bad hits", "GET", "/v1/check?rule=per-key&key=a&hits=x", "", 400, "hits"},
+		{"batch empty", "POST", "/v1/checks", `{"checks":[]}`, 400, "checks"},
+		{"batch too big", "POST", "/v1/checks", `{"checks":[` + strings.Repeat(`{"rule":"a","key":"b"},`, 1000) + `{"rule":"a","key":"b"}]}`, 400, "checks"},
+		{"acquire unknown rule", "POST", "/v1/acquire", `{"rule":"nope","key":"a"}`, 400, "rule"},
+		{"acquire on token bucket", "POST", "/v1/acquire", `{"rule":"per-key","key":"a"}`, 400, "rule"},
+		{"release no id", "POST", "/v1/release", `{}`, 400, "lease_id"},
+		{"release garbage id", "POST", "/v1/release", `{"lease_id":"garbage"}`, 400, "lease_id"},
+		{"release bad key", "POST", "/v1/release", `{"lease_id":"uploads~%%%~abc"}`, 400, "lease_id"},
+		{"release unknown rule", "POST", "/v1/release", `{"lease_id":"gone~YQ~abc"}`, 400, "lease_id"},
+		{"release wrong rule", "POST", "/v1/release", `{"rule":"per-key","lease_id":"uploads~YQ~abc"}`, 400, "rule"},
+		{"release not concurrency", "POST", "/v1/release", `{"lease_id":"per-key~YQ~abc"}`, 400, "lease_id"},
+		{"unknown path", "GET", "/v2/nope", "", 404, ""},
+		{"rules later", "GET", "/v1/rules", "", 404, ""},
+		{"wrong method", "PUT", "/v1/check", "", 405, ""},
+		{"get checks", "GET", "/v1/checks", "", 405, ""},
+		{"post metrics", "POST", "/metrics", "x", 405, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := tn.do(c.method, c.uri, c.body)
+			if r.status != c.status {
+				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
+			}
+			m := r.json(t)
+			if m["error"] == nil || m["error"] == "" {
+				t.Errorf("no error message: %s", r.body)
+			}
+			if f, _ := m["field"].(string); f != c.field {
+				t.Errorf("field %q, want %q (%s)", f, c.field, r.body)
+			}
+		})
+	}
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	body := `{"checks":[` + strings.Repeat(" ", 70<<10) + `]}`
+	r := tn.raw("POST /v1/checks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+	if r.status != 413 || r.json(t)["error"] == nil {
+		t.Errorf("oversize body: %d %s", r.status, r.body)
+	}
+	r = tn.raw("GET /v1/check HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("h", 10<<10) + "\r\n\r\n")
+	if r.status != 431 || r.json(t)["error"] == nil {
+		t.Errorf("oversize headers: %d %s", r.status, r.body)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	tn := newTestNode(t, "")
+	if r := tn.do("GET", "/readyz", ""); r.status != 503 || r.json(t)["ready"] != false {
+		t.Errorf("before rules: %d %s", r.status, r.body)
+	}
+	if r := tn.do("POST", "/v1/check", `{"rule":"a","key":"b"}`); r.status != 503 {
+		t.Errorf("check before rules: %d %s", r.status, r.body)
+	}
+	if r := tn.do("GET", "/v1/auth", ""); r.status != 503 {
+		t.Errorf("auth before rules: %d", r.status)
+	}
+	if r := tn.do("GET", "/healthz", ""); r.status != 200 {
+		t.Errorf("healthz: %d", r.status)
+	}
+	tn.n.SetRules(mustParse(t, testRules))
+	r := tn.do("GET", "/readyz", "")
+	if m := r.json(t); r.status != 200 || m["ready"] != true || num(t, m, "rules") != 8 || m["last_reload_error"] != nil {
+		t.Errorf("after rules: %d %s", r.status, r.body)
+	}
+	tn.n.SetRulesError(fmt.Errorf("rule %q: limit: must be > 0", "x"))
+	r = tn.do("GET", "/readyz", "")
+	if m := r.json(t); r.status != 200 || num(t, m, "rules") != 8 || !strings.Contains(fmt.Sprint(m["last_reload_error"]), "limit") {
+		t.Errorf("after a bad reload: %d %s", r.status, r.body)
+	}
+	// The last good set still serves.
+	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"a"}`); r.status != 200 {
+		t.Errorf("check after bad reload: %d", r.status)
+	}
+	tn.do("POST", "/v1/checks", `{"checks":[{"rule":"per-key","key":"b"}]}`) // batches are always timed
+	m := tn.do("GET", "/metrics", "").body
+	for _, want := range []string{"sluice_rules 8", "sluice_rules_reload_errors_total 1", `sluice_http_requests_total{path="/v1/check",code="503"} 1`, "sluice_check_duration_seconds_bucket"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestReloadKeepsState(t *testing.T) {
+	tn := newTestNode(t, testRules)
+	tn.do("POST", "/v1/check", `{"rule":"per-key","key":"a","hits":2}`)
+	tn.n.SetRules(mustParse(t, testRules)) // same rules, new Set
+	r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"a","hits":0}`)
+	if m := r.json(t); num(t, m, "remaining") != 1 {
+		t.Errorf("after an identical reload: %s, want remaining 1", r.body)
+	}
+	// A changed limit takes effect.
+	tn.n.SetRules(mustParse(t, strings.Replace(testRules, "limit: 3\n", "limit: 5\n", 1)))
+	r = tn.do("POST", "/v1/check", `{"rule":"per-key","key":"a","hits":0}`)
+	if m := r.json(t); num(t, m, "limit") != 5 || r.hdr["Ratelimit-Policy"] != `"per-key";q=5;w=3600` {
+		t.Errorf("after a changed reload: %s %v", r.body, r.hdr)
+	}
+}
+
+func TestAdminAllowed(t *testing.T) {
+	cases := []struct {
+		token, auth, ip string
+		want            bool
+	}{
+		{"", "", "127.0.0.1", true},
+		{"", "", "::1", true},
+		{"", "", "10.1.2.3", false},
+		{"s3cret", "", "127.0.0.1", false},
+		{"s3cret", "Bearer s3cret", "10.1.2.3", true},
+		{"s3cret", "Bearer s3cre", "10.1.2.3", false},
+		{"s3cret", "Basic s3cret", "127.0.0.1", false},
+		{"s3cret", "Bearer ", "127.0.0.1", false},
+	}
+	for _, c := range cases {
+		n := New(Config{AdminToken: c.token}, nil)
+		ctx := newCtx("GET", "/v1/rules", "", c.ip)
+		if c.auth != "" {
+			ctx.Request.Header.Set("Authorization", c.auth)
+		}
+		if got := n.adminAllowed(ctx); got != c.want {
+			t.Errorf("token %q auth %q ip %s: %v, want %v", c.token, c.auth, c.ip, got, c.want)
+		}
+	}
+}
+
+func TestLeaseID(t *testing.T) {
+	for _, key := range []string{"a", "user-42", "with~tilde and spaces/ü", strings.Repeat("k", 40)} {
+		id := encodeLeaseID("uploads", key, "0123456789abcdef0123456789abcdef")
+		if len(id) > 128 {
+			t.Errorf("lease_id %q longer than 128", id)
+		}
+		rule, k, hasKey, sid, err := decodeLeaseID(id)
+		if err != nil || rule != "uploads" || !hasKey || k != key || sid != "0123456789abcdef0123456789abcdef" {
+			t.Errorf("round trip of %q: %q %q %v %q %v", key, rule, k, hasKey, sid, err)
+		}
+	}
+	id := encodeLeaseID("uploads", strings.Repeat("k", 100), "abc")
+	if _, _, hasKey, _, err := decodeLeaseID(id); err != nil || hasKey {
+		t.Errorf("long key: %q hasKey=%v err=%v", id, hasKey, err)
+	}
+}
