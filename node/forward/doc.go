@@ -1,0 +1,74 @@
+// Package forward carries checks from a node that does not own their key to
+// the node that does: the internal protocol (POST /internal/v1/batch), its
+// server side ([NewHandler]) and its client side ([Forwarder]).
+//
+// DESIGN puts routing and forwarding under node/; this sub-package keeps
+// forwarding testable on its own, against real fasthttp servers, without a
+// whole node. The node decides which peer owns a key (shard's ring and
+// split plans), calls [Forwarder.Forward], and implements [Decider] with
+// its lease.Manager for the items peers send it.
+//
+// # Batching
+//
+// A Forwarder keeps one queue and one collector goroutine per peer. The
+// collector takes the first waiting item, then keeps collecting until the
+// batch holds [Config.MaxBatch] items (256) or [Config.FlushInterval]
+// (200µs) has passed since the first item, and hands the batch to a sender
+// goroutine: up to [Config.MaxConnsPerPeer] requests are in flight per
+// peer, one per connection. While every connection is busy the collector
+// keeps adding queued items to the waiting batch (up to MaxBatch), so
+// under load batches are full. Each caller blocks until its own results
+// are back. [Config.EagerFlush] skips the flush interval: a batch goes as
+// soon as a connection is free.
+//
+// # Failures
+//
+// A peer that does not answer within [Config.Timeout] (50ms), refuses the
+// connection, or answers anything but a valid reply is skipped: every item
+// of the batch fails with [ErrPeerUnavailable] and the caller decides it
+// itself by leasing from the Store, so a dead peer never becomes an error
+// for the gateway. The peer is then marked down for [Config.Backoff]:
+// items for it fail at once, without a request, until the back-off ends
+// and the next batch probes it again. Requests are never retried: a batch
+// the owner may have decided must not be charged twice.
+//
+// # Wire format (version 1)
+//
+// Both bodies are binary, content type application/x-sluice-batch.
+// Integers are unsigned varints (encoding/binary) unless marked zigzag;
+// strings are a varint length and the bytes.
+//
+//	batch:  version=1 | count | count × item
+//	item:   op (1 check, 2 refund) | rule | key | hits
+//	reply:  version=1 | count | count × result | plans | plans × plan
+//	result: flags (1 allowed, 2 degraded, 4 unavailable, 8 error) | limit |
+//	        remaining (zigzag) | reset_ms | retry_after_ms | [error]
+//	plan:   key | epoch | holders | holders × holder
+//
+// A body is refused, with an error naming the item and field, if its
+// version is not 1, a count or length exceeds its bound ([MaxItems],
+// [MaxKeyLen], [MaxRuleLen], [MaxPlans], [MaxHolders]...), a flag or op is
+// unknown, or bytes are missing or left over. A reply holds exactly one
+// result per item, in order; its plans are the owner's split plans that
+// senders should know (hot keys) and are handed to [Config.OnPlans].
+//
+// # Authentication
+//
+// When a cluster key is configured, every request carries the header
+// X-Sluice-Auth: hex(HMAC-SHA256(key, "sluice-internal-v1")), computed once,
+// and the handler compares it in constant time: a wrong or missing header
+// is answered 401. The token proves membership of the cluster; it is not a
+// per-request signature (the link itself is not encrypted). Without a
+// cluster key the endpoint is open to anyone who can reach the node; the
+// node logs a warning at start in that case.
+//
+// # Concurrency
+//
+// [Forwarder] is safe for concurrent use; it owns its goroutines (per
+// peer: one collector, at most MaxConnsPerPeer senders) and stops them in
+// [Forwarder.RemovePeer] and [Forwarder.Close]. The handler returned by
+// [NewHandler] is safe for concurrent use and calls its [Decider]
+// concurrently from fasthttp's goroutines, with items whose strings are
+// views of the request body (copy what you keep). The codec functions are
+// pure.
+package forward

@@ -1,0 +1,64 @@
+package forward
+
+import (
+	"strings"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Metrics of the forward package, registered in the default VictoriaMetrics
+// set (these globals are the package's only mutable state). They sum over
+// every Forwarder and handler of the process; per-Forwarder figures are in
+// [Forwarder.Stats].
+var (
+	servedItems = metrics.NewCounter(`sluice_forward_served_items_total`)
+
+	rejectedRequests = [numRejects]*metrics.Counter{
+		rejectMethod:    metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="method"}`),
+		rejectAuth:      metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="auth"}`),
+		rejectTooLarge:  metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="too_large"}`),
+		rejectMalformed: metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="malformed"}`),
+	}
+)
+
+// Reasons a handler refuses a request.
+const (
+	rejectMethod = iota
+	rejectAuth
+	rejectTooLarge
+	rejectMalformed
+	numRejects
+)
+
+func rejected(reason int) { rejectedRequests[reason].Inc() }
+
+// peerMetrics are one peer's counters on the sending side.
+type peerMetrics struct {
+	items       *metrics.Counter // items sent and answered
+	requests    *metrics.Counter // requests answered
+	failures    *metrics.Counter // requests that failed
+	unavailable *metrics.Counter // items answered with ErrPeerUnavailable
+}
+
+func newPeerMetrics(addr string) peerMetrics {
+	l := `{peer="` + labelSafe(addr) + `"}`
+	return peerMetrics{
+		items:       metrics.GetOrCreateCounter(`sluice_forward_items_total` + l),
+		requests:    metrics.GetOrCreateCounter(`sluice_forward_requests_total` + l),
+		failures:    metrics.GetOrCreateCounter(`sluice_forward_failed_requests_total` + l),
+		unavailable: metrics.GetOrCreateCounter(`sluice_forward_unavailable_items_total` + l),
+	}
+}
+
+// labelSafe replaces the bytes of s that have no place in a host:port
+// with '_', so that a metric name built from it is always valid.
+func labelSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9',
+			r == '.', r == ':', r == '-', r == '_', r == '[', r == ']', r == '%':
+			return r
+		}
+		return '_'
+	}, s)
+}
