@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -95,5 +96,140 @@ func TestBucketRefundCap(t *testing.T) {
 	}
 	if _, ok := b.tryTake(1); ok {
 		t.Fatal("tryTake from an empty bucket")
+	}
+}
+
+// TestResetCountsLocalTokens: Reset agrees with Remaining. Tokens leased
+// and still on hand are not spent, so a token bucket (or GCRA) is missing
+// only the hits actually taken, each worth Period/Limit of refill; a
+// window's Reset stays the end of the window.
+func TestResetCountsLocalTokens(t *testing.T) {
+	const limit, period = 5, 10 * time.Second
+	perToken := period / limit
+	for _, tt := range []struct {
+		alg Algorithm
+		// reset after spent hits, with elapsed time since the first check
+		reset func(spent int64, elapsed time.Duration) time.Duration
+	}{
+		{TokenBucket, func(spent int64, el time.Duration) time.Duration { return time.Duration(spent)*perToken - el }},
+		{GCRA, func(spent int64, el time.Duration) time.Duration { return time.Duration(spent)*perToken - el }},
+		{FixedWindow, func(_ int64, el time.Duration) time.Duration { return period - el }},
+	} {
+		t.Run(tt.alg.String(), func(t *testing.T) {
+			m, _, clk := testManager(t, nil)
+			// The fake clock starts on a multiple of period: a window begins.
+			p := Policy{Algorithm: tt.alg, Limit: limit, Period: period}
+			var elapsed time.Duration
+			for i := int64(1); i <= 4; i++ {
+				d := mustTake(t, m, "k", p, 1)
+				if !d.Allowed || d.Remaining != limit-i {
+					t.Fatalf("check %d: allowed %v remaining %d, want true %d", i, d.Allowed, d.Remaining, limit-i)
+				}
+				if want := tt.reset(i, elapsed); d.Reset != want {
+					t.Fatalf("check %d after %v: Reset %v, want %v", i, elapsed, d.Reset, want)
+				}
+				m.drain()
+				if i == 2 {
+					clk.Advance(300 * time.Millisecond) // less than a token's refill
+					elapsed += 300 * time.Millisecond
+				}
+			}
+			// A peek agrees with the last check.
+			d := mustTake(t, m, "k", p, 0)
+			if want := tt.reset(4, elapsed); d.Reset != want || d.Remaining != 1 {
+				t.Fatalf("peek: Reset %v remaining %d, want %v 1", d.Reset, d.Remaining, want)
+			}
+		})
+	}
+}
+
+func TestBucketResetBounds(t *testing.T) {
+	p := &Policy{Algorithm: TokenBucket, Limit: 1, Period: MaxPeriod, Burst: MaxLimit}
+	b := &bucket{pol: p}
+	b.resetAt.Store(int64(time.Hour))
+	for _, tt := range []struct {
+		local, now int64
+		want       time.Duration
+	}{
+		{0, 0, time.Hour},
+		{MaxLimit, 0, 0},                // local × Period overflows int64
+		{0, int64(2 * time.Hour), 0},    // past
+		{MaxLimit, int64(time.Hour), 0}, // now
+	} {
+		if got := b.reset(tt.local, tt.now); got != tt.want {
+			t.Errorf("reset(%d, %d) = %v, want %v", tt.local, tt.now, got, tt.want)
+		}
+	}
+}
+
+// keyView returns a string that shares buf's bytes, as a caller building
+// counter keys in a reused buffer would pass.
+func keyView(buf []byte) string { return unsafe.String(unsafe.SliceData(buf), len(buf)) }
+
+// TestKeyNeedNotOutliveCall: the Manager and the MemoryStore copy a key
+// they keep, so overwriting the caller's buffer after the call changes
+// nothing they hold.
+func TestKeyNeedNotOutliveCall(t *testing.T) {
+	m, fs, _ := testManager(t, nil)
+	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Hour}
+	buf := []byte("rule:key-a")
+	mustTake(t, m, keyView(buf), p, 1)
+	mustTake(t, m, keyView(buf), p, 0)
+	m.drain()
+	copy(buf, "rule:key-b")
+	if m.buckets.load("rule:key-a") == nil || m.buckets.load("rule:key-b") != nil {
+		t.Fatal("the bucket follows the caller's buffer")
+	}
+	if got := fs.available(t, "rule:key-a", p); got == 100 {
+		t.Error("the Store lost key-a's lease")
+	}
+	if got := fs.available(t, "rule:key-b", p); got != 100 {
+		t.Errorf("key-b has %d available in the Store, want 100 (untouched)", got)
+	}
+
+	// The MemoryStore on its own, for every kind of state.
+	ms := NewMemoryStore(MemoryStoreConfig{SweepInterval: -1})
+	ctx := context.Background()
+	for _, q := range []Policy{
+		p,
+		{Algorithm: SlidingLog, Limit: 10, Period: time.Hour},
+		{Algorithm: Concurrency, Limit: 10, Period: time.Hour},
+	} {
+		copy(buf, "rule:key-c")
+		var err error
+		switch q.Algorithm {
+		case SlidingLog:
+			_, err = ms.Log(ctx, keyView(buf), q, 1)
+		case Concurrency:
+			_, err = ms.Acquire(ctx, keyView(buf), q, "id1", 1)
+		default:
+			_, err = ms.Lease(ctx, keyView(buf), q, 3, 1)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", q.Algorithm, err)
+		}
+		copy(buf, "rule:key-d")
+		sh := ms.shard("rule:key-c")
+		sh.mu.Lock()
+		_, okC := sh.m["rule:key-c"]
+		sh.mu.Unlock()
+		if !okC || ms.Len() != 1 {
+			t.Errorf("%s: state of key-c lost after the caller's buffer changed (%d keys)", q.Algorithm, ms.Len())
+		}
+		ms.Sweep(time.Now().Add(3 * time.Hour))
+	}
+}
+
+func TestTakeAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation count")
+	}
+	m, _, _ := testManager(t, nil)
+	p := Policy{Algorithm: TokenBucket, Limit: 1 << 40, Period: time.Second}
+	buf := []byte("rule:hot")
+	mustTake(t, m, keyView(buf), p, 1)
+	m.drain()
+	if n := testing.AllocsPerRun(100, func() { mustTake(t, m, keyView(buf), p, 1) }); n != 0 {
+		t.Errorf("a check of a key with a bucket makes %v allocations, want 0", n)
 	}
 }

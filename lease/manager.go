@@ -286,6 +286,11 @@ func errHits(hits int64) error {
 // serves every algorithm but concurrency (ErrWrongAlgorithm: use Acquire).
 // hits = 0 peeks. The error is non-nil only for a bad call: hits outside
 // [0, MaxHits], an invalid policy, or the concurrency algorithm.
+//
+// key need not outlive the call: the Manager copies it when it keeps it (a
+// new bucket) and hands Stores only its own copies, so a caller may pass a
+// view of a reused buffer. A check of a key that has a bucket does not
+// allocate.
 func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if hits < 0 || hits > MaxHits {
 		return Decision{}, errHits(hits)
@@ -313,8 +318,31 @@ func (b *bucket) decision(left, now int64) Decision {
 		Allowed:   true,
 		Limit:     b.pol.Limit,
 		Remaining: min(left+b.remaining.Load(), b.pol.Capacity()),
-		Reset:     time.Duration(max(b.resetAt.Load()-now, 0)),
+		Reset:     b.reset(left, now),
 	}
+}
+
+// reset is the Decision's Reset with local tokens on hand: the time until
+// the key's limit would be fully available again if those tokens were
+// still in the Store. The Store's Reset (at the last lease) counts them as
+// spent; for token_bucket and gcra each is worth Period/Limit of refill,
+// so they are taken off it (never below 0), and Reset agrees with
+// Remaining (local + the Store's remaining). A window's Reset is the end
+// of a window, whoever holds the tokens: unchanged.
+func (b *bucket) reset(local, now int64) time.Duration {
+	r := b.resetAt.Load() - now
+	if r <= 0 {
+		return 0
+	}
+	if local > 0 && (b.pol.Algorithm == TokenBucket || b.pol.Algorithm == GCRA) {
+		// In float64: local × Period can overflow int64.
+		held := float64(local) * float64(b.pol.Period) / float64(b.pol.Limit)
+		if held >= float64(r) {
+			return 0
+		}
+		r -= int64(held)
+	}
+	return time.Duration(r)
 }
 
 // takeSlow handles every leased check the fast path could not: a new key,
@@ -325,7 +353,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			return Decision{}, err
 		}
 		if hits == 0 && b == nil {
-			return m.peekStore(key, p), nil
+			return m.peekStore(strings.Clone(key), p), nil
 		}
 		b = m.bucketFor(key, p, now)
 	}
@@ -335,8 +363,8 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	if hits > p.Capacity() {
 		// Can never be met: deny without asking, and without a
 		// deny-until that would also refuse smaller checks.
-		return Decision{Limit: p.Limit, Remaining: b.remaining.Load(), RetryAfter: p.Period,
-			Reset: time.Duration(max(b.resetAt.Load()-now, 0))}, nil
+		return Decision{Limit: p.Limit, Remaining: b.tokens.Load() + b.remaining.Load(), RetryAfter: p.Period,
+			Reset: b.reset(b.tokens.Load(), now)}, nil
 	}
 	m.touch(b, now)
 	// The check's budget for Store calls and waits, in real time (the
@@ -355,8 +383,9 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		if now < du {
 			m.st.localDenials.Add(1)
 			decisionsDenyLoc.Inc()
-			return Decision{Limit: p.Limit, Remaining: b.tokens.Load() + b.remaining.Load(),
-				RetryAfter: time.Duration(du - now), Reset: time.Duration(max(b.resetAt.Load()-now, 0))}, nil
+			local := b.tokens.Load()
+			return Decision{Limit: p.Limit, Remaining: local + b.remaining.Load(),
+				RetryAfter: time.Duration(du - now), Reset: b.reset(local, now)}, nil
 		}
 		if m.store.Rejecting() {
 			storeCalls[opLease][resultRejected].Inc()
@@ -458,7 +487,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	wait := max(g.Wait, time.Millisecond)
 	b.denyTill(now + int64(wait))
 	m.release(b, s, nil)
-	return Decision{Limit: p.Limit, Remaining: local + g.Remaining, RetryAfter: wait, Reset: g.Reset}
+	return Decision{Limit: p.Limit, Remaining: local + g.Remaining, RetryAfter: wait, Reset: b.reset(local, now)}
 }
 
 // touch records a check at now, to touchMs resolution (most checks only
@@ -488,8 +517,12 @@ func (m *Manager) countLocal(n int64) {
 }
 
 // failure decides a check of hits by p's failure mode after the Store
-// failed with err. b may be nil.
+// failed with err. b may be nil; then key must be the Manager's own copy
+// (it goes to the Stores and the log).
 func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error) Decision {
+	if b != nil {
+		key = b.key
+	}
 	m.st.degraded.Add(1)
 	decisionsDegraded.Inc()
 	m.cfg.Logger.Debug("store unavailable", "key", key, "mode", p.OnFailure.String(), "err", err)
@@ -527,10 +560,11 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 // or from the Store if the key never leased.
 func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision {
 	if b.resetAt.Load() == 0 {
-		return m.peekStore(key, p)
+		return m.peekStore(b.key, p)
 	}
-	d := Decision{Allowed: true, Limit: p.Limit, Remaining: min(b.tokens.Load()+b.remaining.Load(), p.Capacity()),
-		Reset: time.Duration(max(b.resetAt.Load()-now, 0))}
+	local := b.tokens.Load()
+	d := Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.remaining.Load(), p.Capacity()),
+		Reset: b.reset(local, now)}
 	if du := b.denyUntil.Load(); du != evicted && now < du && b.tokens.Load() == 0 {
 		d.Allowed = false
 		d.RetryAfter = time.Duration(du - now)
@@ -538,7 +572,8 @@ func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision
 	return d
 }
 
-// peekStore answers hits = 0 with a Store peek; it creates no bucket.
+// peekStore answers hits = 0 with a Store peek; it creates no bucket. key
+// must be the Manager's own copy.
 func (m *Manager) peekStore(key string, p Policy) Decision {
 	m.st.storeDecisions.Add(1)
 	decisionsStore.Inc()
@@ -559,6 +594,7 @@ func (m *Manager) takeExact(key string, p Policy, hits int64) (Decision, error) 
 	}
 	m.st.storeDecisions.Add(1)
 	decisionsStore.Inc()
+	key = strings.Clone(key) // Stores may keep it (a call that timed out may still be queued)
 	r, err := m.store.Log(m.ctx, key, p, hits)
 	if err != nil {
 		if callerError(err) {
@@ -586,7 +622,8 @@ func (m *Manager) Refund(key string, p Policy, hits int64) {
 }
 
 // Acquire takes one slot of a concurrency limit for a new unique id,
-// returned when allowed. hits = 0 peeks (no id). The error is non-nil only
+// returned when allowed. As for Take, key need not outlive the call (and
+// so for Refund and Release). hits = 0 peeks (no id). The error is non-nil only
 // for a bad call: hits other than 0 or 1, an invalid policy, or an
 // algorithm other than concurrency (ErrWrongAlgorithm).
 func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, error) {
@@ -603,6 +640,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 	if hits == 1 {
 		id = newID()
 	}
+	key = strings.Clone(key) // Stores may keep it
 	m.st.storeDecisions.Add(1)
 	decisionsStore.Inc()
 	r, err := m.store.Acquire(m.ctx, key, p, id, hits)
@@ -647,6 +685,7 @@ func (m *Manager) Release(key string, p Policy, id string) error {
 	if id == "" {
 		return &FieldError{Field: "lease_id", Msg: "must not be empty"}
 	}
+	key = strings.Clone(key) // Stores may keep it
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StoreTimeout)
 	_ = m.local.Release(ctx, key, p, id) // a slot taken while degraded
 	cancel()

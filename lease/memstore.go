@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 )
@@ -39,6 +40,10 @@ const memShards = 64
 // log whose newest stamp left the window, a concurrency key with nothing
 // held) is treated as absent and removed by Sweep, which a janitor
 // goroutine owned by the store runs until Close.
+//
+// A key passed to any method need not outlive the call: the store copies a
+// key when it first records state for it (that path allocates anyway), so
+// calls on a key that has state allocate nothing for the key.
 type MemoryStore struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -174,7 +179,7 @@ func (sh *memShard) save(key string, e *memEntry, alg Algorithm, st algoState, p
 	}
 	if e == nil {
 		e = &memEntry{alg: alg, state: st}
-		sh.m[key] = e
+		sh.m[strings.Clone(key)] = e // the caller's key may be a reused buffer
 	}
 	e.expires = exp
 }

@@ -1,11 +1,9 @@
 package node
 
 import (
-	"hash/maphash"
-	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -16,9 +14,13 @@ import (
 
 // item is one (rule, key) that a request is decided against.
 type item struct {
-	ri   *ruleInfo
-	key  string // the client's key, without the rule prefix
-	ckey string // the counter key: rule name, ":", key
+	ri  *ruleInfo
+	key string // the client's key, without the rule prefix
+	// ckey is the counter key: rule name, ":", key. It is a view of the
+	// request's reqState.keys buffer (see reqState.counterKey): valid only
+	// while the request runs. Pass it to callees that do not keep it (the
+	// lease Manager copies what it keeps); clone it to keep it.
+	ckey string
 	p    lease.Policy
 	// peek marks a hits=0 look at a concurrency rule.
 	peek bool
@@ -38,9 +40,13 @@ type verdict struct {
 // reqState is the per-request scratch space, pooled so that the hot path
 // allocates nothing after warm-up.
 type reqState struct {
-	n       *Node
+	n *Node
+	// check and batch are decoded with api.DecodeCheckView and
+	// DecodeChecksView: their strings are views of the request body (or of
+	// unesc) and die with the request. Copy any that must be kept.
 	check   api.CheckRequest
 	batch   api.ChecksRequest
+	unesc   []byte // the decoders' scratch for escaped strings
 	acquire api.AcquireRequest
 	release api.ReleaseRequest
 	items   []item
@@ -48,6 +54,7 @@ type reqState struct {
 	results []api.CheckResult
 	buf     []byte // the response body
 	scratch []byte // header values
+	keys    []byte // the counter keys of the items (see counterKey)
 	ticks   uint32 // checks served with this state, for startTimer
 }
 
@@ -74,6 +81,7 @@ func (n *Node) putState(st *reqState) {
 	st.matches = st.matches[:0]
 	clear(st.results)
 	st.results = st.results[:0]
+	st.keys = st.keys[:0]
 	n.states.Put(st)
 }
 
@@ -123,9 +131,33 @@ func (st *reqState) addMatches(t *ruleTable) {
 
 func (st *reqState) addItem(it item) {
 	it.p = it.ri.rule.PolicyFor(it.key)
-	it.ckey = st.n.keys.get(it.ri.prefix, it.ri.salt, it.key)
+	it.ckey = st.counterKey(it.ri.prefix, it.key)
 	st.items = append(st.items, it)
 }
+
+// counterKey returns prefix + key without allocating (after warm-up): a
+// string view of bytes appended to st.keys, valid until st.keys is reset
+// (the next check of a batch, or the end of the request). The lease
+// Manager does not keep the keys it is given (it copies a key when it
+// makes a new bucket), so the view is safe to pass to it.
+//
+// A view is never written again while it may be in use: st.keys is only
+// appended to until it is reset, and when it is full a new array replaces
+// it (earlier views keep the old one alive, unchanged).
+func (st *reqState) counterKey(prefix, key string) string {
+	n := len(prefix) + len(key)
+	if cap(st.keys)-len(st.keys) < n {
+		st.keys = make([]byte, 0, max(2*cap(st.keys), n, minKeysBuf))
+	}
+	start := len(st.keys)
+	st.keys = append(st.keys, prefix...)
+	st.keys = append(st.keys, key...)
+	return unsafe.String(&st.keys[start], n)
+}
+
+// minKeysBuf is the first size of reqState.keys: the longest counter key
+// (a 64-byte rule name, ':' and a 256-byte key) fits.
+const minKeysBuf = 512
 
 // decide decides items for hits and combines their decisions (see the
 // package doc, "Several rules, one answer"). An error (a bad call the
@@ -280,42 +312,4 @@ func result(dst *api.CheckResult, items []item, v verdict) {
 	if !dst.Allowed {
 		dst.RetryAfterMS = max(ceilMillis(it.d.RetryAfter), 1)
 	}
-}
-
-// keyCache remembers the counter keys ("rule:key") of recently checked
-// keys, so that checking a hot key allocates nothing. (The key cannot be
-// built in a reused buffer: the Manager and the Stores may keep the string
-// they are given; a MemoryStore keeps it as a map key.)
-//
-// It is a direct-mapped table of immutable entries swapped atomically: a
-// lookup is one hash, one atomic load and a compare. A miss allocates the
-// key and, when the slot is empty or one time in eight, an entry replacing
-// the slot's, so that a stream of cold keys does not keep evicting hot
-// ones (a hot key soon wins its slot back). Safe for concurrent use.
-type keyCache struct {
-	seed  maphash.Seed
-	slots [keyCacheSlots]atomic.Pointer[keyEntry]
-}
-
-// keyCacheSlots: 8192 entries, about 64 KiB of slots plus the entries.
-const keyCacheSlots = 1 << 13
-
-type keyEntry struct{ ckey string }
-
-func newKeyCache() *keyCache { return &keyCache{seed: maphash.MakeSeed()} }
-
-// get returns prefix + key; salt tells prefixes apart in the hash (the
-// rule's ruleInfo.salt).
-func (c *keyCache) get(prefix string, salt uint64, key string) string {
-	h := maphash.String(c.seed, key) ^ salt
-	slot := &c.slots[h&(keyCacheSlots-1)]
-	if e := slot.Load(); e != nil && len(e.ckey) == len(prefix)+len(key) &&
-		e.ckey[:len(prefix)] == prefix && e.ckey[len(prefix):] == key {
-		return e.ckey
-	}
-	ckey := prefix + key
-	if e := slot.Load(); e == nil || rand.Uint32()&7 == 0 {
-		slot.Store(&keyEntry{ckey: ckey})
-	}
-	return ckey
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -85,30 +84,6 @@ func TestStoreDown(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-}
-
-func TestKeyCache(t *testing.T) {
-	c := newKeyCache()
-	// The same salt for every prefix: only the compare tells them apart.
-	a := c.get("r:", 1, "k1")
-	if a != "r:k1" || c.get("r:", 1, "k1") != "r:k1" || c.get("r:k", 1, "1") != "r:k1" || c.get("s:", 1, "k1") != "s:k1" || c.get("r:", 1, "k") != "r:k" {
-		t.Fatal("wrong keys")
-	}
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 20000 {
-				k := string(rune('a'+g)) + string(rune('a'+i%200))
-				if got := c.get("p:", 7, k); got != "p:"+k {
-					t.Errorf("get(%q) = %q", k, got)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 func TestErrorStatus(t *testing.T) {

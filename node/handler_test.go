@@ -267,18 +267,29 @@ func BenchmarkServerCheck(b *testing.B) {
 	benchServer(b, n.srv, "/v1/check", checkBody, 1)
 }
 
-// BenchmarkServerCeiling is a bare fasthttp server answering the same
-// body: compare its decisions/s with BenchmarkServerCheck's.
+// BenchmarkServerCeiling is a bare fasthttp server replaying the node's
+// answer (the same headers and body, so the same response size): compare
+// its decisions/s with BenchmarkServerCheck's. (node/testdata/ab.sh makes
+// the same comparison with wrk over TCP against the built sluiced.)
 func BenchmarkServerCeiling(b *testing.B) {
 	n := newBenchNode(b)
 	ctx := newCtx("POST", "/v1/check", checkBody(0), "127.0.0.1")
 	n.Handler()(ctx)
 	body := append([]byte(nil), ctx.Response.Body()...)
+	var hdrs [][2][]byte
+	for k, v := range ctx.Response.Header.All() {
+		if string(k) != "Content-Type" && string(k) != "Content-Length" {
+			hdrs = append(hdrs, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v...)})
+		}
+	}
 	// The same server settings as the node's (timeouts, limits), only the
 	// handler differs.
 	srv := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			_ = ctx.PostBody()
+			for _, h := range hdrs {
+				ctx.Response.Header.SetCanonical(h[0], h[1])
+			}
 			ctx.SetContentTypeBytes(contentTypeJSON)
 			ctx.SetBody(body)
 		},

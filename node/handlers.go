@@ -2,12 +2,11 @@ package node
 
 import (
 	"encoding/json"
-	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
@@ -104,7 +103,7 @@ func (n *Node) table(ctx *fasthttp.RequestCtx) *ruleTable {
 func (n *Node) checkPost(ctx *fasthttp.RequestCtx) {
 	st := n.getState()
 	defer n.putState(st)
-	if err := api.DecodeCheck(ctx.PostBody(), &st.check); err != nil {
+	if err := api.DecodeCheckView(ctx.PostBody(), &st.check, &st.unesc); err != nil {
 		n.writeError(ctx, err)
 		return
 	}
@@ -114,7 +113,7 @@ func (n *Node) checkPost(ctx *fasthttp.RequestCtx) {
 func (n *Node) checkGet(ctx *fasthttp.RequestCtx) {
 	st := n.getState()
 	defer n.putState(st)
-	if err := api.ParseCheckQuery(ctx.URI().QueryString(), &st.check); err != nil {
+	if err := api.ParseCheckQueryView(ctx.URI().QueryString(), &st.check, &st.unesc); err != nil {
 		n.writeError(ctx, err)
 		return
 	}
@@ -167,7 +166,7 @@ func (n *Node) setHeaders(ctx *fasthttp.RequestCtx, st *reqState, v verdict) {
 func (n *Node) checks(ctx *fasthttp.RequestCtx) {
 	st := n.getState()
 	defer n.putState(st)
-	if err := api.DecodeChecks(ctx.PostBody(), &st.batch); err != nil {
+	if err := api.DecodeChecksView(ctx.PostBody(), &st.batch, &st.unesc); err != nil {
 		n.writeError(ctx, err)
 		return
 	}
@@ -184,6 +183,7 @@ func (n *Node) checks(ctx *fasthttp.RequestCtx) {
 	for i := range checks {
 		c := &checks[i]
 		st.items = st.items[:0]
+		st.keys = st.keys[:0] // the last check's counter keys are done with
 		res := &st.results[i]
 		if c.Err != nil {
 			*res = api.CheckResult{Error: c.Err.Msg, Field: c.Err.Field}
@@ -276,7 +276,7 @@ func (n *Node) acquire(ctx *fasthttp.RequestCtx) {
 	}
 	it := item{ri: ri, key: req.Key}
 	it.p = ri.rule.PolicyFor(req.Key)
-	it.ckey = n.keys.get(ri.prefix, ri.salt, req.Key)
+	it.ckey = st.counterKey(ri.prefix, req.Key)
 	d, id, err := n.mgr.Acquire(it.ckey, it.p, hits)
 	if err != nil {
 		n.writeError(ctx, err)
@@ -291,7 +291,13 @@ func (n *Node) acquire(ctx *fasthttp.RequestCtx) {
 	res := &st.results[0]
 	result(res, st.items, v)
 	if d.Allowed && id != "" {
-		res.LeaseID = encodeLeaseID(ri.name, req.Key, id)
+		lid, ok := encodeLeaseID(ri.name, req.Key, id)
+		if !ok { // only a Manager making ids longer than maxIDInLeaseID
+			_ = n.mgr.Release(it.ckey, it.p, id)
+			n.writeError(ctx, fmt.Errorf("cannot make a lease_id: slot id of %d bytes", len(id)))
+			return
+		}
+		res.LeaseID = lid
 	}
 	n.writeCheck(ctx, st, v, res)
 }
@@ -300,7 +306,7 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 	st := n.getState()
 	defer n.putState(st)
 	req := &st.release
-	if err := decodeRelease(ctx.PostBody(), req); err != nil {
+	if err := api.DecodeRelease(ctx.PostBody(), req); err != nil {
 		n.writeError(ctx, err)
 		return
 	}
@@ -308,15 +314,11 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 	if t == nil {
 		return
 	}
-	rule, key, hasKey, id, err := decodeLeaseID(req.LeaseID)
+	rule, key, id, err := decodeLeaseID(req.LeaseID)
 	switch {
 	case err != nil:
 	case req.Rule != "" && req.Rule != rule:
 		err = fieldError("rule", "does not match the lease_id's rule "+strconv.Quote(rule))
-	case !hasKey && req.Key == "":
-		err = fieldError("key", "required: this lease_id does not carry its key (keys longer than "+strconv.Itoa(maxKeyInLeaseID)+" bytes)")
-	case !hasKey:
-		key = req.Key
 	case req.Key != "" && req.Key != key:
 		err = fieldError("key", "does not match the lease_id's key")
 	}
@@ -336,7 +338,7 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p := ri.rule.PolicyFor(key)
-	ckey := ri.prefix + key
+	ckey := st.counterKey(ri.prefix, key)
 	if err := n.mgr.Release(ckey, p, id); err != nil {
 		n.writeError(ctx, err)
 		return
@@ -349,34 +351,6 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentTypeBytes(contentTypeJSON)
 	st.buf = api.AppendCheckResult(st.buf[:0], &st.results[0])
 	ctx.SetBody(st.buf)
-}
-
-// decodeRelease decodes a release body. node/api's DecodeRelease requires
-// rule and key; here a lease_id alone is enough (it carries them), so a
-// body that lacks only those is read again for lease_id.
-func decodeRelease(body []byte, dst *api.ReleaseRequest) error {
-	err := api.DecodeRelease(body, dst)
-	var fe *api.FieldError
-	if err == nil || !errors.As(err, &fe) || fe.Msg != "required" || (fe.Field != "rule" && fe.Field != "key") {
-		return err
-	}
-	v, perr := fastjson.ParseBytes(body)
-	if perr != nil {
-		return err
-	}
-	rule, key, id := v.GetStringBytes("rule"), v.GetStringBytes("key"), v.GetStringBytes("lease_id")
-	switch {
-	case len(rule) > 0 && !api.ValidName(string(rule)):
-		return fieldError("rule", "invalid rule name")
-	case len(key) > 0 && !api.ValidKey(string(key)):
-		return fieldError("key", "invalid key")
-	case len(id) == 0:
-		return fieldError("lease_id", "required")
-	case len(id) > api.MaxLeaseIDLen:
-		return fieldError("lease_id", "longer than "+strconv.Itoa(api.MaxLeaseIDLen)+" bytes")
-	}
-	dst.Rule, dst.Key, dst.LeaseID = string(rule), string(key), string(id)
-	return nil
 }
 
 // readyz answers 200 once a rule set is loaded (503 before), with the rule

@@ -7,21 +7,21 @@ import (
 	"github.com/sluicehq/sluice/node/api"
 )
 
-// maxKeyInLeaseID is the longest key that a lease_id carries: the longest
-// whose lease_id still fits api.MaxLeaseIDLen with a 64-byte rule name and
-// a 32-byte id.
-const maxKeyInLeaseID = (api.MaxLeaseIDLen - api.MaxRuleNameLen - 2 - 32) / 4 * 3
+// maxIDInLeaseID is the longest Manager slot id a lease_id can carry with
+// the longest rule name and key (whose unpadded base64url takes
+// ceil(8n/6) bytes): api.MaxLeaseIDLen leaves room for it.
+const maxIDInLeaseID = api.MaxLeaseIDLen - api.MaxRuleNameLen - 2 - (api.MaxKeyLen*8+5)/6
 
 // encodeLeaseID makes the lease_id answered by /v1/acquire:
 // rule~base64url(key)~id. Rule names never contain '~' (their alphabet is
-// [A-Za-z0-9_.-]) and base64url never does, so the id alone tells release
-// which counter key to use. When the whole would exceed api.MaxLeaseIDLen
-// (long keys), the key is left out, rule~~id, and the release request must
-// carry "key".
-func encodeLeaseID(rule, key, id string) string {
+// [A-Za-z0-9_.-]) and base64url never does, so the lease_id alone tells
+// release which counter key to use. Every valid rule and key fit
+// (api.MaxLeaseIDLen is sized for them); ok is false only for an id longer
+// than maxIDInLeaseID, which the Manager never makes.
+func encodeLeaseID(rule, key, id string) (string, bool) {
 	encLen := base64.RawURLEncoding.EncodedLen(len(key))
 	if len(rule)+2+encLen+len(id) > api.MaxLeaseIDLen {
-		return rule + "~~" + id
+		return "", false
 	}
 	var b strings.Builder
 	b.Grow(len(rule) + 2 + encLen + len(id))
@@ -30,14 +30,14 @@ func encodeLeaseID(rule, key, id string) string {
 	b.WriteString(base64.RawURLEncoding.EncodeToString([]byte(key)))
 	b.WriteByte('~')
 	b.WriteString(id)
-	return b.String()
+	return b.String(), true
 }
 
-// decodeLeaseID splits a lease_id made by encodeLeaseID; hasKey is false
-// for the short form without the key. Errors name the field "lease_id".
-func decodeLeaseID(s string) (rule, key string, hasKey bool, id string, err error) {
-	bad := func(msg string) (string, string, bool, string, error) {
-		return "", "", false, "", fieldError("lease_id", msg)
+// decodeLeaseID splits a lease_id made by encodeLeaseID. Errors name the
+// field "lease_id".
+func decodeLeaseID(s string) (rule, key, id string, err error) {
+	bad := func(msg string) (string, string, string, error) {
+		return "", "", "", fieldError("lease_id", msg)
 	}
 	if s == "" {
 		return bad("required")
@@ -47,7 +47,7 @@ func decodeLeaseID(s string) (rule, key string, hasKey bool, id string, err erro
 	}
 	rule, rest, ok1 := strings.Cut(s, "~")
 	enc, id, ok2 := strings.Cut(rest, "~")
-	if !ok1 || !ok2 || rule == "" || id == "" {
+	if !ok1 || !ok2 || !api.ValidName(rule) || enc == "" || id == "" {
 		return bad("malformed: want the lease_id answered by /v1/acquire")
 	}
 	for i := 0; i < len(id); i++ {
@@ -56,12 +56,9 @@ func decodeLeaseID(s string) (rule, key string, hasKey bool, id string, err erro
 			return bad("malformed id")
 		}
 	}
-	if enc == "" {
-		return rule, "", false, id, nil
-	}
 	k, derr := base64.RawURLEncoding.DecodeString(enc)
-	if derr != nil || len(k) == 0 || len(k) > api.MaxKeyLen {
+	if derr != nil || !api.ValidKey(string(k)) {
 		return bad("malformed key")
 	}
-	return rule, string(k), true, id, nil
+	return rule, string(k), id, nil
 }

@@ -47,9 +47,21 @@
 // is the Manager's random slot id, so that /v1/release needs only
 // {"lease_id"}: the rule and key are read back from it (when the request
 // also names them, they must agree). Rule names cannot contain '~' and
-// base64url never does. A lease_id is at most api.MaxLeaseIDLen (128)
-// bytes; when a long key does not fit, the lease_id is rule~~id and the
-// release must also carry "key".
+// base64url never does. api.MaxLeaseIDLen (512 bytes) fits the longest rule
+// name and key, so every lease_id carries both.
+//
+// # The hot path allocates nothing
+//
+// A check by rule and key (POST or GET /v1/check, and each item of
+// /v1/checks) allocates nothing once a key has a bucket: the body is
+// decoded with api.DecodeCheckView (strings are views of the request body),
+// and the counter key rule + ":" + key is built in the pooled request
+// state's buffer (reqState.counterKey) and passed to the lease Manager as
+// a view, which is safe because the Manager copies a key only when it keeps
+// it. A cold key allocates only what the Manager allocates for it. So: a
+// string taken from a decoded request or an item's ckey must be cloned
+// (strings.Clone) by any code that keeps it past the request (a forwarding
+// queue, a hot-key sketch, a log record kept by an async handler).
 //
 // # Metrics
 //
@@ -168,7 +180,6 @@ type Node struct {
 	}
 
 	states sync.Pool // of *reqState
-	keys   *keyCache
 }
 
 // New returns a Node that decides with mgr. It serves nothing until Serve,
@@ -177,7 +188,6 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	cfg = cfg.withDefaults()
 	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger}
 	n.met = newNodeMetrics(n)
-	n.keys = newKeyCache()
 	n.states.New = func() any { return &reqState{n: n} }
 	n.srv = &fasthttp.Server{
 		Handler:               n.handle,

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/node/api"
 )
 
 const testRules = `
@@ -297,19 +299,46 @@ func TestAcquireRelease(t *testing.T) {
 		t.Errorf("second release: %d %s", r.status, r.body)
 	}
 
-	// A long key does not fit the lease_id: release needs the key.
-	long := strings.Repeat("k", 200)
+	// The longest key fits the lease_id: release by id alone, for every
+	// byte of the key (here a 256-byte key with multi-byte characters).
+	long := strings.Repeat("k", 250) + "üéé"
+	if len(long) != api.MaxKeyLen {
+		t.Fatalf("key of %d bytes", len(long))
+	}
 	r = tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"`+long+`"}`)
 	id, _ := r.json(t)["lease_id"].(string)
-	if r.status != 200 || id == "" || len(id) > 128 {
+	if r.status != 200 || id == "" || len(id) > api.MaxLeaseIDLen {
 		t.Fatalf("acquire long key: %d %s", r.status, r.body)
 	}
-	if r := tn.do("POST", "/v1/release", `{"lease_id":"`+id+`"}`); r.status != 400 || r.json(t)["field"] != "key" {
-		t.Errorf("release long key without key: %d %s", r.status, r.body)
+	if r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"`+long+`"}`); r.status != 200 {
+		t.Fatalf("2nd acquire long key: %d %s", r.status, r.body)
 	}
+	if r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"`+long+`"}`); r.status != 429 {
+		t.Fatalf("3rd acquire long key: %d %s", r.status, r.body)
+	}
+	r = tn.do("POST", "/v1/release", `{"lease_id":"`+id+`"}`)
+	if m := r.json(t); r.status != 200 || num(t, m, "remaining") != 1 || m["key"] != long || m["rule"] != "uploads" {
+		t.Errorf("release long key by id: %d %s", r.status, r.body)
+	}
+	if r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"`+long+`"}`); r.status != 200 {
+		t.Errorf("acquire after release by id: %d %s", r.status, r.body)
+	}
+	// Rule and key may be given too, and must agree with the lease_id.
 	r = tn.do("POST", "/v1/release", `{"rule":"uploads","key":"`+long+`","lease_id":"`+id+`"}`)
-	if m := r.json(t); r.status != 200 || num(t, m, "remaining") != 2 {
-		t.Errorf("release long key: %d %s", r.status, r.body)
+	if r.status != 200 {
+		t.Errorf("release with rule and key: %d %s", r.status, r.body)
+	}
+	for _, c := range []struct{ body, field string }{
+		{`{"rule":"login","lease_id":"` + id + `"}`, "rule"},
+		{`{"key":"other","lease_id":"` + id + `"}`, "key"},
+		{`{"rule":"uploads","key":"user-1"}`, "lease_id"},
+		{`{"lease_id":"uploads~~abc"}`, "lease_id"},
+		{`{"lease_id":"uploads~!!~abc"}`, "lease_id"},
+		{`{"lease_id":"nope~dTE~abc"}`, "lease_id"},
+	} {
+		if r := tn.do("POST", "/v1/release", c.body); r.status != 400 || r.json(t)["field"] != c.field {
+			t.Errorf("release %s: %d %s, want 400 naming %q", c.body, r.status, r.body, c.field)
+		}
 	}
 }
 
@@ -458,18 +487,25 @@ func TestAdminAllowed(t *testing.T) {
 }
 
 func TestLeaseID(t *testing.T) {
-	for _, key := range []string{"a", "user-42", "with~tilde and spaces/ü", strings.Repeat("k", 40)} {
-		id := encodeLeaseID("uploads", key, "0123456789abcdef0123456789abcdef")
-		if len(id) > 128 {
-			t.Errorf("lease_id %q longer than 128", id)
+	const sid = "0123456789abcdef0123456789abcdef"
+	longRule := strings.Repeat("r", api.MaxRuleNameLen)
+	for _, c := range []struct{ rule, key string }{
+		{"uploads", "a"}, {"uploads", "user-42"}, {"uploads", "with~tilde and spaces/ü"},
+		{longRule, strings.Repeat("k", api.MaxKeyLen)}, {longRule, strings.Repeat("é", api.MaxKeyLen/2)},
+	} {
+		id, ok := encodeLeaseID(c.rule, c.key, sid)
+		if !ok || len(id) > api.MaxLeaseIDLen {
+			t.Errorf("lease_id of %q/%q: %q (%d bytes) ok=%v", c.rule, c.key, id, len(id), ok)
 		}
-		rule, k, hasKey, sid, err := decodeLeaseID(id)
-		if err != nil || rule != "uploads" || !hasKey || k != key || sid != "0123456789abcdef0123456789abcdef" {
-			t.Errorf("round trip of %q: %q %q %v %q %v", key, rule, k, hasKey, sid, err)
+		rule, k, gotID, err := decodeLeaseID(id)
+		if err != nil || rule != c.rule || k != c.key || gotID != sid {
+			t.Errorf("round trip of %q: %q %q %q %v", c.key, rule, k, gotID, err)
 		}
 	}
-	id := encodeLeaseID("uploads", strings.Repeat("k", 100), "abc")
-	if _, _, hasKey, _, err := decodeLeaseID(id); err != nil || hasKey {
-		t.Errorf("long key: %q hasKey=%v err=%v", id, hasKey, err)
+	if maxIDInLeaseID < len(sid) {
+		t.Errorf("maxIDInLeaseID = %d, less than the Manager's ids", maxIDInLeaseID)
+	}
+	if _, ok := encodeLeaseID(longRule, strings.Repeat("k", api.MaxKeyLen), strings.Repeat("i", maxIDInLeaseID+1)); ok {
+		t.Error("an id longer than maxIDInLeaseID was accepted")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/cespare/xxhash/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
@@ -23,10 +22,8 @@ type ruleTable struct {
 type ruleInfo struct {
 	rule *rules.Rule
 	name string
-	// prefix is the counter key prefix: name + ":"; salt is a hash of it
-	// for the key cache.
+	// prefix is the counter key prefix: name + ":".
 	prefix string
-	salt   uint64
 	// base is the rule's policy without overrides.
 	base lease.Policy
 	// hdrPolicy is the RateLimit-Policy value of base,
@@ -46,7 +43,6 @@ func (m *nodeMetrics) newRuleTable(s *rules.Set) *ruleTable {
 			rule:   r,
 			name:   r.Name,
 			prefix: r.Name + ":",
-			salt:   xxhash.Sum64String(r.Name) * 0x9E3779B97F4A7C15,
 			base:   r.Policy,
 			checks: m.checkCounters(r.Name),
 		}

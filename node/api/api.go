@@ -10,7 +10,10 @@
 // their destination: a destination decoded into again keeps its slices'
 // capacity, and each string field keeps its old value (no allocation) when
 // the new one is byte-for-byte equal. Decoded strings never alias the input
-// or any internal buffer, so callers may retain them.
+// or any internal buffer, so callers may retain them; the exception is
+// [DecodeCheckView] and [DecodeChecksView], for servers, whose strings are
+// views of the body (no allocation even when every request names a new
+// key) valid only while the request is being handled.
 //
 // Unknown JSON fields and query parameters are ignored, so that newer clients
 // can talk to older nodes. A JSON null is treated as an absent field.
@@ -53,8 +56,12 @@ const (
 	// MaxHits bounds the hits of one check. It equals lease.MaxHits, so
 	// that all Store arithmetic stays exact in float64.
 	MaxHits = 1 << 40
-	// MaxLeaseIDLen bounds a concurrency lease id, in bytes.
-	MaxLeaseIDLen = 128
+	// MaxLeaseIDLen bounds a concurrency lease id, in bytes: enough for a
+	// lease id that carries its rule and key, so that a release needs
+	// nothing else (a rule name of MaxRuleNameLen, the key in unpadded
+	// base64url, at most 342 bytes for MaxKeyLen, two separators, and an
+	// id of up to 104 bytes).
+	MaxLeaseIDLen = 512
 )
 
 // ErrInvalid means a request is malformed or out of bounds; the error is a
@@ -128,11 +135,15 @@ type AcquireRequest struct {
 	HitsSet bool
 }
 
-// ReleaseRequest frees a slot taken by an acquire:
-// {"rule":"uploads","key":"user-42","lease_id":"..."}.
+// ReleaseRequest frees a slot taken by an acquire: {"lease_id":"..."},
+// optionally with "rule" and "key". A node's lease ids carry their rule
+// and key, so LeaseID alone is enough; when Rule or Key is given too, the
+// server checks that it agrees with the lease id.
 type ReleaseRequest struct {
-	Rule    string
-	Key     string
+	// Rule and Key are optional: empty means not given.
+	Rule string
+	Key  string
+	// LeaseID is required: the lease_id answered by the acquire.
 	LeaseID string
 }
 

@@ -274,6 +274,30 @@ func TestAcquireRelease(t *testing.T) {
 	if err := DecodeRelease(AppendReleaseRequest(nil, &r), &r2); err != nil || r2 != r {
 		t.Fatalf("release round trip = %+v, %v", r2, err)
 	}
+	// lease_id alone is enough; rule and key are optional ("" and null
+	// mean absent), and the longest lease id fits, escaped or not.
+	longID := strings.Repeat("i", MaxLeaseIDLen)
+	for _, tt := range []struct {
+		body string
+		want ReleaseRequest
+	}{
+		{`{"lease_id":"abc-1"}`, ReleaseRequest{LeaseID: "abc-1"}},
+		{`{"rule":"","key":null,"lease_id":"abc-1"}`, ReleaseRequest{LeaseID: "abc-1"}},
+		{`{"key":"u1","lease_id":"abc-1"}`, ReleaseRequest{Key: "u1", LeaseID: "abc-1"}},
+		{`{"lease_id":"` + longID + `"}`, ReleaseRequest{LeaseID: longID}},
+		{`{"lease_id":"` + strings.Repeat(`\u0069`, MaxLeaseIDLen) + `"}`, ReleaseRequest{LeaseID: longID}},
+	} {
+		var got ReleaseRequest
+		if err := DecodeRelease([]byte(tt.body), &got); err != nil || got != tt.want {
+			t.Errorf("DecodeRelease(%.60s) = %+v, %v; want %+v", tt.body, got, err, tt.want)
+		}
+		if err := DecodeRelease(AppendReleaseRequest(nil, &tt.want), &got); err != nil || got != tt.want {
+			t.Errorf("release round trip of %+v = %+v, %v", tt.want, got, err)
+		}
+	}
+	if got := string(AppendReleaseRequest(nil, &ReleaseRequest{LeaseID: "x"})); got != `{"lease_id":"x"}` {
+		t.Errorf("AppendReleaseRequest = %s", got)
+	}
 	for _, tt := range []struct {
 		body, field string
 		acquire     bool
@@ -283,7 +307,12 @@ func TestAcquireRelease(t *testing.T) {
 		{`{"rule":"r","key":"k","hits":-1}`, "hits", true},
 		{`{"rule":"r","key":"k"}`, "lease_id", false},
 		{`{"rule":"r","key":"k","lease_id":"a b"}`, "lease_id", false},
-		{`{"rule":"r","key":"k","lease_id":"` + strings.Repeat("i", 129) + `"}`, "lease_id", false},
+		{`{"rule":"r","key":"k","lease_id":"` + strings.Repeat("i", MaxLeaseIDLen+1) + `"}`, "lease_id", false},
+		{`{"lease_id":"` + strings.Repeat(`\u0069`, MaxLeaseIDLen+1) + `"}`, "lease_id", false},
+		{`{"rule":"a b","lease_id":"x"}`, "rule", false},
+		{`{"rule":1,"lease_id":"x"}`, "rule", false},
+		{`{"key":"\u0001","lease_id":"x"}`, "key", false},
+		{`{"key":"` + strings.Repeat("k", MaxKeyLen+1) + `","lease_id":"x"}`, "key", false},
 	} {
 		var err error
 		if tt.acquire {

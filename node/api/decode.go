@@ -56,7 +56,7 @@ func leaseIDMsg(b []byte) string {
 	case len(b) == 0:
 		return "required"
 	case len(b) > MaxLeaseIDLen:
-		return "longer than 128 bytes"
+		return "longer than 512 bytes"
 	}
 	for _, c := range b {
 		if c <= 0x20 || c >= 0x7f {

@@ -131,14 +131,19 @@ func AppendAcquireRequest(dst []byte, r *AcquireRequest) []byte {
 	return append(dst, '}')
 }
 
-// AppendReleaseRequest appends the JSON body of POST /v1/release for r.
+// AppendReleaseRequest appends the JSON body of POST /v1/release for r;
+// an empty Rule or Key is left out.
 func AppendReleaseRequest(dst []byte, r *ReleaseRequest) []byte {
-	dst = append(dst, `{"rule":`...)
-	dst = AppendString(dst, r.Rule)
-	dst = append(dst, `,"key":`...)
-	dst = AppendString(dst, r.Key)
-	dst = append(dst, `,"lease_id":`...)
+	dst = append(dst, `{"lease_id":`...)
 	dst = AppendString(dst, r.LeaseID)
+	if r.Rule != "" {
+		dst = append(dst, `,"rule":`...)
+		dst = AppendString(dst, r.Rule)
+	}
+	if r.Key != "" {
+		dst = append(dst, `,"key":`...)
+		dst = AppendString(dst, r.Key)
+	}
 	return append(dst, '}')
 }
 

@@ -336,7 +336,8 @@ func fjDecodeAcquire(data []byte, dst *AcquireRequest) error {
 	return nil
 }
 
-// DecodeRelease decodes the body of POST /v1/release into dst.
+// fjDecodeRelease is the oracle of DecodeRelease: lease_id required, rule
+// and key optional ("" = absent).
 func fjDecodeRelease(data []byte, dst *ReleaseRequest) error {
 	p, v, fe := parse(data)
 	if fe != nil {
@@ -347,9 +348,19 @@ func fjDecodeRelease(data []byte, dst *ReleaseRequest) error {
 	if err != nil {
 		return &FieldError{Msg: "body must be a JSON object"}
 	}
-	rule, key, fe := ruleAndKey(o)
-	if fe != nil {
-		return fe
+	rule, _, ok := stringField(o, "rule")
+	if !ok {
+		return &FieldError{Field: "rule", Msg: "must be a string"}
+	}
+	if msg := nameMsg(rule); len(rule) > 0 && msg != "" {
+		return &FieldError{Field: "rule", Msg: msg}
+	}
+	key, _, ok := stringField(o, "key")
+	if !ok {
+		return &FieldError{Field: "key", Msg: "must be a string"}
+	}
+	if msg := keyMsg(key); len(key) > 0 && msg != "" {
+		return &FieldError{Field: "key", Msg: msg}
 	}
 	id, _, ok := stringField(o, "lease_id")
 	if !ok {

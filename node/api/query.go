@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"strconv"
+	"unsafe"
 )
 
 // ParseCheckQuery parses the raw query string of GET /v1/check
@@ -12,6 +13,17 @@ import (
 // A parameter given twice is an error; unknown parameters are ignored.
 // Descriptor checks need the POST form.
 func ParseCheckQuery(query []byte, dst *CheckRequest) error {
+	return parseCheckQuery(query, dst, nil)
+}
+
+// ParseCheckQueryView is ParseCheckQuery without allocation: rule and key
+// are views of *scratch (reset and reused by every call), valid until the
+// next call with the same scratch. See DecodeCheckView.
+func ParseCheckQueryView(query []byte, dst *CheckRequest, scratch *[]byte) error {
+	return parseCheckQuery(query, dst, scratch)
+}
+
+func parseCheckQuery(query []byte, dst *CheckRequest, scratch *[]byte) error {
 	if len(query) > MaxBodyBytes {
 		return &FieldError{Field: "query", Msg: "longer than 1048576 bytes"}
 	}
@@ -82,8 +94,19 @@ func ParseCheckQuery(query []byte, dst *CheckRequest) error {
 	if msg := keyMsg(key); msg != "" {
 		return &FieldError{Field: "key", Msg: msg}
 	}
-	setString(&dst.Rule, rule)
-	setString(&dst.Key, key)
+	if scratch == nil {
+		setString(&dst.Rule, rule)
+		setString(&dst.Key, key)
+	} else {
+		a := (*scratch)[:0]
+		if cap(a) < len(rule)+len(key) {
+			a = make([]byte, 0, 1024)
+		}
+		a = append(append(a, rule...), key...)
+		*scratch = a
+		dst.Rule = unsafe.String(&a[0], len(rule))
+		dst.Key = unsafe.String(&a[len(rule)], len(key))
+	}
 	dst.Descriptors = dst.Descriptors[:0]
 	dst.Hits, dst.HitsSet = hits, hitsS
 	dst.Err = nil

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // The check decoders are a strict, single-pass JSON scanner (RFC 8259)
@@ -20,6 +21,41 @@ type scanner struct {
 	data []byte
 	pos  int
 	err  *FieldError
+	// view: decoded strings are views of data, or of *arena for escaped
+	// ones (DecodeCheckView, DecodeChecksView); otherwise copies.
+	view  bool
+	arena *[]byte
+}
+
+// set stores the decoded string v in *dst: a copy (allocating only when
+// the value changed), or in view mode a view of v when v lies in s.data,
+// else of a copy appended to s.arena. The arena is only appended to during
+// one decode; when full it is replaced by a new array, so earlier views
+// never change.
+func (s *scanner) set(dst *string, v []byte) {
+	if !s.view {
+		setString(dst, v)
+		return
+	}
+	if len(v) == 0 {
+		*dst = ""
+		return
+	}
+	// The view is made from s.data or the arena, never from v, so that v
+	// (often a stack buffer of unescaped bytes) does not escape.
+	p, base := uintptr(unsafe.Pointer(unsafe.SliceData(v))), uintptr(unsafe.Pointer(unsafe.SliceData(s.data)))
+	if p >= base && p+uintptr(len(v)) <= base+uintptr(len(s.data)) {
+		*dst = unsafe.String(&s.data[p-base], len(v))
+		return
+	}
+	a := *s.arena
+	if cap(a)-len(a) < len(v) {
+		a = make([]byte, 0, max(2*cap(a), len(v), 1024))
+	}
+	start := len(a)
+	a = append(a, v...)
+	*s.arena = a
+	*dst = unsafe.String(&a[start], len(v))
 }
 
 func (s *scanner) fail(msg string) {
@@ -336,10 +372,24 @@ type checkFields struct {
 // storage, and validates it. The error, if any, is a [*FieldError]. The
 // JSON must be valid (RFC 8259); a field given twice is an error.
 func DecodeCheck(data []byte, dst *CheckRequest) error {
-	if len(data) > MaxBodyBytes {
+	return decodeCheck(scanner{data: data}, dst)
+}
+
+// DecodeCheckView is DecodeCheck without copies, for a server's hot path:
+// the decoded strings are views of data, or, for strings with escapes, of
+// *scratch (reset and reused by every call). They are valid only while
+// data and *scratch are unchanged, and until dst is decoded into again;
+// copy any string that must outlive the request. Do not mix DecodeCheck
+// and DecodeCheckView on one dst. It allocates nothing after warm-up.
+func DecodeCheckView(data []byte, dst *CheckRequest, scratch *[]byte) error {
+	*scratch = (*scratch)[:0]
+	return decodeCheck(scanner{data: data, view: true, arena: scratch}, dst)
+}
+
+func decodeCheck(s scanner, dst *CheckRequest) error {
+	if len(s.data) > MaxBodyBytes {
 		return &FieldError{Field: "body", Msg: "larger than 1048576 bytes"}
 	}
-	s := scanner{data: data}
 	dst.Err = nil
 	if s.peek() != '{' {
 		s.skip(0)
@@ -366,10 +416,20 @@ func DecodeCheck(data []byte, dst *CheckRequest) error {
 // sets that item's Err, whose Field names it ("checks[3].key"), and the
 // other items are decoded normally.
 func DecodeChecks(data []byte, dst *ChecksRequest) error {
-	if len(data) > MaxBodyBytes {
+	return decodeChecks(scanner{data: data}, dst)
+}
+
+// DecodeChecksView is DecodeChecks without copies: see DecodeCheckView for
+// the life of the decoded strings.
+func DecodeChecksView(data []byte, dst *ChecksRequest, scratch *[]byte) error {
+	*scratch = (*scratch)[:0]
+	return decodeChecks(scanner{data: data, view: true, arena: scratch}, dst)
+}
+
+func decodeChecks(s scanner, dst *ChecksRequest) error {
+	if len(s.data) > MaxBodyBytes {
 		return &FieldError{Field: "body", Msg: "larger than 1048576 bytes"}
 	}
-	s := scanner{data: data}
 	if s.peek() != '{' {
 		s.skip(0)
 		s.end()
@@ -544,7 +604,7 @@ func (s *scanner) check(dst *CheckRequest, idx int, hint string) *FieldError {
 					} else if string(v) == hint {
 						dst.Rule = hint
 					} else {
-						setString(&dst.Rule, v)
+						s.set(&dst.Rule, v)
 					}
 				}
 			case name == "key":
@@ -556,7 +616,7 @@ func (s *scanner) check(dst *CheckRequest, idx int, hint string) *FieldError {
 					if msg := keyMsg(v); msg != "" {
 						bad(name, msg)
 					} else {
-						setString(&dst.Key, v)
+						s.set(&dst.Key, v)
 					}
 				}
 			case name == "hits":
@@ -672,7 +732,7 @@ func (s *scanner) descriptors(dst *CheckRequest, idx int, fe **FieldError, buf *
 			} else {
 				ds = append(ds, Descriptor{})
 			}
-			setString(&ds[n].Name, name) // before buf is reused for the value
+			s.set(&ds[n].Name, name) // before buf is reused for the value
 			vraw, vesc := s.str()
 			val, ok := vraw, len(vraw) <= MaxKeyLen
 			if vesc && ok {
@@ -686,7 +746,7 @@ func (s *scanner) descriptors(dst *CheckRequest, idx int, fe **FieldError, buf *
 				bad("descriptors."+ds[n].Name, msg)
 				ds = ds[:n]
 			} else {
-				setString(&ds[n].Value, val)
+				s.set(&ds[n].Value, val)
 			}
 		}
 		if !s.next('}') {
@@ -710,12 +770,18 @@ type flat struct {
 	name         string
 	set          bool // present and not null
 	isStr, isNum bool
-	tooLong      bool // an escaped string longer than MaxKeyLen
+	tooLong      bool // an escaped string longer than limit
 	str          []byte
 	numRaw       []byte
 	numInt       bool
-	buf          [MaxKeyLen + utf8.UTFMax]byte
+	// limit bounds the unescaped length of an escaped string; zero means
+	// MaxKeyLen.
+	limit int
+	buf   [maxFlatLen + utf8.UTFMax]byte
 }
+
+// maxFlatLen is the longest string a flat field holds: a key or a lease id.
+const maxFlatLen = max(MaxKeyLen, MaxLeaseIDLen)
 
 // decodeFlat reads a JSON object, filling the named fields; other fields are
 // skipped. It reports syntax errors, a non-object body and repeated fields.
@@ -766,7 +832,11 @@ func decodeFlat(data []byte, fields []*flat) *FieldError {
 					raw, esc := s.str()
 					f.str = raw
 					if esc {
-						f.str, ok = unescapeJSON(f.buf[:0], raw, MaxKeyLen)
+						limit := f.limit
+						if limit == 0 {
+							limit = MaxKeyLen
+						}
+						f.str, ok = unescapeJSON(f.buf[:0], raw, limit)
 						f.tooLong = !ok
 					}
 				case c == '-' || c >= '0' && c <= '9':
@@ -803,6 +873,14 @@ func (f *flat) text(max int, valid func([]byte) string) ([]byte, *FieldError) {
 		return nil, &FieldError{Field: f.name, Msg: msg}
 	}
 	return f.str, nil
+}
+
+// optText is text for an optional field: absent, null and "" give nil.
+func (f *flat) optText(max int, valid func([]byte) string) ([]byte, *FieldError) {
+	if !f.set || (f.isStr && len(f.str) == 0) {
+		return nil, nil
+	}
+	return f.text(max, valid)
 }
 
 // hits returns the hits field (1 when absent).
@@ -844,17 +922,19 @@ func DecodeAcquire(data []byte, dst *AcquireRequest) error {
 	return nil
 }
 
-// DecodeRelease decodes the body of POST /v1/release into dst.
+// DecodeRelease decodes the body of POST /v1/release into dst. lease_id is
+// required; rule and key are optional (absent, null or "" leave them empty
+// in dst), and are checked like an acquire's when given.
 func DecodeRelease(data []byte, dst *ReleaseRequest) error {
-	rule, key, id := flat{name: "rule"}, flat{name: "key"}, flat{name: "lease_id"}
+	rule, key, id := flat{name: "rule"}, flat{name: "key"}, flat{name: "lease_id", limit: MaxLeaseIDLen}
 	if fe := decodeFlat(data, []*flat{&rule, &key, &id}); fe != nil {
 		return fe
 	}
-	r, fe := rule.text(MaxRuleNameLen, nameMsg)
+	r, fe := rule.optText(MaxRuleNameLen, nameMsg)
 	if fe != nil {
 		return fe
 	}
-	k, fe := key.text(MaxKeyLen, keyMsg)
+	k, fe := key.optText(MaxKeyLen, keyMsg)
 	if fe != nil {
 		return fe
 	}
