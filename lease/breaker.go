@@ -231,6 +231,8 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	start := time.Now()
 	v, err := f(cctx)
+	// Read before cancel, after which cctx.Err() is never nil.
+	timedOut := cctx.Err() != nil
 	cancel()
 	storeLatency[op].UpdateDuration(start)
 	switch {
@@ -243,7 +245,7 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 		b.record(probe, false, false)
 		storeCalls[op][resultCanceled].Inc()
 		return zero, err
-	case errors.Is(err, context.DeadlineExceeded) || cctx.Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded) || timedOut:
 		b.record(probe, true, true)
 		storeCalls[op][resultTimeout].Inc()
 		return zero, fmt.Errorf("cannot %s: %w: timed out after %v", opNames[op], ErrStoreUnavailable, b.cfg.Timeout)

@@ -30,6 +30,16 @@ type bucket struct {
 	// basis is the tokens on hand right after the last lease: the bound
 	// on Refund, and the base from which consumption is measured.
 	basis atomic.Int64
+	// expires is when the tokens on hand stop being spendable: the end of
+	// the window they were granted in for fixed_window and sliding_window
+	// (in the next window the Store grants a whole limit again, and counts
+	// these tokens in the window they were granted in), never
+	// (math.MaxInt64) for token_bucket and gcra. 0 before the first grant.
+	expires atomic.Int64
+	// denyHits is the hits of the check whose Store denial set denyUntil:
+	// a bigger check needs longer, so it asks the Store (written before
+	// denyUntil).
+	denyHits atomic.Int64
 
 	// low is the prefetch mark: a take that leaves fewer tokens starts a
 	// prefetch. -1 while a prefetch is due or running. It saturates at
@@ -48,8 +58,8 @@ type bucket struct {
 }
 
 // The bucket's size is the bulk of a key's memory (budget: 128 bytes per
-// key plus the key); keep it at 80 bytes, a malloc size class.
-const bucketSize = 80
+// key plus the key); keep it at 96 bytes, a malloc size class.
+const bucketSize = 96
 
 // unixMs32 is Unix milliseconds modulo 2^32, for lastUse and lastLeaseMs.
 func unixMs32(ns int64) uint32 { return uint32(ns / int64(time.Millisecond)) }
@@ -118,6 +128,34 @@ func (b *bucket) refund(hits int64) int64 {
 			return n - t
 		}
 	}
+}
+
+// spendable reports whether tokens on hand may be spent at now.
+func (b *bucket) spendable(now int64) bool { return now < b.expires.Load() }
+
+// leaseExpiry is until when tokens of grant g, asked for at now (before
+// the Store call, so at or before the Store's own now), may be spent: the
+// end of the grant's window, made early by up to 1ms so that the rounding
+// up of Reset never lets a token into the next window.
+func leaseExpiry(p Policy, now int64, g Grant) int64 {
+	switch p.Algorithm {
+	case FixedWindow:
+		// Reset is the time to the end of the current window.
+		return now + int64(g.Reset) - int64(time.Millisecond)
+	case SlidingWindow:
+		// After a grant cur > 0: Reset is the end of the next window.
+		return now + int64(g.Reset) - int64(p.Period) - int64(time.Millisecond)
+	}
+	return math.MaxInt64
+}
+
+// addTime is t + d for a time t in Unix ns, saturating below evicted (a
+// Store's Wait or Reset can exceed what int64 nanoseconds hold).
+func addTime(t int64, d time.Duration) int64 {
+	if int64(d) >= evicted-1-t {
+		return evicted - 1
+	}
+	return t + int64(d)
 }
 
 // The lease sizing math. Pure: time is passed in.

@@ -8,8 +8,9 @@ import (
 // coarseClock is a Unix clock in nanoseconds that a ticker goroutine
 // refreshes every tick, so that the Manager's fast path reads the time with
 // one atomic load instead of calling time.Now. Its resolution is the tick;
-// the Manager uses it only for reporting (Reset, RetryAfter) and for idle
-// detection, never to decide whether tokens exist.
+// the Manager uses it for reporting (Reset, RetryAfter), idle detection,
+// deny-until, and the end of a windowed lease (set 1ms early, which covers
+// one tick of lag), never to decide how many tokens exist.
 //
 // Nanos is safe for concurrent use. Stop must be called exactly once, by
 // the clock's owner.

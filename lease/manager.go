@@ -112,9 +112,13 @@ const maxIdle = 24 * time.Hour
 // for it. When a check leaves fewer than LowWater × the last grant, the
 // Manager leases again in the background. When the Store grants nothing,
 // the key is denied locally, without Store calls, until the time the
-// Store said a batch will be available (RetryAfter). Keys unchecked for
-// Idle give their tokens back and are dropped; so do keys whose policy
-// changed (the new policy starts fresh) and keys passed to ReturnKeys.
+// Store said a batch will be available (RetryAfter); a check bigger than
+// the one the Store denied asks the Store, which knows its longer wait.
+// Leased tokens of fixed_window and sliding_window are spent only in the
+// window they were granted in; those left at its end are dropped. Keys
+// unchecked for Idle give their tokens back and are dropped; so do keys
+// whose policy changed (the new policy starts fresh) and keys passed to
+// ReturnKeys.
 // Refund puts tokens back into the local bucket, never above what the
 // last lease left on hand (a refund racing with a background lease may be
 // refused: under-admission of a few hits, never over-admission).
@@ -300,7 +304,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	}
 	now := m.nanos()
 	b := m.buckets.load(key)
-	if b != nil && *b.pol == p && hits > 0 {
+	if b != nil && *b.pol == p && hits > 0 && b.spendable(now) {
 		if left, ok := b.tryTake(hits); ok {
 			m.touch(b, now)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
@@ -372,15 +376,17 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	var deadline time.Time
 	waited := false
 	for {
-		if left, ok := b.tryTake(hits); ok {
-			return b.decision(left, now), nil
+		if b.spendable(now) {
+			if left, ok := b.tryTake(hits); ok {
+				return b.decision(left, now), nil
+			}
 		}
 		du := b.denyUntil.Load()
 		if du == evicted {
 			b = m.bucketFor(key, p, now)
 			continue
 		}
-		if now < du {
+		if now < du && hits <= b.denyHits.Load() {
 			m.st.localDenials.Add(1)
 			decisionsDenyLoc.Inc()
 			local := b.tokens.Load()
@@ -449,12 +455,18 @@ func (m *Manager) waitSlot(s *slot, deadline time.Time) bool {
 // releases it.
 func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64) Decision {
 	local := b.tokens.Swap(0)
-	if local >= hits {
-		b.tokens.Add(local - hits)
-		m.release(b, s, nil)
-		return b.decision(local-hits, now)
+	// Tokens of a window that ended are dropped: the Store counted them
+	// in that window (consumption is still measured from all of them).
+	keep := local
+	if !b.spendable(now) {
+		keep = 0
 	}
-	need := hits - local
+	if keep >= hits {
+		b.tokens.Add(keep - hits)
+		m.release(b, s, nil)
+		return b.decision(keep-hits, now)
+	}
+	need := hits - keep
 	want := m.sizeLease(b, b.basis.Load()-local, now, need)
 
 	m.st.storeDecisions.Add(1)
@@ -462,18 +474,26 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	decisionsStore.Inc()
 	g, err := m.store.Lease(ctx, b.key, p, want, need)
 	if err != nil {
-		b.tokens.Add(local)
+		b.tokens.Add(keep)
 		m.release(b, s, err)
 		return m.failure(b, b.key, p, hits, err)
 	}
+	// The Store's durations count from its answer, not from now.
+	after := max(now, m.nanos())
 	b.remaining.Store(g.Remaining)
-	b.resetAt.Store(now + int64(g.Reset))
+	b.resetAt.Store(addTime(after, g.Reset))
 	if g.Granted >= need && g.Granted > 0 {
 		m.countLocal(b.basis.Load() - local)
 		m.st.tokensLeased.Add(g.Granted)
 		tokensLeased.AddInt64(g.Granted)
 		b.lastLeaseMs = unixMs32(now)
-		left := b.tokens.Add(g.Granted + local - hits)
+		exp := leaseExpiry(p, now, g)
+		if keep > 0 {
+			// Kept tokens may belong to the window before the grant's.
+			exp = min(exp, b.expires.Load())
+		}
+		b.expires.Store(exp)
+		left := b.tokens.Add(g.Granted + keep - hits)
 		// basis bounds Refund, so it counts the hits just spent; they
 		// are measured as consumed at the next lease.
 		b.basis.Store(left + hits)
@@ -483,11 +503,12 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	}
 	// Denied: basis stays (it bounds refunds of hits spent before), and
 	// the consumption since the last grant is measured at the next one.
-	b.tokens.Add(local)
+	b.tokens.Add(keep)
 	wait := max(g.Wait, time.Millisecond)
-	b.denyTill(now + int64(wait))
+	b.denyHits.Store(hits)
+	b.denyTill(addTime(after, wait))
 	m.release(b, s, nil)
-	return Decision{Limit: p.Limit, Remaining: local + g.Remaining, RetryAfter: wait, Reset: b.reset(local, now)}
+	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
 }
 
 // touch records a check at now, to touchMs resolution (most checks only
@@ -610,6 +631,10 @@ func (m *Manager) takeExact(key string, p Policy, hits int64) (Decision, error) 
 // put them back into the local bucket, never above what the last lease
 // left on hand; exact algorithms, unknown keys and changed policies
 // ignore it.
+//
+// Refund only decisions that are not Degraded: a Degraded decision was made
+// by the failure mode and took nothing from the local bucket, so refunding
+// it would put tokens there that no Store ever granted (over-admission).
 func (m *Manager) Refund(key string, p Policy, hits int64) {
 	if hits <= 0 || hits > MaxHits || !p.Algorithm.Leased() {
 		return
@@ -831,8 +856,18 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.st.tokensLeased.Add(g.Granted)
 	tokensLeased.AddInt64(g.Granted)
 	b.remaining.Store(g.Remaining)
-	b.resetAt.Store(now + int64(g.Reset))
+	b.resetAt.Store(addTime(max(now, m.nanos()), g.Reset))
 	b.lastLeaseMs = unixMs32(now)
+	if g.Granted > 0 {
+		exp := leaseExpiry(p, now, g)
+		if !b.spendable(now) || b.tokens.Load() == 0 {
+			b.tokens.Swap(0) // of a window that ended: dropped
+		} else {
+			// Tokens on hand may belong to the window before the grant's.
+			exp = min(exp, b.expires.Load())
+		}
+		b.expires.Store(exp)
+	}
 	// The fast path kept spending while we were away: the new basis is
 	// what is on hand now.
 	b.basis.Store(b.tokens.Add(g.Granted))
@@ -850,6 +885,11 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket) error {
 	tokens := b.tokens.Swap(0)
 	m.countLocal(b.basis.Load() - tokens)
 	b.basis.Store(0)
+	if !b.spendable(m.nanos()) {
+		// Tokens of a window that ended: a return would lower the count
+		// of the current window, which never granted them.
+		tokens = 0
+	}
 	var err error
 	if tokens > 0 {
 		m.st.returns.Add(1)
@@ -937,7 +977,24 @@ func (m *Manager) sweep(now time.Time) int {
 		}
 	})
 	_ = m.returnAll(m.ctx, idle) // logged per key
+	m.prunePolicies()
 	return len(idle)
+}
+
+// prunePolicies forgets the interned policies that no bucket uses, so that
+// rule reloads do not grow the Manager forever. A policy interned by a
+// bucketFor racing with it may be interned again: harmless, buckets
+// compare policies by value.
+func (m *Manager) prunePolicies() {
+	live := make(map[*Policy]struct{})
+	m.buckets.rangeAll(func(b *bucket) { live[b.pol] = struct{}{} })
+	m.policies.Lock()
+	defer m.policies.Unlock()
+	for p, q := range m.policies.m {
+		if _, ok := live[q]; !ok {
+			delete(m.policies.m, p)
+		}
+	}
 }
 
 func (m *Manager) sweeper(every time.Duration) {

@@ -221,7 +221,13 @@ func (n *Node) decideOne(it *item, hits int64) error {
 		return err
 	}
 	it.done = true
-	it.charged = it.d.Allowed && hits > 0 && !it.peek
+	// A degraded decision (the Store was down: open or local failure mode)
+	// took nothing from the leased bucket, so it must not be refunded there:
+	// a refund would create tokens no Store granted.
+	// A degraded decision (the Store was down: open or local failure mode)
+	// took nothing from the leased bucket, so it must not be refunded there:
+	// a refund would create tokens no Store granted.
+	it.charged = it.d.Allowed && hits > 0 && !it.peek && !it.d.Degraded
 	it.ri.checks[decisionOf(it.d, it.ri.rule.Shadow, it.p.OnFailure)].Inc()
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -110,5 +112,67 @@ func TestErrorStatus(t *testing.T) {
 		if status != c.status || field != c.field || msg == "" {
 			t.Errorf("%v: %d %q %q, want %d field %q", c.err, status, msg, field, c.status, c.field)
 		}
+	}
+}
+
+// toggleStore is a MemoryStore that can be made unavailable (a seam we own).
+type toggleStore struct {
+	*lease.MemoryStore
+	down atomic.Bool
+}
+
+func (s *toggleStore) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
+	if s.down.Load() {
+		return lease.Grant{}, lease.ErrStoreUnavailable
+	}
+	return s.MemoryStore.Lease(ctx, key, p, want, need)
+}
+
+// TestDegradedChargeIsNotRefunded: a request allowed by one rule in a
+// failure mode (no Store tokens taken) and denied by another must not
+// "refund" the first rule into its leased bucket — those tokens were never
+// granted by the Store and would be admitted on top of the limit once the
+// Store is back.
+func TestDegradedChargeIsNotRefunded(t *testing.T) {
+	clock := newFakeClock()
+	store := &toggleStore{MemoryStore: lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})}
+	t.Cleanup(func() { store.Close() })
+	tn := newTestNodeStore(t, `
+rules:
+  - name: a
+    algorithm: token_bucket
+    limit: 3
+    period: 1h
+    key: header:X-K
+  - name: b
+    algorithm: token_bucket
+    limit: 1
+    period: 1h
+    key: header:X-B
+`, store, clock)
+	admitted := 0
+	// The Store is up: rule a leases and spends a token.
+	if r := tn.do("POST", "/v1/check", `{"rule":"a","key":"k"}`); r.status == 200 {
+		admitted++
+	}
+	store.down.Store(true)
+	// Store down: a allows from node memory (degraded); b allows once, then
+	// denies, and a's charge of the denied request is undone.
+	for i, want := range []int{200, 429} {
+		if r := tn.do("GET", "/v1/auth", "", "X-K: k", "X-B: k"); r.status != want {
+			t.Fatalf("request %d while the Store is down: %d %s, want %d", i, r.status, r.body, want)
+		}
+	}
+	store.down.Store(false)
+	clock.Advance(time.Minute) // past the breaker's cool-down; 1h period: no refill to speak of
+	for range 10 {
+		if r := tn.do("POST", "/v1/check", `{"rule":"a","key":"k"}`); r.status == 200 {
+			admitted++
+		}
+	}
+	// Only the Store's 3 tokens may be admitted through it (the degraded
+	// admissions came from node memory while it was down).
+	if admitted > 3 {
+		t.Fatalf("rule a admitted %d through the Store, limit 3: a degraded decision was refunded into the leased bucket", admitted)
 	}
 }

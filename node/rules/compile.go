@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 )
@@ -73,6 +75,9 @@ func compile(spec Spec, idx, line int) (*Rule, *Error) {
 	if err := p.Validate(); err != nil {
 		return nil, policyError(err, "", fail)
 	}
+	if msg := logLimitMsg(*p); msg != "" {
+		return nil, fail("limit", msg)
+	}
 
 	if spec.Key != "" {
 		for part := range strings.SplitSeq(spec.Key, ",") {
@@ -114,9 +119,16 @@ func compile(spec Spec, idx, line int) (*Rule, *Error) {
 
 	if m := spec.Match; m != nil {
 		nm := &MatchSpec{PathPrefix: m.PathPrefix, Host: strings.ToLower(m.Host)}
+		if len(nm.Host) > 1 {
+			nm.Host = strings.TrimSuffix(nm.Host, ".") // as request hosts are
+		}
 		if m.PathPrefix != "" && m.PathPrefix[0] != '/' {
 			return nil, fail("match.path_prefix", "must begin with /")
 		}
+		// Requests' paths are normalized before matching (see the package
+		// doc): so is the prefix, or one holding %XX, // or dot segments
+		// would never match.
+		nm.PathPrefix = normalizePath(nm.PathPrefix)
 		for i, meth := range m.Methods {
 			meth = strings.ToUpper(strings.TrimSpace(meth))
 			if !validToken(meth) {
@@ -171,6 +183,9 @@ func compile(spec Spec, idx, line int) (*Rule, *Error) {
 		if err := op.Validate(); err != nil {
 			return nil, policyError(err, f+".", fail)
 		}
+		if msg := logLimitMsg(op); msg != "" {
+			return nil, fail(f+".limit", msg)
+		}
 		r.Overrides = append(r.Overrides, Override{Key: o.Key, Policy: op})
 	}
 	if len(spec.Overrides) == 0 {
@@ -180,6 +195,14 @@ func compile(spec Spec, idx, line int) (*Rule, *Error) {
 	}
 	r.Spec = spec
 	return r, nil
+}
+
+// logLimitMsg says what is wrong with a sliding_log policy's limit, or "".
+func logLimitMsg(p lease.Policy) string {
+	if p.Algorithm == lease.SlidingLog && p.Limit > MaxLogLimit {
+		return "must be ≤ 10000 for sliding_log (it stores every hit); use sliding_window for bigger limits"
+	}
+	return ""
 }
 
 // policyError maps lease.Policy.Validate's error onto the rule's field.
@@ -243,6 +266,23 @@ func derivedDescriptors(srcs []Source) []string {
 		names = append(names, n)
 	}
 	return names
+}
+
+// normalizePath normalizes p as request paths are (%XX decoded, repeated
+// slashes merged, dot segments resolved) when it needs it.
+func normalizePath(p string) string {
+	if !needsNormalizing(p) {
+		return p
+	}
+	var u fasthttp.URI
+	u.SetPath(p)
+	return string(u.Path())
+}
+
+// needsNormalizing reports whether normalizing path p could change it
+// (authRequest.uri makes the same test on bytes).
+func needsNormalizing(p string) bool {
+	return strings.IndexByte(p, '%') >= 0 || strings.Contains(p, "//") || strings.Contains(p, "/.")
 }
 
 // validToken reports whether s is a non-empty HTTP token (RFC 9110), as

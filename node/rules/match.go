@@ -123,12 +123,16 @@ func hostMatches(g string, host []byte) bool {
 	return globMatch(g, normalizeHost(buf[:0], host))
 }
 
-// normalizeHost appends host lower-cased and without its port to dst
-// ("[::1]:80" → "[::1]"). Hosts longer than 255 bytes are cut.
+// normalizeHost appends host lower-cased, without its port and without
+// the trailing dot of a fully qualified name to dst ("[::1]:80" → "[::1]",
+// "Example.COM.:443" → "example.com"). Hosts longer than 255 bytes are cut.
 func normalizeHost(dst, host []byte) []byte {
 	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 &&
 		(host[0] == '[' || bytes.IndexByte(host[:i], ':') < 0) {
 		host = host[:i]
+	}
+	if n := len(host); n > 1 && host[n-1] == '.' {
+		host = host[:n-1]
 	}
 	if len(host) > 255 {
 		host = host[:255]
@@ -169,6 +173,7 @@ type authRequest struct {
 	uriDone           bool
 	path, query       []byte
 	args              *fasthttp.Args
+	pathURI           *fasthttp.URI // normalizes path when it must be
 	jwtDone           bool
 	jwt               *fastjson.Object
 	parser            *fastjson.Parser
@@ -190,6 +195,9 @@ var jwtParsers fastjson.ParserPool
 func (a *authRequest) release() {
 	if a.args != nil {
 		fasthttp.ReleaseArgs(a.args)
+	}
+	if a.pathURI != nil {
+		fasthttp.ReleaseURI(a.pathURI)
 	}
 	if a.parser != nil {
 		jwtParsers.Put(a.parser)
@@ -252,6 +260,13 @@ func (a *authRequest) uri() {
 	}
 	if len(a.path) == 0 {
 		a.path = []byte("/")
+	}
+	// Gateways forward the raw URI but route on the normalized path: match
+	// and key on that one, or "/%61pi/" escapes a rule on "/api/".
+	if bytes.IndexByte(a.path, '%') >= 0 || bytes.Contains(a.path, []byte("//")) || bytes.Contains(a.path, []byte("/.")) {
+		a.pathURI = fasthttp.AcquireURI()
+		a.pathURI.SetPathBytes(a.path) // decodes %XX, merges slashes, resolves dot segments
+		a.path = a.pathURI.Path()
 	}
 }
 

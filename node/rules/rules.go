@@ -63,10 +63,13 @@
 //     X-Original-URI (nginx); when neither is present, from the auth
 //     request's own URI with a leading /v1/auth removed, which is what Envoy
 //     ext_authz sends (it appends the original path to the auth path).
+//     The path is normalized as gateways route on it (%XX decoded,
+//     repeated slashes merged, "." and ".." segments resolved) before
+//     path_prefix and the path source see it.
 //   - method: X-Forwarded-Method (Traefik, Caddy), X-Original-Method
 //     (nginx), else the auth request's method (Envoy keeps it).
 //   - host: X-Forwarded-Host, X-Original-Host, else Host. Matched without
-//     its port, case-insensitively, as a glob.
+//     its port and a trailing dot, case-insensitively, as a glob.
 //   - ip: the first X-Forwarded-For entry, else X-Real-IP, else the
 //     connection's remote address. These headers are trusted as sent: only
 //     trusted gateways must be able to reach Sluice.
@@ -109,6 +112,12 @@ const (
 	MaxOverrides = 1000
 	// MaxSplit bounds hot.split.
 	MaxSplit = 1024
+	// MaxLogLimit bounds the limit of a sliding_log rule (and its
+	// overrides). The Store keeps one entry per admitted hit (a sorted-set
+	// member in Redis, all of a check's hits written by one script), so a
+	// bigger limit lets one key, or one check, take Redis's memory and
+	// time; sliding_log is for low-rate, precise limits (logins, payments).
+	MaxLogLimit = 10000
 )
 
 // ErrInvalid means a rule or rule file is invalid; the error is an [*Error]
