@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lua"
 	"github.com/sluicehq/sluice/node"
 )
 
@@ -133,10 +134,15 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 // set, else the in-memory store. The returned func closes it.
 func newStore(o options) (lease.Store, func(), error) {
 	if o.redis != "" {
-		// Wire the Redis store here once lua/ lands:
-		//   cfg, err := lua.ParseURL(o.redis); s, err := lua.NewStore(cfg)
-		//   return s, s.Close, nil
-		return nil, nil, errors.New("-redis (SLUICE_REDIS) is not yet supported: run without it for the in-memory store")
+		cfg, err := lua.ParseURL(o.redis)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-redis (SLUICE_REDIS): %w", err)
+		}
+		s, err := lua.NewStore(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot connect to Redis %s: %w", o.redis, err)
+		}
+		return s, s.Close, nil
 	}
 	s := lease.NewMemoryStore(lease.MemoryStoreConfig{})
 	return s, func() { s.Close() }, nil

@@ -100,7 +100,10 @@ func TestStartFailures(t *testing.T) {
 	}{
 		{[]string{"-rules", bad, "-listen", "127.0.0.1:0"}, "limit"},
 		{[]string{"-rules", filepath.Join(dir, "missing.yaml"), "-listen", "127.0.0.1:0"}, "missing.yaml"},
-		{[]string{"-redis", "127.0.0.1:6379", "-listen", "127.0.0.1:0"}, "not yet supported"},
+		// Nothing listens on port 1: the node refuses to start rather than
+		// run on a Store it never reached.
+		{[]string{"-redis", "127.0.0.1:1", "-listen", "127.0.0.1:0"}, "cannot connect to Redis"},
+		{[]string{"-redis", "sentinel://", "-listen", "127.0.0.1:0"}, "-redis"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer

@@ -1,0 +1,123 @@
+package redistest
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+//go:embed testdata/fakeclock.c
+var fakeclockC string
+
+// Clock is the wall clock of a server started by StartWithClock: frozen
+// until the test moves it. Redis TIME (and so every script's now), key
+// expiry and everything else that reads the wall clock in the server see
+// it; Redis's monotonic clock (its event loop and timers) stays real.
+//
+// It works by preloading a small shim (testdata/fakeclock.c, compiled with gcc when
+// the server starts) that reads the wall clock from a shared-memory
+// int64. Clock is safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex // serializes Advance
+	mem []byte     // the shared mapping: int64 µs since the epoch
+}
+
+func (c *Clock) word() *int64 { return (*int64)(unsafe.Pointer(&c.mem[0])) }
+
+// Now is the server's current time.
+func (c *Clock) Now() time.Time { return time.UnixMicro(atomic.LoadInt64(c.word())) }
+
+// Advance moves the server's clock forward by d (rounded down to the
+// microsecond). The server reads the new time from its next clock read on.
+func (c *Clock) Advance(d time.Duration) {
+	if d < 0 {
+		panic(fmt.Sprintf("redistest: clock cannot go back (Advance(%v))", d))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	atomic.AddInt64(c.word(), d.Microseconds())
+}
+
+// StartWithClock is StartServer with the server's wall clock frozen at
+// start (truncated to the microsecond) and moved only by the returned
+// Clock. Tests of time-dependent Redis scripts then see exact times, as
+// tests of Go code do with a fake clock. It needs gcc (to build the shim)
+// and a dynamically linked redis-server; without gcc it fails, or skips
+// when SLUICE_SKIP_REDIS=1.
+func StartWithClock(t testing.TB, start time.Time, extra ...string) (*Server, *Clock) {
+	t.Helper()
+	requireRedis(t)
+	dir := t.TempDir()
+	shim := buildShim(t, dir)
+	file := filepath.Join(dir, "clock")
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(start.UnixMicro()))
+	if err := os.WriteFile(file, b[:], 0o600); err != nil {
+		t.Fatalf("redistest: cannot write the clock file: %v", err)
+	}
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, 8, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatalf("redistest: cannot map the clock file: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(mem) })
+	clock := &Clock{mem: mem}
+
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort(false)
+		if err != nil {
+			t.Fatalf("redistest: cannot find a free port: %v", err)
+		}
+		s := newServer(t, port, t.TempDir(), extra)
+		s.env = []string{"LD_PRELOAD=" + shim, "SLUICE_FAKE_CLOCK_FILE=" + file}
+		if lastErr = s.start(); lastErr != nil {
+			continue
+		}
+		t.Cleanup(s.stop)
+		// The clock must really be faked: TIME answers the frozen time.
+		now := clock.Now()
+		want := fmt.Sprintf("%d\n%d", now.Unix(), now.Nanosecond()/1000)
+		if out, err := Command(s.Addr, "TIME"); err != nil || out != want {
+			t.Fatalf("redistest: redis-server with the fake clock answers TIME %q, want %q (%v); is redis-server statically linked?", out, want, err)
+		}
+		return s, clock
+	}
+	t.Fatalf("redistest: cannot start redis-server with a fake clock: %v", lastErr)
+	return nil, nil
+}
+
+// buildShim compiles fakeclock.c into dir and returns the .so's path.
+func buildShim(t testing.TB, dir string) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		if os.Getenv("SLUICE_SKIP_REDIS") == "1" {
+			t.Skip("redistest: gcc not found (needed for the fake clock) and SLUICE_SKIP_REDIS=1")
+		}
+		t.Fatal("redistest: gcc not found: the fake clock for redis-server is a C shim built at test time (apt-get install gcc)")
+	}
+	src := filepath.Join(dir, "fakeclock.c")
+	so := filepath.Join(dir, "fakeclock.so")
+	if err := os.WriteFile(src, []byte(fakeclockC), 0o600); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-Wall", "-o", so, src).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: cannot build the fake clock shim: %v\n%s", err, out)
+	}
+	return so
+}

@@ -1,0 +1,324 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+var (
+	//go:embed token_bucket_lease.lua
+	tokenBucketLeaseSrc string
+	//go:embed token_bucket_return.lua
+	tokenBucketReturnSrc string
+	//go:embed gcra_lease.lua
+	gcraLeaseSrc string
+	//go:embed gcra_return.lua
+	gcraReturnSrc string
+	//go:embed fixed_window_lease.lua
+	fixedWindowLeaseSrc string
+	//go:embed fixed_window_return.lua
+	fixedWindowReturnSrc string
+	//go:embed sliding_window_lease.lua
+	slidingWindowLeaseSrc string
+	//go:embed sliding_window_return.lua
+	slidingWindowReturnSrc string
+	//go:embed sliding_log.lua
+	slidingLogSrc string
+	//go:embed concurrency_acquire.lua
+	concurrencyAcquireSrc string
+	//go:embed concurrency_release.lua
+	concurrencyReleaseSrc string
+)
+
+// scripts holds one wrapped script per file. rueidis.Lua sends EVALSHA and
+// falls back to EVAL (which also loads the script) on NOSCRIPT, so a
+// restarted or new server needs no preparation.
+type scripts struct {
+	lease, ret [lease.SlidingWindow + 1]*rueidis.Lua // by leased Algorithm
+	log        *rueidis.Lua
+	acquire    *rueidis.Lua
+	release    *rueidis.Lua
+}
+
+func newScripts() *scripts {
+	s := &scripts{
+		log:     rueidis.NewLuaScript(slidingLogSrc),
+		acquire: rueidis.NewLuaScript(concurrencyAcquireSrc),
+		release: rueidis.NewLuaScript(concurrencyReleaseSrc),
+	}
+	s.lease[lease.TokenBucket] = rueidis.NewLuaScript(tokenBucketLeaseSrc)
+	s.ret[lease.TokenBucket] = rueidis.NewLuaScript(tokenBucketReturnSrc)
+	s.lease[lease.GCRA] = rueidis.NewLuaScript(gcraLeaseSrc)
+	s.ret[lease.GCRA] = rueidis.NewLuaScript(gcraReturnSrc)
+	s.lease[lease.FixedWindow] = rueidis.NewLuaScript(fixedWindowLeaseSrc)
+	s.ret[lease.FixedWindow] = rueidis.NewLuaScript(fixedWindowReturnSrc)
+	s.lease[lease.SlidingWindow] = rueidis.NewLuaScript(slidingWindowLeaseSrc)
+	s.ret[lease.SlidingWindow] = rueidis.NewLuaScript(slidingWindowReturnSrc)
+	return s
+}
+
+// keySuffix names each algorithm's Redis key, so that a counter key whose
+// rule changes algorithm starts fresh instead of meeting another
+// algorithm's state (or a WRONGTYPE error).
+var keySuffix = [...]string{
+	lease.TokenBucket:   "tb",
+	lease.GCRA:          "gcra",
+	lease.FixedWindow:   "fw",
+	lease.SlidingWindow: "sw",
+	lease.SlidingLog:    "log",
+	lease.Concurrency:   "cc",
+}
+
+// MaxLogHits bounds the hits of one sliding_log check: the script records
+// one sorted-set member per hit, and a check must not block Redis for
+// long (10,000 members take a few milliseconds).
+const MaxLogHits = 10_000
+
+// Store is a lease.Store in Redis. It is safe for concurrent use.
+type Store struct {
+	client      rueidis.Client
+	scripts     *scripts
+	prefix      string
+	callTimeout time.Duration
+	closeOnce   sync.Once
+}
+
+var _ lease.Store = (*Store)(nil)
+
+// NewStore connects to Redis as cfg says (standalone, Sentinel or Cluster;
+// see Config.Addrs) and returns a Store. It fails if cfg is invalid or no
+// server answers: a node should not start against an unreachable Redis.
+// Once running, lost connections are redialed on demand.
+func NewStore(cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	opt := rueidis.ClientOption{
+		InitAddress:      append([]string(nil), cfg.Addrs...),
+		Username:         cfg.Username,
+		Password:         cfg.Password,
+		SelectDB:         cfg.DB,
+		ClientName:       cfg.ClientName,
+		Dialer:           net.Dialer{Timeout: cfg.DialTimeout},
+		ConnWriteTimeout: cfg.ConnWriteTimeout,
+		// Client-side caching is for reads; every call here is a script
+		// that writes.
+		DisableCache: true,
+		// Scripts are not idempotent: never resend one that may have run.
+		DisableRetry: true,
+		// Auto-pipelining (the default) batches concurrent calls on one
+		// connection.
+	}
+	if cfg.SentinelMaster != "" {
+		opt.Sentinel = rueidis.SentinelOption{
+			MasterSet: cfg.SentinelMaster,
+			Username:  cfg.SentinelUsername,
+			Password:  cfg.SentinelPassword,
+			Dialer:    net.Dialer{Timeout: cfg.DialTimeout},
+		}
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to redis %s: %w: %w", strings.Join(cfg.Addrs, ","), lease.ErrStoreUnavailable, err)
+	}
+	return &Store{
+		client:      client,
+		scripts:     newScripts(),
+		prefix:      cfg.KeyPrefix,
+		callTimeout: cfg.CallTimeout,
+	}, nil
+}
+
+// Close closes the connections. It is idempotent; calls after Close fail.
+func (s *Store) Close() {
+	s.closeOnce.Do(s.client.Close)
+}
+
+// Ping reports whether Redis answers (every node, for a Cluster).
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	for _, c := range s.client.Nodes() {
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			return unavailable("ping", err)
+		}
+	}
+	return nil
+}
+
+// Key returns the Redis key that holds counter key's state for algorithm
+// a. The whole counter key is the hash tag, so a counter's keys share one
+// Cluster slot and different counters spread over all slots. A counter key
+// containing '}' would end the tag early; such keys are tagged with the
+// hex xxhash of the counter key instead, and the counter key follows the
+// tag so that the Redis key stays unique:
+//
+//	{sl:user-42}:tb
+//	{sl:#9f86d081884c7d65}we}ird:tb
+func (s *Store) Key(counter string, a lease.Algorithm) string {
+	suffix := "x" // not a valid algorithm: no script ever uses it
+	if int(a) < len(keySuffix) && keySuffix[a] != "" {
+		suffix = keySuffix[a]
+	}
+	if strings.IndexByte(counter, '}') < 0 {
+		return "{" + s.prefix + ":" + counter + "}:" + suffix
+	}
+	var sum [8]byte
+	h := xxhash.Sum64String(counter)
+	for i := range sum {
+		sum[i] = byte(h >> (56 - 8*i))
+	}
+	return "{" + s.prefix + ":#" + hex.EncodeToString(sum[:]) + "}" + counter + ":" + suffix
+}
+
+// Lease implements lease.Leaser.
+func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
+	if err := lease.CheckLease(p, want, need); err != nil {
+		return lease.Grant{}, err
+	}
+	var args []string
+	if p.Algorithm == lease.TokenBucket || p.Algorithm == lease.GCRA {
+		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), itoa(want), itoa(need)}
+	} else {
+		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(want), itoa(need)}
+	}
+	v, err := s.exec(ctx, "lease", s.scripts.lease[p.Algorithm], s.Key(key, p.Algorithm), args)
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	return lease.Grant{Granted: v[0], Remaining: v[1], Wait: millis(v[2]), Reset: millis(v[3])}, nil
+}
+
+// Return implements lease.Leaser.
+func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens int64) error {
+	if err := lease.CheckReturn(p, tokens); err != nil {
+		return err
+	}
+	if tokens == 0 {
+		return nil
+	}
+	var args []string
+	if p.Algorithm == lease.TokenBucket || p.Algorithm == lease.GCRA {
+		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), itoa(tokens)}
+	} else {
+		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(tokens)}
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailable("return", err)
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	err := s.scripts.ret[p.Algorithm].Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, args).Error()
+	if err != nil {
+		return unavailable("return", err)
+	}
+	return nil
+}
+
+// Log implements lease.Exact for sliding_log.
+func (s *Store) Log(ctx context.Context, key string, p lease.Policy, hits int64) (lease.Result, error) {
+	if err := lease.CheckLog(p, hits); err != nil {
+		return lease.Result{}, err
+	}
+	if hits > MaxLogHits {
+		return lease.Result{}, &lease.FieldError{Field: "hits", Msg: fmt.Sprintf("must be at most %d for sliding_log in Redis (one sorted-set member per hit), got %d", MaxLogHits, hits)}
+	}
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(micros(p.MinInterval)), itoa(hits)}
+	v, err := s.exec(ctx, "sliding_log", s.scripts.log, s.Key(key, lease.SlidingLog), args)
+	if err != nil {
+		return lease.Result{}, err
+	}
+	return result(v), nil
+}
+
+// Acquire implements lease.Exact for concurrency.
+func (s *Store) Acquire(ctx context.Context, key string, p lease.Policy, id string, hits int64) (lease.Result, error) {
+	if err := lease.CheckAcquire(p, id, hits); err != nil {
+		return lease.Result{}, err
+	}
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), id, itoa(hits)}
+	v, err := s.exec(ctx, "acquire", s.scripts.acquire, s.Key(key, lease.Concurrency), args)
+	if err != nil {
+		return lease.Result{}, err
+	}
+	return result(v), nil
+}
+
+// Release implements lease.Exact for concurrency.
+func (s *Store) Release(ctx context.Context, key string, p lease.Policy, id string) error {
+	if err := lease.CheckRelease(p, id); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailable("release", err)
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if err := s.scripts.release.Exec(ctx, s.client, []string{s.Key(key, lease.Concurrency)}, []string{id}).Error(); err != nil {
+		return unavailable("release", err)
+	}
+	return nil
+}
+
+// exec runs script on key and returns its 4 integers.
+func (s *Store) exec(ctx context.Context, op string, script *rueidis.Lua, key string, args []string) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, unavailable(op, err)
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	v, err := script.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	if len(v) != 4 {
+		return nil, fmt.Errorf("cannot run %s: %w: script returned %d values, want 4", op, lease.ErrStoreUnavailable, len(v))
+	}
+	return v, nil
+}
+
+// withTimeout applies the call timeout to a context without a deadline.
+// A context that is already done is returned as is: rueidis then fails the
+// call without sending it.
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || s.callTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.callTimeout)
+}
+
+// unavailable wraps a Redis or transport error: every failure to get an
+// answer from Redis is lease.ErrStoreUnavailable, and the cause (such as
+// context.DeadlineExceeded) stays visible to errors.Is.
+func unavailable(op string, err error) error {
+	if errors.Is(err, lease.ErrStoreUnavailable) {
+		return err
+	}
+	return fmt.Errorf("cannot run %s: %w: %w", op, lease.ErrStoreUnavailable, err)
+}
+
+func result(v []int64) lease.Result {
+	return lease.Result{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: millis(v[2]), Reset: millis(v[3])}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// micros is d in whole microseconds, truncated like the lease package's
+// math (lease/algo.go).
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
