@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+)
+
+// ErrRedisReply means Redis answered something the bench cannot read.
+var ErrRedisReply = errors.New("unexpected Redis reply")
+
+// RedisCommandStats returns the calls of every command from Redis's
+// INFO commandstats at addr (host:port), e.g. {"evalsha": 1200}.
+func RedisCommandStats(ctx context.Context, addr string) (map[string]int64, error) {
+	info, err := redisCommand(ctx, addr, "INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	return ParseCommandStats(info)
+}
+
+// RedisPing returns nil when Redis at addr answers PING.
+func RedisPing(ctx context.Context, addr string) error {
+	_, err := redisCommand(ctx, addr, "PING")
+	return err
+}
+
+// redisCommand sends one command over a fresh connection and returns a
+// bulk or simple string reply.
+func redisCommand(ctx context.Context, addr string, args ...string) ([]byte, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+	}
+	defer c.Close()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(5 * time.Second)
+	}
+	_ = c.SetDeadline(deadline)
+	var req []byte
+	req = fmt.Appendf(req, "*%d\r\n", len(args))
+	for _, a := range args {
+		req = fmt.Appendf(req, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write(req); err != nil {
+		return nil, fmt.Errorf("cannot send %s to Redis: %w", args[0], err)
+	}
+	return readRESPString(bufio.NewReader(c))
+}
+
+// maxInfoBytes bounds the INFO reply the bench accepts.
+const maxInfoBytes = 16 << 20
+
+func readRESPString(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return nil, fmt.Errorf("cannot read Redis reply: %w", err)
+	}
+	line = bytes.TrimRight(line, "\r\n")
+	if len(line) == 0 {
+		return nil, fmt.Errorf("%w: empty line", ErrRedisReply)
+	}
+	switch line[0] {
+	case '+':
+		return append([]byte(nil), line[1:]...), nil
+	case '-':
+		return nil, fmt.Errorf("%w: %s", ErrRedisReply, line[1:])
+	case '$':
+		n, err := strconv.Atoi(string(line[1:]))
+		if err != nil || n < 0 || n > maxInfoBytes {
+			return nil, fmt.Errorf("%w: bulk length %q", ErrRedisReply, line[1:])
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, fmt.Errorf("cannot read Redis reply: %w", err)
+		}
+		return buf[:n], nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrRedisReply, line)
+}
+
+// ParseCommandStats parses INFO commandstats: lines such as
+// "cmdstat_evalsha:calls=12,usec=80,usec_per_call=6.67,..." (sub-commands
+// appear as "cmdstat_client|setname"). Other lines (the "# Commandstats"
+// header, blank lines) are ignored; a cmdstat line without a valid calls
+// count is an error.
+func ParseCommandStats(info []byte) (map[string]int64, error) {
+	out := map[string]int64{}
+	for len(info) > 0 {
+		var line []byte
+		line, info, _ = bytes.Cut(info, []byte("\n"))
+		line = bytes.TrimRight(line, "\r")
+		rest, ok := bytes.CutPrefix(line, []byte("cmdstat_"))
+		if !ok {
+			continue
+		}
+		name, fields, ok := bytes.Cut(rest, []byte(":"))
+		if !ok || len(name) == 0 {
+			return nil, fmt.Errorf("%w: commandstats line %q", ErrRedisReply, line)
+		}
+		calls := int64(-1)
+		for len(fields) > 0 {
+			var f []byte
+			f, fields, _ = bytes.Cut(fields, []byte(","))
+			if v, ok := bytes.CutPrefix(f, []byte("calls=")); ok {
+				n, err := strconv.ParseInt(string(v), 10, 64)
+				if err != nil || n < 0 {
+					return nil, fmt.Errorf("%w: calls %q of %s", ErrRedisReply, v, name)
+				}
+				calls = n
+			}
+		}
+		if calls < 0 {
+			return nil, fmt.Errorf("%w: no calls for %s", ErrRedisReply, name)
+		}
+		if out[string(name)] > 1<<62-calls {
+			return nil, fmt.Errorf("%w: calls of %s overflow", ErrRedisReply, name)
+		}
+		out[string(name)] += calls
+	}
+	return out, nil
+}
+
+// DiffCommandStats returns after − before per command, leaving out the
+// commands the bench itself sends to measure (info, ping) and commands whose
+// count did not change.
+func DiffCommandStats(before, after map[string]int64) (diff map[string]int64, total int64) {
+	diff = map[string]int64{}
+	for name, n := range after {
+		switch name {
+		case "info", "ping":
+			continue
+		}
+		if d := n - before[name]; d > 0 {
+			diff[name] = d
+			total += d
+		}
+	}
+	return diff, total
+}
+
+// scriptCommands are the commands that run a script: one network round
+// trip (and one atomic Store operation) each.
+var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true}
+
+// ScriptCalls is the number of script invocations in a commandstats diff.
+// INFO commandstats also counts the commands a script runs inside Redis
+// (a lease script's TIME, HMGET, HSET, PEXPIRE), so the total overstates
+// the Store operations the node asked for; script calls are those.
+func ScriptCalls(diff map[string]int64) int64 {
+	var n int64
+	for name, c := range diff {
+		if scriptCommands[name] {
+			n += c
+		}
+	}
+	return n
+}

@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHeadlineAndReport(t *testing.T) {
+	run := func(name string, batch int, rps float64) *RunResult {
+		return &RunResult{Name: name, Batch: batch, RPS: rps, DPS: rps * float64(batch), Decisions: int64(rps * float64(batch) * 8),
+			Elapsed: 8 * time.Second, ServerCPU: 8, GenCPU: 4, Mode: "closed",
+			Accuracy: &Accuracy{OverAdmitted: 1}, Degraded: 2}
+	}
+	st := &suite{s: &Suite{Host: HostInfo{CPUs: 2}, Limit: Limit{Limit: 100, Period: time.Second, Burst: 100}}}
+	st.s.Runs = []*RunResult{
+		run("mem-single", 1, 40_000), run("ceiling-single", 1, 50_000), run("ceiling-single#2", 1, 50_000), run("mem-single#2", 1, 30_000),
+		run("mem-batch100", 100, 6000), run("ceiling-batch100", 100, 20_000), run("ceiling-batch100#2", 100, 20_000), run("mem-batch100#2", 100, 8000),
+	}
+	for _, r := range st.s.Runs {
+		if strings.HasPrefix(r.Name, "ceiling-") {
+			r.Accuracy = nil
+		}
+	}
+	st.headline()
+	h := st.s.Headline
+	if h.SingleRatio != 0.7 || h.SingleRPS != 35_000 || h.CeilingRPS != 50_000 {
+		t.Errorf("single %v / ceiling %v = %v, want 35000/50000 = 0.7", h.SingleRPS, h.CeilingRPS, h.SingleRatio)
+	}
+	if h.BatchDPS != 700_000 || !strings.Contains(h.BatchLimitedBy, "node, not the generator") {
+		t.Errorf("batch %v: %q", h.BatchDPS, h.BatchLimitedBy)
+	}
+	// Every node run here has degraded decisions: their over-admission is
+	// counted apart from the lease contract's.
+	if h.OverAdmitted != 0 || h.OverAdmittedDegraded != 4 || h.Degraded != 8 || len(h.DegradedRuns) != 4 {
+		t.Errorf("over %d / in degraded runs %d, degraded %d in %v; want 0, 4, 8 in 4 node runs", h.OverAdmitted, h.OverAdmittedDegraded, h.Degraded, h.DegradedRuns)
+	}
+	if r := st.find("mem-single#2"); r.CeilingRatio != 0.6 {
+		t.Errorf("mem-single#2 ratio %v, want 0.6 against ceiling-single#2", r.CeilingRatio)
+	}
+	dir := t.TempDir()
+	if err := WriteReport(dir, st.s); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{"**70%** of the ceiling", "700.0k decisions/s", "| mem-batch100#2 |", "runs with degraded decisions"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+func TestRerender(t *testing.T) {
+	dir := t.TempDir()
+	s := &Suite{Runs: []*RunResult{{Name: "mem-single", RPS: 10, Batch: 1}, {Name: "ceiling-single", RPS: 20, Batch: 1}}, Headline: Headline{PeakRPS: 10}}
+	if err := WriteReport(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadSuite(filepath.Join(dir, "run.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Rerender(dir, loaded); err != nil {
+		t.Fatal(err)
+	}
+	if loaded.Headline.SingleRatio != 0.5 || loaded.Headline.PeakRPS != 10 {
+		t.Fatalf("headline %+v", loaded.Headline)
+	}
+}
