@@ -19,12 +19,15 @@ run: build
 
 ## deps: make sure what the tests need is installed (redis-server through apt when root).
 deps:
-	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing redis-server (apt-get)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+			echo "installing$$missing (apt-get)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 		else \
-			echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server) and run make test again" >&2; \
+			echo "missing:$$missing — install it (Debian/Ubuntu: sudo apt-get install$$missing) and run make test again" >&2; \
 			exit 1; \
 		fi; \
 	fi
