@@ -58,16 +58,7 @@ type Session interface {
 
 // Errors.
 var (
-	// ErrNoClient means the owner-aware Go client driver was asked for; it
-	// waits for node/client (issue 4) and is not faked.
-	ErrNoClient = errors.New("the Go client driver needs node/client, which does not exist yet")
 	// ErrBadResponse means a limiter answered with a status or body the
 	// driver cannot read as a decision.
 	ErrBadResponse = errors.New("unexpected response")
 )
-
-// goClientDriver is the owner-aware Go client driver.
-//
-// TODO(issue 4): route each key to its owner with node/client once it
-// exists. Until then NewGoClientDriver returns ErrNoClient; nothing fakes it.
-func NewGoClientDriver(addrs []string) (Driver, error) { return nil, ErrNoClient }

@@ -47,8 +47,10 @@ func (l *limiterHandler) handle(ctx *fasthttp.RequestCtx) {
 		}
 		if l.take(key) {
 			ctx.SetStatusCode(200)
+			ctx.SetBodyString(`{"allowed":true}`)
 		} else {
 			ctx.SetStatusCode(429)
+			ctx.SetBodyString(`{"allowed":false}`)
 		}
 	case "/v1/checks":
 		body := string(ctx.PostBody())
@@ -291,5 +293,43 @@ func TestRunCountsTransportErrors(t *testing.T) {
 	}
 	if r.Errors == 0 || r.Errors%3 != 0 || r.Decisions != 0 || r.FirstErr == "" {
 		t.Fatalf("errors %d decisions %d first %q", r.Errors, r.Decisions, r.FirstErr)
+	}
+}
+
+// TestGoClientDriver drives the limiter seam through node/client: without
+// /v1/members (404) the client sends to its seed, one /v1/check per single
+// check and one /v1/checks per batch.
+func TestGoClientDriver(t *testing.T) {
+	for _, batch := range []int{1, 10} {
+		lim := &limiterHandler{limit: 3, seen: map[string]int{}}
+		addr := serve(t, lim.handle)
+		kc := KeyConfig{Keys: 5, Dist: Uniform, Seed: 3}
+		d, err := NewGoClientDriver(GoClientConfig{Seeds: []string{addr}, Keys: kc.KeyNames()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Run(context.Background(), d, RunConfig{
+			Mode: Closed, Duration: 300 * time.Millisecond, Workers: 2, Batch: batch,
+			Keys: kc, Limit: &Limit{Limit: 3, Period: time.Hour, Burst: 3},
+		})
+		d.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Errors != 0 || r.Decisions == 0 || r.Decisions != r.Requests*int64(batch) {
+			t.Fatalf("batch %d: errors %d (%s), %d decisions for %d requests", batch, r.Errors, r.FirstErr, r.Decisions, r.Requests)
+		}
+		limMu.Lock()
+		want := int64(0)
+		for _, n := range lim.seen {
+			want += int64(min(n, 3))
+		}
+		limMu.Unlock()
+		if r.Allowed != want || r.Accuracy.OverAdmitted != 0 {
+			t.Fatalf("batch %d: allowed %d, server admitted %d, accuracy %+v", batch, r.Allowed, want, *r.Accuracy)
+		}
+	}
+	if _, err := NewGoClientDriver(GoClientConfig{Seeds: []string{"127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "keys") {
+		t.Fatalf("empty key table: %v", err)
 	}
 }

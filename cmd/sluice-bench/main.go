@@ -206,7 +206,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		d, err = bench.NewInprocDriver(bench.InprocConfig{Manager: mgr, Rule: *rule, Hits: *hits, Keys: keys,
 			Policy: lease.Policy{Algorithm: lease.TokenBucket, Limit: l, Period: *period, Burst: b}})
 	case "client":
-		d, err = bench.NewGoClientDriver([]string{*addr})
+		d, err = bench.NewGoClientDriver(bench.GoClientConfig{Seeds: strings.Split(*addr, ","), Rule: *rule, Hits: *hits, Keys: keys})
 	default:
 		var kind bench.HTTPKind
 		if kind, err = bench.ParseHTTPKind(*driver); err == nil {

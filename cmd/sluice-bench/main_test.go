@@ -35,7 +35,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-mode", "sideways"}, 2, "mode:"},
 		{[]string{"run", "-keys", "-5"}, 2, "keys:"},
 		{[]string{"run", "-driver", "raw", "-url", "x"}, 2, "url:"},
-		{[]string{"run", "-driver", "client"}, 2, "node/client"},
+		{[]string{"run", "-driver", "client", "-addr", "127.0.0.1:1"}, 2, "cannot start the Go client"},
 		{[]string{"run", "-duration", "0s"}, 2, "duration:"},
 		{[]string{"suite", "-phase", "1ns"}, 1, "phase:"},
 	}
