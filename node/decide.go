@@ -163,6 +163,9 @@ const minKeysBuf = 512
 // package doc, "Several rules, one answer"). An error (a bad call the
 // Manager refused) refunds what was charged.
 func (n *Node) decide(items []item, hits int64) (verdict, error) {
+	if c := n.cl; c != nil {
+		return c.decide(items, hits)
+	}
 	denied := false
 	var err error
 	// Leased rules first: their hits can be refunded.

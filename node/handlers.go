@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/forward"
 )
 
 // handle routes one request and counts it.
@@ -66,6 +67,17 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 			n.readyz(ctx)
 		}
 		return routeReadyz
+	case "/v1/members":
+		if n.requireGet(ctx) {
+			n.members(ctx)
+		}
+		return routeMembers
+	case forward.Path:
+		if n.cl == nil {
+			break
+		}
+		n.cl.handler(ctx)
+		return routeForward
 	}
 	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
 		n.auth(ctx)
@@ -179,6 +191,10 @@ func (n *Node) checks(ctx *fasthttp.RequestCtx) {
 		st.results = make([]api.CheckResult, len(checks))
 	}
 	st.results = st.results[:len(checks)]
+	if n.cl != nil {
+		n.checksRouted(ctx, st, t, checks)
+		return
+	}
 	start := time.Now()
 	for i := range checks {
 		c := &checks[i]
@@ -360,6 +376,7 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	var body struct {
 		Ready           bool   `json:"ready"`
 		Rules           int    `json:"rules"`
+		Joined          bool   `json:"joined"`
 		LastReloadError string `json:"last_reload_error,omitempty"`
 		LastReload      string `json:"last_reload,omitempty"`
 	}
@@ -371,10 +388,12 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 		body.LastReload = n.reload.when.UTC().Format(time.RFC3339)
 	}
 	n.reload.Unlock()
-	body.Ready = t != nil
+	body.Joined = n.clusterReady()
+	body.Ready = t != nil && body.Joined
 	if t != nil {
 		body.Rules = len(t.byName)
-	} else {
+	}
+	if !body.Ready {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 	}
 	b, _ := json.Marshal(body)

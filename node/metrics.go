@@ -19,6 +19,8 @@ const (
 	routeMetrics
 	routeHealthz
 	routeReadyz
+	routeMembers
+	routeForward
 	routeOther
 	numRoutes
 )
@@ -32,6 +34,8 @@ var routeNames = [numRoutes]string{
 	routeMetrics: "/metrics",
 	routeHealthz: "/healthz",
 	routeReadyz:  "/readyz",
+	routeMembers: "/v1/members",
+	routeForward: "/internal/v1/batch",
 	routeOther:   "other",
 }
 

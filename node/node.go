@@ -1,9 +1,11 @@
 // Package node is Sluice's HTTP server: it decodes checks, matches them to
 // rules, asks the lease Manager for decisions, and answers with JSON bodies
-// and rate-limit headers. It also serves /metrics, /healthz and /readyz.
-// (Rule files and their matching live in the sub-package node/rules, the
-// wire codec in node/api; routing to owners, membership and the admin API
-// are later parts of this package.)
+// and rate-limit headers. It also serves /metrics, /healthz and /readyz,
+// and, in a cluster, routes each check to the owner of its key (see
+// "Cluster"). (Rule files and their matching live in the sub-package
+// node/rules, the wire codec in node/api, membership in node/member, the
+// forwarding protocol in node/forward; the admin API is a later part of
+// this package.)
 //
 // # Endpoints
 //
@@ -17,12 +19,20 @@
 //     forward_auth. The answer is headers only: 200, 429 or 503. A request
 //     that matches no rule is allowed.
 //   - POST /v1/acquire, POST /v1/release: concurrency slots (see below).
+//   - GET /v1/members: the cluster view, {"self","ready","vnodes","members":
+//     [{"name","http_addr","gossip_addr","state"}]}, live members first, by
+//     name (node/client reads it). A single node lists itself alone.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
-//     (readiness: a rule set is loaded; the last reload error is shown).
+//     (readiness: a rule set is loaded and, in a cluster, the node has
+//     joined; the last reload error is shown).
+//   - POST /internal/v1/batch (cluster only): checks forwarded by peers
+//     (node/forward), guarded by the cluster key.
 //
-// Unknown paths, and the endpoints of later issues (rules CRUD, members,
-// hot keys, the dashboard), answer 404 with a JSON error; a known path with
-// the wrong method answers 405. Every error body is {"error","field"}.
+// Unknown paths, and the endpoints of later issues (rules CRUD, hot keys,
+// the dashboard), answer 404 with a JSON error, as does the internal
+// endpoint on a single node; a known path with the wrong method answers
+// 405. Every error body is {"error","field"} (the internal endpoint
+// answers plain text: see node/forward).
 //
 // # Several rules, one answer
 //
@@ -63,23 +73,52 @@
 // (strings.Clone) by any code that keeps it past the request (a forwarding
 // queue, a hot-key sketch, a log record kept by an async handler).
 //
+// # Cluster
+//
+// EnableCluster makes a Node one member of a cluster. Membership
+// (node/member, memberlist) calls MembersChanged on every join, leave or
+// failure, which rebuilds the consistent-hash ring (shard.Ring, the live
+// members' names) and swaps it in atomically. Each item's owner is
+// ring.Owner(counter key), the key node/client routes by too. Items this
+// node owns go to its Manager; the others go to their owner through a
+// per-peer forward.Forwarder queue (flushed every 200µs or at 256 items),
+// and the owner decides them with its own rules and Manager. A peer that
+// does not answer in time, or does not know the rule, is skipped: the
+// item is decided here by leasing from the shared Store, so a dead peer
+// never becomes an error (with Redis this stays within the accuracy
+// contract; with per-node memory stores it admits up to one limit per
+// node while the owner is unreachable). A batch, or a request matching
+// several rules, sends each peer its items in one call, all peers at
+// once, while this node decides its own; refunds of a denied request go
+// back to where the hits were charged. /v1/acquire and /v1/release are
+// not forwarded: concurrency runs its script on the shared Store at every
+// call. After every ring change a goroutine owned by the cluster returns
+// the leases of the keys this node no longer owns (changes coalesced) and
+// drops the Forwarder's queues of departed peers. A single node (no
+// EnableCluster) pays one nil check per decision for all this.
+//
 // # Metrics
 //
 // /metrics writes the Node's own metrics, then the process-wide set (the
 // lease package's): sluice_checks_total{rule,decision} (decision: allowed,
 // denied, shadow_denied, unavailable, degraded), created for every rule when
-// a rule set is installed; sluice_check_duration_seconds, the time to decide
-// a check (one check in 16 is timed, because reading the clock costs a
+// a rule set is installed (in a cluster, a check is counted by the node
+// that answered it, whoever decided it); sluice_check_duration_seconds, the
+// time to decide a check (one check in 16 is timed, because reading the clock costs a
 // tenth of a check on some virtual machines; a batch is one observation of
 // its mean time per check); sluice_http_requests_total{path,code} (path is
 // one of the endpoints or "other"); sluice_rules; and
-// sluice_rules_reload_errors_total.
+// sluice_rules_reload_errors_total. In a cluster also
+// sluice_routed_items_total{decided_by="self|owner|fallback"},
+// sluice_routed_refunds_total, sluice_members and sluice_handoffs_total
+// (node/forward adds sluice_forward_*).
 //
 // # Concurrency
 //
 // A Node is safe for concurrent use. SetRules and SetRulesError may be
 // called at any time (rules are swapped atomically); requests in flight
-// finish with the set they started with.
+// finish with the set they started with. EnableCluster must be called
+// before Serve; MembersChanged and SetMembership at any time after it.
 package node
 
 import (
@@ -123,6 +162,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Logger receives errors and reload messages. Nil means slog.Default().
 	Logger *slog.Logger
+	// Name is this node's name in /v1/members when it runs alone (a
+	// clustered node reports ClusterConfig.Self). Empty means "local".
+	Name string
 }
 
 // DefaultConfig returns the defaults described on each Config field.
@@ -180,6 +222,10 @@ type Node struct {
 	}
 
 	states sync.Pool // of *reqState
+
+	// cl is the cluster state; nil on a single node. Set by EnableCluster
+	// before Serve and never changed after.
+	cl *cluster
 }
 
 // New returns a Node that decides with mgr. It serves nothing until Serve,

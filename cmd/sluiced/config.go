@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,24 +9,30 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/node/member"
 )
 
 // options are sluiced's settings, from flags and SLUICE_* environment
 // variables (DESIGN.md "Configuration of sluiced").
 type options struct {
-	listen       string
-	rules        string
-	redis        string
-	join         []string
-	nodeName     string
-	gossip       string
-	clusterKey   []byte
-	adminToken   string
-	leaseHorizon time.Duration
-	leaseIdle    time.Duration
-	storeTimeout time.Duration
-	rulesPoll    time.Duration
-	logLevel     slog.Level
+	listen   string
+	rules    string
+	redis    string
+	join     []string
+	nodeName string
+	gossip   string
+	// gossipSet: -gossip or SLUICE_GOSSIP was given (not just the
+	// default), which makes the node join a cluster even without -join.
+	gossipSet       bool
+	gossipAdvertise string
+	clusterKey      []byte
+	adminToken      string
+	leaseHorizon    time.Duration
+	leaseIdle       time.Duration
+	storeTimeout    time.Duration
+	rulesPoll       time.Duration
+	logLevel        slog.Level
 }
 
 // setting is one flag and its environment variable.
@@ -73,24 +78,34 @@ func settings() []setting {
 			o.nodeName = v
 			return nil
 		}},
-		{"gossip", "SLUICE_GOSSIP", ":7946", "memberlist bind host:port", func(o *options, v string) error {
-			if _, _, err := net.SplitHostPort(v); err != nil {
-				return errors.New("want host:port")
+		{"gossip", "SLUICE_GOSSIP", ":7946", "memberlist bind ip:port (UDP and TCP; empty ip: all interfaces); setting it, or -join, makes the node a cluster member", func(o *options, v string) error {
+			host, _, err := net.SplitHostPort(v)
+			if err != nil {
+				return errors.New("want ip:port")
+			}
+			if host != "" && net.ParseIP(host) == nil {
+				return fmt.Errorf("%q is not an IP address (gossip binds an IP; use -gossip-advertise for a name)", host)
 			}
 			o.gossip = v
 			return nil
 		}},
-		{"cluster-key", "SLUICE_CLUSTER_KEY", "", "16, 24 or 32-byte key, base64, for gossip encryption and the internal endpoint", func(o *options, v string) error {
+		{"gossip-advertise", "SLUICE_GOSSIP_ADVERTISE", "", "gossip host:port told to peers (behind NAT, in containers); empty: the -gossip address, or a private IP when it binds all interfaces", func(o *options, v string) error {
+			if v != "" {
+				if _, _, err := net.SplitHostPort(v); err != nil {
+					return errors.New("want host:port")
+				}
+			}
+			o.gossipAdvertise = v
+			return nil
+		}},
+		{"cluster-key", "SLUICE_CLUSTER_KEY", "", "16, 24 or 32-byte key, base64, for gossip encryption and the internal forwarding endpoint; empty: neither (a warning is logged)", func(o *options, v string) error {
 			if v == "" {
 				o.clusterKey = nil
 				return nil
 			}
-			k, err := base64.StdEncoding.DecodeString(v)
+			k, err := member.ParseClusterKey(v)
 			if err != nil {
-				return errors.New("want base64")
-			}
-			if n := len(k); n != 16 && n != 24 && n != 32 {
-				return fmt.Errorf("key is %d bytes, want 16, 24 or 32", n)
+				return err
 			}
 			o.clusterKey = k
 			return nil
@@ -191,5 +206,11 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	o.gossipSet = getenv("SLUICE_GOSSIP") != ""
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "gossip" {
+			o.gossipSet = true
+		}
+	})
 	return o, nil
 }

@@ -5,12 +5,35 @@
 // The rule file is reloaded on SIGHUP and whenever its modification time,
 // size or content hash changes (checked every -rules-poll). A file that
 // fails to load is logged and shown in /readyz; the node keeps serving the
-// last good rule set. On SIGTERM/SIGINT the node stops accepting
-// connections, finishes the requests in flight, returns its leased tokens
-// to the Store, and exits 0.
+// last good rule set.
+//
+// # Cluster
+//
+// The node joins a cluster when -join (SLUICE_JOIN) lists seeds or when
+// -gossip (SLUICE_GOSSIP) is set explicitly (the first node of a cluster
+// sets -gossip and no -join); otherwise it runs alone and binds no gossip
+// port. A member gossips with memberlist on -gossip (UDP and TCP),
+// advertising -gossip-advertise when set (behind NAT or in containers),
+// carries its HTTP address (the listener's; an unspecified host is
+// replaced by the advertised gossip IP) in its node meta, joins every seed
+// (retrying in the background; /readyz answers 503 until one answered),
+// and routes each check to the owner of its counter key on the ring of
+// live members (node.EnableCluster). -cluster-key (SLUICE_CLUSTER_KEY)
+// encrypts gossip and guards the internal forwarding endpoint; without it
+// a warning is logged. -node-name defaults to the hostname and the listen
+// port.
+//
+// # Shutdown
+//
+// On SIGTERM/SIGINT a member first leaves the cluster (waiting up to 3s
+// for the news to spread, so that the others stop routing keys here) and
+// returns every leased token to the Store; then every node stops accepting
+// connections, finishes the requests in flight, returns the tokens leased
+// meanwhile, and exits 0.
 //
 // Exit codes: 0 after a clean shutdown (or -h), 1 when the node cannot
-// start (rules, store, listen address), 2 for a bad flag or variable.
+// start (rules, store, listen or gossip address), 2 for a bad flag or
+// variable.
 package main
 
 import (
@@ -24,19 +47,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lua"
-	"github.com/sluicehq/sluice/node"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
-
-// shutdownTimeout bounds how long requests in flight may take to finish.
-const shutdownTimeout = 10 * time.Second
 
 // run is sluiced; it returns the exit code.
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
@@ -58,72 +76,31 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	defer signal.Stop(stop)
 	defer signal.Stop(hup)
 
-	store, closeStore, err := newStore(o)
+	d, err := start(o, log, hooks{})
 	if err != nil {
-		log.Error("cannot create the store", "err", err)
+		log.Error("cannot start", "err", err)
 		return 1
 	}
-	defer closeStore()
-	if len(o.join) > 0 || o.clusterKey != nil {
-		log.Warn("clustering is not wired yet: running as a single node", "join", o.join)
-	}
-
-	mcfg := lease.DefaultConfig()
-	mcfg.Horizon = o.leaseHorizon
-	mcfg.Idle = o.leaseIdle
-	mcfg.StoreTimeout = o.storeTimeout
-	mcfg.Logger = log
-	mgr := lease.NewManager(store, mcfg)
-	defer mgr.Close()
-
-	ncfg := node.DefaultConfig()
-	ncfg.AdminToken = o.adminToken
-	ncfg.Logger = log
-	n := node.New(ncfg, mgr)
-
-	rl := &reloader{path: o.rules, node: n, log: log}
-	if err := rl.initial(); err != nil {
-		log.Error("cannot load rules", "err", err)
-		return 1
-	}
-
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		log.Error("cannot listen", "addr", o.listen, "err", err)
-		return 1
-	}
-	if o.nodeName == "" {
-		o.nodeName = defaultNodeName(ln.Addr())
-	}
-	log.Info("listening", "addr", ln.Addr().String(), "node", o.nodeName, "rules", o.rules, "store", storeName(o))
-	served := make(chan error, 1)
-	go func() { served <- n.Serve(ln) }()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
-		rl.loop(ctx, o.rulesPoll, hup)
+		d.rl.loop(ctx, o.rulesPoll, hup)
 	}()
 
 	code := 0
 	select {
 	case sig := <-stop:
 		log.Info("shutting down", "signal", sig.String())
-	case err := <-served:
+	case err := <-d.served:
 		log.Error("HTTP server failed", "err", err)
 		code = 1
 	}
 	cancel()
 	<-reloaded
-	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer scancel()
-	if err := n.Shutdown(sctx); err != nil {
+	if err := d.stop(true); err != nil {
 		log.Error("shutdown", "err", err)
-		code = 1
-	}
-	if err := mgr.Close(); err != nil {
-		log.Error("cannot return leases", "err", err)
 		code = 1
 	}
 	log.Info("stopped")

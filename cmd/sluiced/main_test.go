@@ -62,6 +62,9 @@ func TestOptionsInvalid(t *testing.T) {
 		{[]string{"-listen", "nohost"}, nil, "-listen"},
 		{[]string{"-cluster-key", "c2hvcnQ="}, nil, "-cluster-key"},
 		{[]string{"-join", "a:1,b"}, nil, "-join"},
+		{[]string{"-gossip-advertise", "nohost"}, nil, "-gossip-advertise"},
+		{[]string{"-gossip", "256.0.0.1:7946"}, nil, "-gossip"},
+		{[]string{"-gossip", "example.com:7946"}, nil, "-gossip"},
 		{[]string{"-nope"}, nil, "-nope"},
 		{[]string{"extra"}, nil, "extra"},
 		{nil, map[string]string{"SLUICE_LEASE_HORIZON": "soon"}, "SLUICE_LEASE_HORIZON"},
@@ -82,7 +85,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("-h: exit %d", code)
 	}
 	for _, want := range []string{"-listen", "SLUICE_LISTEN", "SLUICE_RULES", "SLUICE_REDIS", "SLUICE_JOIN", "SLUICE_NODE_NAME",
-		"SLUICE_GOSSIP", "SLUICE_CLUSTER_KEY", "SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_HORIZON", "SLUICE_LOG_LEVEL",
+		"SLUICE_GOSSIP", "SLUICE_GOSSIP_ADVERTISE", "SLUICE_CLUSTER_KEY", "SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_HORIZON", "SLUICE_LOG_LEVEL",
 		"SLUICE_LEASE_IDLE", "SLUICE_STORE_TIMEOUT", "SLUICE_RULES_POLL"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h lacks %s", want)
@@ -134,10 +137,7 @@ func TestDaemon(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sluiced")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSluiced(t)
 	rulesPath := filepath.Join(dir, "rules.yaml")
 	writeFile(t, rulesPath, rulesV1)
 
@@ -253,4 +253,28 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestClusteredOption(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, false},
+		{[]string{"-join", "127.0.0.1:7946"}, nil, true},
+		{[]string{"-gossip", ":7946"}, nil, true}, // explicit, even if the default value
+		{nil, map[string]string{"SLUICE_GOSSIP": "127.0.0.1:7000"}, true},
+		{nil, map[string]string{"SLUICE_JOIN": "a:1, b:2"}, true},
+		{[]string{"-cluster-key", "MDEyMzQ1Njc4OWFiY2RlZg=="}, nil, false}, // a key alone does not cluster
+	}
+	for _, c := range cases {
+		o, err := parseOptions(c.args, env(c.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.clustered() != c.want {
+			t.Errorf("%v %v: clustered %v, want %v", c.args, c.env, o.clustered(), c.want)
+		}
+	}
 }

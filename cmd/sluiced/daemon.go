@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/member"
+)
+
+// Shutdown budgets.
+const (
+	// shutdownTimeout bounds how long requests in flight may take to
+	// finish.
+	shutdownTimeout = 10 * time.Second
+	// leaveTimeout bounds the graceful leave: time for the leave to reach
+	// the other members, so that they stop routing keys here before the
+	// HTTP server stops.
+	leaveTimeout = 3 * time.Second
+)
+
+// hooks let in-process tests put simulated networks between nodes. The
+// zero value is what sluiced runs with.
+type hooks struct {
+	// transport, when set, carries gossip instead of UDP+TCP on -gossip
+	// (a netsim.FilterTransport).
+	transport memberlist.Transport
+	// httpAdvertise, when set, returns the HTTP address told to peers
+	// given the listener's (a cuttable netsim.Proxy in front of it).
+	httpAdvertise func(listen string) string
+	// member adjusts the membership config (faster failure detection).
+	member func(*member.Config)
+	// forward adjusts the forwarding config (a longer timeout under the
+	// race detector).
+	forward func(*forward.Config)
+}
+
+// clustered reports whether o asks for a cluster: -join given, or -gossip
+// (SLUICE_GOSSIP) set explicitly. A node with neither runs alone and binds
+// no gossip port.
+func (o options) clustered() bool { return len(o.join) > 0 || o.gossipSet }
+
+// daemon is one running sluiced: the Store, the lease Manager, the Node
+// serving HTTP, and in a cluster its membership.
+type daemon struct {
+	log        *slog.Logger
+	name       string
+	store      lease.Store
+	closeStore func()
+	mgr        *lease.Manager
+	node       *node.Node
+	rl         *reloader
+	ln         net.Listener
+	served     chan error
+	cluster    *member.Cluster // nil on a single node
+}
+
+// start builds and starts a node from o: Store, Manager, rules, HTTP
+// listener, and when clustered the ring, the forwarder and memberlist
+// (joining the seeds in the background; /readyz says 503 until joined).
+func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
+	d := &daemon{log: log, served: make(chan error, 1)}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	d.store, d.closeStore, err = newStore(o)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the store: %w", err)
+	}
+	undo = append(undo, d.closeStore)
+
+	mcfg := lease.DefaultConfig()
+	mcfg.Horizon = o.leaseHorizon
+	mcfg.Idle = o.leaseIdle
+	mcfg.StoreTimeout = o.storeTimeout
+	mcfg.Logger = log
+	d.mgr = lease.NewManager(d.store, mcfg)
+	undo = append(undo, func() { d.mgr.Close() })
+
+	d.ln, err = net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %w", o.listen, err)
+	}
+	undo = append(undo, func() { d.ln.Close() })
+	d.name = o.nodeName
+	if d.name == "" {
+		d.name = defaultNodeName(d.ln.Addr())
+	}
+
+	ncfg := node.DefaultConfig()
+	ncfg.AdminToken = o.adminToken
+	ncfg.Logger = log
+	ncfg.Name = d.name
+	d.node = node.New(ncfg, d.mgr)
+
+	d.rl = &reloader{path: o.rules, node: d.node, log: log}
+	if err := d.rl.initial(); err != nil {
+		return nil, fmt.Errorf("cannot load rules: %w", err)
+	}
+
+	if o.clustered() {
+		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Forward: forward.DefaultConfig()}
+		if h.forward != nil {
+			h.forward(&ccfg.Forward)
+		}
+		if err := d.node.EnableCluster(ccfg); err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { d.node.CloseCluster() })
+		httpAddr := d.ln.Addr().String()
+		if h.httpAdvertise != nil {
+			httpAddr = h.httpAdvertise(httpAddr)
+		}
+		cfg := member.DefaultConfig()
+		cfg.Name = d.name
+		cfg.BindAddr = o.gossip
+		cfg.AdvertiseAddr = o.gossipAdvertise
+		cfg.HTTPAddr = httpAddr
+		cfg.Join = o.join
+		cfg.ClusterKey = o.clusterKey
+		cfg.Transport = h.transport
+		cfg.Logger = log
+		if h.member != nil {
+			h.member(&cfg)
+		}
+		d.cluster, err = member.Start(cfg, d.node.MembersChanged)
+		if err != nil {
+			return nil, fmt.Errorf("cannot start gossip: %w", err)
+		}
+		d.node.SetMembership(d.cluster)
+	}
+
+	log.Info("listening", "addr", d.ln.Addr().String(), "node", d.name, "rules", o.rules, "store", storeName(o),
+		"cluster", o.clustered(), "join", o.join)
+	go func() { d.served <- d.node.Serve(d.ln) }()
+	return d, nil
+}
+
+// stop stops the node. Gracefully (SIGTERM): leave the cluster, return
+// every lease, finish the requests in flight, stop. Otherwise (tests
+// simulating a crash): stop gossip without leaving and drop the leases,
+// as a killed process would.
+func (d *daemon) stop(graceful bool) error {
+	var errs []error
+	if !graceful {
+		if d.cluster != nil {
+			d.cluster.Close()
+		}
+		d.closeStore() // leases are lost: the returns below fail
+	}
+	if graceful && d.cluster != nil {
+		if err := d.cluster.Leave(leaveTimeout); err != nil {
+			errs = append(errs, err)
+		}
+		if err := d.mgr.ReturnKeys(func(string) bool { return false }); err != nil {
+			errs = append(errs, fmt.Errorf("cannot return leases: %w", err))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := d.node.Shutdown(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	d.node.CloseCluster()
+	if err := d.mgr.Close(); err != nil && graceful {
+		errs = append(errs, fmt.Errorf("cannot return leases: %w", err))
+	}
+	if graceful {
+		if d.cluster != nil {
+			d.cluster.Close()
+		}
+		d.closeStore()
+	}
+	return errors.Join(errs...)
+}

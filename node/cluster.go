@@ -1,0 +1,302 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/member"
+	"github.com/sluicehq/sluice/shard"
+)
+
+// Membership is what a Node needs from cluster membership: whether this
+// node has joined (for /readyz and /v1/members) and the view shown by
+// /v1/members (live members first, then those remembered as dead or left).
+// *member.Cluster implements it. The ring itself is fed by
+// [Node.MembersChanged], member.Start's onChange callback.
+type Membership interface {
+	Ready() bool
+	View() []member.Member
+}
+
+// ErrClusterConfig means a ClusterConfig field is invalid; the wrapping
+// error names the field.
+var ErrClusterConfig = errors.New("invalid cluster config")
+
+// ClusterConfig makes a Node one member of a cluster (see EnableCluster).
+// The zero value of each field means the default in its comment.
+type ClusterConfig struct {
+	// Self is this node's member name, as membership reports it. Required.
+	Self string
+	// Vnodes is the ring's virtual nodes per member. Zero means
+	// shard.DefaultVnodes; every node of a cluster (and node/client) must
+	// use the same value, which /v1/members reports.
+	Vnodes int
+	// ClusterKey, when not empty, guards the internal endpoint
+	// (forward.Path): peers must present its token. Empty leaves the
+	// endpoint open to anyone who can reach the node (EnableCluster logs
+	// a warning).
+	ClusterKey []byte
+	// Forward configures the Forwarder that sends checks to their owners;
+	// its ClusterKey is set from ClusterKey. Zero fields mean
+	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
+	// timeout after which the node decides itself).
+	Forward forward.Config
+}
+
+// cluster is a Node's cluster state. It exists only when EnableCluster was
+// called: a single node has n.cl == nil and pays one nil check per
+// decision.
+type cluster struct {
+	n       *Node
+	self    string
+	vnodes  int
+	fwd     *forward.Forwarder
+	timeout int64 // the Forwarder's timeout in nanoseconds
+	handler fasthttp.RequestHandler
+
+	// routes is the current ring and the peers' HTTP addresses, replaced
+	// as a whole on every membership change.
+	routes atomic.Pointer[routes]
+	// membership, once set by SetMembership, answers Ready and View.
+	membership atomic.Pointer[membershipBox]
+
+	// The handoff goroutine returns the leases of keys this node no longer
+	// owns after every ring change (signals coalesced in kick) and removes
+	// departed peers from the Forwarder.
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+
+	states sync.Pool // *routeState
+
+	met clusterMetrics
+}
+
+type membershipBox struct{ m Membership }
+
+// routes is an immutable routing snapshot.
+type routes struct {
+	ring *shard.Ring
+	// addrs maps each peer's member name to its HTTP address. A peer
+	// without one (its meta is unreadable) cannot be forwarded to: its
+	// keys are decided locally.
+	addrs map[string]string
+}
+
+// peerFor returns the HTTP address of the owner of ckey, or "" when this
+// node decides it (it owns it, or the owner has no address).
+func (r *routes) peerFor(ckey, self string) string {
+	o := r.ring.Owner(ckey)
+	if o == "" || o == self {
+		return ""
+	}
+	return r.addrs[o]
+}
+
+// clusterMetrics count where routed items were decided.
+type clusterMetrics struct {
+	// forwarded: items answered by their owner; fallback: items this node
+	// decided because their owner did not answer (or did not know the
+	// rule); local: items this node owns; refunds: refunds sent to owners.
+	forwarded, fallback, local, refunds *metrics.Counter
+	// handoffs: completed handoff passes (returns of moved keys).
+	handoffs *metrics.Counter
+	members  atomic.Int64
+}
+
+// EnableCluster makes n route each check to the owner of its counter key
+// on a consistent-hash ring of the live members, and serve the internal
+// endpoint at forward.Path. Call it once, before Serve; then start
+// membership with [Node.MembersChanged] as its onChange callback and pass
+// it to [Node.SetMembership]. Until the first MembersChanged, the ring
+// holds this node alone (it decides everything itself). Call
+// [Node.CloseCluster] after the HTTP server has stopped.
+func (n *Node) EnableCluster(cfg ClusterConfig) error {
+	if n.cl != nil {
+		return fmt.Errorf("%w: the cluster is already enabled", ErrClusterConfig)
+	}
+	if cfg.Self == "" {
+		return fmt.Errorf("%w: Self: required (this node's member name)", ErrClusterConfig)
+	}
+	if cfg.Vnodes < 0 || cfg.Vnodes > shard.MaxVnodes {
+		return fmt.Errorf("%w: Vnodes: must be between 0 and %d, got %d", ErrClusterConfig, shard.MaxVnodes, cfg.Vnodes)
+	}
+	if err := cfg.Forward.Validate(); err != nil {
+		return fmt.Errorf("%w: Forward: %v", ErrClusterConfig, err)
+	}
+	if cfg.Vnodes == 0 {
+		cfg.Vnodes = shard.DefaultVnodes
+	}
+	fcfg := cfg.Forward
+	fcfg.ClusterKey = cfg.ClusterKey
+	timeout := fcfg.Timeout
+	if timeout <= 0 {
+		timeout = forward.DefaultConfig().Timeout
+	}
+	c := &cluster{
+		n:       n,
+		self:    cfg.Self,
+		vnodes:  cfg.Vnodes,
+		fwd:     forward.New(fcfg),
+		timeout: int64(timeout),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey}, (*decider)(n))
+	c.states.New = func() any { return new(routeState) }
+	c.routes.Store(&routes{ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
+	c.met = clusterMetrics{
+		forwarded: n.met.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),
+		fallback:  n.met.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
+		local:     n.met.set.NewCounter(`sluice_routed_items_total{decided_by="self"}`),
+		refunds:   n.met.set.NewCounter(`sluice_routed_refunds_total`),
+	}
+	c.met.members.Store(1)
+	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })
+	c.met.handoffs = n.met.set.NewCounter(`sluice_handoffs_total`)
+	if len(cfg.ClusterKey) == 0 {
+		n.log.Warn("no cluster key: the internal forwarding endpoint " + forward.Path + " is open to anyone who can reach this node; set SLUICE_CLUSTER_KEY")
+	}
+	n.cl = c
+	go c.runHandoff()
+	return nil
+}
+
+// SetMembership gives n the membership that answers /readyz and
+// /v1/members. Until it is called, a clustered node is not ready.
+func (n *Node) SetMembership(m Membership) {
+	if c := n.cl; c != nil && m != nil {
+		c.membership.Store(&membershipBox{m})
+	}
+}
+
+// MembersChanged rebuilds the ring from the live members (this node
+// included), as member.Start's onChange callback: the owners of keys change
+// at once, and the leases of keys this node no longer owns are returned in
+// the background. Members whose State is not member.StateAlive are left
+// out. It is a no-op on a single node.
+func (n *Node) MembersChanged(ms []member.Member) {
+	c := n.cl
+	if c == nil {
+		return
+	}
+	names := make([]string, 0, len(ms)+1)
+	addrs := make(map[string]string, len(ms))
+	for _, m := range ms {
+		if m.State != "" && m.State != member.StateAlive {
+			continue
+		}
+		names = append(names, m.Name)
+		if m.Name != c.self && m.HTTPAddr != "" {
+			addrs[m.Name] = m.HTTPAddr
+		}
+	}
+	if len(names) == 0 {
+		names = append(names, c.self)
+	}
+	c.routes.Store(&routes{ring: shard.NewRing(names, c.vnodes), addrs: addrs})
+	c.met.members.Store(int64(len(names)))
+	select {
+	case c.kick <- struct{}{}:
+	default: // a handoff is already pending: it will see this ring
+	}
+}
+
+// runHandoff is the handoff goroutine (owned by the cluster, stopped by
+// CloseCluster).
+func (c *cluster) runHandoff() {
+	defer close(c.done)
+	known := map[string]bool{} // the peer addresses of the last ring
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.kick:
+		}
+		r := c.routes.Load()
+		if err := c.n.mgr.ReturnKeys(func(k string) bool { return r.ring.Owner(k) == c.self }); err != nil {
+			c.n.log.Warn("cannot return the leases of keys that moved", "err", err)
+		}
+		now := make(map[string]bool, len(r.addrs))
+		for _, a := range r.addrs {
+			now[a] = true
+		}
+		for a := range known {
+			if !now[a] {
+				c.fwd.RemovePeer(a) // fails its queued calls: they decide locally
+			}
+		}
+		known = now
+		c.met.handoffs.Inc()
+	}
+}
+
+// CloseCluster stops the handoff goroutine and the Forwarder. Call it after
+// Shutdown; checks made later are decided locally. It is idempotent and a
+// no-op on a single node.
+func (n *Node) CloseCluster() error {
+	c := n.cl
+	if c == nil {
+		return nil
+	}
+	c.closeOnce.Do(func() {
+		close(c.stop)
+		<-c.done
+		_ = c.fwd.Close()
+	})
+	return nil
+}
+
+// Owner returns the member name that owns counterKey (rule + ":" + key) on
+// this node's current ring; a single node returns "".
+func (n *Node) Owner(counterKey string) string {
+	if c := n.cl; c != nil {
+		return c.routes.Load().ring.Owner(counterKey)
+	}
+	return ""
+}
+
+// Ring returns the current ring (rebuilt on every membership change); nil
+// on a single node.
+func (n *Node) Ring() *shard.Ring {
+	if c := n.cl; c != nil {
+		return c.routes.Load().ring
+	}
+	return nil
+}
+
+// Handoffs returns how many handoff passes (returns of moved keys after a
+// ring change) have completed; 0 on a single node.
+func (n *Node) Handoffs() uint64 {
+	if c := n.cl; c != nil {
+		return c.met.handoffs.Get()
+	}
+	return 0
+}
+
+// ForwardStats returns the Forwarder's counters; zero on a single node.
+func (n *Node) ForwardStats() forward.Stats {
+	if c := n.cl; c != nil {
+		return c.fwd.Stats()
+	}
+	return forward.Stats{}
+}
+
+// clusterReady reports whether n may take traffic as far as the cluster
+// goes: a single node at once, a member once it has joined.
+func (n *Node) clusterReady() bool {
+	c := n.cl
+	if c == nil {
+		return true
+	}
+	b := c.membership.Load()
+	return b != nil && b.m.Ready()
+}
