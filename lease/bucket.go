@@ -46,8 +46,9 @@ type bucket struct {
 	// MaxInt32 (a lease of 8 billion tokens).
 	low atomic.Int32
 	// lastUse is the last check in Unix milliseconds modulo 2^32 (compared
-	// by difference: fine for idle times under 49 days), to the Manager's
-	// touch resolution.
+	// by signed difference: fine for idle times under 24 days, and a use
+	// after the sweep's now is not idle), to the Manager's touch
+	// resolution.
 	lastUse atomic.Uint32
 
 	pol *Policy // interned and immutable; a policy change replaces the bucket
@@ -149,6 +150,46 @@ func leaseExpiry(p Policy, now int64, g Grant) int64 {
 	return math.MaxInt64
 }
 
+// storeLevel is the Store's whole tokens of b's key at now as far as this
+// node knows: its answer to the last lease, aged to now. known is false
+// before the first lease. Other holders of the key may have taken tokens
+// since; this node cannot know, and the level is the best it has.
+//
+// token_bucket and gcra refill: the Store's Reset said when the bucket
+// would be full, so capacity − (time left to that) × rate is in it now
+// (rounded down). fixed_window and sliding_window: the Remaining of the
+// last lease until its Reset (the end of the window, or of the next one
+// while that window's count still weighs), then a whole capacity.
+func (b *bucket) storeLevel(now int64) (level int64, known bool) {
+	resetAt := b.resetAt.Load()
+	if resetAt == 0 {
+		return 0, false
+	}
+	capacity := b.pol.Capacity()
+	if now >= resetAt {
+		return capacity, true
+	}
+	switch b.pol.Algorithm {
+	case TokenBucket, GCRA:
+		// In float64: the product can overflow int64. The epsilon keeps
+		// float error from costing a whole token.
+		missing := math.Ceil(float64(resetAt-now)*float64(b.pol.Limit)/float64(b.pol.Period) - 1e-9)
+		if missing >= float64(capacity) {
+			return 0, true
+		}
+		return capacity - int64(max(missing, 0)), true
+	}
+	return min(max(b.remaining.Load(), 0), capacity), true
+}
+
+// refilled reports whether b's key is, by the Store's answer to the last
+// lease, back to full capacity at now: token_bucket and gcra only (a
+// window's count never refills while its tokens are spendable).
+func (b *bucket) refilled(now int64) bool {
+	r := b.resetAt.Load()
+	return (b.pol.Algorithm == TokenBucket || b.pol.Algorithm == GCRA) && r != 0 && now >= r
+}
+
 // addTime is t + d for a time t in Unix ns, saturating below evicted (a
 // Store's Wait or Reset can exceed what int64 nanoseconds hold).
 func addTime(t int64, d time.Duration) int64 {
@@ -163,7 +204,11 @@ func addTime(t int64, d time.Duration) int64 {
 // minRateWindow bounds the window over which a rate is measured from
 // below, as a fraction of the horizon: a burst of a few hits in the same
 // millisecond must not look like a million hits per second. It caps the
-// growth of a lease at 10× per lease call.
+// growth of a lease at 10× per lease call. It does not hold back a key's
+// first leases: those are sized by Config.MinLeaseShare (nothing is
+// measured yet), so with the default 1/8 a key that turns out hot reaches
+// a full-capacity lease at its second lease call; without the floor (a
+// negative MinLeaseShare) a key starts at one token and grows 10× a call.
 const minRateWindowDiv = 10
 
 // rateTau is the EWMA time constant, in horizons: the smoothed rate forgets
@@ -189,11 +234,15 @@ func observeRate(ewma float64, consumed int64, elapsed, horizon time.Duration, f
 	return newEWMA, max(newEWMA, inst)
 }
 
-// leaseWant is the number of tokens to ask for: rate × horizon, at least
-// need (the check at hand), at most capacity (the Store cannot grant more).
-func leaseWant(rate float64, horizon time.Duration, need, capacity int64) int64 {
+// leaseWant is the number of tokens to ask for: the larger of rate ×
+// horizon and minShare × capacity, at least need (the check at hand), at
+// most capacity (the Store cannot grant more). minShare ≤ 0 means no
+// floor: a key whose rate × horizon is below one token then leases one
+// token per check.
+func leaseWant(rate float64, horizon time.Duration, minShare float64, need, capacity int64) int64 {
+	f := math.Ceil(max(rate*horizon.Seconds(), minShare*float64(capacity)))
 	w := need
-	if f := math.Ceil(rate * horizon.Seconds()); f > float64(w) {
+	if f > float64(w) { // false for NaN
 		if f >= float64(capacity) {
 			w = capacity
 		} else {
@@ -201,6 +250,29 @@ func leaseWant(rate float64, horizon time.Duration, need, capacity int64) int64 
 		}
 	}
 	return max(min(w, capacity), need)
+}
+
+// batchWait is how much longer than the Store's Wait (the time until need
+// tokens are back) a key that the Store denied waits before it leases
+// again, so that the lease finds a batch instead of one token: a key over
+// its limit would otherwise cost a Store call per admitted hit. The batch
+// is up to minShare × capacity tokens (the smallest lease), but waiting
+// for it takes at most one horizon, in whole tokens: a saturated key
+// costs at most about one Store call per horizon, like a hot one, and its
+// RetryAfter grows by at most a horizon. Only refilling buckets
+// (token_bucket, gcra): a window's Wait already ends when the whole limit
+// is back.
+func batchWait(p Policy, minShare float64, need int64, horizon time.Duration) time.Duration {
+	if p.Algorithm != TokenBucket && p.Algorithm != GCRA {
+		return 0
+	}
+	extra := math.Ceil(minShare*float64(p.Capacity())) - float64(need)
+	perToken := float64(p.Period) / float64(p.Limit)
+	n := min(extra, math.Floor(float64(horizon)/perToken))
+	if !(n >= 1) {
+		return 0
+	}
+	return time.Duration(n * perToken)
 }
 
 // lowMark is the prefetch mark for a grant: LowWater × grant, rounded

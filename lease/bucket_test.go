@@ -32,8 +32,81 @@ func TestLeaseWant(t *testing.T) {
 		{1e30, 1, MaxLimit, MaxLimit},
 	}
 	for _, tt := range tests {
-		if got := leaseWant(tt.rate, h, tt.need, tt.capacity); got != tt.want {
+		if got := leaseWant(tt.rate, h, 0, tt.need, tt.capacity); got != tt.want {
 			t.Errorf("leaseWant(%v/s, need %d, cap %d) = %d, want %d", tt.rate, tt.need, tt.capacity, got, tt.want)
+		}
+	}
+}
+
+func TestLeaseWantMinShare(t *testing.T) {
+	h := 100 * time.Millisecond
+	tests := []struct {
+		name           string
+		rate, share    float64
+		need, capacity int64
+		want           int64
+	}{
+		{"cold key gets the floor", 0, 1.0 / 8, 1, 100, 13},
+		{"floor rounds up", 0, 1.0 / 8, 1, 10, 2},
+		{"tiny capacity: at least need", 0, 1.0 / 8, 1, 1, 1},
+		{"need above the floor", 0, 1.0 / 8, 40, 100, 40},
+		{"rate above the floor", 500, 1.0 / 8, 1, 100, 50},
+		{"rate below the floor", 50, 1.0 / 8, 1, 100, 13},
+		{"share 1 is the whole capacity", 0, 1, 1, 100, 100},
+		{"no floor", 0, 0, 1, 100, 1},
+		{"huge capacity", 0, 1.0 / 8, 1, MaxLimit, MaxLimit / 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := leaseWant(tt.rate, h, tt.share, tt.need, tt.capacity); got != tt.want {
+				t.Fatalf("leaseWant(%v/s, share %v, need %d, cap %d) = %d, want %d", tt.rate, tt.share, tt.need, tt.capacity, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBatchWait(t *testing.T) {
+	h := 100 * time.Millisecond
+	tb := func(limit int64, period time.Duration) Policy {
+		return Policy{Algorithm: TokenBucket, Limit: limit, Period: period}
+	}
+	tests := []struct {
+		name  string
+		p     Policy
+		share float64
+		need  int64
+		want  time.Duration
+	}{
+		{"a horizon of tokens", tb(10_000, time.Second), 1.0 / 8, 1, 100 * time.Millisecond},
+		{"the batch is reached first", Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Second, Burst: 40}, 1.0 / 8, 1, 4 * time.Millisecond},
+		{"slower than a token per horizon", tb(100, time.Minute), 1.0 / 8, 1, 0},
+		{"need is the batch", tb(10_000, time.Second), 1.0 / 8, 1250, 0},
+		{"no floor", tb(10_000, time.Second), 0, 1, 0},
+		{"gcra too", Policy{Algorithm: GCRA, Limit: 10_000, Period: time.Second}, 1.0 / 8, 1, 100 * time.Millisecond},
+		{"windows: no", Policy{Algorithm: FixedWindow, Limit: 10_000, Period: time.Second}, 1.0 / 8, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := batchWait(tt.p, tt.share, tt.need, h); got != tt.want {
+				t.Fatalf("batchWait = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMinLeaseShareConfig(t *testing.T) {
+	tests := []struct {
+		in, want float64
+	}{
+		{0, DefaultMinLeaseShare},
+		{math.NaN(), DefaultMinLeaseShare},
+		{-1, 0},
+		{0.25, 0.25},
+		{3, 1},
+	}
+	for _, tt := range tests {
+		if got := (Config{MinLeaseShare: tt.in}).withDefaults().MinLeaseShare; got != tt.want {
+			t.Errorf("MinLeaseShare %v → %v, want %v", tt.in, got, tt.want)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -111,5 +113,154 @@ func TestFailLocalSpendsLeasedTokensFirst(t *testing.T) {
 	}
 	if fs.n(opLease) != calls {
 		t.Fatal("a check with leased tokens on hand called the Store")
+	}
+}
+
+// TestFailLocalContinuesFromStoreLevel: a key that leased and spent most
+// of its limit, then lost its Store, admits in local mode only what the
+// Store had left (plus the tokens on hand), not a whole new capacity.
+func TestFailLocalContinuesFromStoreLevel(t *testing.T) {
+	const limit, spent = 100, 90
+	for _, alg := range []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow} {
+		for _, how := range []string{"error", "breaker open"} {
+			t.Run(alg.String()+"/"+how, func(t *testing.T) {
+				m, fs, clk := testManager(t, func(c *Config) {
+					c.Breaker = BreakerConfig{Failures: 2, Cooldown: time.Hour}
+				})
+				p := Policy{Algorithm: alg, Limit: limit, Period: time.Hour, OnFailure: FailLocal}
+				for i := range spent {
+					if !mustTake(t, m, "k", p, 1).Allowed {
+						t.Fatalf("check %d denied under the limit", i)
+					}
+					m.drain()
+					clk.Advance(time.Millisecond)
+				}
+				// Refill over the 90ms of warm-up is 100/h × 90ms: none.
+				fs.mode.Store(faultError)
+				if how == "breaker open" {
+					// Open the breaker on another key first: the key's
+					// first degraded check is then rejected without a call.
+					other := Policy{Algorithm: alg, Limit: limit, Period: time.Hour, OnFailure: FailOpen}
+					for range 2 {
+						mustTake(t, m, "other", other, 1)
+					}
+					if m.StoreHealthy() {
+						t.Fatal("breaker not open")
+					}
+				}
+				allowed := 0
+				for range 2 * limit {
+					if mustTake(t, m, "k", p, 1).Allowed {
+						allowed++
+					}
+				}
+				if allowed != limit-spent {
+					t.Fatalf("allowed %d during the outage after %d of %d were spent, want %d",
+						allowed, spent, limit, limit-spent)
+				}
+			})
+		}
+	}
+}
+
+// TestFailLocalRefillsFromStoreLevel: token_bucket local mode starts at the
+// Store's level aged by the refill since the last lease.
+func TestFailLocalRefillsFromStoreLevel(t *testing.T) {
+	m, fs, clk := testManager(t, nil)
+	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: 100 * time.Second, OnFailure: FailLocal} // 1 token/s
+	for range 100 {
+		mustTake(t, m, "k", p, 1) // all of it: the Store is empty
+	}
+	m.drain()
+	clk.Advance(30 * time.Second) // 30 tokens refilled in the Store
+	fs.mode.Store(faultError)
+	allowed := 0
+	for range 100 {
+		if mustTake(t, m, "k", p, 1).Allowed {
+			allowed++
+		}
+	}
+	if allowed != 30 {
+		t.Fatalf("allowed %d in local mode 30s after the bucket was emptied at 1/s, want 30", allowed)
+	}
+}
+
+// TestFailLocalEpisodes: local mode is seeded once per outage. Decisions
+// within an outage continue from the local state; after the Store comes
+// back and fails again, the key starts from the Store's new level, never
+// above what the local state has left.
+func TestFailLocalEpisodes(t *testing.T) {
+	m, fs, clk := testManager(t, func(c *Config) {
+		c.Breaker = BreakerConfig{Failures: 1000, Cooldown: time.Second}
+		c.MinLeaseShare = -1 // one token per lease: every check asks the Store
+	})
+	p := Policy{Algorithm: FixedWindow, Limit: 10, Period: time.Hour, OnFailure: FailLocal}
+	take := func(want bool, degraded bool) {
+		t.Helper()
+		if d := mustTake(t, m, "k", p, 1); d.Allowed != want || d.Degraded != degraded {
+			t.Fatalf("%+v, want allowed %v degraded %v", d, want, degraded)
+		}
+		clk.Advance(10 * time.Second) // a slow key: one-token leases
+	}
+	for range 4 {
+		take(true, false) // Store: 6 left
+	}
+	fs.mode.Store(faultError)
+	take(true, true) // local: seeded to 6, 5 left
+	take(true, true) // 4 left: the episode goes on, no second seed
+	fs.mode.Store(faultNone)
+	take(true, false) // Store: 5 left (it never saw the local ones)
+	fs.mode.Store(faultError)
+	// A new episode: the Store said 5, local has 4: the lower wins.
+	for range 4 {
+		take(true, true)
+	}
+	take(false, true)
+	if st := m.Stats(); st.DegradedDecisions != 7 {
+		t.Fatalf("DegradedDecisions = %d, want 7", st.DegradedDecisions)
+	}
+	if m.degraded.n.Load() != 1 {
+		t.Fatalf("%d keys in a degraded episode, want 1", m.degraded.n.Load())
+	}
+	// Eviction ends the episode (no leak).
+	clk.Advance(time.Hour)
+	m.sweep(clk.Now())
+	if n := m.degraded.n.Load(); n != 0 {
+		t.Fatalf("%d keys in a degraded episode after the sweep, want 0", n)
+	}
+}
+
+// TestFailLocalSeedConcurrent: checks racing into local mode seed the key
+// once, and together admit only what the Store had left.
+func TestFailLocalSeedConcurrent(t *testing.T) {
+	m, fs, _ := testManager(t, nil)
+	p := Policy{Algorithm: FixedWindow, Limit: 100, Period: time.Hour, OnFailure: FailLocal}
+	mustTake(t, m, "k", p, 1)
+	m.drain()
+	// As if the Store's last answer said 20 left and the tokens on hand
+	// were spent.
+	b := m.buckets.load("k")
+	b.tokens.Store(0)
+	b.remaining.Store(20)
+	fs.mode.Store(faultError)
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				d, err := m.Take("k", p, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 20 {
+		t.Fatalf("allowed %d in local mode with the Store at 20, want 20", got)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,7 +38,8 @@ func TestLeaseSizingGrowsWithRate(t *testing.T) {
 	// grantAfter runs checks at rate per second for one second and returns
 	// the size of the last lease asked for.
 	grantAfter := func(rate int) int64 {
-		m, fs, clk := testManager(t, func(c *Config) { c.LowWater = 0.25 })
+		// No lease floor: the rate alone sizes the leases.
+		m, fs, clk := testManager(t, func(c *Config) { c.LowWater = 0.25; c.MinLeaseShare = -1 })
 		step := time.Second / time.Duration(rate)
 		for range rate {
 			mustTake(t, m, "k", p, 1)
@@ -55,7 +59,8 @@ func TestLeaseSizingGrowsWithRate(t *testing.T) {
 }
 
 func TestPrefetchKeepsHotKeyLocal(t *testing.T) {
-	m, fs, clk := testManager(t, nil)
+	// No lease floor: leases sized by the rate, a few per second.
+	m, fs, clk := testManager(t, func(c *Config) { c.MinLeaseShare = -1 })
 	p := Policy{Algorithm: TokenBucket, Limit: 1_000_000, Period: time.Second}
 	const checks = 20_000 // 2s at 10k/s
 	for range checks {
@@ -80,7 +85,9 @@ func TestPrefetchKeepsHotKeyLocal(t *testing.T) {
 }
 
 func TestDenyUntilAnswersLocally(t *testing.T) {
-	m, fs, clk := testManager(t, nil)
+	// No lease floor, so no batch wait: RetryAfter is the Store's Wait
+	// (TestSaturatedKeyWaitsForABatch covers the batch).
+	m, fs, clk := testManager(t, func(c *Config) { c.MinLeaseShare = -1 })
 	p := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Second} // one token per 100ms
 	for i := range 10 {
 		if !mustTake(t, m, "k", p, 1).Allowed {
@@ -187,9 +194,10 @@ func TestPolicyChangeReturnsOldTokens(t *testing.T) {
 	if st.TokensReturned != leased-50 || st.ActiveKeys != 1 {
 		t.Fatalf("after policy change: %+v, want the %d unspent old tokens returned and one key", st, leased-50)
 	}
-	// The new policy's bucket started fresh: one lease of one token.
-	if got := fs.available(t, "k", changed); got != 2000-51 {
-		t.Errorf("Store has %d under the new policy, want %d", got, 2000-51)
+	// The new policy's bucket started fresh: one lease of the minimum
+	// share, in the window where the old policy's 50 hits count.
+	if want := int64(2000 - 50 - 2000*DefaultMinLeaseShare); fs.available(t, "k", changed) != want {
+		t.Errorf("Store has %d under the new policy, want %d", fs.available(t, "k", changed), want)
 	}
 }
 
@@ -441,5 +449,183 @@ func TestReturnKeys(t *testing.T) {
 	}
 	if st := m.Stats(); st.ActiveKeys != 1 {
 		t.Errorf("ActiveKeys = %d, want 1", st.ActiveKeys)
+	}
+}
+
+// TestColdKeyStoreCalls: a key checked far less often than once per
+// horizon makes one Store call per MinLeaseShare × capacity checks, not one
+// per check; with the floor off it is one per check.
+func TestColdKeyStoreCalls(t *testing.T) {
+	p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Minute} // 1000/min, capacity 1000
+	tests := []struct {
+		name      string
+		share     float64
+		wantCalls int64
+	}{
+		// 125 tokens: the first lease, and a prefetch when a quarter is left.
+		{"default floor", 0, 2},
+		{"floor 1/100", 0.01, 11}, // 10 tokens a lease, the next one prefetched
+		{"no floor", -1, 100},     // one token a lease
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, fs, clk := testManager(t, func(c *Config) { c.MinLeaseShare = tt.share })
+			for i := range 100 { // 1 check/s: 0.1 token per horizon
+				if !mustTake(t, m, "cold", p, 1).Allowed {
+					t.Fatalf("check %d denied", i)
+				}
+				m.drain()
+				clk.Advance(time.Second)
+			}
+			if got := fs.n(opLease); got != tt.wantCalls {
+				t.Errorf("%d lease calls for 100 checks, want %d", got, tt.wantCalls)
+			}
+		})
+	}
+}
+
+// TestSaturatedKeyWaitsForABatch: a key checked far over its limit makes
+// a few Store calls per horizon (each lease a batch of the refill), not
+// some per millisecond, and still admits its whole rate.
+func TestSaturatedKeyWaitsForABatch(t *testing.T) {
+	p := Policy{Algorithm: TokenBucket, Limit: 10_000, Period: time.Second} // a token per 100µs
+	calls := func(t *testing.T, share float64) int64 {
+		m, fs, clk := testManager(t, func(c *Config) { c.MinLeaseShare = share })
+		for range 10_000 { // spend the burst
+			mustTake(t, m, "k", p, 1)
+		}
+		m.drain()
+		before := fs.n(opLease)
+		allowed := 0
+		for range 10_000 { // 1s at 10 checks per token
+			for range 10 {
+				if mustTake(t, m, "k", p, 1).Allowed {
+					allowed++
+				}
+			}
+			m.drain()
+			clk.Advance(100 * time.Microsecond)
+		}
+		// The whole refill is admitted, but for what a batch still waits for.
+		if allowed < 10_000-1100 || allowed > 10_001 {
+			t.Errorf("admitted %d in 1s at 10000/s, want about 10000", allowed)
+		}
+		return fs.n(opLease) - before
+	}
+	batch, single := calls(t, 0), calls(t, -1)
+	t.Logf("lease calls in 1s of a saturated key: %d waiting for a batch, %d without", batch, single)
+	// Per horizon (100ms): a lease, a few shrinking prefetches of what
+	// refilled meanwhile, and a denied lease: about 6.
+	if batch > 80 {
+		t.Errorf("%d lease calls in 1s of a saturated key, want ≤ 80 (a few per horizon)", batch)
+	}
+	if single < 10*batch {
+		t.Errorf("without the floor: %d lease calls, want far more than with it (%d)", single, batch)
+	}
+}
+
+// TestLeaseFloorStoreCalls measures the Store calls per decision of a
+// Zipf(1.1) workload over 20k keys at 20k checks/s (simulated time) for a
+// few lease floors and per-minute limits, after 10s of warm-up (the
+// figures behind DefaultConfig's MinLeaseShare), and checks that the
+// default floor cuts them at least fourfold.
+func TestLeaseFloorStoreCalls(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("load test: a measurement, slow under -race")
+	}
+	const keys, rate, warm, measure = 20_000, 20_000, 10, 5
+	run := func(limit int64, share float64) float64 {
+		m, _, clk := testManager(t, func(c *Config) { c.MinLeaseShare = share })
+		p := Policy{Algorithm: TokenBucket, Limit: limit, Period: time.Minute}
+		z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, keys-1)
+		var buf []byte
+		var before Stats
+		for s := range warm + measure {
+			if s == warm {
+				before = m.Stats()
+			}
+			for range 1000 {
+				for range rate / 1000 {
+					buf = strconv.AppendUint(append(buf[:0], 'z'), z.Uint64(), 10)
+					mustTake(t, m, string(buf), p, 1)
+				}
+				clk.Advance(time.Millisecond)
+			}
+		}
+		m.drain()
+		after := m.Stats()
+		calls := after.StoreDecisions + after.Prefetches + after.Returns - before.StoreDecisions - before.Prefetches - before.Returns
+		return float64(calls) / float64(rate*measure)
+	}
+	for _, limit := range []int64{100, 10_000} {
+		var line []string
+		var off, def float64
+		for _, share := range []float64{-1, 1.0 / 16, 1.0 / 8, 1.0 / 4} {
+			f := run(limit, share)
+			line = append(line, fmt.Sprintf("%v: %.2f%%", share, 100*f))
+			switch share {
+			case -1:
+				off = f
+			case DefaultMinLeaseShare:
+				def = f
+			}
+		}
+		t.Logf("limit %d/min, Store calls per decision by MinLeaseShare: %s", limit, strings.Join(line, ", "))
+		if def*4 > off {
+			t.Errorf("limit %d/min: the default floor leaves %.2f%% Store calls per decision of %.2f%% without: want a fourfold cut", limit, 100*def, 100*off)
+		}
+	}
+}
+
+// TestSweepSparesBucketsUsedDuringIt: checks go on while a sweep runs, so
+// a bucket may have been used after the sweep's now: it is not idle.
+func TestSweepSparesBucketsUsedDuringIt(t *testing.T) {
+	m, fs, clk := testManager(t, nil)
+	p := perSecond(1000)
+	sweepNow := clk.Now()
+	clk.Advance(time.Second)
+	mustTake(t, m, "k", p, 1) // used after sweepNow
+	if n := m.sweep(sweepNow); n != 0 {
+		t.Fatalf("swept %d keys used after the sweep's now, want 0", n)
+	}
+	if fs.n(opReturn) != 0 {
+		t.Fatal("returned the tokens of a key in use")
+	}
+}
+
+// TestIdleReturnSkipsRefilledBuckets: the idle return of a token_bucket
+// key whose Store bucket is full again by the Store's own Reset is not
+// made (the Store would cap it to nothing); one that is not yet full gets
+// its tokens back.
+func TestIdleReturnSkipsRefilledBuckets(t *testing.T) {
+	tests := []struct {
+		name       string
+		p          Policy
+		wantReturn bool
+	}{
+		{"refilled in 1s", Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Second}, false},
+		{"gcra refilled", Policy{Algorithm: GCRA, Limit: 1000, Period: time.Second}, false},
+		{"a day to refill", Policy{Algorithm: TokenBucket, Limit: 1000, Period: 24 * time.Hour}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, fs, clk := testManager(t, nil)
+			mustTake(t, m, "k", tt.p, 1) // leases 1/8 of the capacity
+			clk.Advance(10 * time.Second)
+			if n := m.sweep(clk.Now()); n != 1 {
+				t.Fatalf("swept %d keys, want 1", n)
+			}
+			if got := fs.n(opReturn) == 1; got != tt.wantReturn {
+				t.Fatalf("%d return calls, want a return: %v", fs.n(opReturn), tt.wantReturn)
+			}
+			// Either way the Store holds all but the hit spent, or is full.
+			want := tt.p.Capacity() - 1
+			if !tt.wantReturn {
+				want = tt.p.Capacity()
+			}
+			if got := fs.available(t, "k", tt.p); got != want {
+				t.Fatalf("Store has %d after the sweep, want %d", got, want)
+			}
+		})
 	}
 }

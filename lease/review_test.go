@@ -151,7 +151,8 @@ func TestPoliciesOfEvictedBucketsAreDropped(t *testing.T) {
 // A deny-until is the Store's Wait for the check that got it. A bigger
 // check during it needs longer: it must not be told to come back then.
 func TestDenyUntilDoesNotShortenBiggerChecks(t *testing.T) {
-	m, _, clk := testManager(t, nil)
+	// No lease floor, so no batch wait: RetryAfter is the Store's Wait.
+	m, _, clk := testManager(t, func(c *Config) { c.MinLeaseShare = -1 })
 	p := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Second} // a token per 100ms
 	if !mustTake(t, m, "k", p, 10).Allowed {
 		t.Fatal("burst denied")

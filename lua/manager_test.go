@@ -276,11 +276,20 @@ func opsPerDecision(t testing.TB, decisions int, next func(r *rand.Rand) string)
 	return float64(sc) / float64(decisions), float64(all) / float64(decisions)
 }
 
-// TestRedisOpsPerDecision reports the Redis operations (script calls) per
-// decision for one hot key, asserting the design's ≤ 0.1%, and for
-// Zipf-distributed keys (design target ≤ 1% for 1M keys at 1M decisions/s),
-// reported but not asserted: it is a property of the Manager's lease
-// sizing, measured here at the same keys-to-rate ratio on simulated time.
+// TestRedisOpsPerDecision measures the Redis operations (script calls:
+// leases and returns) per decision, against the design's targets: ≤ 0.1%
+// for one hot key, ≤ 1% for Zipf-distributed keys (1M keys at 1M
+// decisions/s; here the same keys-to-rate ratio, scaled down, on simulated
+// time).
+//
+// The Zipf target holds in steady state: every key's first lease is a
+// Store call, so a run that starts cold pays one call per distinct key it
+// sees (the first simulated second alone: about 20%). The test warms up
+// until nearly every key has been seen, then asserts ≤ 1% on average.
+// With the idle return on (keys unchecked for 10s are dropped), the Zipf
+// tail, keys checked less often than every 10s, pays a lease per visit
+// (~2.6% here; the design target is not met at this keys-to-rate ratio
+// with a 10s Idle): that figure is reported, and bounded loosely.
 func TestRedisOpsPerDecision(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
@@ -292,37 +301,84 @@ func TestRedisOpsPerDecision(t *testing.T) {
 		t.Errorf("hot key: %.4f%% Redis script calls per decision, want ≤ 0.1%%", 100*sc)
 	}
 
-	// Zipf(1.1) over N keys at N decisions/s (the design's 1M keys at 1M/s,
-	// scaled down), on a frozen Redis clock shared with the Manager and
-	// moved 1ms at a time: 3 simulated seconds.
-	const keys, rate, seconds = 20_000, 20_000, 3
+	const keys, rate = 20_000, 20_000
+	t.Run("zipf steady state", func(t *testing.T) {
+		warm, fracs := zipfOps(t, keys, rate, 20, 5, lease.Config{SweepInterval: -1})
+		t.Logf("zipf(s=1.1) over %d keys at %d decisions/s (simulated), no idle return: warm-up 20s %.2f%% (first second %.1f%%), then per second: %s; target ≤ 1%%",
+			keys, rate, 100*avg(warm), 100*warm[0], percents(fracs))
+		if f := avg(fracs); f > 0.01 {
+			t.Errorf("steady state: %.2f%% script calls per decision, want ≤ 1%%", 100*f)
+		}
+	})
+	t.Run("zipf with idle return", func(t *testing.T) {
+		// The sweeper runs on a real ticker and judges idleness on the
+		// simulated clock: every few hundred simulated ms.
+		warm, fracs := zipfOps(t, keys, rate, 20, 5, lease.Config{SweepInterval: 20 * time.Millisecond})
+		t.Logf("zipf(s=1.1) over %d keys at %d decisions/s (simulated), idle return after 10s: warm-up 20s %.2f%%, then per second: %s",
+			keys, rate, 100*avg(warm), percents(fracs))
+		// The tail's lease per visit, ~2.6% here (its return is skipped:
+		// by then the Store's bucket has refilled). Bounded loosely.
+		if f := avg(fracs); f > 0.04 {
+			t.Errorf("steady state with idle return: %.2f%% script calls per decision, want ≤ 4%%", 100*f)
+		}
+	})
+}
+
+// zipfOps runs Zipf(1.1)-distributed checks over keys at rate per second
+// through one Manager (cfg, with the clock set) on a frozen Redis clock
+// shared with the Manager and moved 1ms at a time: warm simulated seconds,
+// then measure more. It returns the script calls per decision of each
+// second of both phases.
+func zipfOps(t *testing.T, keys, rate, warm, measure int, cfg lease.Config) (warmFracs, fracs []float64) {
+	t.Helper()
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
-	m := newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
+	cfg.Now, cfg.StoreTimeout = clock.Now, testTimeout
+	m := newManager(t, newTestStore(t, srv.Addr), cfg)
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1 << 40, Period: time.Second}
-	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, keys-1)
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, uint64(keys-1))
 	scripts := func() int64 {
 		st := commandStats(t, srv.Addr)
 		return st["evalsha"] + st["eval"]
 	}
-	perSecond := make([]string, seconds)
-	var total int64
-	for s := 0; s < seconds; s++ {
+	var buf []byte
+	for s := 0; s < warm+measure; s++ {
 		before := scripts()
 		for ms := 0; ms < 1000; ms++ {
 			for i := 0; i < rate/1000; i++ {
-				if d, err := m.Take("z"+strconv.FormatUint(z.Uint64(), 10), p, 1); err != nil || !d.Allowed {
+				buf = strconv.AppendUint(append(buf[:0], 'z'), z.Uint64(), 10)
+				if d, err := m.Take(string(buf), p, 1); err != nil || !d.Allowed {
 					t.Fatalf("Take = %+v, %v; want allowed", d, err)
 				}
 			}
 			clock.Advance(time.Millisecond)
 		}
-		n := scripts() - before
-		total += n
-		perSecond[s] = fmt.Sprintf("%.1f%%", 100*float64(n)/rate)
+		f := float64(scripts()-before) / float64(rate)
+		if s < warm {
+			warmFracs = append(warmFracs, f)
+		} else {
+			fracs = append(fracs, f)
+		}
 	}
-	frac := float64(total) / float64(rate*seconds)
-	t.Logf("zipf(s=1.1) over %d keys at %d decisions/s (simulated), %ds: %.2f%% script calls per decision (per second: %s); design target ≤ 1%%%s",
-		keys, rate, seconds, 100*frac, strings.Join(perSecond, ", "), map[bool]string{true: "", false: ": NOT MET (cold keys lease one token per check)"}[frac <= 0.01])
+	st := m.Stats()
+	t.Logf("manager: %d keys, %d sync leases, %d prefetches, %d returns, %d degraded decisions",
+		st.ActiveKeys, st.Leases, st.Prefetches, st.Returns, st.DegradedDecisions)
+	return warmFracs, fracs
+}
+
+func avg(fs []float64) float64 {
+	var sum float64
+	for _, f := range fs {
+		sum += f
+	}
+	return sum / float64(len(fs))
+}
+
+func percents(fs []float64) string {
+	ps := make([]string, len(fs))
+	for i, f := range fs {
+		ps[i] = fmt.Sprintf("%.2f%%", 100*f)
+	}
+	return strings.Join(ps, ", ")
 }
 
 // TestTwoManagersRefillAccuracy: two Managers and Redis share one frozen
