@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -47,6 +48,14 @@ type ClusterConfig struct {
 	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
 	// timeout after which the node decides itself).
 	Forward forward.Config
+	// Hot configures hot-key detection and splitting (see node/hot); its
+	// Self is set from Self, a nil Threshold reads the rules' hot
+	// settings and a nil Logger is the node's. Nil means
+	// hot.DefaultConfig().
+	Hot *hot.Config
+	// HotNoSplit makes the node detect and show hot keys (/v1/hotkeys)
+	// but never split them nor route by other members' splits.
+	HotNoSplit bool
 }
 
 // cluster is a Node's cluster state. It exists only when EnableCluster was
@@ -75,6 +84,8 @@ type cluster struct {
 	closeOnce sync.Once
 
 	states sync.Pool // *routeState
+
+	hot *hotState // never nil once EnableCluster returned
 
 	met clusterMetrics
 }
@@ -106,6 +117,8 @@ type clusterMetrics struct {
 	// decided because their owner did not answer (or did not know the
 	// rule); local: items this node owns; refunds: refunds sent to owners.
 	forwarded, fallback, local, refunds *metrics.Counter
+	// served: checks peers forwarded that this node decided.
+	served *metrics.Counter
 	// handoffs: completed handoff passes (returns of moved keys).
 	handoffs *metrics.Counter
 	members  atomic.Int64
@@ -144,12 +157,18 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 		n:       n,
 		self:    cfg.Self,
 		vnodes:  cfg.Vnodes,
-		fwd:     forward.New(fcfg),
 		timeout: int64(timeout),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	if err := c.newHot(cfg); err != nil {
+		return fmt.Errorf("%w: Hot: %v", ErrClusterConfig, err)
+	}
+	if c.hot.split && fcfg.OnPlans == nil {
+		fcfg.OnPlans = c.hot.h.ApplyPlans
+	}
+	c.fwd = forward.New(fcfg)
 	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey}, (*decider)(n))
 	c.states.New = func() any { return new(routeState) }
 	c.routes.Store(&routes{ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
@@ -158,6 +177,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 		fallback:  n.met.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
 		local:     n.met.set.NewCounter(`sluice_routed_items_total{decided_by="self"}`),
 		refunds:   n.met.set.NewCounter(`sluice_routed_refunds_total`),
+		served:    n.met.set.NewCounter(`sluice_routed_items_served_total`),
 	}
 	c.met.members.Store(1)
 	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })
@@ -167,6 +187,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	}
 	n.cl = c
 	go c.runHandoff()
+	c.hot.h.Run()
 	return nil
 }
 
@@ -202,8 +223,12 @@ func (n *Node) MembersChanged(ms []member.Member) {
 	if len(names) == 0 {
 		names = append(names, c.self)
 	}
-	c.routes.Store(&routes{ring: shard.NewRing(names, c.vnodes), addrs: addrs})
+	ring := shard.NewRing(names, c.vnodes)
+	c.routes.Store(&routes{ring: ring, addrs: addrs})
 	c.met.members.Store(int64(len(names)))
+	if c.hot.split {
+		c.hot.h.SetRing(ring) // may queue ended keys: before the kick
+	}
 	select {
 	case c.kick <- struct{}{}:
 	default: // a handoff is already pending: it will see this ring
@@ -222,7 +247,13 @@ func (c *cluster) runHandoff() {
 		case <-c.kick:
 		}
 		r := c.routes.Load()
-		if err := c.n.mgr.ReturnKeys(func(k string) bool { return r.ring.Owner(k) == c.self }); err != nil {
+		// Keep the keys this node owns or holds as a split holder, except
+		// those it has just stopped holding.
+		ended := c.hot.takeEnded()
+		keep := func(k string) bool {
+			return !ended[k] && (r.ring.Owner(k) == c.self || c.hot.holds(k, c.self))
+		}
+		if err := c.n.mgr.ReturnKeys(keep); err != nil {
 			c.n.log.Warn("cannot return the leases of keys that moved", "err", err)
 		}
 		now := make(map[string]bool, len(r.addrs))
@@ -250,6 +281,7 @@ func (n *Node) CloseCluster() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		<-c.done
+		c.hot.h.Close()
 		_ = c.fwd.Close()
 	})
 	return nil

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -38,4 +39,33 @@ func ExampleNode_EnableCluster() {
 	// [node-a]
 	// [node-a node-b]
 	// true
+}
+
+// Hot keys: the node's hot.Hot splits a key past its rule's hot.threshold
+// over the members. In sluiced, member.Config.OnMessage is n.GossipMessage
+// (the plans other members gossip) and the member Cluster given to
+// SetMembership gossips this node's plans.
+func ExampleNode_Hot() {
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+	defer store.Close()
+	mgr := lease.NewManager(store, lease.DefaultConfig())
+	defer mgr.Close()
+
+	n := node.New(node.DefaultConfig(), mgr)
+	hcfg := hot.DefaultConfig()
+	hcfg.CapacityShare = 0.5 // also hot: a key taking half of this node's checks
+	err := n.EnableCluster(node.ClusterConfig{Self: "node-a", Hot: &hcfg})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer n.CloseCluster()
+	mcfg := member.DefaultConfig()
+	mcfg.OnMessage = n.GossipMessage
+	_ = mcfg // member.Start(mcfg, n.MembersChanged)
+
+	_, split := n.Hot().Lookup("per-key:user-42")
+	fmt.Println(split, n.Hot().Stats().Active)
+	// Output:
+	// false 0
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"hash/maphash"
 	"strconv"
 	"time"
 	"unsafe"
@@ -52,11 +53,18 @@ type reqState struct {
 	items   []item
 	matches []rules.Match
 	results []api.CheckResult
-	buf     []byte // the response body
-	scratch []byte // header values
-	keys    []byte // the counter keys of the items (see counterKey)
-	ticks   uint32 // checks served with this state, for startTimer
+	buf     []byte    // the response body
+	scratch []byte    // header values
+	keys    []byte    // the counter keys of the items (see counterKey)
+	ticks   uint32    // checks served with this state, for startTimer
+	spans   []span    // per check of a batch: its items
+	take    batchTake // a batch's single-item checks (see decideBatch)
 }
+
+// span is where a batch's check is in reqState.items: items[lo:hi]; take
+// is its index in the batch's TakeMany, -1 when decided by Node.decide,
+// and lo is -1 when the check is already answered (with an error).
+type span struct{ lo, hi, take int32 }
 
 // timerSample: one check in timerSample is timed for
 // sluice_check_duration_seconds (reading the clock costs more than 100ns
@@ -82,6 +90,8 @@ func (n *Node) putState(st *reqState) {
 	clear(st.results)
 	st.results = st.results[:0]
 	st.keys = st.keys[:0]
+	st.spans = st.spans[:0]
+	st.take.reset()
 	n.states.Put(st)
 }
 
@@ -223,16 +233,134 @@ func (n *Node) decideOne(it *item, hits int64) error {
 	if err != nil {
 		return err
 	}
+	it.record(hits)
+	return nil
+}
+
+// record counts the decision it.d, made for hits, and marks it done.
+func (it *item) record(hits int64) {
 	it.done = true
-	// A degraded decision (the Store was down: open or local failure mode)
-	// took nothing from the leased bucket, so it must not be refunded there:
-	// a refund would create tokens no Store granted.
 	// A degraded decision (the Store was down: open or local failure mode)
 	// took nothing from the leased bucket, so it must not be refunded there:
 	// a refund would create tokens no Store granted.
 	it.charged = it.d.Allowed && hits > 0 && !it.peek && !it.d.Degraded
 	it.ri.checks[decisionOf(it.d, it.ri.rule.Shadow, it.p.OnFailure)].Inc()
-	return nil
+}
+
+// batchTake gathers the items of a batch that one Manager.TakeMany
+// decides, so that their Store calls overlap instead of running one after
+// another (a batch of cold keys on Redis: one round trip per
+// lease.Config.BatchWorkers keys, not one per key).
+//
+// TakeMany does not keep the order of several checks of one key, and the
+// items it decides are decided before the others of the batch. So that a
+// batch is still decided as if its items were decided one by one in order
+// (two checks of a key with one token left: the first is allowed), an item
+// joins only if no earlier item of the batch has its counter key; the
+// others are decided after TakeMany, in order. Items of one check that
+// must be decided together (several rules, and their refunds) do not join
+// either: see offer.
+type batchTake struct {
+	cs   []lease.Check // the Take calls; Key is a view (see counterKey)
+	idx  []int32       // cs[j] decides items[idx[j]]
+	seen keySet        // the counter keys of the batch so far
+}
+
+// reset empties b for the next batch (or phase).
+func (b *batchTake) reset() {
+	clear(b.cs) // drop the key views and errors
+	b.cs = b.cs[:0]
+	b.idx = b.idx[:0]
+	b.seen.reset()
+}
+
+// offer adds item i of items, to be decided for hits, to the TakeMany if it
+// can join (see batchTake): may says the caller allows it (an item that
+// must be decided with others of its check may not), and peeks never join.
+// It reports whether the item joined; one that did not must be decided
+// after run, in the order of the batch.
+func (b *batchTake) offer(items []item, i int, hits int64, may bool) bool {
+	it := &items[i]
+	if b.seen.add(it.ckey) || !may || it.peek {
+		return false
+	}
+	b.cs = append(b.cs, lease.Check{Key: it.ckey, Policy: it.p, Hits: hits})
+	b.idx = append(b.idx, int32(i))
+	return true
+}
+
+// run decides the items offered with one TakeMany and records their
+// decisions in items (as decideOne does). An item refused by the Manager
+// keeps done false; its error is b.cs[j].Err.
+func (b *batchTake) run(m *lease.Manager, items []item) {
+	if len(b.cs) == 0 {
+		return
+	}
+	m.TakeMany(b.cs)
+	for j := range b.cs {
+		if c := &b.cs[j]; c.Err == nil {
+			it := &items[b.idx[j]]
+			it.d = c.Decision
+			it.record(c.Hits)
+		}
+	}
+}
+
+// keySet is a set of keys, kept as their 64-bit hashes (open addressing,
+// no allocation once grown). Two keys with one hash count as one: for
+// batchTake that only keeps an item out of the TakeMany.
+type keySet struct {
+	slots []uint64 // 0 is empty; a hash is stored with its low bit set
+	n     int
+	seed  maphash.Seed
+}
+
+func (s *keySet) reset() {
+	if s.n > 0 {
+		clear(s.slots)
+		s.n = 0
+	}
+}
+
+// add adds key and reports whether it was already in the set.
+func (s *keySet) add(key string) bool {
+	if 2*(s.n+1) > len(s.slots) {
+		s.grow()
+	}
+	h := maphash.String(s.seed, key) | 1
+	if s.insert(h) {
+		return true
+	}
+	s.n++
+	return false
+}
+
+// insert puts h in place, reporting whether it was there.
+func (s *keySet) insert(h uint64) bool {
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case h:
+			return true
+		case 0:
+			s.slots[i] = h
+			return false
+		}
+	}
+}
+
+// grow doubles the table (64 slots at first) and puts the hashes back.
+func (s *keySet) grow() {
+	old := s.slots
+	if old == nil {
+		s.seed = maphash.MakeSeed()
+	}
+	s.slots = make([]uint64, max(64, 2*len(old)))
+	for _, h := range old {
+		if h != 0 {
+			s.insert(h)
+		}
+	}
 }
 
 // decisionOf is the decision label of d.

@@ -72,6 +72,11 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 			n.members(ctx)
 		}
 		return routeMembers
+	case "/v1/hotkeys":
+		if n.requireGet(ctx) {
+			n.hotkeys(ctx)
+		}
+		return routeHotkeys
 	case forward.Path:
 		if n.cl == nil {
 			break
@@ -196,34 +201,76 @@ func (n *Node) checks(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	start := time.Now()
-	for i := range checks {
-		c := &checks[i]
-		st.items = st.items[:0]
-		st.keys = st.keys[:0] // the last check's counter keys are done with
-		res := &st.results[i]
-		if c.Err != nil {
-			*res = api.CheckResult{Error: c.Err.Msg, Field: c.Err.Field}
-			continue
-		}
-		if err := st.addCheck(t, c); err != nil {
-			_, msg, field := errorStatus(err)
-			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
-			continue
-		}
-		v, err := n.decide(st.items, hitsOf(c))
-		if err != nil {
-			_, msg, field := errorStatus(err)
-			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
-			continue
-		}
-		result(res, st.items, v)
-	}
+	n.decideBatch(st, t, checks)
 	if len(checks) > 0 { // one observation: the mean time per check
 		n.met.checkDuration.Update(time.Since(start).Seconds() / float64(len(checks)))
 	}
 	ctx.SetContentTypeBytes(contentTypeJSON)
 	st.buf = api.AppendResults(st.buf[:0], st.results)
 	ctx.SetBody(st.buf)
+}
+
+// decideBatch decides the checks of a batch on a single node and fills
+// st.results. The checks of one item each (one rule, not a peek) are
+// decided together by one Manager.TakeMany, their Store calls overlapped;
+// the others (several rules: their refunds; peeks) one by one with decide,
+// after it. The batch is decided as if in order: see batchTake.
+func (n *Node) decideBatch(st *reqState, t *ruleTable, checks []api.CheckRequest) {
+	st.items = st.items[:0]
+	st.keys = st.keys[:0] // counter keys stay valid for the whole batch
+	st.spans = grow(st.spans, len(checks))
+	tk := &st.take
+	tk.reset()
+	for i := range checks {
+		c := &checks[i]
+		sp := &st.spans[i]
+		*sp = span{lo: -1, take: -1}
+		res := &st.results[i]
+		if c.Err != nil {
+			*res = api.CheckResult{Error: c.Err.Msg, Field: c.Err.Field}
+			continue
+		}
+		lo := len(st.items)
+		if err := st.addCheck(t, c); err != nil {
+			st.items = st.items[:lo]
+			_, msg, field := errorStatus(err)
+			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
+			continue
+		}
+		sp.lo, sp.hi = int32(lo), int32(len(st.items))
+		alone := sp.hi-sp.lo == 1
+		for j := lo; j < len(st.items); j++ {
+			if tk.offer(st.items, j, hitsOf(c), alone) {
+				sp.take = int32(len(tk.cs) - 1)
+			}
+		}
+	}
+	tk.run(n.mgr, st.items)
+	for i := range checks {
+		sp := &st.spans[i]
+		if sp.lo < 0 {
+			continue
+		}
+		res := &st.results[i]
+		its := st.items[sp.lo:sp.hi]
+		var v verdict
+		var err error
+		if sp.take >= 0 {
+			// One item, decided by TakeMany: as decide would, with
+			// nothing to refund.
+			if err = tk.cs[sp.take].Err; err == nil {
+				v = combine(its, !its[0].d.Allowed && !its[0].ri.rule.Shadow)
+			}
+		} else {
+			v, err = n.decide(its, hitsOf(&checks[i]))
+		}
+		if err != nil {
+			_, msg, field := errorStatus(err)
+			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
+			continue
+		}
+		result(res, its, v)
+	}
 }
 
 // batchField names field inside item i of a batch: checks[i].field.

@@ -20,6 +20,7 @@ const (
 	routeHealthz
 	routeReadyz
 	routeMembers
+	routeHotkeys
 	routeForward
 	routeOther
 	numRoutes
@@ -35,6 +36,7 @@ var routeNames = [numRoutes]string{
 	routeHealthz: "/healthz",
 	routeReadyz:  "/readyz",
 	routeMembers: "/v1/members",
+	routeHotkeys: "/v1/hotkeys",
 	routeForward: "/internal/v1/batch",
 	routeOther:   "other",
 }

@@ -22,14 +22,20 @@
 //   - GET /v1/members: the cluster view, {"self","ready","vnodes","members":
 //     [{"name","http_addr","gossip_addr","state"}]}, live members first, by
 //     name (node/client reads it). A single node lists itself alone.
+//   - GET /v1/hotkeys: the hot keys (node/hot): this node's top keys with
+//     their rates and split state, and the cluster's splits,
+//     {"self","node_rate","top":[{"key","count","err","rate","split",
+//     "holders"}],"splits":[{"key","holders","epoch","owner"}]}. A single
+//     node tracks no keys (its hot path is left as it is) and answers empty
+//     lists.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
 //     (readiness: a rule set is loaded and, in a cluster, the node has
 //     joined; the last reload error is shown).
 //   - POST /internal/v1/batch (cluster only): checks forwarded by peers
 //     (node/forward), guarded by the cluster key.
 //
-// Unknown paths, and the endpoints of later issues (rules CRUD, hot keys,
-// the dashboard), answer 404 with a JSON error, as does the internal
+// Unknown paths, and the endpoints of later issues (rules CRUD, the
+// dashboard), answer 404 with a JSON error, as does the internal
 // endpoint on a single node; a known path with the wrong method answers
 // 405. Every error body is {"error","field"} (the internal endpoint
 // answers plain text: see node/forward).
@@ -97,6 +103,11 @@
 // drops the Forwarder's queues of departed peers. A single node (no
 // EnableCluster) pays one nil check per decision for all this.
 //
+// A clustered node also splits hot keys (node/hot, issue 5): routing asks
+// the split table before the ring, and a key split over several holders
+// is served by each holder itself, leasing from the same Store bucket;
+// see hot.go for the hooks.
+//
 // # Metrics
 //
 // /metrics writes the Node's own metrics, then the process-wide set (the
@@ -110,8 +121,12 @@
 // one of the endpoints or "other"); sluice_rules; and
 // sluice_rules_reload_errors_total. In a cluster also
 // sluice_routed_items_total{decided_by="self|owner|fallback"},
-// sluice_routed_refunds_total, sluice_members and sluice_handoffs_total
-// (node/forward adds sluice_forward_*).
+// sluice_routed_refunds_total, sluice_routed_items_served_total (checks
+// peers forwarded that this node decided), sluice_members and
+// sluice_handoffs_total
+// (node/forward adds sluice_forward_*, node/hot sluice_hot_*: splits
+// started, ended and active, keys tracked, checks of split keys routed to
+// self or to a holder, gossip messages).
 //
 // # Concurrency
 //

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,7 @@ type routeState struct {
 	local  []int
 	groups []peerGroup
 	wg     sync.WaitGroup
+	take   batchTake // the local items of a phase (see decideLocals)
 }
 
 func (c *cluster) getRoute(nItems int) *routeState {
@@ -148,7 +150,7 @@ func (c *cluster) phase(rs *routeState, items []item, leased bool) {
 			}
 			addr := ""
 			if !it.peek {
-				addr = r.peerFor(it.ckey, c.self)
+				addr = c.peer(r, it.ckey)
 			}
 			if addr == "" {
 				rs.local = append(rs.local, i)
@@ -163,9 +165,12 @@ func (c *cluster) phase(rs *routeState, items []item, leased bool) {
 		return
 	}
 	wait := c.send(rs)
+	c.decideLocals(rs, items)
 	for _, i := range rs.local {
-		c.decideLocal(rs, items, i)
 		c.met.local.Inc()
+		if it := &items[i]; !it.peek {
+			c.hot.h.Observe(it.ckey) // a key this node owns or holds
+		}
 	}
 	wait()
 	for gi := range rs.groups {
@@ -242,6 +247,36 @@ func (c *cluster) decideLocal(rs *routeState, items []item, i int) {
 	if err := c.n.decideOne(&items[i], ch.hits); err != nil && ch.err == nil {
 		ch.err = err
 	}
+}
+
+// decideLocals decides the items rs.local of a phase with this node's
+// Manager: those that can (see batchTake) with one TakeMany, their Store
+// calls overlapped, then the others in order.
+func (c *cluster) decideLocals(rs *routeState, items []item) {
+	if len(rs.local) < 2 {
+		for _, i := range rs.local {
+			c.decideLocal(rs, items, i)
+		}
+		return
+	}
+	tk := &rs.take
+	tk.reset()
+	for _, i := range rs.local {
+		tk.offer(items, i, rs.checks[rs.check[i]].hits, true)
+	}
+	tk.run(c.n.mgr, items)
+	j := 0 // tk.idx is in the order of rs.local
+	for _, i := range rs.local {
+		if j < len(tk.idx) && int(tk.idx[j]) == i {
+			if ch := &rs.checks[rs.check[i]]; tk.cs[j].Err != nil && ch.err == nil {
+				ch.err = tk.cs[j].Err
+			}
+			j++
+			continue
+		}
+		c.decideLocal(rs, items, i)
+	}
+	tk.reset() // drop the key views
 }
 
 // refund gives back the hits charged to the items of denied (or failed)
@@ -337,25 +372,38 @@ const decideChunk = 32
 // call the Manager refuses, is answered as an item error: the sender then
 // decides the item itself. Forwarded checks are counted by the node that
 // answered the gateway, not here (sluice_forward_served_items_total counts
-// them here).
+// them here). The checks are observed as served here (hot keys), and the
+// reply carries the split plans of the batch's keys that the sender should
+// route by.
 func (d *decider) DecideBatch(items []forward.Item, results []forward.Result) []shard.Plan {
 	n := (*Node)(d)
 	t := n.rules.Load()
 	if len(items) <= decideChunk {
-		n.decideForwarded(t, items, results)
-		return nil
+		return n.decideForwarded(t, items, results, nil)
 	}
 	var wg sync.WaitGroup
-	for lo := 0; lo < len(items); lo += decideChunk {
+	chunks := (len(items) + decideChunk - 1) / decideChunk
+	plans := make([][]shard.Plan, chunks)
+	for ci := range chunks {
+		lo := ci * decideChunk
 		hi := min(lo+decideChunk, len(items))
-		wg.Go(func() { n.decideForwarded(t, items[lo:hi], results[lo:hi]) })
+		wg.Go(func() { plans[ci] = n.decideForwarded(t, items[lo:hi], results[lo:hi], nil) })
 	}
 	wg.Wait()
-	return nil
+	var all []shard.Plan
+	for _, ps := range plans {
+		for _, p := range ps {
+			if !slices.ContainsFunc(all, func(q shard.Plan) bool { return q.Key == p.Key }) {
+				all = append(all, p)
+			}
+		}
+	}
+	return all
 }
 
-// decideForwarded decides forwarded items in order (see DecideBatch).
-func (n *Node) decideForwarded(t *ruleTable, items []forward.Item, results []forward.Result) {
+// decideForwarded decides forwarded items in order (see DecideBatch) and
+// appends to plans the split plans their senders should know.
+func (n *Node) decideForwarded(t *ruleTable, items []forward.Item, results []forward.Result, plans []shard.Plan) []shard.Plan {
 	st := n.getState()
 	defer n.putState(st)
 	for i := range items {
@@ -374,6 +422,13 @@ func (n *Node) decideForwarded(t *ruleTable, items []forward.Item, results []for
 		ckey := st.counterKey(ri.prefix, it.Key)
 		var dec lease.Decision
 		var err error
+		if c := n.cl; c != nil && it.Op != forward.OpRefund && ri.base.Algorithm != lease.Concurrency {
+			c.met.served.Inc()
+			c.hot.h.Observe(ckey)
+			if c.hot.split {
+				plans = c.hot.h.PlansFor(plans, ckey)
+			}
+		}
 		switch {
 		case it.Op == forward.OpRefund:
 			if p.Algorithm.Leased() {
@@ -396,4 +451,5 @@ func (n *Node) decideForwarded(t *ruleTable, items []forward.Item, results []for
 		}
 		*res = forward.ResultOf(dec)
 	}
+	return plans
 }

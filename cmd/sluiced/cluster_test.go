@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/lua/redistest"
 	"github.com/sluicehq/sluice/node/client"
 	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
 	"github.com/sluicehq/sluice/node/member/netsim"
 )
@@ -53,6 +54,10 @@ type testCluster struct {
 	rules string
 	nodes []*testNode
 	http  *http.Client
+	// hot and args, when set, adjust the hot-key config of the nodes
+	// started next and add flags to theirs.
+	hot  func(*hot.Config)
+	args []string
 }
 
 func newTestCluster(t testing.TB, rules string) *testCluster {
@@ -110,6 +115,10 @@ func (tc *testCluster) start(name string, seeds ...*testNode) *testNode {
 		// Generous for the race detector on a shared machine: a return
 		// that times out loses its tokens, which the tests count.
 		"-store-timeout", "1s"}, env(nil), io.Discard)
+	if err == nil && len(tc.args) > 0 {
+		o, err = parseOptions(append([]string{"-listen", "127.0.0.1:0", "-redis", tc.redis, "-rules", tc.rules,
+			"-node-name", name, "-gossip", "127.0.0.1:0", "-store-timeout", "1s"}, tc.args...), env(nil), io.Discard)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +129,7 @@ func (tc *testCluster) start(name string, seeds ...*testNode) *testNode {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)
 	}
-	h := hooks{transport: ft, member: fastMembership, forward: patientForward, httpAdvertise: func(listen string) string {
+	h := hooks{transport: ft, member: fastMembership, forward: patientForward, hot: tc.hot, httpAdvertise: func(listen string) string {
 		p, err := netsim.NewProxy(listen)
 		if err != nil {
 			t.Fatal(err)

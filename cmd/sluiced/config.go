@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,12 @@ type options struct {
 	storeTimeout    time.Duration
 	rulesPoll       time.Duration
 	logLevel        slog.Level
+	// hotSplit: split hot keys over the cluster (false: detect and show
+	// them in /v1/hotkeys, never split).
+	hotSplit bool
+	// hotCapacityShare: a key taking more than this share of the checks
+	// the node serves is hot; 0 turns it off.
+	hotCapacityShare float64
 }
 
 // setting is one flag and its environment variable.
@@ -118,6 +125,22 @@ func settings() []setting {
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
 		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.hotSplit = b
+			return nil
+		}},
+		{"hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", "0", "a key taking more than this share (0 to 1) of the checks a node serves is hot, whatever its rule's hot.threshold; 0: off", func(o *options, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f >= 0 && f <= 1) {
+				return fmt.Errorf("want a number between 0 and 1, got %q", v)
+			}
+			o.hotCapacityShare = f
+			return nil
+		}},
 		{"log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error", func(o *options, v string) error {
 			var l slog.Level
 			if err := l.UnmarshalText([]byte(v)); err != nil {
@@ -156,6 +179,10 @@ func (v *settingValue) String() string {
 	}
 	return v.cur
 }
+
+// IsBoolFlag lets a setting whose default is a boolean be given as -flag
+// alone (meaning true).
+func (v *settingValue) IsBoolFlag() bool { return v.s.def == "true" || v.s.def == "false" }
 
 func (v *settingValue) Set(s string) error {
 	if err := v.s.set(v.o, s); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -41,6 +42,8 @@ type hooks struct {
 	// forward adjusts the forwarding config (a longer timeout under the
 	// race detector).
 	forward func(*forward.Config)
+	// hot adjusts the hot-key config (a short tick and cooling period).
+	hot func(*hot.Config)
 }
 
 // clustered reports whether o asks for a cluster: -join given, or -gossip
@@ -113,9 +116,15 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	}
 
 	if o.clustered() {
-		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Forward: forward.DefaultConfig()}
+		hcfg := hot.DefaultConfig()
+		hcfg.CapacityShare = o.hotCapacityShare
+		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Forward: forward.DefaultConfig(),
+			Hot: &hcfg, HotNoSplit: !o.hotSplit}
 		if h.forward != nil {
 			h.forward(&ccfg.Forward)
+		}
+		if h.hot != nil {
+			h.hot(&hcfg)
 		}
 		if err := d.node.EnableCluster(ccfg); err != nil {
 			return nil, err
@@ -134,6 +143,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		cfg.ClusterKey = o.clusterKey
 		cfg.Transport = h.transport
 		cfg.Logger = log
+		cfg.OnMessage = d.node.GossipMessage
 		if h.member != nil {
 			h.member(&cfg)
 		}

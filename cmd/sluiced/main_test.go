@@ -48,6 +48,33 @@ func TestOptionsPrecedence(t *testing.T) {
 	}
 }
 
+// TestHotOptions: -hot-split (alone, =false, or SLUICE_HOT_SPLIT) and
+// -hot-capacity-share, flags over the environment.
+func TestHotOptions(t *testing.T) {
+	cases := []struct {
+		args  []string
+		env   map[string]string
+		split bool
+		share float64
+	}{
+		{nil, nil, true, 0},
+		{[]string{"-hot-split=false"}, nil, false, 0},
+		{[]string{"-hot-split"}, map[string]string{"SLUICE_HOT_SPLIT": "false"}, true, 0},
+		{nil, map[string]string{"SLUICE_HOT_SPLIT": "false", "SLUICE_HOT_CAPACITY_SHARE": "0.25"}, false, 0.25},
+		{[]string{"-hot-capacity-share", "0.5"}, map[string]string{"SLUICE_HOT_CAPACITY_SHARE": "0.25"}, true, 0.5},
+	}
+	for _, c := range cases {
+		o, err := parseOptions(c.args, env(c.env), io.Discard)
+		if err != nil {
+			t.Errorf("%v %v: %v", c.args, c.env, err)
+			continue
+		}
+		if o.hotSplit != c.split || o.hotCapacityShare != c.share {
+			t.Errorf("%v %v: split %v share %v, want %v %v", c.args, c.env, o.hotSplit, o.hotCapacityShare, c.split, c.share)
+		}
+	}
+}
+
 func TestOptionsInvalid(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -69,6 +96,11 @@ func TestOptionsInvalid(t *testing.T) {
 		{[]string{"extra"}, nil, "extra"},
 		{nil, map[string]string{"SLUICE_LEASE_HORIZON": "soon"}, "SLUICE_LEASE_HORIZON"},
 		{nil, map[string]string{"SLUICE_CLUSTER_KEY": "!!"}, "SLUICE_CLUSTER_KEY"},
+		{[]string{"-hot-split=maybe"}, nil, "-hot-split"},
+		{[]string{"-hot-capacity-share", "1.5"}, nil, "-hot-capacity-share"},
+		{[]string{"-hot-capacity-share", "-0.1"}, nil, "-hot-capacity-share"},
+		{nil, map[string]string{"SLUICE_HOT_CAPACITY_SHARE": "NaN"}, "SLUICE_HOT_CAPACITY_SHARE"},
+		{nil, map[string]string{"SLUICE_HOT_SPLIT": "no way"}, "SLUICE_HOT_SPLIT"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
@@ -86,7 +118,8 @@ func TestHelp(t *testing.T) {
 	}
 	for _, want := range []string{"-listen", "SLUICE_LISTEN", "SLUICE_RULES", "SLUICE_REDIS", "SLUICE_JOIN", "SLUICE_NODE_NAME",
 		"SLUICE_GOSSIP", "SLUICE_GOSSIP_ADVERTISE", "SLUICE_CLUSTER_KEY", "SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_HORIZON", "SLUICE_LOG_LEVEL",
-		"SLUICE_LEASE_IDLE", "SLUICE_STORE_TIMEOUT", "SLUICE_RULES_POLL"} {
+		"SLUICE_LEASE_IDLE", "SLUICE_STORE_TIMEOUT", "SLUICE_RULES_POLL", "-hot-split", "SLUICE_HOT_SPLIT",
+		"-hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h lacks %s", want)
 		}

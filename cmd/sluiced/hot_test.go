@@ -1,0 +1,148 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/node/hot"
+	"github.com/sluicehq/sluice/shard"
+)
+
+// hotRules: one key with a day's quota of 2000 that is hot at 50
+// checks/s.
+const hotRules = `rules:
+  - name: per-key
+    algorithm: token_bucket
+    limit: 2000
+    period: 24h
+    hot: {threshold: 50}
+`
+
+// fastHot makes the hot-key loop quick enough for tests: a 100ms tick,
+// an exact sketch and a 1s cooling period.
+func fastHot(c *hot.Config) {
+	c.Tick = 100 * time.Millisecond
+	c.TopK = shard.TopKConfig{RateHalfLife: 200 * time.Millisecond}
+	c.Split = shard.SplitConfig{Cooling: time.Second}
+}
+
+// TestClusterHotKey: three sluiced nodes with real gossip and Redis. A key
+// sprayed over all nodes gets hot at its owner, which splits it over the
+// three; every node learns the split and serves the key itself (nothing
+// forwarded), and the cluster still admits between 97% and 100% of the
+// key's limit. When the traffic stops the split ends everywhere.
+func TestClusterHotKey(t *testing.T) {
+	tc := newTestCluster(t, hotRules)
+	tc.hot = fastHot
+	a, b, c := tc.startThree()
+	all := []*testNode{a, b, c}
+	owner := tc.byName(a.d.node.Owner("per-key:k"))
+
+	var out tally
+	// Warm up until every node routes by the split (≤ 20 × 100 checks).
+	for i := 0; ; i++ {
+		tc.spray(100, 8, func() []*testNode { return all }, func(int) string { return "k" }, &out)
+		n := 0
+		for _, x := range all {
+			if p, ok := x.d.node.Hot().Lookup("per-key:k"); ok && len(p.Holders) == 3 {
+				n++
+			}
+		}
+		if n == 3 {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("no split of a key sprayed at 8 parallel checks after %d checks", out.get(200)+out.get(429))
+		}
+	}
+	if st := owner.d.node.Hot().Stats(); st.Started != 1 {
+		t.Errorf("owner %s stats %+v, want 1 split started", owner.name, st)
+	}
+	fwd := map[string]uint64{}
+	for _, x := range all {
+		fwd[x.name] = x.d.node.ForwardStats().Items
+	}
+	const limit, total = 2000, 5000
+	tc.spray(total-out.get(200)-out.get(429), 12, func() []*testNode { return all }, func(int) string { return "k" }, &out)
+	if o := out.others(); len(o) > 0 {
+		t.Fatalf("answers other than 200/429: %v", o)
+	}
+	admitted := out.get(200)
+	t.Logf("admitted %d of %d checks, limit %d", admitted, total, limit)
+	if admitted > limit || admitted < limit*97/100 {
+		t.Errorf("admitted %d, want within [%d, %d]", admitted, limit*97/100, limit)
+	}
+	for _, x := range all {
+		if got := x.d.node.ForwardStats().Items - fwd[x.name]; got != 0 {
+			t.Errorf("%s forwarded %d checks of the split key, want 0", x.name, got)
+		}
+		if st := x.d.mgr.Stats(); st.TokensLeased == 0 {
+			t.Errorf("%s leased no tokens: it did not serve the split key", x.name)
+		}
+	}
+	// /v1/hotkeys shows the split everywhere.
+	for _, x := range all {
+		res, err := tc.http.Get(x.base + "/v1/hotkeys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || !strings.Contains(string(body), `"splits":[{"key":"per-key:k"`) {
+			t.Errorf("%s /v1/hotkeys: %d %s", x.name, res.StatusCode, body)
+		}
+	}
+	// Idle: the split ends (rate below 25/s for 1s), on every node.
+	poll(t, "the split to end everywhere", func() bool {
+		for _, x := range all {
+			if _, ok := x.d.node.Hot().Lookup("per-key:k"); ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestClusterHotKeyLeave: when a holder leaves gracefully, the owner
+// announces the remaining two as holders, with a newer epoch.
+func TestClusterHotKeyLeave(t *testing.T) {
+	tc := newTestCluster(t, hotRules)
+	tc.hot = fastHot
+	a, b, c := tc.startThree()
+	all := []*testNode{a, b, c}
+	owner := tc.byName(a.d.node.Owner("per-key:k"))
+	var out tally
+	var p shard.Plan
+	poll(t, "a split", func() bool {
+		tc.spray(100, 8, func() []*testNode { return all }, func(int) string { return "k" }, &out)
+		var ok bool
+		p, ok = owner.d.node.Hot().Lookup("per-key:k")
+		return ok
+	})
+	var gone *testNode
+	var rest []*testNode
+	for _, x := range all {
+		if x != owner && gone == nil {
+			gone = x
+			continue
+		}
+		rest = append(rest, x)
+	}
+	tc.leave(gone)
+	names := []string{rest[0].name, rest[1].name}
+	slices.Sort(names)
+	tc.converge(strings.Join(names, ","), rest...)
+	poll(t, "new holders", func() bool {
+		tc.spray(20, 4, func() []*testNode { return rest }, func(int) string { return "k" }, &out)
+		for _, x := range rest {
+			q, ok := x.d.node.Hot().Lookup("per-key:k")
+			if !ok || q.Epoch <= p.Epoch || len(q.Holders) != 2 || q.Has(gone.name) {
+				return false
+			}
+		}
+		return true
+	})
+}
