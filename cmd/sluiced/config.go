@@ -50,6 +50,41 @@ type setting struct {
 	set func(o *options, v string) error
 }
 
+// secret reports whether a setting's value must never be printed (a bad
+// cluster key or admin token would otherwise end up in logs).
+func (s *setting) secret() bool { return s.flag == "cluster-key" || s.flag == "admin-token" }
+
+// shown is how a value of s appears in an error message.
+func shown(s *setting, v string) string {
+	if s.secret() {
+		return "(redacted)"
+	}
+	return strconv.Quote(v)
+}
+
+// redactArgs removes the values of secret flags from a flag-parsing error
+// (the flag package quotes the bad value).
+func redactArgs(err error, ss []setting, args []string) error {
+	msg := err.Error()
+	for i, a := range args {
+		for j := range ss {
+			if !ss[j].secret() {
+				continue
+			}
+			name := strings.TrimLeft(a, "-")
+			if v, ok := strings.CutPrefix(name, ss[j].flag+"="); ok && v != "" {
+				msg = strings.ReplaceAll(msg, strconv.Quote(v), "(redacted)")
+			} else if name == ss[j].flag && i+1 < len(args) && args[i+1] != "" {
+				msg = strings.ReplaceAll(msg, strconv.Quote(args[i+1]), "(redacted)")
+			}
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return errors.New(msg)
+}
+
 func settings() []setting {
 	return []setting{
 		{"listen", "SLUICE_LISTEN", ":8080", "HTTP API address host:port", func(o *options, v string) error {
@@ -209,7 +244,7 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 		v := &settingValue{o: &o, s: s, cur: s.def}
 		if e := getenv(s.env); e != "" {
 			if err := v.Set(e); err != nil {
-				return o, fmt.Errorf("invalid value %q for %s: %w", e, s.env, err)
+				return o, fmt.Errorf("invalid value %s for %s: %w", shown(s, e), s.env, err)
 			}
 		}
 		fs.Var(v, s.flag, s.usage)
@@ -228,7 +263,7 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 		if errors.Is(err, flag.ErrHelp) {
 			usage()
 		}
-		return o, err
+		return o, redactArgs(err, ss, args)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))

@@ -311,3 +311,31 @@ func TestClusteredOption(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretsNotEchoed: a bad cluster key or admin token is refused with a
+// message naming the setting but never containing the value itself.
+func TestSecretsNotEchoed(t *testing.T) {
+	const secret = "c2VjcmV0LXRoYXQtaXMtYWxtb3N0LXJpZ2h0" // base64 of 27 bytes: a wrong key size
+	cases := []struct {
+		args []string
+		env  map[string]string
+		name string
+	}{
+		{nil, map[string]string{"SLUICE_CLUSTER_KEY": secret}, "SLUICE_CLUSTER_KEY"},
+		{[]string{"-cluster-key", secret}, nil, "cluster-key"},
+		{[]string{"--cluster-key=" + secret}, nil, "cluster-key"},
+	}
+	for _, c := range cases {
+		_, err := parseOptions(c.args, env(c.env), io.Discard)
+		if err == nil {
+			t.Fatalf("%v %v: accepted a %d-byte key", c.args, c.env, 27)
+		}
+		if strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%v %v: %q — want the setting named and the value redacted", c.args, c.env, err)
+		}
+	}
+	// Other settings still show the bad value, which helps the operator.
+	if _, err := parseOptions([]string{"-listen", "nope"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("-listen nope: %v", err)
+	}
+}
