@@ -139,6 +139,7 @@ package node
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -238,6 +239,15 @@ type Node struct {
 
 	states sync.Pool // of *reqState
 
+	// serving tracks the listeners given to Serve, so that a Shutdown that
+	// races a Serve still stops it (fasthttp's Shutdown only closes the
+	// listeners its Serve has already registered).
+	serving struct {
+		sync.Mutex
+		lns  []net.Listener
+		shut bool
+	}
+
 	// cl is the cluster state; nil on a single node. Set by EnableCluster
 	// before Serve and never changed after.
 	cl *cluster
@@ -300,13 +310,39 @@ func (n *Node) Handler() fasthttp.RequestHandler { return n.handle }
 
 // Serve serves HTTP on ln until Shutdown. It returns nil after Shutdown.
 func (n *Node) Serve(ln net.Listener) error {
-	return n.srv.Serve(ln)
+	n.serving.Lock()
+	if n.serving.shut {
+		n.serving.Unlock()
+		ln.Close()
+		return nil
+	}
+	n.serving.lns = append(n.serving.lns, ln)
+	n.serving.Unlock()
+	err := n.srv.Serve(ln)
+	n.serving.Lock()
+	shut := n.serving.shut
+	n.serving.Unlock()
+	if shut && errors.Is(err, net.ErrClosed) {
+		return nil // closed by Shutdown
+	}
+	return err
 }
 
 // Shutdown stops accepting connections and waits for the requests in
 // flight to finish, or for ctx to end.
 func (n *Node) Shutdown(ctx context.Context) error {
-	if err := n.srv.ShutdownWithContext(ctx); err != nil {
+	n.serving.Lock()
+	n.serving.shut = true
+	lns := n.serving.lns
+	n.serving.Unlock()
+	err := n.srv.ShutdownWithContext(ctx)
+	// A Serve that had not yet registered its listener with the server
+	// when Shutdown ran would accept forever: close every listener here too
+	// (closing one twice is harmless).
+	for _, ln := range lns {
+		ln.Close()
+	}
+	if err != nil {
 		return fmt.Errorf("cannot shut down the HTTP server: %w", err)
 	}
 	return nil

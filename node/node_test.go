@@ -1,13 +1,16 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 )
 
@@ -507,5 +510,31 @@ func TestLeaseID(t *testing.T) {
 	}
 	if _, ok := encodeLeaseID(longRule, strings.Repeat("k", api.MaxKeyLen), strings.Repeat("i", maxIDInLeaseID+1)); ok {
 		t.Error("an id longer than maxIDInLeaseID was accepted")
+	}
+}
+
+// TestShutdownBeforeServe: a Shutdown that runs before Serve has started
+// (SIGTERM during start-up) still makes Serve return.
+func TestShutdownBeforeServe(t *testing.T) {
+	mgr := lease.NewManager(lease.NewMemoryStore(lease.MemoryStoreConfig{}), lease.DefaultConfig())
+	defer mgr.Close()
+	n := New(DefaultConfig(), mgr)
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(ln) }()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve after Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		ln.Close()
+		t.Fatal("Serve kept accepting after Shutdown")
 	}
 }
