@@ -38,6 +38,9 @@ const clusterRules = `rules:
     period: 24h
 `
 
+// testClusterKey is the cluster key of the test clusters (16 bytes).
+const testClusterKey = "MDEyMzQ1Njc4OWFiY2RlZg=="
+
 type testNode struct {
 	name   string
 	d      *daemon
@@ -111,13 +114,13 @@ func (tc *testCluster) start(name string, seeds ...*testNode) *testNode {
 	}
 	n := &testNode{name: name, ft: ft, gossip: ft.Addr()}
 	o, err := parseOptions([]string{"-listen", "127.0.0.1:0", "-redis", tc.redis, "-rules", tc.rules,
-		"-node-name", name, "-gossip", "127.0.0.1:0",
+		"-node-name", name, "-gossip", "127.0.0.1:0", "-cluster-key", testClusterKey,
 		// Generous for the race detector on a shared machine: a return
 		// that times out loses its tokens, which the tests count.
 		"-store-timeout", "1s"}, env(nil), io.Discard)
 	if err == nil && len(tc.args) > 0 {
 		o, err = parseOptions(append([]string{"-listen", "127.0.0.1:0", "-redis", tc.redis, "-rules", tc.rules,
-			"-node-name", name, "-gossip", "127.0.0.1:0", "-store-timeout", "1s"}, tc.args...), env(nil), io.Discard)
+			"-node-name", name, "-gossip", "127.0.0.1:0", "-cluster-key", testClusterKey, "-store-timeout", "1s"}, tc.args...), env(nil), io.Discard)
 	}
 	if err != nil {
 		t.Fatal(err)
