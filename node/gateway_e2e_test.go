@@ -453,4 +453,3 @@ func do(t *testing.T, req *http.Request) answer {
 	b, _ := io.ReadAll(res.Body)
 	return answer{status: res.StatusCode, hdr: res.Header, body: string(b)}
 }
-
