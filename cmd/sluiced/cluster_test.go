@@ -598,15 +598,15 @@ func TestClusterReadyz(t *testing.T) {
 	if code := tc.check(n, "x"); code != 200 {
 		t.Errorf("check before joining: %d, want 200", code)
 	}
-	// The internal endpoint is mounted; without a cluster key it is open,
-	// and it refuses garbage with 400.
+	// The internal endpoint is mounted, and refuses an unauthenticated
+	// request with 401.
 	res, err := tc.http.Post(n.base+"/internal/v1/batch", "application/x-sluice-batch", bytes.NewReader([]byte{9}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if res.StatusCode != 400 {
-		t.Errorf("internal endpoint with a bad body: %d, want 400", res.StatusCode)
+	if res.StatusCode != 401 {
+		t.Errorf("internal endpoint without authentication: %d, want 401", res.StatusCode)
 	}
 }
 
