@@ -28,6 +28,9 @@ type options struct {
 	gossipSet       bool
 	gossipAdvertise string
 	clusterKey      []byte
+	// insecureCluster: form or join a cluster without a cluster key
+	// (gossip in clear, internal endpoint unauthenticated).
+	insecureCluster bool
 	adminToken      string
 	leaseHorizon    time.Duration
 	leaseIdle       time.Duration
@@ -143,7 +146,7 @@ func settings() []setting {
 			o.gossipAdvertise = v
 			return nil
 		}},
-		{"cluster-key", "SLUICE_CLUSTER_KEY", "", "16, 24 or 32-byte key, base64, for gossip encryption and the internal forwarding endpoint; empty: neither (a warning is logged)", func(o *options, v string) error {
+		{"cluster-key", "SLUICE_CLUSTER_KEY", "", "16, 24 or 32-byte key, base64 (openssl rand -base64 32), shared by every node: encrypts gossip and signs internal requests; required to form or join a cluster unless -insecure-cluster", func(o *options, v string) error {
 			if v == "" {
 				o.clusterKey = nil
 				return nil
@@ -153,6 +156,14 @@ func settings() []setting {
 				return err
 			}
 			o.clusterKey = k
+			return nil
+		}},
+		{"insecure-cluster", "SLUICE_INSECURE_CLUSTER", "false", "allow a cluster without -cluster-key: gossip in clear and an unauthenticated internal endpoint (anyone who reaches a node can join, forge refunds and raise limits); a warning is logged at start", func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.insecureCluster = b
 			return nil
 		}},
 		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token for admin endpoints; empty: admin from loopback only", func(o *options, v string) error {
@@ -281,5 +292,22 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 			o.gossipSet = true
 		}
 	})
+	if err := o.checkClusterKey(); err != nil {
+		return o, err
+	}
 	return o, nil
+}
+
+// errNoClusterKey is the refusal to cluster without a key.
+var errNoClusterKey = errors.New("refusing to form or join a cluster without a cluster key: " +
+	"set SLUICE_CLUSTER_KEY (-cluster-key) to the same key on every node (openssl rand -base64 32), " +
+	"or set SLUICE_INSECURE_CLUSTER=true (-insecure-cluster) to run a cluster that anyone who reaches it can join")
+
+// checkClusterKey refuses a clustered node without a cluster key, unless
+// -insecure-cluster is given.
+func (o options) checkClusterKey() error {
+	if o.clustered() && len(o.clusterKey) == 0 && !o.insecureCluster {
+		return errNoClusterKey
+	}
+	return nil
 }

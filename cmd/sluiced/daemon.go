@@ -117,10 +117,17 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	undo = append(undo, d.node.CloseRules)
 
 	if o.clustered() {
+		if err := o.checkClusterKey(); err != nil {
+			return nil, err
+		}
+		if len(o.clusterKey) == 0 {
+			log.Warn("insecure cluster (-insecure-cluster): gossip is not encrypted and internal requests are not signed; " +
+				"anyone who can reach this node's gossip or HTTP port can join the cluster, forge refunds and raise any limit")
+		}
 		hcfg := hot.DefaultConfig()
 		hcfg.CapacityShare = o.hotCapacityShare
-		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Forward: forward.DefaultConfig(),
-			Hot: &hcfg, HotNoSplit: !o.hotSplit}
+		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster,
+			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
 		if h.forward != nil {
 			h.forward(&ccfg.Forward)
 		}
@@ -142,6 +149,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		cfg.HTTPAddr = httpAddr
 		cfg.Join = o.join
 		cfg.ClusterKey = o.clusterKey
+		cfg.Insecure = o.insecureCluster
 		cfg.Transport = h.transport
 		cfg.Logger = log
 		cfg.OnMessage = d.node.GossipMessage
