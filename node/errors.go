@@ -43,6 +43,10 @@ func errorStatus(err error) (status int, msg, field string) {
 		return fasthttp.StatusBadRequest, le.Msg, le.Field
 	case errors.Is(err, lease.ErrWrongAlgorithm):
 		return fasthttp.StatusBadRequest, err.Error(), "rule"
+	case errors.Is(err, ErrUnauthorized):
+		return fasthttp.StatusUnauthorized, err.Error(), "authorization"
+	case errors.Is(err, ErrForbidden):
+		return fasthttp.StatusForbidden, err.Error(), ""
 	case errors.Is(err, ErrNotFound):
 		return fasthttp.StatusNotFound, err.Error(), ""
 	case errors.Is(err, ErrMethodNotAllowed):

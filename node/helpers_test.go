@@ -88,7 +88,9 @@ func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *fakeCl
 	})
 	tn := &testNode{t: t, n: n, mgr: mgr, clock: clock, ln: ln}
 	tn.client = &fasthttp.Client{
-		Dial:                func(string) (net.Conn, error) { return ln.Dial() },
+		// From a loopback peer, as a local gateway or operator would be
+		// (admin endpoints answer only loopback peers without a token).
+		Dial:                func(string) (net.Conn, error) { return ln.DialWithLocalAddr(loopbackPeer) },
 		MaxResponseBodySize: 4 << 20,
 	}
 	return tn
@@ -98,7 +100,7 @@ func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *fakeCl
 // even when the server answers and closes before reading all of it.
 func (tn *testNode) raw(request string) resp {
 	tn.t.Helper()
-	c, err := tn.ln.Dial()
+	c, err := tn.ln.DialWithLocalAddr(loopbackPeer)
 	if err != nil {
 		tn.t.Fatal(err)
 	}
@@ -110,6 +112,9 @@ func (tn *testNode) raw(request string) resp {
 	}
 	return resp{status: res.StatusCode(), body: string(res.Body())}
 }
+
+// loopbackPeer is the address test clients connect from.
+var loopbackPeer = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
 
 func mustParse(t testing.TB, yml string) *rules.Set {
 	t.Helper()
