@@ -19,15 +19,16 @@ import (
 // and /readyz are never guarded; /metrics is guarded by its own token
 // (Config.MetricsToken) when one is set.
 
-// Errors of the guard.
+// Errors of the guard (errorStatus maps them).
 var (
-	// ErrUnauthorized means an admin endpoint (or /metrics with a metrics
-	// token) was asked without the right bearer token: 401.
+	// ErrUnauthorized means an admin request (or a /metrics request on a
+	// node with a metrics token) carried no Authorization header: 401.
 	ErrUnauthorized = errors.New("unauthorized: send Authorization: Bearer <token>")
-	// ErrForbidden means an admin endpoint was asked from a non-loopback
-	// address while no admin token is configured: 403 (no credential can
-	// help; set SLUICE_ADMIN_TOKEN to administer the node remotely).
-	ErrForbidden = errors.New("forbidden: admin endpoints answer only on loopback when no admin token is configured (SLUICE_ADMIN_TOKEN)")
+	// ErrForbidden means an admin request's credentials were refused (a
+	// wrong token, or not a bearer token), or it came from a non-loopback
+	// peer to a node without an admin token: 403 (set SLUICE_ADMIN_TOKEN
+	// to administer the node remotely).
+	ErrForbidden = errors.New("forbidden: a wrong token, or no admin token configured (SLUICE_ADMIN_TOKEN) and the request is not from loopback")
 )
 
 // RequireAdmin reports whether ctx may use an admin endpoint, and when it
@@ -36,7 +37,8 @@ var (
 //
 //   - with Config.AdminToken set, the request must carry
 //     "Authorization: Bearer <token>" (compared in constant time), from
-//     any address, loopback included; otherwise 401;
+//     any address, loopback included: 401 (with WWW-Authenticate) without
+//     an Authorization header, 403 with a wrong one;
 //   - without it, only loopback peers (127.0.0.0/8, ::1) are admitted;
 //     others get 403.
 //
@@ -69,8 +71,18 @@ func (n *Node) adminErr(ctx *fasthttp.RequestCtx) error {
 		}
 		return ErrForbidden
 	}
-	if !bearerMatches(ctx, n.adminToken) {
+	return bearerErr(ctx, n.adminToken)
+}
+
+// bearerErr is nil when ctx carries the token whose digest is want,
+// ErrUnauthorized without an Authorization header, ErrForbidden with a
+// wrong one.
+func bearerErr(ctx *fasthttp.RequestCtx, want *[sha256.Size]byte) error {
+	if len(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) == 0 {
 		return ErrUnauthorized
+	}
+	if !bearerMatches(ctx, want) {
+		return ErrForbidden
 	}
 	return nil
 }
@@ -78,11 +90,17 @@ func (n *Node) adminErr(ctx *fasthttp.RequestCtx) error {
 // requireMetrics guards /metrics: open without Config.MetricsToken, else
 // like an admin endpoint with that token (loopback included).
 func (n *Node) requireMetrics(ctx *fasthttp.RequestCtx) bool {
-	if n.metricsToken == nil || bearerMatches(ctx, n.metricsToken) {
+	if n.metricsToken == nil {
 		return true
 	}
-	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="sluice-metrics"`)
-	n.writeError(ctx, ErrUnauthorized)
+	err := bearerErr(ctx, n.metricsToken)
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, ErrUnauthorized) {
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="sluice-metrics"`)
+	}
+	n.writeError(ctx, err)
 	return false
 }
 

@@ -88,9 +88,7 @@ func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *fakeCl
 	})
 	tn := &testNode{t: t, n: n, mgr: mgr, clock: clock, ln: ln}
 	tn.client = &fasthttp.Client{
-		// From a loopback peer, as a local gateway or operator would be
-		// (admin endpoints answer only loopback peers without a token).
-		Dial:                func(string) (net.Conn, error) { return ln.DialWithLocalAddr(loopbackPeer) },
+		Dial:                func(string) (net.Conn, error) { return ln.Dial() },
 		MaxResponseBodySize: 4 << 20,
 	}
 	return tn
@@ -100,7 +98,7 @@ func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *fakeCl
 // even when the server answers and closes before reading all of it.
 func (tn *testNode) raw(request string) resp {
 	tn.t.Helper()
-	c, err := tn.ln.DialWithLocalAddr(loopbackPeer)
+	c, err := tn.ln.Dial()
 	if err != nil {
 		tn.t.Fatal(err)
 	}
@@ -112,9 +110,6 @@ func (tn *testNode) raw(request string) resp {
 	}
 	return resp{status: res.StatusCode(), body: string(res.Body())}
 }
-
-// loopbackPeer is the address test clients connect from.
-var loopbackPeer = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
 
 func mustParse(t testing.TB, yml string) *rules.Set {
 	t.Helper()

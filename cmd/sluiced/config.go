@@ -44,6 +44,9 @@ type options struct {
 	// hotCapacityShare: a key taking more than this share of the checks
 	// the node serves is hot; 0 turns it off.
 	hotCapacityShare float64
+	// dataDir keeps the rules written through the admin API when there
+	// is neither a rule file nor Redis.
+	dataDir string
 }
 
 // setting is one flag and its environment variable.
@@ -177,7 +180,11 @@ func settings() []setting {
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
-		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
+			o.dataDir = v
+			return nil
+		}},
 		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
