@@ -133,12 +133,9 @@ func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
 	if len(b.local) > 0 {
 		n.decideLocals(b)
 	}
-	if c := n.cl; c != nil {
+	if n.cl != nil {
 		for _, i := range b.local {
-			c.met.local.Inc()
-			if it := &b.Items[i]; !it.peek {
-				c.hot.h.Observe(it.ckey) // a key this node owns or holds
-			}
+			n.servedHere(&b.Items[i])
 		}
 	}
 	wait()
