@@ -86,6 +86,10 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		n.cl.handler(ctx)
 		return routeForward
 	}
+	if isRulesPath(path) {
+		n.rulesAdmin(ctx)
+		return routeOther
+	}
 	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
 		n.auth(ctx)
 		return routeAuth
