@@ -17,7 +17,7 @@ func TestDecideRequests(t *testing.T) {
 		tn := newTestNode(t, testRules)
 		n := tn.n
 		if cluster {
-			if err := n.EnableCluster(ClusterConfig{Self: "a"}); err != nil {
+			if err := n.EnableCluster(ClusterConfig{Self: "a", ClusterKey: []byte("0123456789abcdef0123456789abcdef")}); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { n.CloseCluster() })
