@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -77,6 +78,14 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 			n.hotkeys(ctx)
 		}
 		return routeHotkeys
+	case "/v1/stats":
+		if n.requireGet(ctx) && n.requireAdmin(ctx) {
+			n.stats(ctx)
+		}
+		return routeStats
+	case "/ui":
+		ctx.Redirect("/ui/", fasthttp.StatusMovedPermanently)
+		return routeUI
 	case forward.Path:
 		if n.cl == nil {
 			break
@@ -88,8 +97,32 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		n.auth(ctx)
 		return routeAuth
 	}
+	if name, ok := bytes.CutPrefix(path, []byte("/ui/")); ok {
+		// The dashboard's static files are public: they hold no data; the
+		// page asks for the admin token and sends it to the admin
+		// endpoints it calls.
+		if n.requireGet(ctx) && !n.ui.Serve(ctx, string(name)) {
+			n.writeError(ctx, ErrNotFound)
+		}
+		return routeUI
+	}
 	n.writeError(ctx, ErrNotFound)
 	return routeOther
+}
+
+// requireAdmin answers 401 (no credentials) or 403 (refused) unless ctx
+// may use the admin endpoints.
+func (n *Node) requireAdmin(ctx *fasthttp.RequestCtx) bool {
+	if n.adminAllowed(ctx) {
+		return true
+	}
+	if n.cfg.AdminToken != "" && len(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) == 0 {
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
+		n.writeError(ctx, ErrUnauthorized)
+	} else {
+		n.writeError(ctx, ErrForbidden)
+	}
+	return false
 }
 
 func (n *Node) requirePost(ctx *fasthttp.RequestCtx) bool {

@@ -28,14 +28,16 @@
 //     "holders"}],"splits":[{"key","holders","epoch","owner"}]}. A single
 //     node tracks no keys (its hot path is left as it is) and answers empty
 //     lists.
+//   - GET /v1/stats (admin): each rule's decisions per 10 s over the last
+//     five minutes, cluster-wide, and the Store's breaker (stats.go).
+//   - GET /ui/: the dashboard's static files (node/ui); /ui redirects there.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
 //     (readiness: a rule set is loaded and, in a cluster, the node has
 //     joined; the last reload error is shown).
 //   - POST /internal/v1/batch (cluster only): checks forwarded by peers
 //     (node/forward), guarded by the cluster key.
 //
-// Unknown paths, and the endpoints of later issues (rules CRUD, the
-// dashboard), answer 404 with a JSON error, as does the internal
+// Unknown paths, and the endpoints of later issues (rules CRUD), answer 404 with a JSON error, as does the internal
 // endpoint on a single node; a known path with the wrong method answers
 // 405. Every error body is {"error","field"} (the internal endpoint
 // answers plain text: see node/forward).
@@ -152,6 +154,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/rules"
+	"github.com/sluicehq/sluice/node/ui"
 )
 
 // Config configures a Node. The zero value of each field means the default
@@ -251,6 +254,12 @@ type Node struct {
 	// cl is the cluster state; nil on a single node. Set by EnableCluster
 	// before Serve and never changed after.
 	cl *cluster
+
+	// stat keeps the per-rule figures of /v1/stats (stats.go); its
+	// sampler runs from the first Serve to Shutdown.
+	stat *statsState
+	// ui is the dashboard's files (node/ui).
+	ui *ui.Assets
 }
 
 // New returns a Node that decides with mgr. It serves nothing until Serve,
@@ -259,6 +268,8 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	cfg = cfg.withDefaults()
 	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger}
 	n.met = newNodeMetrics(n)
+	n.stat = newStatsState(n)
+	n.ui = ui.New()
 	n.states.New = func() any { return &reqState{n: n} }
 	n.srv = &fasthttp.Server{
 		Handler:               n.handle,
@@ -318,6 +329,7 @@ func (n *Node) Serve(ln net.Listener) error {
 	}
 	n.serving.lns = append(n.serving.lns, ln)
 	n.serving.Unlock()
+	n.stat.run()
 	err := n.srv.Serve(ln)
 	n.serving.Lock()
 	shut := n.serving.shut
@@ -335,6 +347,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.serving.shut = true
 	lns := n.serving.lns
 	n.serving.Unlock()
+	n.stat.close()
 	err := n.srv.ShutdownWithContext(ctx)
 	// A Serve that had not yet registered its listener with the server
 	// when Shutdown ran would accept forever: close every listener here too
