@@ -6,7 +6,7 @@ RULES    ?= deploy/rules.example.yaml
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test race bench bench-go fuzz lint deps clean
+.PHONY: all build run test race e2e e2e-deps bench bench-go fuzz lint deps clean
 
 all: lint test
 
@@ -39,6 +39,27 @@ test: deps
 ## race: every test under the race detector.
 race: deps
 	$(GO) test -race -count=1 ./...
+
+## e2e-deps: the binaries of the end-to-end tests (Debian packages; apt-get when root).
+e2e-deps: deps
+	@missing=""; \
+	command -v nginx >/dev/null 2>&1 || missing="$$missing nginx"; \
+	command -v caddy >/dev/null 2>&1 || missing="$$missing caddy"; \
+	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (apt-get)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else \
+			echo "missing:$$missing — install it (Debian/Ubuntu: sudo apt-get install$$missing) and run make e2e again" >&2; \
+			exit 1; \
+		fi; \
+	fi
+
+## e2e: end-to-end tests against real gateways and tools (TestE2E* behind the e2e build tag).
+e2e: e2e-deps
+	$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
 
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:

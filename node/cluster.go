@@ -38,11 +38,14 @@ type ClusterConfig struct {
 	// shard.DefaultVnodes; every node of a cluster (and node/client) must
 	// use the same value, which /v1/members reports.
 	Vnodes int
-	// ClusterKey, when not empty, guards the internal endpoint
-	// (forward.Path): peers must present its token. Empty leaves the
-	// endpoint open to anyone who can reach the node (EnableCluster logs
-	// a warning).
+	// ClusterKey guards the internal endpoint (forward.Path): peers sign
+	// each request with it (see node/forward). Required unless Insecure.
 	ClusterKey []byte
+	// Insecure allows an empty ClusterKey: the internal endpoint is then
+	// open to anyone who can reach the node (EnableCluster logs a
+	// warning). Default false: EnableCluster refuses a cluster without a
+	// key.
+	Insecure bool
 	// Forward configures the Forwarder that sends checks to their owners;
 	// its ClusterKey is set from ClusterKey. Zero fields mean
 	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
@@ -141,6 +144,9 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	if cfg.Vnodes < 0 || cfg.Vnodes > shard.MaxVnodes {
 		return fmt.Errorf("%w: Vnodes: must be between 0 and %d, got %d", ErrClusterConfig, shard.MaxVnodes, cfg.Vnodes)
 	}
+	if len(cfg.ClusterKey) == 0 && !cfg.Insecure {
+		return fmt.Errorf("%w: ClusterKey: required (without it anyone who reaches the node can forge checks and refunds); set Insecure to run without one", ErrClusterConfig)
+	}
 	if err := cfg.Forward.Validate(); err != nil {
 		return fmt.Errorf("%w: Forward: %v", ErrClusterConfig, err)
 	}
@@ -183,7 +189,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })
 	c.met.handoffs = n.met.set.NewCounter(`sluice_handoffs_total`)
 	if len(cfg.ClusterKey) == 0 {
-		n.log.Warn("no cluster key: the internal forwarding endpoint " + forward.Path + " is open to anyone who can reach this node; set SLUICE_CLUSTER_KEY")
+		n.log.Warn("insecure cluster: no cluster key, the internal forwarding endpoint " + forward.Path + " is open to anyone who can reach this node; set SLUICE_CLUSTER_KEY")
 	}
 	n.cl = c
 	go c.runHandoff()

@@ -314,12 +314,19 @@ func TestEnableClusterErrors(t *testing.T) {
 	}{
 		{ClusterConfig{}, "Self"},
 		{ClusterConfig{Self: "a", Vnodes: -1}, "Vnodes"},
-		{ClusterConfig{Self: "a", Forward: forward.Config{MaxBatch: -1}}, "max_batch"},
+		{ClusterConfig{Self: "a", ClusterKey: []byte("0123456789abcdef"), Forward: forward.Config{MaxBatch: -1}}, "max_batch"},
+		// No key and not Insecure: no cluster (a keyless cluster is open
+		// to forged checks and refunds).
+		{ClusterConfig{Self: "a"}, "ClusterKey: required"},
 	} {
 		if err := n.EnableCluster(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
 		}
 	}
+	if err := n.EnableCluster(ClusterConfig{Self: "a", Insecure: true}); err != nil {
+		t.Errorf("Insecure without a key: %v", err)
+	}
+	n.CloseCluster()
 }
 
 // newOwnerBenchNode is newBenchNode in a cluster of which it is the only

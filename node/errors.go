@@ -24,12 +24,6 @@ var (
 	ErrHeaderTooLarge = errors.New("request headers too large")
 	// ErrNotReady means no rule set has been loaded yet.
 	ErrNotReady = errors.New("no rules loaded yet")
-	// ErrUnauthorized means an admin endpoint was called without the
-	// admin token (401).
-	ErrUnauthorized = errors.New("admin token required: Authorization: Bearer <token>")
-	// ErrForbidden means the caller may not use the admin endpoints: a
-	// wrong token, or no token configured and not a loopback peer (403).
-	ErrForbidden = errors.New("admin access refused")
 )
 
 // fieldError builds the 400 error naming a request field.
@@ -49,12 +43,16 @@ func errorStatus(err error) (status int, msg, field string) {
 		return fasthttp.StatusBadRequest, le.Msg, le.Field
 	case errors.Is(err, lease.ErrWrongAlgorithm):
 		return fasthttp.StatusBadRequest, err.Error(), "rule"
-	case errors.Is(err, ErrNotFound):
-		return fasthttp.StatusNotFound, err.Error(), ""
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized, err.Error(), ""
 	case errors.Is(err, ErrForbidden):
 		return fasthttp.StatusForbidden, err.Error(), ""
+	case errors.Is(err, ErrReadOnlyRules):
+		return fasthttp.StatusConflict, err.Error(), ""
+	case errors.Is(err, ErrStaleVersion):
+		return fasthttp.StatusPreconditionFailed, err.Error(), "If-Match"
+	case errors.Is(err, ErrNotFound):
+		return fasthttp.StatusNotFound, err.Error(), ""
 	case errors.Is(err, ErrMethodNotAllowed):
 		return fasthttp.StatusMethodNotAllowed, err.Error(), ""
 	case errors.Is(err, ErrBodyTooLarge), errors.Is(err, fasthttp.ErrBodyTooLarge):

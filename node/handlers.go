@@ -79,7 +79,7 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeHotkeys
 	case "/v1/stats":
-		if n.requireGet(ctx) && n.requireAdmin(ctx) {
+		if n.requireGet(ctx) && n.adminGuard(ctx) {
 			n.stats(ctx)
 		}
 		return routeStats
@@ -92,6 +92,10 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		n.cl.handler(ctx)
 		return routeForward
+	}
+	if isRulesPath(path) {
+		n.rulesAdmin(ctx)
+		return routeOther
 	}
 	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
 		n.auth(ctx)
@@ -108,21 +112,6 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 	}
 	n.writeError(ctx, ErrNotFound)
 	return routeOther
-}
-
-// requireAdmin answers 401 (no credentials) or 403 (refused) unless ctx
-// may use the admin endpoints.
-func (n *Node) requireAdmin(ctx *fasthttp.RequestCtx) bool {
-	if n.adminAllowed(ctx) {
-		return true
-	}
-	if n.cfg.AdminToken != "" && len(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) == 0 {
-		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
-		n.writeError(ctx, ErrUnauthorized)
-	} else {
-		n.writeError(ctx, ErrForbidden)
-	}
-	return false
 }
 
 func (n *Node) requirePost(ctx *fasthttp.RequestCtx) bool {

@@ -149,9 +149,14 @@ func (c *cluster) peer(r *routes, ckey string) string {
 }
 
 // GossipMessage is member.Config.OnMessage for a clustered node: it applies
-// the hot-key plans other members broadcast. Other messages are ignored;
-// so is everything on a single node or with HotNoSplit.
+// the hot-key plans other members broadcast, and hands rules-version
+// announcements to the rule source (rulesource.go). Other messages are
+// ignored; so are plans on a single node or with HotNoSplit.
 func (n *Node) GossipMessage(msg []byte) {
+	if isRulesMsg(msg) { // a new rules version (rulesource.go)
+		n.rulesMessage(msg)
+		return
+	}
 	if c := n.cl; c != nil && c.hot.split && hot.IsPlans(msg) {
 		c.hot.h.Receive(msg)
 	}

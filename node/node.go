@@ -4,8 +4,8 @@
 // and, in a cluster, routes each check to the owner of its key (see
 // "Cluster"). (Rule files and their matching live in the sub-package
 // node/rules, the wire codec in node/api, membership in node/member, the
-// forwarding protocol in node/forward; the admin API is a later part of
-// this package.)
+// forwarding protocol in node/forward; the admin API of rules is in
+// admin.go and rulesource.go.)
 //
 // # Endpoints
 //
@@ -36,8 +36,11 @@
 //     joined; the last reload error is shown).
 //   - POST /internal/v1/batch (cluster only): checks forwarded by peers
 //     (node/forward), guarded by the cluster key.
+//   - /v1/rules, /v1/rules/{name}, /v1/rules:validate, /v1/rules:test: the
+//     admin API of rules, with versions, persistence and propagation (see
+//     admin.go and rulesource.go).
 //
-// Unknown paths, and the endpoints of later issues (rules CRUD), answer 404 with a JSON error, as does the internal
+// Unknown paths answer 404 with a JSON error, as does the internal
 // endpoint on a single node; a known path with the wrong method answers
 // 405. Every error body is {"error","field"} (the internal endpoint
 // answers plain text: see node/forward).
@@ -250,6 +253,10 @@ type Node struct {
 		lns  []net.Listener
 		shut bool
 	}
+
+	// ra is where the rules come from and their version, for the admin
+	// API (rulesource.go, admin.go).
+	ra ruleAdmin
 
 	// cl is the cluster state; nil on a single node. Set by EnableCluster
 	// before Serve and never changed after.

@@ -375,7 +375,7 @@ func TestBadInput(t *testing.T) {
 		{"release wrong rule", "POST", "/v1/release", `{"rule":"per-key","lease_id":"uploads~YQ~abc"}`, 400, "rule"},
 		{"release not concurrency", "POST", "/v1/release", `{"lease_id":"per-key~YQ~abc"}`, 400, "lease_id"},
 		{"unknown path", "GET", "/v2/nope", "", 404, ""},
-		{"rules later", "GET", "/v1/rules", "", 404, ""},
+		{"rules need the admin guard", "GET", "/v1/rules", "", 403, ""},
 		{"wrong method", "PUT", "/v1/check", "", 405, ""},
 		{"get checks", "GET", "/v1/checks", "", 405, ""},
 		{"post metrics", "POST", "/metrics", "x", 405, ""},

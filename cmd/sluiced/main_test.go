@@ -295,10 +295,10 @@ func TestClusteredOption(t *testing.T) {
 		want bool
 	}{
 		{nil, nil, false},
-		{[]string{"-join", "127.0.0.1:7946"}, nil, true},
-		{[]string{"-gossip", ":7946"}, nil, true}, // explicit, even if the default value
-		{nil, map[string]string{"SLUICE_GOSSIP": "127.0.0.1:7000"}, true},
-		{nil, map[string]string{"SLUICE_JOIN": "a:1, b:2"}, true},
+		{[]string{"-join", "127.0.0.1:7946", "-insecure-cluster"}, nil, true},
+		{[]string{"-gossip", ":7946", "-cluster-key", testClusterKey}, nil, true}, // explicit, even if the default value
+		{nil, map[string]string{"SLUICE_GOSSIP": "127.0.0.1:7000", "SLUICE_INSECURE_CLUSTER": "true"}, true},
+		{nil, map[string]string{"SLUICE_JOIN": "a:1, b:2", "SLUICE_CLUSTER_KEY": testClusterKey}, true},
 		{[]string{"-cluster-key", "MDEyMzQ1Njc4OWFiY2RlZg=="}, nil, false}, // a key alone does not cluster
 	}
 	for _, c := range cases {

@@ -1,0 +1,99 @@
+package lease
+
+import (
+	"context"
+	"time"
+)
+
+// failure decides a check of hits by p's failure mode after the Store
+// failed with err. b may be nil; then key must be the Manager's own copy
+// (it goes to the Stores and the log).
+func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error) Decision {
+	if b != nil {
+		key = b.key
+	}
+	m.st.degraded.Add(1)
+	decisionsDegraded.Inc()
+	m.cfg.Logger.Debug("store unavailable", "key", key, "mode", p.OnFailure.String(), "err", err)
+	var remaining int64
+	if b != nil {
+		remaining = b.tokens.Load() + b.remaining.Load()
+	}
+	switch p.OnFailure {
+	case FailOpen:
+		return Decision{Allowed: true, Limit: p.Limit, Remaining: remaining, Degraded: true}
+	case FailClosed:
+		return Decision{Limit: p.Limit, Remaining: remaining, RetryAfter: m.store.Config().Cooldown, Unavailable: true}
+	}
+	// FailLocal: the same math in this node's memory. Not under the
+	// Store's deadline: a local decision never waits on the Store (the
+	// check may have spent its budget already) and is never a 503.
+	ctx := m.ctx
+	if !p.Algorithm.Leased() {
+		r, lerr := m.local.Log(ctx, key, p, hits)
+		if lerr != nil {
+			return Decision{Limit: p.Limit, RetryAfter: m.store.Config().Cooldown, Unavailable: true}
+		}
+		return Decision{Allowed: r.Allowed, Limit: p.Limit, Remaining: r.Remaining, Reset: r.Reset, RetryAfter: r.RetryAfter, Degraded: true}
+	}
+	if b != nil {
+		m.seedLocal(ctx, b, p)
+	}
+	g, lerr := m.local.Lease(ctx, key, p, hits, hits)
+	if lerr != nil {
+		return Decision{Limit: p.Limit, RetryAfter: m.store.Config().Cooldown, Unavailable: true}
+	}
+	if hits == 0 || (g.Granted >= hits && g.Granted > 0) {
+		return Decision{Allowed: true, Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset, Degraded: true}
+	}
+	return Decision{Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset, RetryAfter: max(g.Wait, time.Millisecond), Degraded: true}
+}
+
+// seedLocal starts b's FailLocal episode, once per episode: the local
+// Store, which may never have seen the key (a full bucket) or saw it in an
+// earlier outage, is charged down to the Store's level as this node last
+// knew it (or left lower, if an earlier episode left it lower), so local
+// mode continues from there instead of admitting up to a whole extra
+// capacity. Tokens still on hand in b are not counted: the
+// fast path spends them first. A key this node never leased has nothing to
+// go by and starts full. The lock is held across the local calls: they
+// are this node's memory, and episodes start rarely.
+func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
+	if _, ok := m.degraded.m.Load(b); ok {
+		return // the episode goes on
+	}
+	m.degraded.Lock()
+	defer m.degraded.Unlock()
+	if _, ok := m.degraded.m.Load(b); ok || b.denyUntil.Load() == evicted {
+		return
+	}
+	m.degraded.m.Store(b, struct{}{})
+	m.degraded.n.Add(1)
+	level, known := b.storeLevel(m.nanos())
+	if !known || level >= p.Capacity() {
+		return
+	}
+	// The local level becomes min(local, Store's): a peek, then a charge
+	// of the difference (need 0: it never fails for lack of tokens). A
+	// failure leaves the local bucket as it was.
+	g, err := m.local.Lease(ctx, b.key, p, 0, 0)
+	if err == nil && g.Remaining > level {
+		_, err = m.local.Lease(ctx, b.key, p, g.Remaining-level, 0)
+	}
+	if err != nil {
+		m.cfg.Logger.Warn("cannot seed the local bucket", "key", b.key, "err", err)
+	}
+}
+
+// endDegraded ends b's FailLocal episode, if any (a lease succeeded, or b
+// left the index).
+func (m *Manager) endDegraded(b *bucket) {
+	if m.degraded.n.Load() == 0 {
+		return
+	}
+	m.degraded.Lock()
+	if _, ok := m.degraded.m.LoadAndDelete(b); ok {
+		m.degraded.n.Add(-1)
+	}
+	m.degraded.Unlock()
+}

@@ -1,0 +1,315 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// takeSlow handles every leased check the fast path could not: a new key,
+// a policy change, a peek, a deny-until, too few tokens.
+func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (Decision, error) {
+	if b == nil || *b.pol != p {
+		if err := p.Validate(); err != nil {
+			return Decision{}, err
+		}
+		if hits == 0 && b == nil {
+			return m.peekStore(strings.Clone(key), p), nil
+		}
+		b = m.bucketFor(key, p, now)
+	}
+	if hits == 0 {
+		return m.peekLocal(b, key, p, now), nil
+	}
+	if hits > p.Capacity() {
+		// Can never be met: deny without asking, and without a
+		// deny-until that would also refuse smaller checks.
+		return Decision{Limit: p.Limit, Remaining: b.tokens.Load() + b.remaining.Load(), RetryAfter: p.Period,
+			Reset: b.reset(b.tokens.Load(), now)}, nil
+	}
+	m.touch(b, now)
+	// The check's budget for Store calls and waits, in real time (the
+	// Manager's clock may be a test's fake); set when first needed.
+	var deadline time.Time
+	waited := false
+	for {
+		if b.spendable(now) {
+			if left, ok := b.tryTake(hits); ok {
+				return b.decision(left, now), nil
+			}
+		}
+		du := b.denyUntil.Load()
+		if du == evicted {
+			b = m.bucketFor(key, p, now)
+			continue
+		}
+		if now < du && hits <= b.denyHits.Load() {
+			m.st.localDenials.Add(1)
+			decisionsDenyLoc.Inc()
+			local := b.tokens.Load()
+			return Decision{Limit: p.Limit, Remaining: local + b.remaining.Load(),
+				RetryAfter: time.Duration(du - now), Reset: b.reset(local, now)}, nil
+		}
+		if m.store.Rejecting() {
+			storeCalls[opLease][resultRejected].Inc()
+			return m.failure(b, key, p, hits, errBreakerOpen), nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(m.cfg.StoreTimeout)
+		}
+		s, owner := m.claim(b)
+		if !owner {
+			// Another check (or a prefetch) is leasing for this key: wait
+			// for it rather than stampede, within this check's budget.
+			if !m.waitSlot(s, deadline) {
+				return m.failure(b, key, p, hits, errStoreSlow), nil
+			}
+			if s.err != nil {
+				return m.failure(b, key, p, hits, s.err), nil
+			}
+			waited = true
+			now = max(now, m.nanos())
+			continue
+		}
+		if b.denyUntil.Load() == evicted {
+			m.release(b, s, nil)
+			continue
+		}
+		ctx := m.ctx
+		if waited {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(m.ctx, deadline)
+			defer cancel()
+		}
+		return m.leaseSync(ctx, b, s, p, hits, now), nil
+	}
+}
+
+var errStoreSlow = fmt.Errorf("%w: a lease in flight for the key did not finish in time", ErrStoreUnavailable)
+
+// waitSlot waits for s until deadline; false if time ran out.
+func (m *Manager) waitSlot(s *slot, deadline time.Time) bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// leaseSync leases for a check of hits while holding b's slot s, and
+// releases it.
+func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64) Decision {
+	local := b.tokens.Swap(0)
+	// Tokens of a window that ended are dropped: the Store counted them
+	// in that window (consumption is still measured from all of them).
+	keep := local
+	if !b.spendable(now) {
+		keep = 0
+	}
+	if keep >= hits {
+		b.tokens.Add(keep - hits)
+		m.release(b, s, nil)
+		return b.decision(keep-hits, now)
+	}
+	need := hits - keep
+	want := m.sizeLease(b, b.basis.Load()-local, now, need)
+
+	m.st.storeDecisions.Add(1)
+	m.st.leases.Add(1)
+	decisionsStore.Inc()
+	g, err := m.store.Lease(ctx, b.key, p, want, need)
+	if err != nil {
+		b.tokens.Add(keep)
+		m.release(b, s, err)
+		return m.failure(b, b.key, p, hits, err)
+	}
+	m.endDegraded(b)
+	// The Store's durations count from its answer, not from now.
+	after := max(now, m.nanos())
+	b.remaining.Store(g.Remaining)
+	b.resetAt.Store(addTime(after, g.Reset))
+	if g.Granted >= need && g.Granted > 0 {
+		m.countLocal(b.basis.Load() - local)
+		m.st.tokensLeased.Add(g.Granted)
+		tokensLeased.AddInt64(g.Granted)
+		b.lastLeaseMs = unixMs32(now)
+		exp := leaseExpiry(p, now, g)
+		if keep > 0 {
+			// Kept tokens may belong to the window before the grant's.
+			exp = min(exp, b.expires.Load())
+		}
+		b.expires.Store(exp)
+		left := b.tokens.Add(g.Granted + keep - hits)
+		// basis bounds Refund, so it counts the hits just spent; they
+		// are measured as consumed at the next lease.
+		b.basis.Store(left + hits)
+		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))
+		m.release(b, s, nil)
+		return b.decision(left, now)
+	}
+	// Denied: basis stays (it bounds refunds of hits spent before), and
+	// the consumption since the last grant is measured at the next one.
+	b.tokens.Add(keep)
+	wait := max(g.Wait, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
+	b.denyHits.Store(hits)
+	b.denyTill(addTime(after, wait))
+	m.release(b, s, nil)
+	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
+}
+
+// touch records a check at now, to touchMs resolution (most checks only
+// read lastUse).
+func (m *Manager) touch(b *bucket, now int64) {
+	if ms := unixMs32(now); ms-b.lastUse.Load() >= m.touchMs {
+		b.lastUse.Store(ms)
+	}
+}
+
+// sizeLease updates b's rate with consumed hits since the last grant and
+// returns the tokens to ask for, at least need. The caller holds b's slot.
+func (m *Manager) sizeLease(b *bucket, consumed, now, need int64) int64 {
+	first := b.lastLeaseMs == 0
+	elapsed := time.Duration(unixMs32(now)-b.lastLeaseMs) * time.Millisecond
+	ewma, sizing := observeRate(float64(b.rate), consumed, elapsed, m.cfg.Horizon, first)
+	b.rate = float32(ewma)
+	return leaseWant(sizing, m.cfg.Horizon, m.cfg.MinLeaseShare, need, b.pol.Capacity())
+}
+
+// countLocal records hits admitted from leased tokens since the last lease.
+func (m *Manager) countLocal(n int64) {
+	if n > 0 {
+		m.st.localHits.Add(n)
+		localHits.AddInt64(n)
+	}
+}
+
+// peekLocal answers hits = 0 for a known key from what the Manager knows,
+// or from the Store if the key never leased.
+func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision {
+	if b.resetAt.Load() == 0 {
+		return m.peekStore(b.key, p)
+	}
+	local := b.tokens.Load()
+	d := Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.remaining.Load(), p.Capacity()),
+		Reset: b.reset(local, now)}
+	if du := b.denyUntil.Load(); du != evicted && now < du && b.tokens.Load() == 0 {
+		d.Allowed = false
+		d.RetryAfter = time.Duration(du - now)
+	}
+	return d
+}
+
+// peekStore answers hits = 0 with a Store peek; it creates no bucket. key
+// must be the Manager's own copy.
+func (m *Manager) peekStore(key string, p Policy) Decision {
+	m.st.storeDecisions.Add(1)
+	decisionsStore.Inc()
+	g, err := m.store.Lease(m.ctx, key, p, 0, 0)
+	if err != nil {
+		return m.failure(nil, key, p, 0, err)
+	}
+	return Decision{Allowed: true, Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset}
+}
+
+// claim takes b's lease slot if it is free (owner = true), else returns
+// the slot in flight.
+func (m *Manager) claim(b *bucket) (s *slot, owner bool) {
+	m.inflight.Lock()
+	defer m.inflight.Unlock()
+	if s := m.inflight.m[b]; s != nil {
+		return s, false
+	}
+	s = &slot{done: make(chan struct{})}
+	m.inflight.m[b] = s
+	return s, true
+}
+
+// claimWait takes b's lease slot, waiting for calls in flight.
+func (m *Manager) claimWait(b *bucket) *slot {
+	for {
+		s, owner := m.claim(b)
+		if owner {
+			return s
+		}
+		<-s.done
+	}
+}
+
+// release frees b's slot s with the outcome err of its Store call.
+func (m *Manager) release(b *bucket, s *slot, err error) {
+	m.inflight.Lock()
+	delete(m.inflight.m, b)
+	m.inflight.Unlock()
+	s.err = err
+	close(s.done)
+}
+
+// prefetch leases again for b in the background; the caller has set b.low
+// to -1, which stops further triggers until a lease sets it again.
+func (m *Manager) prefetch(b *bucket) {
+	if !m.goBG(func() { m.prefetchNow(b) }) {
+		b.low.Store(0)
+	}
+}
+
+func (m *Manager) prefetchNow(b *bucket) {
+	s, owner := m.claim(b)
+	if !owner {
+		return // a sync lease is in flight and will set low
+	}
+	if b.denyUntil.Load() == evicted {
+		m.release(b, s, nil)
+		return
+	}
+	p := *b.pol
+	now := m.nanos()
+	local := b.tokens.Load()
+	want := m.sizeLease(b, b.basis.Load()-local, now, 1)
+	m.st.prefetches.Add(1)
+	prefetches.Inc()
+	g, err := m.store.Lease(m.ctx, b.key, p, want, 1)
+	if err != nil {
+		// low stays -1: the next sync lease retries, or fails over.
+		m.release(b, s, err)
+		return
+	}
+	m.endDegraded(b)
+	m.countLocal(b.basis.Load() - local)
+	m.st.tokensLeased.Add(g.Granted)
+	tokensLeased.AddInt64(g.Granted)
+	b.remaining.Store(g.Remaining)
+	b.resetAt.Store(addTime(max(now, m.nanos()), g.Reset))
+	b.lastLeaseMs = unixMs32(now)
+	if g.Granted > 0 {
+		exp := leaseExpiry(p, now, g)
+		if !b.spendable(now) || b.tokens.Load() == 0 {
+			b.tokens.Swap(0) // of a window that ended: dropped
+		} else {
+			// Tokens on hand may belong to the window before the grant's.
+			exp = min(exp, b.expires.Load())
+		}
+		b.expires.Store(exp)
+	}
+	// The fast path kept spending while we were away: the new basis is
+	// what is on hand now.
+	b.basis.Store(b.tokens.Add(g.Granted))
+	if g.Granted > 0 {
+		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))
+	}
+	// Granted 0: nothing available; low stays -1 and the next check that
+	// runs out leases synchronously and gets a deny-until.
+	m.release(b, s, nil)
+}

@@ -1,0 +1,259 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// intern returns the shared copy of p.
+func (m *Manager) intern(p Policy) *Policy {
+	m.policies.Lock()
+	defer m.policies.Unlock()
+	if q, ok := m.policies.m[p]; ok {
+		return q
+	}
+	q := new(Policy)
+	*q = p
+	m.policies.m[p] = q
+	return q
+}
+
+// bucketFor returns key's live bucket for p, creating it, or replacing a
+// bucket of another policy (whose tokens go back to the Store in the
+// background).
+func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
+	for {
+		old := m.buckets.load(key)
+		if old != nil && *old.pol == p && old.denyUntil.Load() != evicted {
+			return old
+		}
+		nb := &bucket{pol: m.intern(p)}
+		nb.lastUse.Store(unixMs32(now))
+		if old == nil {
+			nb.key = strings.Clone(key)
+			if got, loaded := m.buckets.loadOrStore(nb.key, nb); loaded {
+				if *got.pol == p && got.denyUntil.Load() != evicted {
+					return got
+				}
+				continue
+			}
+			m.st.active.Add(1)
+			activeKeys.Inc()
+			return nb
+		}
+		nb.key = old.key
+		if !m.buckets.compareAndSwap(old.key, old, nb) {
+			continue
+		}
+		// The policy changed (rules reloaded): the old bucket's tokens go
+		// back under its old policy, and the key starts fresh.
+		marked := old.markEvicted()
+		m.endDegraded(old)
+		if marked {
+			if !m.goBG(func() { m.returnBucket(context.Background(), old) }) {
+				m.returnBucket(m.ctx, old)
+			}
+		}
+		return nb
+	}
+}
+
+// goBG runs f in a goroutine that Close waits for; false once closed.
+func (m *Manager) goBG(f func()) bool {
+	m.bg.Lock()
+	defer m.bg.Unlock()
+	if m.bg.closed {
+		return false
+	}
+	m.bg.wg.Add(1)
+	go func() {
+		defer m.bg.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// returnBucket gives an evicted bucket's tokens back to the Store.
+func (m *Manager) returnBucket(ctx context.Context, b *bucket) error {
+	s := m.claimWait(b)
+	tokens := b.tokens.Swap(0)
+	m.countLocal(b.basis.Load() - tokens)
+	b.basis.Store(0)
+	if now := m.nanos(); !b.spendable(now) {
+		// Tokens of a window that ended: a return would lower the count
+		// of the current window, which never granted them.
+		tokens = 0
+	} else if b.refilled(now) {
+		// The Store said it would be full again by now, counting these
+		// tokens as spent: it caps a return at capacity, so the call
+		// would change nothing (unless another holder of the key took
+		// tokens since, which this node cannot see: then they wait for
+		// the refill, under-admission of at most these tokens). Not
+		// made: the idle return of a cold key would double its Store
+		// calls.
+		tokens = 0
+	}
+	var err error
+	if tokens > 0 {
+		m.st.returns.Add(1)
+		err = m.store.Return(ctx, b.key, *b.pol, tokens)
+		if err == nil {
+			m.st.tokensReturned.Add(tokens)
+			tokensReturned.AddInt64(tokens)
+		} else {
+			m.cfg.Logger.Warn("cannot return leased tokens", "key", b.key, "tokens", tokens, "err", err)
+		}
+	}
+	m.release(b, s, err)
+	if err == nil && tokens > 0 {
+		// A newer bucket of the key (after a policy change, or a check
+		// racing with eviction) may be denying until a batch that the
+		// Store could not see coming: these tokens. Let it lease again.
+		// Holding its slot orders this after any lease it has in flight.
+		if nb := m.buckets.load(b.key); nb != nil && nb != b {
+			ns := m.claimWait(nb)
+			nb.clearDeny()
+			m.release(nb, ns, nil)
+		}
+	}
+	return err
+}
+
+// evict removes b (the bucket of key) from the index and marks it; false
+// if it was already gone.
+func (m *Manager) evict(b *bucket) bool {
+	if !m.buckets.compareAndDelete(b.key, b) {
+		return false
+	}
+	m.st.active.Add(-1)
+	activeKeys.Dec()
+	marked := b.markEvicted()
+	m.endDegraded(b) // after the mark, which seedLocal checks under the lock
+	return marked
+}
+
+// returnAll returns the tokens of evicted buckets with at most
+// ReturnWorkers Store calls at once; it reports the first error.
+func (m *Manager) returnAll(ctx context.Context, bs []*bucket) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		fails int
+	)
+	workers := min(m.cfg.ReturnWorkers, len(bs))
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(bs) {
+					return
+				}
+				if err := m.returnBucket(ctx, bs[i]); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					fails++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return fmt.Errorf("cannot return the leases of %d keys: %w", fails, first)
+	}
+	return nil
+}
+
+// sweep evicts the buckets unused since now - Idle and returns their
+// tokens; it returns how many it evicted.
+func (m *Manager) sweep(now time.Time) int {
+	nowMs := unixMs32(now.UnixNano())
+	var idle []*bucket
+	m.buckets.rangeAll(func(b *bucket) {
+		// Signed: a bucket used after now was read (checks go on during
+		// a sweep) is not idle, not 49 days idle.
+		if int32(nowMs-b.lastUse.Load()) >= int32(m.idleMs) && m.evict(b) {
+			idle = append(idle, b)
+		}
+	})
+	_ = m.returnAll(m.ctx, idle) // logged per key
+	m.prunePolicies()
+	return len(idle)
+}
+
+// prunePolicies forgets the interned policies that no bucket uses, so that
+// rule reloads do not grow the Manager forever. A policy interned by a
+// bucketFor racing with it may be interned again: harmless, buckets
+// compare policies by value.
+func (m *Manager) prunePolicies() {
+	live := make(map[*Policy]struct{})
+	m.buckets.rangeAll(func(b *bucket) { live[b.pol] = struct{}{} })
+	m.policies.Lock()
+	defer m.policies.Unlock()
+	for p, q := range m.policies.m {
+		if _, ok := live[q]; !ok {
+			delete(m.policies.m, p)
+		}
+	}
+}
+
+func (m *Manager) sweeper(every time.Duration) {
+	defer close(m.sweepDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopSweep:
+			return
+		case <-t.C:
+			m.sweep(m.nowFn())
+		}
+	}
+}
+
+// ReturnKeys returns the leases of every key for which keep is false and
+// drops their buckets (ownership moved to another node). It waits for the
+// returns and reports the first failure. keep must not call the Manager.
+func (m *Manager) ReturnKeys(keep func(key string) bool) error {
+	var gone []*bucket
+	m.buckets.rangeAll(func(b *bucket) {
+		if !keep(b.key) && m.evict(b) {
+			gone = append(gone, b)
+		}
+	})
+	return m.returnAll(m.ctx, gone)
+}
+
+// Close stops the Manager's goroutines and returns every lease to the
+// Store. It reports the first failed return. Close is idempotent. Call it
+// after the last check: checks made during or after Close still work (no
+// longer prefetching), but the tokens they lease are not returned.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(func() {
+		close(m.stopSweep)
+		<-m.sweepDone
+		m.bg.Lock()
+		m.bg.closed = true
+		m.bg.Unlock()
+		m.bg.wg.Wait()
+		m.closeErr = m.ReturnKeys(func(string) bool { return false })
+		if m.own != nil {
+			_ = m.own.Close() // stops its janitor; it stays usable
+		}
+		if m.clock != nil {
+			m.clock.Stop() // nanos falls back to nowFn
+		}
+	})
+	return m.closeErr
+}
