@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -28,6 +29,8 @@ func TestModel(t *testing.T) {
 		holders int
 		safety  bool
 	}{
+		{"token_bucket/holders=3", []lease.Algorithm{lease.TokenBucket}, 3, true},
+		{"gcra/holders=1", []lease.Algorithm{lease.GCRA}, 1, true},
 		{"fixed_window/holders=3", []lease.Algorithm{lease.FixedWindow}, 3, true},
 		{"sliding_window/holders=3", []lease.Algorithm{lease.SlidingWindow}, 3, true},
 		{"exact", []lease.Algorithm{lease.SlidingLog, lease.Concurrency}, 0, true},
@@ -35,6 +38,13 @@ func TestModel(t *testing.T) {
 	total := modeltest.Summary{}
 	for i, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
+			all := os.Getenv("SLUICE_MODEL_ALL") != ""
+			if (r.algs[0] == lease.TokenBucket || r.algs[0] == lease.GCRA) && !all {
+				t.Skip("held leases add to the burst (issue 9, finding 1): on until lease's Store accounting lands (SLUICE_MODEL_ALL=1 runs it)")
+			}
+			if all {
+				r.safety = false
+			}
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: uint64(i) * 1_000_000, Seeds: 20, Steps: 150, Holders: r.holders, Algorithms: r.algs,
 				SafetyOnly: r.safety,

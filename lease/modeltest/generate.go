@@ -117,7 +117,9 @@ func randPolicy(r *rand.Rand, a lease.Algorithm) lease.Policy {
 	p := lease.Policy{Algorithm: a}
 	switch a {
 	case lease.TokenBucket, lease.GCRA:
-		switch r.IntN(6) {
+		switch r.IntN(7) {
+		case 6: // finding 3 of issue 9: a big burst at a tiny rate
+			p.Limit, p.Period, p.Burst = 1, 8760*time.Hour, 200000
 		case 0: // finding 1 of issue 9
 			p.Limit, p.Period, p.Burst = 600, time.Minute, 100
 		case 1:

@@ -209,8 +209,16 @@ func (h Harness) report(t testing.TB, sc *scenario, first result) string {
 	fmt.Fprintf(&b, "model violation, seed %d (%d ops, shrunk to %d):\n", sc.seed, len(sc.ops), len(ops))
 	fmt.Fprintf(&b, "  %s\n\n", first.fail)
 	fmt.Fprintf(&b, "minimal reproduction: %d holder(s) sharing one Store, Idle %v, fake clock\n", sc.holders, idle)
+	used := make(map[int]bool)
+	for _, o := range ops {
+		for _, it := range o.items {
+			used[it.key] = true
+		}
+	}
 	for i, k := range sc.keys {
-		fmt.Fprintf(&b, "  k%d: %s\n", i, describe(k))
+		if used[i] {
+			fmt.Fprintf(&b, "  k%d: %s\n", i, describe(k))
+		}
 	}
 	for i, line := range res.trace {
 		fmt.Fprintf(&b, "  %3d. %s\n", i+1, line)
