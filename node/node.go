@@ -45,6 +45,34 @@
 // 405. Every error body is {"error","field"} (the internal endpoint
 // answers plain text: see node/forward).
 //
+// # The decision engine
+//
+// Every front end decides through one method, [Node.Decide]:
+//
+//	func (n *Node) Decide(ctx context.Context, b *Batch)
+//
+// A [Batch] holds one or more requests, each a set of (rule, key, hits)
+// [Item]s added with Batch.Add and closed with Batch.End. Decide decides
+// each request as one (below, "Several rules, one answer": every rule must
+// allow, and a denied request's charged hits are refunded), in the order
+// of the batch, and sets each request's verdict ([Request]: Status 200,
+// 429 or 503, the reported item Rep, Degraded, or Err for a request not
+// decided: an unknown rule, hits on a concurrency rule, no rules yet) and
+// each item's Decision and Policy. POST/GET /v1/check and /v1/auth are one
+// request, /v1/checks one request per check; the Envoy RLS server and the
+// dashboard use it the same way. A Batch is reused (Reset) so that
+// deciding allocates nothing once warm.
+//
+// A single node is a cluster of one: its ring holds itself alone and it
+// has no peers, so the same engine runs with routing as a step that sends
+// nothing. Decide resolves each item (rule, policy, counter key), then
+// decides the leased items of every request, then the exact items of the
+// requests nothing denied, each phase split by where an item is decided
+// (this node's Manager, with one TakeMany for the batch's single-item
+// requests; in a cluster, each peer's items in one forwarding call), then
+// refunds, then combines each request's verdict; see decide.go and
+// route.go.
+//
 // # Several rules, one answer
 //
 // A check by descriptors, or a forward-auth request, may match several rules.
@@ -77,8 +105,8 @@
 // /v1/checks) allocates nothing once a key has a bucket: the body is
 // decoded with api.DecodeCheckView (strings are views of the request body),
 // and the counter key rule + ":" + key is built in the pooled request
-// state's buffer (reqState.counterKey) and passed to the lease Manager as
-// a view, which is safe because the Manager copies a key only when it keeps
+// state's Batch buffer (Batch.counterKey) and passed to the lease Manager
+// as a view, which is safe because the Manager copies a key only when it keeps
 // it. A cold key allocates only what the Manager allocates for it. So: a
 // string taken from a decoded request or an item's ckey must be cloned
 // (strings.Clone) by any code that keeps it past the request (a forwarding
@@ -106,7 +134,8 @@
 // call. After every ring change a goroutine owned by the cluster returns
 // the leases of the keys this node no longer owns (changes coalesced) and
 // drops the Forwarder's queues of departed peers. A single node (no
-// EnableCluster) pays one nil check per decision for all this.
+// EnableCluster) is a cluster of one without peers: routing costs it one
+// length check per item.
 //
 // A clustered node also splits hot keys (node/hot, issue 5): routing asks
 // the split table before the ring, and a key split over several holders
@@ -135,7 +164,8 @@
 //
 // # Concurrency
 //
-// A Node is safe for concurrent use. SetRules and SetRulesError may be
+// A Node is safe for concurrent use (Decide too, each call with its own
+// Batch). SetRules and SetRulesError may be
 // called at any time (rules are swapped atomically); requests in flight
 // finish with the set they started with. EnableCluster must be called
 // before Serve; MembersChanged and SetMembership at any time after it.
@@ -158,6 +188,7 @@ import (
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/rules"
 	"github.com/sluicehq/sluice/node/ui"
+	"github.com/sluicehq/sluice/shard"
 )
 
 // Config configures a Node. The zero value of each field means the default
@@ -236,6 +267,11 @@ type Node struct {
 	// nil until the first SetRules.
 	rules atomic.Pointer[ruleTable]
 
+	// routes is where checks are decided: on a single node a ring of this
+	// node alone, without peers (so every item is decided here); in a
+	// cluster, replaced by MembersChanged.
+	routes atomic.Pointer[routes]
+
 	// reload holds the outcome of the last reload, for /readyz.
 	reload struct {
 		sync.Mutex
@@ -277,6 +313,11 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	n.met = newNodeMetrics(n)
 	n.stat = newStatsState(n)
 	n.ui = ui.New()
+	name := cfg.Name
+	if name == "" {
+		name = singleName
+	}
+	n.routes.Store(&routes{self: name, ring: shard.NewRing([]string{name}, 1)})
 	n.states.New = func() any { return &reqState{n: n} }
 	n.srv = &fasthttp.Server{
 		Handler:               n.handle,
