@@ -54,7 +54,7 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeRelease
 	case "/metrics":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.requireMetrics(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			n.met.write(ctx)
 		}
@@ -71,17 +71,17 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeReadyz
 	case "/v1/members":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
 			n.members(ctx)
 		}
 		return routeMembers
 	case "/v1/hotkeys":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
 			n.hotkeys(ctx)
 		}
 		return routeHotkeys
 	case "/v1/stats":
-		if n.requireGet(ctx) && n.adminGuard(ctx) {
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
 			n.stats(ctx)
 		}
 		return routeStats

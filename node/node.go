@@ -31,6 +31,10 @@
 //   - GET /v1/stats (admin): each rule's decisions per 10 s over the last
 //     five minutes, cluster-wide, and the Store's breaker (stats.go).
 //   - GET /ui/: the dashboard's static files (node/ui); /ui redirects there.
+//   - Admin endpoints (/v1/members, /v1/hotkeys, /v1/stats, the rules
+//     API) start with [Node.RequireAdmin]: a bearer Config.AdminToken, or without one loopback peers only (401 or
+//     403 otherwise). Checks, /healthz and /readyz are never guarded;
+//     /metrics needs Config.MetricsToken when one is set.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
 //     (readiness: a rule set is loaded and, in a cluster, the node has
 //     joined; the last reload error is shown).
@@ -173,7 +177,7 @@ package node
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -194,9 +198,13 @@ import (
 // Config configures a Node. The zero value of each field means the default
 // given in its comment.
 type Config struct {
-	// AdminToken is the bearer token of the admin endpoints. Empty means
-	// admin requests are accepted from loopback addresses only.
+	// AdminToken is the bearer token of the admin endpoints (see
+	// [Node.RequireAdmin]). Empty means admin requests are accepted from
+	// loopback addresses only.
 	AdminToken string
+	// MetricsToken, when not empty, is the bearer token /metrics requires.
+	// Empty means /metrics is open (Prometheus scrapes it unauthenticated).
+	MetricsToken string
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413.
 	// Zero means api.MaxBodyBytes (1 MiB: a full batch of 1000 checks with
 	// 256-byte keys fits with room to spare).
@@ -259,6 +267,11 @@ func (c Config) withDefaults() Config {
 type Node struct {
 	cfg Config
 	mgr *lease.Manager
+
+	// adminToken and metricsToken are the SHA-256 of the configured
+	// tokens, nil when not set (see guard.go).
+	adminToken, metricsToken *[sha256.Size]byte
+
 	log *slog.Logger
 	srv *fasthttp.Server
 	met *nodeMetrics
@@ -309,7 +322,8 @@ type Node struct {
 // and answers /readyz with 503 until the first SetRules.
 func New(cfg Config, mgr *lease.Manager) *Node {
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger}
+	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger,
+		adminToken: tokenDigest(cfg.AdminToken), metricsToken: tokenDigest(cfg.MetricsToken)}
 	n.met = newNodeMetrics(n)
 	n.stat = newStatsState(n)
 	n.ui = ui.New()
@@ -407,23 +421,6 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("cannot shut down the HTTP server: %w", err)
 	}
 	return nil
-}
-
-// adminAllowed reports whether ctx may use the admin endpoints: with an
-// AdminToken, it must carry "Authorization: Bearer <token>"; without one,
-// it must come from a loopback address. (Used by the admin endpoints of a
-// later issue.)
-func (n *Node) adminAllowed(ctx *fasthttp.RequestCtx) bool {
-	if n.cfg.AdminToken == "" {
-		ip := ctx.RemoteIP()
-		return ip != nil && ip.IsLoopback()
-	}
-	const prefix = "Bearer "
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	if len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix {
-		return false
-	}
-	return subtle.ConstantTimeCompare(h[len(prefix):], []byte(n.cfg.AdminToken)) == 1
 }
 
 // fasthttpLogger adapts slog to fasthttp's Logger.

@@ -123,7 +123,7 @@ const statsRules = `rules:
 
 func TestStatsEndpoint(t *testing.T) {
 	tn := newTestNode(t, statsRules)
-	tn.n.cfg.AdminToken = "tok" // before the first request
+	tn.n.adminToken = tokenDigest("tok") // before the first request
 	tn.n.stat.setClock(tn.clock.Now)
 	auth := "Authorization: Bearer tok"
 
