@@ -65,7 +65,7 @@ var errUsage = errors.New("usage")
 
 type usageError struct{ msg string }
 
-func (e usageError) Error() string { return e.msg }
+func (e usageError) Error() string   { return e.msg }
 func (e usageError) Is(t error) bool { return t == errUsage }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
