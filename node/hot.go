@@ -2,7 +2,6 @@ package node
 
 import (
 	"errors"
-	"math/rand/v2"
 	"strings"
 	"sync"
 
@@ -128,24 +127,6 @@ func (hs *hotState) takeEnded() map[string]bool {
 func (hs *hotState) holds(counterKey, self string) bool {
 	p, ok := hs.h.Lookup(counterKey)
 	return ok && p.Has(self)
-}
-
-// peer returns the HTTP address of the node that decides a check of ckey
-// ("" here): a holder of its split if it is split, else its owner.
-func (c *cluster) peer(r *routes, ckey string) string {
-	if hs := c.hot; hs.split {
-		holder, split, self := hs.h.Route(ckey, rand.Uint64())
-		if split {
-			if self {
-				return ""
-			}
-			if a := r.addrs[holder]; a != "" {
-				return a
-			}
-			// The holder has no address (it left): its owner decides.
-		}
-	}
-	return r.peerFor(ckey, c.self)
 }
 
 // GossipMessage is member.Config.OnMessage for a clustered node: it applies
