@@ -16,9 +16,9 @@ import (
 
 // The admin API of rules (DESIGN.md "Rules at runtime"; sources and
 // versions in rulesource.go). Every endpoint needs the admin guard
-// (adminAllowed: the bearer token, or loopback without one): 401 without
-// credentials, 403 with wrong ones (or from another host when the node
-// has no token). Every answer but a guard refusal
+// ([Node.RequireAdmin], guard.go: the bearer token, or loopback without
+// one): 401 without credentials, 403 with wrong ones (or from another
+// host when the node has no token). Every answer but a guard refusal
 // carries ETag: "N", the version of the set it read or wrote.
 //
 //	GET    /v1/rules              {"version":N,"source":"file|store|data_dir|memory","file":"...","rules":[rule,...]}
@@ -42,11 +42,6 @@ import (
 
 // Errors of the admin API (errorStatus maps them).
 var (
-	// ErrUnauthorized means an admin request carried no credentials.
-	ErrUnauthorized = errors.New("admin endpoint: send Authorization: Bearer <SLUICE_ADMIN_TOKEN>")
-	// ErrForbidden means an admin request's credentials were refused, or
-	// it came from another host to a node without an admin token.
-	ErrForbidden = errors.New("admin endpoint: forbidden (a wrong token, or no token configured and the request is not from loopback)")
 	// ErrReadOnlyRules means the rules come from a file: the admin API
 	// cannot change them (409).
 	ErrReadOnlyRules = errors.New("rules are read-only")
@@ -58,21 +53,6 @@ var (
 // maxActorLen bounds the X-Sluice-Actor value logged with a change.
 const maxActorLen = 64
 
-// adminGuard answers 401 or 403 and returns false when ctx may not use
-// the admin endpoints.
-func (n *Node) adminGuard(ctx *fasthttp.RequestCtx) bool {
-	if n.adminAllowed(ctx) {
-		return true
-	}
-	if n.cfg.AdminToken != "" && len(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) == 0 {
-		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="sluice"`)
-		n.writeError(ctx, ErrUnauthorized)
-	} else {
-		n.writeError(ctx, ErrForbidden)
-	}
-	return false
-}
-
 // isRulesPath reports whether path is one of the admin rule endpoints'.
 func isRulesPath(path []byte) bool {
 	const p = "/v1/rules"
@@ -83,7 +63,7 @@ func isRulesPath(path []byte) bool {
 // rulesAdmin serves /v1/rules, /v1/rules:validate, /v1/rules:test and
 // /v1/rules/{name}.
 func (n *Node) rulesAdmin(ctx *fasthttp.RequestCtx) {
-	if !n.adminGuard(ctx) {
+	if !n.RequireAdmin(ctx) {
 		return
 	}
 	path := string(ctx.Path())

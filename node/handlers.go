@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -53,7 +54,7 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeRelease
 	case "/metrics":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.requireMetrics(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			n.met.write(ctx)
 		}
@@ -70,15 +71,23 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeReadyz
 	case "/v1/members":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
 			n.members(ctx)
 		}
 		return routeMembers
 	case "/v1/hotkeys":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
 			n.hotkeys(ctx)
 		}
 		return routeHotkeys
+	case "/v1/stats":
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
+			n.stats(ctx)
+		}
+		return routeStats
+	case "/ui":
+		ctx.Redirect("/ui/", fasthttp.StatusMovedPermanently)
+		return routeUI
 	case forward.Path:
 		if n.cl == nil {
 			break
@@ -93,6 +102,15 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
 		n.auth(ctx)
 		return routeAuth
+	}
+	if name, ok := bytes.CutPrefix(path, []byte("/ui/")); ok {
+		// The dashboard's static files are public: they hold no data; the
+		// page asks for the admin token and sends it to the admin
+		// endpoints it calls.
+		if n.requireGet(ctx) && !n.ui.Serve(ctx, string(name)) {
+			n.writeError(ctx, ErrNotFound)
+		}
+		return routeUI
 	}
 	n.writeError(ctx, ErrNotFound)
 	return routeOther

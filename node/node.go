@@ -28,6 +28,13 @@
 //     "holders"}],"splits":[{"key","holders","epoch","owner"}]}. A single
 //     node tracks no keys (its hot path is left as it is) and answers empty
 //     lists.
+//   - GET /v1/stats (admin): each rule's decisions per 10 s over the last
+//     five minutes, cluster-wide, and the Store's breaker (stats.go).
+//   - GET /ui/: the dashboard's static files (node/ui); /ui redirects there.
+//   - Admin endpoints (/v1/members, /v1/hotkeys, /v1/stats, the rules
+//     API) start with [Node.RequireAdmin]: a bearer Config.AdminToken, or without one loopback peers only (401 or
+//     403 otherwise). Checks, /healthz and /readyz are never guarded;
+//     /metrics needs Config.MetricsToken when one is set.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
 //     (readiness: a rule set is loaded and, in a cluster, the node has
 //     joined; the last reload error is shown).
@@ -37,8 +44,7 @@
 //     admin API of rules, with versions, persistence and propagation (see
 //     admin.go and rulesource.go).
 //
-// Unknown paths, and the endpoints of later issues (the dashboard),
-// answer 404 with a JSON error, as does the internal
+// Unknown paths answer 404 with a JSON error, as does the internal
 // endpoint on a single node; a known path with the wrong method answers
 // 405. Every error body is {"error","field"} (the internal endpoint
 // answers plain text: see node/forward).
@@ -171,7 +177,7 @@ package node
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -185,15 +191,20 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/rules"
+	"github.com/sluicehq/sluice/node/ui"
 	"github.com/sluicehq/sluice/shard"
 )
 
 // Config configures a Node. The zero value of each field means the default
 // given in its comment.
 type Config struct {
-	// AdminToken is the bearer token of the admin endpoints. Empty means
-	// admin requests are accepted from loopback addresses only.
+	// AdminToken is the bearer token of the admin endpoints (see
+	// [Node.RequireAdmin]). Empty means admin requests are accepted from
+	// loopback addresses only.
 	AdminToken string
+	// MetricsToken, when not empty, is the bearer token /metrics requires.
+	// Empty means /metrics is open (Prometheus scrapes it unauthenticated).
+	MetricsToken string
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413.
 	// Zero means api.MaxBodyBytes (1 MiB: a full batch of 1000 checks with
 	// 256-byte keys fits with room to spare).
@@ -256,6 +267,11 @@ func (c Config) withDefaults() Config {
 type Node struct {
 	cfg Config
 	mgr *lease.Manager
+
+	// adminToken and metricsToken are the SHA-256 of the configured
+	// tokens, nil when not set (see guard.go).
+	adminToken, metricsToken *[sha256.Size]byte
+
 	log *slog.Logger
 	srv *fasthttp.Server
 	met *nodeMetrics
@@ -294,14 +310,23 @@ type Node struct {
 	// cl is the cluster state; nil on a single node. Set by EnableCluster
 	// before Serve and never changed after.
 	cl *cluster
+
+	// stat keeps the per-rule figures of /v1/stats (stats.go); its
+	// sampler runs from the first Serve to Shutdown.
+	stat *statsState
+	// ui is the dashboard's files (node/ui).
+	ui *ui.Assets
 }
 
 // New returns a Node that decides with mgr. It serves nothing until Serve,
 // and answers /readyz with 503 until the first SetRules.
 func New(cfg Config, mgr *lease.Manager) *Node {
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger}
+	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger,
+		adminToken: tokenDigest(cfg.AdminToken), metricsToken: tokenDigest(cfg.MetricsToken)}
 	n.met = newNodeMetrics(n)
+	n.stat = newStatsState(n)
+	n.ui = ui.New()
 	name := cfg.Name
 	if name == "" {
 		name = singleName
@@ -366,6 +391,7 @@ func (n *Node) Serve(ln net.Listener) error {
 	}
 	n.serving.lns = append(n.serving.lns, ln)
 	n.serving.Unlock()
+	n.stat.run()
 	err := n.srv.Serve(ln)
 	n.serving.Lock()
 	shut := n.serving.shut
@@ -383,6 +409,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.serving.shut = true
 	lns := n.serving.lns
 	n.serving.Unlock()
+	n.stat.close()
 	err := n.srv.ShutdownWithContext(ctx)
 	// A Serve that had not yet registered its listener with the server
 	// when Shutdown ran would accept forever: close every listener here too
@@ -394,23 +421,6 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("cannot shut down the HTTP server: %w", err)
 	}
 	return nil
-}
-
-// adminAllowed reports whether ctx may use the admin endpoints: with an
-// AdminToken, it must carry "Authorization: Bearer <token>"; without one,
-// it must come from a loopback address. (Used by the admin endpoints of a
-// later issue.)
-func (n *Node) adminAllowed(ctx *fasthttp.RequestCtx) bool {
-	if n.cfg.AdminToken == "" {
-		ip := ctx.RemoteIP()
-		return ip != nil && ip.IsLoopback()
-	}
-	const prefix = "Bearer "
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	if len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix {
-		return false
-	}
-	return subtle.ConstantTimeCompare(h[len(prefix):], []byte(n.cfg.AdminToken)) == 1
 }
 
 // fasthttpLogger adapts slog to fasthttp's Logger.

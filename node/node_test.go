@@ -463,32 +463,6 @@ func TestReloadKeepsState(t *testing.T) {
 	}
 }
 
-func TestAdminAllowed(t *testing.T) {
-	cases := []struct {
-		token, auth, ip string
-		want            bool
-	}{
-		{"", "", "127.0.0.1", true},
-		{"", "", "::1", true},
-		{"", "", "10.1.2.3", false},
-		{"s3cret", "", "127.0.0.1", false},
-		{"s3cret", "Bearer s3cret", "10.1.2.3", true},
-		{"s3cret", "Bearer s3cre", "10.1.2.3", false},
-		{"s3cret", "Basic s3cret", "127.0.0.1", false},
-		{"s3cret", "Bearer ", "127.0.0.1", false},
-	}
-	for _, c := range cases {
-		n := New(Config{AdminToken: c.token}, nil)
-		ctx := newCtx("GET", "/v1/rules", "", c.ip)
-		if c.auth != "" {
-			ctx.Request.Header.Set("Authorization", c.auth)
-		}
-		if got := n.adminAllowed(ctx); got != c.want {
-			t.Errorf("token %q auth %q ip %s: %v, want %v", c.token, c.auth, c.ip, got, c.want)
-		}
-	}
-}
-
 func TestLeaseID(t *testing.T) {
 	const sid = "0123456789abcdef0123456789abcdef"
 	longRule := strings.Repeat("r", api.MaxRuleNameLen)

@@ -32,6 +32,7 @@ type options struct {
 	// (gossip in clear, internal endpoint unauthenticated).
 	insecureCluster bool
 	adminToken      string
+	metricsToken    string
 	leaseHorizon    time.Duration
 	leaseIdle       time.Duration
 	storeTimeout    time.Duration
@@ -57,8 +58,10 @@ type setting struct {
 }
 
 // secret reports whether a setting's value must never be printed (a bad
-// cluster key or admin token would otherwise end up in logs).
-func (s *setting) secret() bool { return s.flag == "cluster-key" || s.flag == "admin-token" }
+// cluster key or token would otherwise end up in logs).
+func (s *setting) secret() bool {
+	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token"
+}
 
 // shown is how a value of s appears in an error message.
 func shown(s *setting, v string) string {
@@ -166,8 +169,12 @@ func settings() []setting {
 			o.insecureCluster = b
 			return nil
 		}},
-		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token for admin endpoints; empty: admin from loopback only", func(o *options, v string) error {
+		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats, /ui/); empty: admin from loopback peers only", func(o *options, v string) error {
 			o.adminToken = v
+			return nil
+		}},
+		{"metrics-token", "SLUICE_METRICS_TOKEN", "", "bearer token /metrics requires; empty: /metrics is open", func(o *options, v string) error {
+			o.metricsToken = v
 			return nil
 		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},

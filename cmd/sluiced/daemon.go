@@ -106,6 +106,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 
 	ncfg := node.DefaultConfig()
 	ncfg.AdminToken = o.adminToken
+	ncfg.MetricsToken = o.metricsToken
 	ncfg.Logger = log
 	ncfg.Name = d.name
 	d.node = node.New(ncfg, d.mgr)
