@@ -325,7 +325,7 @@ func TestParseEmpty(t *testing.T) {
 func TestErrorLineOfValue(t *testing.T) {
 	tests := []struct {
 		name, file, field string
-		line             int
+		line              int
 	}{
 		{"limit", "rules:\n  - name: r\n    algorithm: gcra\n    limit: -1\n    period: 1s\n", "limit", 4},
 		{"algorithm", "rules:\n  - name: r\n    limit: 1\n    algorithm: nope\n    period: 1s\n", "algorithm", 4},
