@@ -237,7 +237,7 @@ type recorder struct {
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
 	g, err := r.Store.Lease(ctx, key, p, want, need)
 	if err == nil && want > 0 {
-		r.md.leased(r.m, key, g, r.now())
+		r.md.leased(r.m, key, g, r.now(), loan{lent: -1})
 	}
 	return g, err
 }
