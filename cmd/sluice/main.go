@@ -367,19 +367,19 @@ func (c *cli) rulesGet(args []string) error {
 		return err
 	}
 	if *o == "yaml" {
-		var b []byte
+		enc := yaml.NewEncoder(c.out)
+		enc.SetIndent(2)
 		if len(pos) == 1 {
-			b, err = yaml.Marshal(list[0])
+			err = enc.Encode(list[0])
 		} else {
-			b, err = yaml.Marshal(struct {
+			err = enc.Encode(struct {
 				Rules []rules.Spec `yaml:"rules"`
 			}{list})
 		}
 		if err != nil {
 			return err
 		}
-		_, err = c.out.Write(b)
-		return err
+		return enc.Close()
 	}
 	rows := make([][]string, 0, len(list))
 	for _, s := range list {
