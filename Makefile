@@ -4,9 +4,10 @@ BIN      := .bin
 LISTEN   ?= :8080
 RULES    ?= deploy/rules.example.yaml
 FUZZTIME ?= 10s
+MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test race bench bench-go fuzz lint deps clean
+.PHONY: all build run test race e2e e2e-deps bench bench-go fuzz lint deps clean
 
 all: lint test
 
@@ -40,6 +41,27 @@ test: deps
 race: deps
 	$(GO) test -race -count=1 ./...
 
+## e2e-deps: the binaries of the end-to-end tests (Debian packages; apt-get when root).
+e2e-deps: deps
+	@missing=""; \
+	command -v nginx >/dev/null 2>&1 || missing="$$missing nginx"; \
+	command -v caddy >/dev/null 2>&1 || missing="$$missing caddy"; \
+	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (apt-get)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else \
+			echo "missing:$$missing — install it (Debian/Ubuntu: sudo apt-get install$$missing) and run make e2e again" >&2; \
+			exit 1; \
+		fi; \
+	fi
+
+## e2e: end-to-end tests against real gateways and tools (TestE2E* behind the e2e build tag).
+e2e: e2e-deps
+	$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
+
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./lease/ ./node/... ./shard/
@@ -48,7 +70,7 @@ bench-go:
 bench: deps build
 	./bench/run-suite.sh
 
-## fuzz: run every fuzz target for FUZZTIME each.
+## fuzz: run every fuzz target for FUZZTIME each, then the model-based tests' long form (new seeds for MODELTIME per run).
 fuzz:
 	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
 		pkg=./$$(dirname $$f); \
@@ -57,6 +79,7 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+	SLUICE_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestModel$$' ./lease/ ./lua/
 
 ## lint: gofmt and go vet must be clean.
 lint:

@@ -38,11 +38,14 @@ type ClusterConfig struct {
 	// shard.DefaultVnodes; every node of a cluster (and node/client) must
 	// use the same value, which /v1/members reports.
 	Vnodes int
-	// ClusterKey, when not empty, guards the internal endpoint
-	// (forward.Path): peers must present its token. Empty leaves the
-	// endpoint open to anyone who can reach the node (EnableCluster logs
-	// a warning).
+	// ClusterKey guards the internal endpoint (forward.Path): peers sign
+	// each request with it (see node/forward). Required unless Insecure.
 	ClusterKey []byte
+	// Insecure allows an empty ClusterKey: the internal endpoint is then
+	// open to anyone who can reach the node (EnableCluster logs a
+	// warning). Default false: EnableCluster refuses a cluster without a
+	// key.
+	Insecure bool
 	// Forward configures the Forwarder that sends checks to their owners;
 	// its ClusterKey is set from ClusterKey. Zero fields mean
 	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
@@ -69,9 +72,6 @@ type cluster struct {
 	timeout int64 // the Forwarder's timeout in nanoseconds
 	handler fasthttp.RequestHandler
 
-	// routes is the current ring and the peers' HTTP addresses, replaced
-	// as a whole on every membership change.
-	routes atomic.Pointer[routes]
 	// membership, once set by SetMembership, answers Ready and View.
 	membership atomic.Pointer[membershipBox]
 
@@ -83,8 +83,6 @@ type cluster struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	states sync.Pool // *routeState
-
 	hot *hotState // never nil once EnableCluster returned
 
 	met clusterMetrics
@@ -92,8 +90,11 @@ type cluster struct {
 
 type membershipBox struct{ m Membership }
 
-// routes is an immutable routing snapshot.
+// routes is an immutable routing snapshot: Node.routes, replaced as a
+// whole on every membership change. A single node's holds a ring of itself
+// alone and no peers.
 type routes struct {
+	self string // this node's member name
 	ring *shard.Ring
 	// addrs maps each peer's member name to its HTTP address. A peer
 	// without one (its meta is unreadable) cannot be forwarded to: its
@@ -141,6 +142,9 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	if cfg.Vnodes < 0 || cfg.Vnodes > shard.MaxVnodes {
 		return fmt.Errorf("%w: Vnodes: must be between 0 and %d, got %d", ErrClusterConfig, shard.MaxVnodes, cfg.Vnodes)
 	}
+	if len(cfg.ClusterKey) == 0 && !cfg.Insecure {
+		return fmt.Errorf("%w: ClusterKey: required (without it anyone who reaches the node can forge checks and refunds); set Insecure to run without one", ErrClusterConfig)
+	}
 	if err := cfg.Forward.Validate(); err != nil {
 		return fmt.Errorf("%w: Forward: %v", ErrClusterConfig, err)
 	}
@@ -170,8 +174,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	}
 	c.fwd = forward.New(fcfg)
 	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey}, (*decider)(n))
-	c.states.New = func() any { return new(routeState) }
-	c.routes.Store(&routes{ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
+	n.routes.Store(&routes{self: cfg.Self, ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
 	c.met = clusterMetrics{
 		forwarded: n.met.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),
 		fallback:  n.met.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
@@ -183,7 +186,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })
 	c.met.handoffs = n.met.set.NewCounter(`sluice_handoffs_total`)
 	if len(cfg.ClusterKey) == 0 {
-		n.log.Warn("no cluster key: the internal forwarding endpoint " + forward.Path + " is open to anyone who can reach this node; set SLUICE_CLUSTER_KEY")
+		n.log.Warn("insecure cluster: no cluster key, the internal forwarding endpoint " + forward.Path + " is open to anyone who can reach this node; set SLUICE_CLUSTER_KEY")
 	}
 	n.cl = c
 	go c.runHandoff()
@@ -224,7 +227,7 @@ func (n *Node) MembersChanged(ms []member.Member) {
 		names = append(names, c.self)
 	}
 	ring := shard.NewRing(names, c.vnodes)
-	c.routes.Store(&routes{ring: ring, addrs: addrs})
+	n.routes.Store(&routes{self: c.self, ring: ring, addrs: addrs})
 	c.met.members.Store(int64(len(names)))
 	if c.hot.split {
 		c.hot.h.SetRing(ring) // may queue ended keys: before the kick
@@ -246,7 +249,7 @@ func (c *cluster) runHandoff() {
 			return
 		case <-c.kick:
 		}
-		r := c.routes.Load()
+		r := c.n.routes.Load()
 		// Keep the keys this node owns or holds as a split holder, except
 		// those it has just stopped holding.
 		ended := c.hot.takeEnded()
@@ -291,7 +294,7 @@ func (n *Node) CloseCluster() error {
 // this node's current ring; a single node returns "".
 func (n *Node) Owner(counterKey string) string {
 	if c := n.cl; c != nil {
-		return c.routes.Load().ring.Owner(counterKey)
+		return n.routes.Load().ring.Owner(counterKey)
 	}
 	return ""
 }
@@ -300,7 +303,7 @@ func (n *Node) Owner(counterKey string) string {
 // on a single node.
 func (n *Node) Ring() *shard.Ring {
 	if c := n.cl; c != nil {
-		return c.routes.Load().ring
+		return n.routes.Load().ring
 	}
 	return nil
 }

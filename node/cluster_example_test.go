@@ -54,7 +54,7 @@ func ExampleNode_Hot() {
 	n := node.New(node.DefaultConfig(), mgr)
 	hcfg := hot.DefaultConfig()
 	hcfg.CapacityShare = 0.5 // also hot: a key taking half of this node's checks
-	err := n.EnableCluster(node.ClusterConfig{Self: "node-a", Hot: &hcfg})
+	err := n.EnableCluster(node.ClusterConfig{Self: "node-a", ClusterKey: []byte("0123456789abcdef"), Hot: &hcfg})
 	if err != nil {
 		fmt.Println(err)
 		return

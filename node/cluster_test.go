@@ -279,7 +279,9 @@ func TestInternalEndpointAuth(t *testing.T) {
 // clustered; /readyz waits for the join.
 func TestMembersAndReadyz(t *testing.T) {
 	single := newTestNode(t, routeRules)
-	r := single.do("GET", "/v1/members", "")
+	ctx := newCtx("GET", "/v1/members", "", "127.0.0.1") // an admin endpoint: from loopback
+	single.n.Handler()(ctx)
+	r := resp{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
 	m, err := client.ParseMembers([]byte(r.body))
 	if err != nil || r.status != 200 || m.Self != "local" || !m.Ready || len(m.Members) != 1 || m.Vnodes != 8192 {
 		t.Errorf("single /v1/members: %d %s %v", r.status, r.body, err)
@@ -314,12 +316,19 @@ func TestEnableClusterErrors(t *testing.T) {
 	}{
 		{ClusterConfig{}, "Self"},
 		{ClusterConfig{Self: "a", Vnodes: -1}, "Vnodes"},
-		{ClusterConfig{Self: "a", Forward: forward.Config{MaxBatch: -1}}, "max_batch"},
+		{ClusterConfig{Self: "a", ClusterKey: []byte("0123456789abcdef"), Forward: forward.Config{MaxBatch: -1}}, "max_batch"},
+		// No key and not Insecure: no cluster (a keyless cluster is open
+		// to forged checks and refunds).
+		{ClusterConfig{Self: "a"}, "ClusterKey: required"},
 	} {
 		if err := n.EnableCluster(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
 		}
 	}
+	if err := n.EnableCluster(ClusterConfig{Self: "a", Insecure: true}); err != nil {
+		t.Errorf("Insecure without a key: %v", err)
+	}
+	n.CloseCluster()
 }
 
 // newOwnerBenchNode is newBenchNode in a cluster of which it is the only

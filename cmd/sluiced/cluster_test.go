@@ -38,6 +38,9 @@ const clusterRules = `rules:
     period: 24h
 `
 
+// testClusterKey is the cluster key of the test clusters (16 bytes).
+const testClusterKey = "MDEyMzQ1Njc4OWFiY2RlZg=="
+
 type testNode struct {
 	name   string
 	d      *daemon
@@ -111,13 +114,13 @@ func (tc *testCluster) start(name string, seeds ...*testNode) *testNode {
 	}
 	n := &testNode{name: name, ft: ft, gossip: ft.Addr()}
 	o, err := parseOptions([]string{"-listen", "127.0.0.1:0", "-redis", tc.redis, "-rules", tc.rules,
-		"-node-name", name, "-gossip", "127.0.0.1:0",
+		"-node-name", name, "-gossip", "127.0.0.1:0", "-cluster-key", testClusterKey,
 		// Generous for the race detector on a shared machine: a return
 		// that times out loses its tokens, which the tests count.
 		"-store-timeout", "1s"}, env(nil), io.Discard)
 	if err == nil && len(tc.args) > 0 {
 		o, err = parseOptions(append([]string{"-listen", "127.0.0.1:0", "-redis", tc.redis, "-rules", tc.rules,
-			"-node-name", name, "-gossip", "127.0.0.1:0", "-store-timeout", "1s"}, tc.args...), env(nil), io.Discard)
+			"-node-name", name, "-gossip", "127.0.0.1:0", "-cluster-key", testClusterKey, "-store-timeout", "1s"}, tc.args...), env(nil), io.Discard)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -595,15 +598,15 @@ func TestClusterReadyz(t *testing.T) {
 	if code := tc.check(n, "x"); code != 200 {
 		t.Errorf("check before joining: %d, want 200", code)
 	}
-	// The internal endpoint is mounted; without a cluster key it is open,
-	// and it refuses garbage with 400.
+	// The internal endpoint is mounted, and refuses an unauthenticated
+	// request with 401.
 	res, err := tc.http.Post(n.base+"/internal/v1/batch", "application/x-sluice-batch", bytes.NewReader([]byte{9}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if res.StatusCode != 400 {
-		t.Errorf("internal endpoint with a bad body: %d, want 400", res.StatusCode)
+	if res.StatusCode != 401 {
+		t.Errorf("internal endpoint without authentication: %d, want 401", res.StatusCode)
 	}
 }
 

@@ -28,7 +28,11 @@ type options struct {
 	gossipSet       bool
 	gossipAdvertise string
 	clusterKey      []byte
+	// insecureCluster: form or join a cluster without a cluster key
+	// (gossip in clear, internal endpoint unauthenticated).
+	insecureCluster bool
 	adminToken      string
+	metricsToken    string
 	leaseHorizon    time.Duration
 	leaseIdle       time.Duration
 	storeTimeout    time.Duration
@@ -40,6 +44,9 @@ type options struct {
 	// hotCapacityShare: a key taking more than this share of the checks
 	// the node serves is hot; 0 turns it off.
 	hotCapacityShare float64
+	// dataDir keeps the rules written through the admin API when there
+	// is neither a rule file nor Redis.
+	dataDir string
 }
 
 // setting is one flag and its environment variable.
@@ -51,8 +58,10 @@ type setting struct {
 }
 
 // secret reports whether a setting's value must never be printed (a bad
-// cluster key or admin token would otherwise end up in logs).
-func (s *setting) secret() bool { return s.flag == "cluster-key" || s.flag == "admin-token" }
+// cluster key or token would otherwise end up in logs).
+func (s *setting) secret() bool {
+	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token"
+}
 
 // shown is how a value of s appears in an error message.
 func shown(s *setting, v string) string {
@@ -140,7 +149,7 @@ func settings() []setting {
 			o.gossipAdvertise = v
 			return nil
 		}},
-		{"cluster-key", "SLUICE_CLUSTER_KEY", "", "16, 24 or 32-byte key, base64, for gossip encryption and the internal forwarding endpoint; empty: neither (a warning is logged)", func(o *options, v string) error {
+		{"cluster-key", "SLUICE_CLUSTER_KEY", "", "16, 24 or 32-byte key, base64 (openssl rand -base64 32), shared by every node: encrypts gossip and signs internal requests; required to form or join a cluster unless -insecure-cluster", func(o *options, v string) error {
 			if v == "" {
 				o.clusterKey = nil
 				return nil
@@ -152,14 +161,30 @@ func settings() []setting {
 			o.clusterKey = k
 			return nil
 		}},
-		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token for admin endpoints; empty: admin from loopback only", func(o *options, v string) error {
+		{"insecure-cluster", "SLUICE_INSECURE_CLUSTER", "false", "allow a cluster without -cluster-key: gossip in clear and an unauthenticated internal endpoint (anyone who reaches a node can join, forge refunds and raise limits); a warning is logged at start", func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.insecureCluster = b
+			return nil
+		}},
+		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats, /ui/); empty: admin from loopback peers only", func(o *options, v string) error {
 			o.adminToken = v
+			return nil
+		}},
+		{"metrics-token", "SLUICE_METRICS_TOKEN", "", "bearer token /metrics requires; empty: /metrics is open", func(o *options, v string) error {
+			o.metricsToken = v
 			return nil
 		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
-		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
+			o.dataDir = v
+			return nil
+		}},
 		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -274,5 +299,22 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 			o.gossipSet = true
 		}
 	})
+	if err := o.checkClusterKey(); err != nil {
+		return o, err
+	}
 	return o, nil
+}
+
+// errNoClusterKey is the refusal to cluster without a key.
+var errNoClusterKey = errors.New("refusing to form or join a cluster without a cluster key: " +
+	"set SLUICE_CLUSTER_KEY (-cluster-key) to the same key on every node (openssl rand -base64 32), " +
+	"or set SLUICE_INSECURE_CLUSTER=true (-insecure-cluster) to run a cluster that anyone who reaches it can join")
+
+// checkClusterKey refuses a clustered node without a cluster key, unless
+// -insecure-cluster is given.
+func (o options) checkClusterKey() error {
+	if o.clustered() && len(o.clusterKey) == 0 && !o.insecureCluster {
+		return errNoClusterKey
+	}
+	return nil
 }

@@ -106,20 +106,29 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 
 	ncfg := node.DefaultConfig()
 	ncfg.AdminToken = o.adminToken
+	ncfg.MetricsToken = o.metricsToken
 	ncfg.Logger = log
 	ncfg.Name = d.name
 	d.node = node.New(ncfg, d.mgr)
 
 	d.rl = &reloader{path: o.rules, node: d.node, log: log}
-	if err := d.rl.initial(); err != nil {
+	if err := d.startRules(o); err != nil {
 		return nil, fmt.Errorf("cannot load rules: %w", err)
 	}
+	undo = append(undo, d.node.CloseRules)
 
 	if o.clustered() {
+		if err := o.checkClusterKey(); err != nil {
+			return nil, err
+		}
+		if len(o.clusterKey) == 0 {
+			log.Warn("insecure cluster (-insecure-cluster): gossip is not encrypted and internal requests are not signed; " +
+				"anyone who can reach this node's gossip or HTTP port can join the cluster, forge refunds and raise any limit")
+		}
 		hcfg := hot.DefaultConfig()
 		hcfg.CapacityShare = o.hotCapacityShare
-		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Forward: forward.DefaultConfig(),
-			Hot: &hcfg, HotNoSplit: !o.hotSplit}
+		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster,
+			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
 		if h.forward != nil {
 			h.forward(&ccfg.Forward)
 		}
@@ -141,6 +150,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		cfg.HTTPAddr = httpAddr
 		cfg.Join = o.join
 		cfg.ClusterKey = o.clusterKey
+		cfg.Insecure = o.insecureCluster
 		cfg.Transport = h.transport
 		cfg.Logger = log
 		cfg.OnMessage = d.node.GossipMessage
@@ -186,6 +196,7 @@ func (d *daemon) stop(graceful bool) error {
 		errs = append(errs, err)
 	}
 	d.node.CloseCluster()
+	d.node.CloseRules()
 	if err := d.mgr.Close(); err != nil && graceful {
 		errs = append(errs, fmt.Errorf("cannot return leases: %w", err))
 	}

@@ -5,7 +5,10 @@
 // The rule file is reloaded on SIGHUP and whenever its modification time,
 // size or content hash changes (checked every -rules-poll). A file that
 // fails to load is logged and shown in /readyz; the node keeps serving the
-// last good rule set.
+// last good rule set. Without -rules, the rules are those written through
+// the admin API (/v1/rules), kept in Redis with -redis (every node polls
+// their version every -rules-poll and hears of new ones by gossip), else
+// in -data-dir, else in memory only (see rulesource.go).
 //
 // # Cluster
 //
@@ -19,9 +22,10 @@
 // (retrying in the background; /readyz answers 503 until one answered),
 // and routes each check to the owner of its counter key on the ring of
 // live members (node.EnableCluster). -cluster-key (SLUICE_CLUSTER_KEY)
-// encrypts gossip and guards the internal forwarding endpoint; without it
-// a warning is logged. -node-name defaults to the hostname and the listen
-// port.
+// encrypts gossip and signs every internal request; a node asked to
+// cluster without it refuses to start (exit 2) unless -insecure-cluster
+// (SLUICE_INSECURE_CLUSTER=true) is given, which logs a warning.
+// -node-name defaults to the hostname and the listen port.
 //
 // # Shutdown
 //
@@ -33,7 +37,7 @@
 //
 // Exit codes: 0 after a clean shutdown (or -h), 1 when the node cannot
 // start (rules, store, listen or gossip address), 2 for a bad flag or
-// variable.
+// variable, or a cluster without a cluster key.
 package main
 
 import (

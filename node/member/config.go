@@ -53,8 +53,13 @@ type Config struct {
 
 	// ClusterKey is the AES key (16, 24 or 32 bytes) that encrypts and
 	// authenticates gossip; nodes with a different key (or none) cannot
-	// join. Nil means no encryption. See ParseClusterKey.
+	// join. Required unless Insecure is set. See ParseClusterKey.
 	ClusterKey []byte
+
+	// Insecure allows a nil ClusterKey: gossip in clear, which anyone who
+	// can reach the gossip port may join (and so take a share of the
+	// ring). Default false: Start refuses a Config without a key.
+	Insecure bool
 
 	// Transport, when set, replaces memberlist's UDP+TCP net transport;
 	// tests inject a netsim.FilterTransport. The Cluster owns it and shuts
@@ -246,6 +251,8 @@ func (c Config) withDefaults() (Config, error) {
 		if err := checkKey(c.ClusterKey); err != nil {
 			return bad("ClusterKey", "%v", err)
 		}
+	} else if !c.Insecure {
+		return bad("ClusterKey", "required: a cluster without a key can be joined by anyone who reaches the gossip port (set Insecure to allow it)")
 	}
 	if c.MessageQueue < 0 {
 		return bad("MessageQueue", "%d: must not be negative", c.MessageQueue)

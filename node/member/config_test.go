@@ -73,6 +73,8 @@ func TestConfigValidation(t *testing.T) {
 		{"HTTPAddr", func(c *Config) { c.HTTPAddr = strings.Repeat("h", 300) + ":80" }},
 		{"Join[1]", func(c *Config) { c.Join = []string{"a:1", "b"} }},
 		{"ClusterKey", func(c *Config) { c.ClusterKey = make([]byte, 10) }},
+		{"ClusterKey", func(c *Config) { c.ClusterKey = nil }}, // no key, not Insecure: refused
+		{"ClusterKey", func(c *Config) { c.ClusterKey = []byte{}; c.Insecure = false }},
 		{"MessageQueue", func(c *Config) { c.MessageQueue = -1 }},
 		{"SuspicionMult", func(c *Config) { c.SuspicionMult = -2 }},
 		{"ProbeInterval", func(c *Config) { c.ProbeInterval = -time.Second }},
@@ -82,6 +84,7 @@ func TestConfigValidation(t *testing.T) {
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			cfg := DefaultConfig()
+			cfg.ClusterKey = make([]byte, 16)
 			tc.edit(&cfg)
 			_, err := cfg.withDefaults()
 			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.field+":") {
@@ -96,7 +99,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	got, err := Config{HTTPAddr: ":8080"}.withDefaults()
+	got, err := Config{HTTPAddr: ":8080", Insecure: true}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}

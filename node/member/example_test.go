@@ -11,8 +11,9 @@ import (
 func ExampleStart() {
 	cfg := member.DefaultConfig()
 	cfg.Name = "node-a"
-	cfg.BindAddr = "127.0.0.1:0" // a free port; production uses :7946
-	cfg.HTTPAddr = ":8080"       // the host becomes the advertised IP
+	cfg.ClusterKey, _ = member.ParseClusterKey("MDEyMzQ1Njc4OWFiY2RlZg==") // SLUICE_CLUSTER_KEY
+	cfg.BindAddr = "127.0.0.1:0"                                           // a free port; production uses :7946
+	cfg.HTTPAddr = ":8080"                                                 // the host becomes the advertised IP
 	a, err := member.Start(cfg, nil)
 	if err != nil {
 		fmt.Println(err)

@@ -24,9 +24,13 @@ const waitTimeout = 15 * time.Second
 
 // fastConfig is a LAN-ish config scaled down so that failure detection and
 // merges take a fraction of a second.
+// testKey is the cluster key of the test clusters.
+var testKey = bytes.Repeat([]byte{7}, 32)
+
 func fastConfig(name string) member.Config {
 	cfg := member.DefaultConfig()
 	cfg.Name = name
+	cfg.ClusterKey = testKey
 	cfg.ProbeInterval = 150 * time.Millisecond
 	cfg.ProbeTimeout = 75 * time.Millisecond
 	cfg.GossipInterval = 20 * time.Millisecond
@@ -204,11 +208,12 @@ func TestSingleNodeIsReadyAndSeesItself(t *testing.T) {
 }
 
 func TestEncryptedCluster(t *testing.T) {
-	key1 := bytes.Repeat([]byte{1}, 32)
+	key1 := testKey
 	key2 := bytes.Repeat([]byte{2}, 32)
 	withKey := func(k []byte, seeds ...*node) func(*member.Config) {
 		return func(c *member.Config) {
 			c.ClusterKey = k
+			c.Insecure = k == nil
 			for _, s := range seeds {
 				c.Join = append(c.Join, s.LocalAddr())
 			}
