@@ -169,6 +169,9 @@ func Run(t testing.TB, h Harness, o Options) Summary {
 	if o.Steps < 1 {
 		o.Steps = 100
 	}
+	if raceEnabled && os.Getenv(EnvSeeds) == "" && os.Getenv(EnvSeed) == "" {
+		o.Seeds = max(1, o.Seeds/5)
+	}
 	var sum Summary
 	start := time.Now()
 	for i := 0; ; i++ {
