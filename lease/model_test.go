@@ -33,6 +33,10 @@ func memoryHarness() modeltest.Harness {
 	clk := &modelClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	return modeltest.Harness{
 		NewStore: func(t testing.TB) lease.Store {
+			// Every run from the same instant: a replay is exact.
+			clk.mu.Lock()
+			clk.t = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			clk.mu.Unlock()
 			return lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 		},
 		Now:     clk.Now,

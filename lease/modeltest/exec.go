@@ -52,13 +52,13 @@ const startOffset = 12*time.Hour + 34*time.Minute + 56*time.Second + 789*time.Mi
 // step; with trace it describes every op and its outcome.
 func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	t.Helper()
+	store := h.NewStore(t)
 	// The same start in every run: the next day boundary but one, plus
-	// startOffset.
+	// startOffset. (A fake clock should also start every Store at the
+	// same instant: a Store's float arithmetic may depend on it.)
 	now := h.Now().UnixNano()
 	start := (now/dayNs+2)*dayNs + int64(startOffset)
 	h.Advance(time.Duration(start - now))
-
-	store := h.NewStore(t)
 	prefix := fmt.Sprintf("mt:%s:%d:%d:", runID, sc.seed, execSeq.Add(1))
 	md := newModel(sc, prefix)
 	md.safetyOnly = sc.safetyOnly
