@@ -345,7 +345,7 @@ func parseRulesMsg(msg []byte) (uint64, bool) {
 		return 0, false
 	}
 	v, k := binary.Uvarint(msg[2:])
-	if k <= 0 || k != len(msg)-2 {
+	if k <= 0 || k != len(msg)-2 || k != len(binary.AppendUvarint(nil, v)) { // one encoding per version
 		return 0, false
 	}
 	return v, true
