@@ -119,7 +119,7 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"-listen", "SLUICE_LISTEN", "SLUICE_RULES", "SLUICE_REDIS", "SLUICE_JOIN", "SLUICE_NODE_NAME",
 		"SLUICE_GOSSIP", "SLUICE_GOSSIP_ADVERTISE", "SLUICE_CLUSTER_KEY", "SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_HORIZON", "SLUICE_LOG_LEVEL",
 		"SLUICE_LEASE_IDLE", "SLUICE_STORE_TIMEOUT", "SLUICE_RULES_POLL", "-hot-split", "SLUICE_HOT_SPLIT",
-		"-hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE"} {
+		"-hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", "SLUICE_INSECURE_CLUSTER", "SLUICE_METRICS_TOKEN"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h lacks %s", want)
 		}
@@ -130,11 +130,14 @@ func TestStartFailures(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    limit: 0\n    period: 1s\n"), 0o600)
+	empty := filepath.Join(dir, "empty.yaml")
+	os.WriteFile(empty, []byte("# nothing yet\n"), 0o600)
 	cases := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-rules", bad, "-listen", "127.0.0.1:0"}, "limit"},
+		{[]string{"-rules", empty, "-listen", "127.0.0.1:0"}, "rules: []"},
 		{[]string{"-rules", filepath.Join(dir, "missing.yaml"), "-listen", "127.0.0.1:0"}, "missing.yaml"},
 		// Nothing listens on port 1: the node refuses to start rather than
 		// run on a Store it never reached.
