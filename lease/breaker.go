@@ -154,10 +154,10 @@ type Breaker struct {
 	// mu protects the fields of the state machine and the estimator.
 	mu struct {
 		sync.Mutex
-		failures  int       // consecutive failed round trips while closed
-		openedAt  time.Time // when the breaker last opened
-		probing   bool      // a half-open probe is in flight
-		cause     error     // the last counted failure
+		failures  int         // consecutive failed round trips while closed
+		openedAt  time.Time   // when the breaker last opened
+		probing   bool        // a half-open probe is in flight
+		cause     error       // the last counted failure
 		stopProbe func() bool // cancels the background probe set, if any
 		probeGen  uint64      // which schedule is current
 		closed    bool        // Close was called: no more background probes
