@@ -299,7 +299,7 @@ func (b *Breaker) backgroundProbe(gen uint64) {
 	if p, ok := b.store.(Pinger); ok {
 		err = p.Ping(ctx)
 	} else {
-		_, err = b.store.Lease(ctx, probeKey, probePolicy, 0, 0)
+		_, err = b.store.Lease(ctx, probeKey, probePolicy, 0, 0, Lessee{})
 	}
 	timedOut := ctx.Err() != nil
 	cancel()

@@ -87,7 +87,7 @@ func TestBreakerProbesWhenIdle(t *testing.T) {
 	b, fs, clk := testBreaker(t)
 	fs.mode.Store(faultError)
 	for range 3 {
-		_, _ = b.Lease(context.Background(), "k", perSecond(10), 1, 1)
+		_, _ = b.Lease(context.Background(), "k", perSecond(10), 1, 1, Lessee{})
 	}
 	if b.State() != BreakerOpen {
 		t.Fatalf("state %v after 3 failures, want open", b.State())
@@ -110,7 +110,7 @@ type stallStore struct {
 	gate chan struct{}
 }
 
-func (g *stallStore) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
+func (g *stallStore) Lease(ctx context.Context, key string, p Policy, want, need int64, _ Lessee) (Grant, error) {
 	g.in.Add(1)
 	<-g.gate
 	return Grant{}, errInjected
@@ -129,7 +129,7 @@ func TestBreakerCountsRoundTripsNotCalls(t *testing.T) {
 		g.in.Store(0)
 		var wg sync.WaitGroup
 		for range n {
-			wg.Go(func() { _, _ = b.Lease(context.Background(), "k", perSecond(10), 1, 1) })
+			wg.Go(func() { _, _ = b.Lease(context.Background(), "k", perSecond(10), 1, 1, Lessee{}) })
 		}
 		for g.in.Load() < int32(n) { // every call inside the Store: an event, not a time
 			runtime.Gosched()
@@ -162,7 +162,7 @@ func TestBreakerLogsEachTransitionOnce(t *testing.T) {
 	t.Cleanup(b.Close)
 	fs.mode.Store(faultError)
 	for range 50 { // 2 failures open it, 48 rejected
-		_, _ = b.Lease(context.Background(), "k", perSecond(10), 1, 1)
+		_, _ = b.Lease(context.Background(), "k", perSecond(10), 1, 1, Lessee{})
 	}
 	clk.Advance(time.Second) // probe fails
 	fs.mode.Store(faultNone)

@@ -425,7 +425,7 @@ func TestBreakerPausedRedisIsOneRoundTrip(t *testing.T) {
 	})
 	t.Cleanup(b.Close)
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Hour}
-	if _, err := b.Lease(context.Background(), uniqueKey(t), p, 1, 1); err != nil {
+	if _, err := b.Lease(context.Background(), uniqueKey(t), p, 1, 1, lease.Lessee{}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause()
@@ -435,7 +435,7 @@ func TestBreakerPausedRedisIsOneRoundTrip(t *testing.T) {
 	for i := range 40 {
 		wg.Go(func() {
 			<-start
-			if _, err := b.Lease(context.Background(), "paused-"+strconv.Itoa(i), p, 1, 1); errors.Is(err, lease.ErrStoreUnavailable) {
+			if _, err := b.Lease(context.Background(), "paused-"+strconv.Itoa(i), p, 1, 1, lease.Lessee{}); errors.Is(err, lease.ErrStoreUnavailable) {
 				failed.Add(1)
 			}
 		})
