@@ -72,10 +72,14 @@ func descriptorValue(d []api.Descriptor, name string) (string, bool) {
 func descriptorKey(r *Rule, d []api.Descriptor) (string, bool) {
 	if len(r.Descriptors) == 1 {
 		v, ok := descriptorValue(d, r.Descriptors[0])
-		if len(v) > api.MaxKeyLen {
-			v = keyString([]byte(v))
+		if !ok || v == "" {
+			return "", false
 		}
-		return v, ok && v != ""
+		if len(v) > api.MaxKeyLen || needsEscape(v) {
+			var buf [api.MaxKeyLen * 2]byte
+			return keyString(appendEscaped(buf[:0], v)), true
+		}
+		return v, true // the common case: the value itself, no copy
 	}
 	var buf [api.MaxKeyLen * 2]byte
 	b := buf[:0]
@@ -87,9 +91,36 @@ func descriptorKey(r *Rule, d []api.Descriptor) (string, bool) {
 		if i > 0 {
 			b = append(b, '|')
 		}
-		b = append(b, v...)
+		b = appendEscaped(b, v)
 	}
 	return keyString(b), true
+}
+
+// needsEscape reports whether v holds a byte that appendEscaped escapes.
+func needsEscape[T string | []byte](v T) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] == '|' || v[i] == '\\' {
+			return true
+		}
+	}
+	return false
+}
+
+// appendEscaped appends key value v to dst with '\' and '|' escaped by a
+// '\' (see "Counter keys" in the package doc): joined with '|', escaped
+// values cannot be split another way.
+func appendEscaped[T string | []byte](dst []byte, v T) []byte {
+	if !needsEscape(v) {
+		return append(dst, v...)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == '|' || c == '\\' {
+			dst = append(dst, '\\', c)
+		} else {
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }
 
 func routeMatchesDescriptors(m *Route, d []api.Descriptor) bool {
@@ -510,7 +541,7 @@ func (a *authRequest) key(dst []byte, srcs []Source) ([]byte, bool) {
 		if i > 0 {
 			dst = append(dst, '|')
 		}
-		dst = append(dst, v...)
+		dst = appendEscaped(dst, v)
 	}
 	return dst, true
 }

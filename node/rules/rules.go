@@ -40,23 +40,41 @@
 // # Keys and descriptors
 //
 // key is a comma list of sources: header:NAME, ip, query:NAME, jwt:CLAIM,
-// path, method, host. A request's counter key for the rule is the sources'
-// values joined with "|" in the order listed (values are not escaped, so a
-// value holding "|" can collide with another split; use sources that cannot
-// hold "|" where that matters). A key longer than api.MaxKeyLen bytes is
-// shortened to its first 239 bytes, '#', and the 16 hex digits of the
-// xxhash of the whole key, so long values still count separately.
+// path, method, host. A request's key for the rule is built from the
+// sources' values as described in "Counter keys".
 //
 // Descriptor checks (POST /v1/check {"descriptors":{...}}) reach the rules
-// whose descriptor names are all present; the key is those values joined
-// with "|" in the rule's order. A rule's descriptor names default to its key
-// sources: header:X-API-Key → x-api-key, query:N → N, jwt:C → C, and ip,
-// path, method, host themselves (a source whose derived name is not a valid
-// name, like jwt:https://x/tenant, makes the rule unreachable by
-// descriptors unless descriptor is set). When the descriptors include path,
-// method or host, the rule's match must hold for them; when they do not, it
-// is not checked. A rule with neither key nor descriptor is reachable only by
-// an explicit {"rule","key"} check.
+// whose descriptor names are all present; the key is built from those
+// values, in the rule's order, the same way. A rule's descriptor names
+// default to its key sources: header:X-API-Key → x-api-key, query:N → N,
+// jwt:C → C, and ip, path, method, host themselves (a source whose derived
+// name is not a valid name, like jwt:https://x/tenant, makes the rule
+// unreachable by descriptors unless descriptor is set). When the
+// descriptors include path, method or host, the rule's match must hold for
+// them; when they do not, it is not checked. A rule with neither key nor
+// descriptor is reachable only by an explicit {"rule","key"} check.
+//
+// # Counter keys
+//
+// The node counts a rule's key under the counter key rule name + ":" +
+// key. The key of a forward-auth request or a descriptor check is its
+// values, each escaped, joined with "|":
+//
+//	escape(v) = v with every '\' written "\\" and every '|' written "\|"
+//	key       = escape(v1) + "|" + escape(v2) + ... (in the rule's order)
+//
+// so no two different lists of values give one key (headers "X-Tenant:
+// a|b, X-User: c" give a\|b|c, and "X-Tenant: a, X-User: b|c" give
+// a|b\|c). A value without '|' or '\' is written as is, so the keys of
+// such values are what they were before escaping existed. A fallback key
+// (on_missing_key: sources) is "\?" followed by the fallback values built
+// the same way: no regular key starts with it, since in those a '\' is
+// only ever followed by '\' or '|'. A key longer than api.MaxKeyLen bytes
+// (after escaping) is shortened to its first 239 bytes, '#', and the 16
+// hex digits of the xxhash of the whole key, so long values still count
+// separately. A check naming {"rule","key"} gives the key as is: it is
+// the counter key's tail, not a value to escape (a client that wants to
+// share a forward-auth counter must send the key in this format).
 //
 // # Forward-auth identity
 //
