@@ -170,12 +170,16 @@ func (s *statsRule) row(d int) []uint64 {
 	return s.Degraded
 }
 
-// add adds o's counts, o's bucket 0 falling on s's bucket shift.
+// add adds o's counts, o's bucket 0 falling on s's bucket shift. Buckets
+// after s's last one (a peer whose clock is ahead, or whose current
+// bucket began while it was asked) count in s's last, current bucket;
+// buckets before s's first are out of the window.
 func (s *statsRule) add(o *statsRule, shift int) {
 	for d := range numDecisions {
 		dst, src := s.row(d), o.row(d)
 		for i, v := range src {
-			if j := i + shift; j >= 0 && j < len(dst) {
+			j := min(i+shift, len(dst)-1)
+			if j >= 0 {
 				dst[j] += v
 			}
 		}
@@ -350,6 +354,7 @@ func (s *statsState) close() {
 	s.start.Do(func() {}) // a sampler not yet started never will be
 	s.stop.Do(func() { close(s.done) })
 	s.wg.Wait()
+	s.client.CloseIdleConnections()
 }
 
 // local is this node's own answer.

@@ -3,12 +3,15 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -266,9 +269,9 @@ func TestStatsMerge(t *testing.T) {
 	last := StatsBuckets - 1
 	five := rowOf(t, body.Rules, "five")
 	// a's 3 are in its last bucket; b's 2 in b's last bucket, one bucket
-	// after a's window: outside it.
-	if five.Allowed[last] != 3 || sumOf(five.Allowed) != 3 {
-		t.Errorf("five allowed %v: want a's 3 only (b's bucket is after a's now)", five.Allowed)
+	// after a's now: they count in a's current bucket.
+	if five.Allowed[last] != 5 || sumOf(five.Allowed) != 5 {
+		t.Errorf("five allowed %v: want a's 3 and b's 2 (b is ahead) in the last bucket", five.Allowed)
 	}
 	names := []string{}
 	for _, r := range body.Rules {
@@ -288,6 +291,58 @@ func TestStatsMerge(t *testing.T) {
 	}
 	if ob := rowOf(t, body.Rules, "only-b"); ob.Allowed[last] != 1 {
 		t.Errorf("only-b allowed %v, want 1 in the last bucket", ob.Allowed)
+	}
+
+	// b behind a by the whole window: nothing of b's is in a's window.
+	a.clock.Advance(StatsBuckets * StatsBucket)
+	body = a.n.stat.local()
+	a.n.stat.merge(ctx, &body, []member.Member{{Name: "b", HTTPAddr: ln.Addr().String()}}, nil)
+	if five = rowOf(t, body.Rules, "five"); sumOf(five.Allowed) != 0 {
+		t.Errorf("five allowed %v: want none (b's buckets are before a's window)", five.Allowed)
+	}
+}
+
+// TestStatsCluster: on a clustered node, GET /v1/stats sums the figures of
+// every live member that answers (each counts the checks it answered),
+// and lists a member that does not answer without failing.
+func TestStatsCluster(t *testing.T) {
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+	t.Cleanup(func() { store.Close() })
+	nodes := newClusterNodes(t, store, map[string]string{"a": statsRules, "b": statsRules, "c": statsRules})
+	for i := range 3 {
+		nodes["a"].do(t, "GET", fmt.Sprintf("/v1/check?rule=other&key=a%d", i), "")
+	}
+	for i := range 2 {
+		nodes["b"].do(t, "GET", fmt.Sprintf("/v1/check?rule=other&key=b%d", i), "")
+	}
+	nodes["c"].stop() // still a member, no longer answering HTTP
+
+	r := nodes["a"].do(t, "GET", "/v1/stats", "") // loopback, no token configured
+	if r.status != 200 {
+		t.Fatalf("GET /v1/stats: %d %s", r.status, r.body)
+	}
+	var b statsBody
+	if err := json.Unmarshal([]byte(r.body), &b); err != nil {
+		t.Fatal(err)
+	}
+	if got := sumOf(rowOf(t, b.Rules, "other").Allowed); got != 5 {
+		t.Errorf("other: %d allowed cluster-wide, want 5 (3 on a, 2 on b)", got)
+	}
+	ok := map[string]bool{}
+	for _, n := range b.Nodes {
+		ok[n.Name] = n.OK
+	}
+	if want := map[string]bool{"a": true, "b": true, "c": false}; !maps.Equal(ok, want) || !b.Partial || b.Self != "a" {
+		t.Errorf("self %q nodes %v partial %v: want %v, partial", b.Self, ok, b.Partial, want)
+	}
+
+	// ?scope=node: a's own figures only.
+	r = nodes["a"].do(t, "GET", "/v1/stats?scope=node", "")
+	if err := json.Unmarshal([]byte(r.body), &b); err != nil {
+		t.Fatal(err)
+	}
+	if got := sumOf(rowOf(t, b.Rules, "other").Allowed); got != 3 || len(b.Nodes) != 1 || b.Partial {
+		t.Errorf("scope=node: %d allowed, nodes %+v: want a's 3 alone", got, b.Nodes)
 	}
 }
 

@@ -211,7 +211,9 @@ func (sc *scenario) randOp(r *rand.Rand) op {
 		case k < 5:
 			d = time.Duration(1+r.IntN(50)) * time.Millisecond
 		case k < 8:
-			p := sc.keys[r.IntN(len(sc.keys))].Period
+			// Up to a period, at most a day: a run must stay far from
+			// the year 2262, where Unix nanoseconds overflow.
+			p := min(sc.keys[r.IntN(len(sc.keys))].Period, 24*time.Hour)
 			d = time.Duration(1+r.Int64N(int64(p/time.Millisecond))) * time.Millisecond
 		default:
 			d = pick(r, 8*time.Second, time.Minute, time.Hour, 3*time.Second, 500*time.Millisecond)

@@ -54,6 +54,9 @@ type keyModel struct {
 	held    []int64 // per holder: lent and not spent, returned or dropped
 	heldWin []int64 // windows: the window the held tokens belong to
 	heldExp []int64 // token_bucket, gcra: when the loan ends (0: never)
+	// lent is what the Store said it lends each holder (Grant.Lent) at
+	// its last call: held tokens and spent ones not yet settled.
+	lent []int64
 	// lost is what the Store counts as spent that no check spent: loans
 	// that expired or ended unspent (token_bucket, gcra). It lowers the
 	// level the denials are judged against, never the safety side.
@@ -78,6 +81,7 @@ func newModel(sc *scenario, prefix string) *model {
 			held:    make([]int64, sc.holders),
 			heldWin: make([]int64, sc.holders),
 			heldExp: make([]int64, sc.holders),
+			lent:    make([]int64, sc.holders),
 			netAdm:  make([]int64, sc.holders),
 			snap:    make([]*snapshot, sc.holders),
 			lastUse: make([]int64, sc.holders),
@@ -145,9 +149,12 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 	if k.windowed() && k.held[m] > 0 && k.win(t) != k.heldWin[m] {
 		k.held[m] = 0
 	}
-	if e := k.heldExp[m]; e > 0 && t >= e && k.held[m] > 0 {
-		k.lose(e, k.held[m], m)
-		k.held[m] = 0
+	if e := k.heldExp[m]; e > 0 && t >= e {
+		if k.held[m] > 0 {
+			k.lose(e, k.held[m], m)
+			k.held[m] = 0
+		}
+		k.lent[m] = 0
 	}
 	return k.held[m]
 }
@@ -174,11 +181,15 @@ func (k *keyModel) usable(m int, t int64) int64 {
 	return h
 }
 
+// heldOthers is what the holders but m hold at t, or what the Store
+// counts as lent to them if more (spent tokens are lent until the
+// holder's next call settles them; the contract allows denials for them,
+// bounded by the lease sizes).
 func (k *keyModel) heldOthers(m int, t int64) int64 {
 	var n int64
 	for j := range k.held {
 		if j != m {
-			n += k.heldNow(j, t)
+			n += max(k.heldNow(j, t), k.lent[j])
 		}
 	}
 	return n
@@ -248,6 +259,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// the Store says it lends is not compared with what m holds:
 		// the admissions of a batch are recorded after it, while its
 		// lease calls are recorded as they happen.)
+		k.lent[m] = l.lent
 		if l.ttl > 0 && l.lent > 0 {
 			k.heldExp[m] = now + int64(l.ttl)
 		}
@@ -277,6 +289,7 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 		md.fail("%s: m%d returned %d tokens at %s but held %d (tokens made up: over-admission)", k.name, m, tokens, md.at(now), h)
 	}
 	k.held[m] = max(0, k.held[m]-tokens)
+	k.lent[m] = 0
 	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
 		// A return ends the loan: what was not returned is spent.
 		k.lose(now, k.held[m], m)

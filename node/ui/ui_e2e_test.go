@@ -69,8 +69,7 @@ func TestE2EDashboard(t *testing.T) {
 	poll(t, ctx, "the Store's breaker", `document.getElementById('breaker').textContent.includes('closed')`)
 	poll(t, ctx, "the members", `document.querySelector('#members td') !== null`)
 
-	rulesAPI := node.rulesAPI(t, token)
-	if rulesAPI {
+	{
 		// Edit demo's limit from 5 to 3 through the form, then check that
 		// the node enforces 3 on a fresh key.
 		step(t, ctx, "edit demo's limit",
@@ -104,41 +103,62 @@ func TestE2EDashboard(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("inline error shown for limit=-1: %q", msg)
+		if !strings.Contains(msg, "> 0") {
+			t.Errorf("inline error %q does not say what the limit must be", msg)
+		}
+		shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		save(t, out, "dashboard-edit-error.png", shot)
 		if codes := node.check(t, "demo", "fresh-after-bad-edit"); codes != 200 {
 			t.Errorf("a check after the refused edit: %d, want 200", codes)
 		}
-	} else {
-		t.Log("this build has no rules admin API (GET /v1/rules answers 404): the edit steps are skipped")
 	}
 
 	// More traffic while the page is open: the next refresh shows it.
 	node.checks(t, "per-ip", 60, 4)
 	poll(t, ctx, "a refresh after new traffic", `document.getElementById('updated').textContent !== ''`)
 
-	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		t.Fatal(err)
-	}
+	step(t, ctx, "cancel the edit", chromedp.Click(chromedp.CSS(`.editor button.cancel`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)))
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range map[string][]byte{"dashboard.png": shot, "dashboard-full.png": full} {
-		p := filepath.Join(out, name)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", p)
+	save(t, out, "dashboard-full.png", full)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.scrollTo(0, 0)`)); err != nil {
+		t.Fatal(err)
 	}
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	save(t, out, "dashboard.png", shot)
 
 	// The page is usable at 1280×800: nothing scrolls sideways.
 	wide, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
 	if err != nil || !wide {
 		t.Errorf("the page scrolls horizontally at 1280×800 (err %v)", err)
 	}
-	for _, m := range console.errors(rulesAPI) {
+	over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('.card')).filter((c) => c.scrollWidth > c.clientWidth).map((c) => c.id)`))
+	if err != nil || len(over) > 0 {
+		t.Errorf("cards whose content is wider than the card at 1280×800: %v (err %v)", over, err)
+	}
+	for _, m := range console.errors() {
 		t.Errorf("browser console: %s", m)
 	}
+}
+
+// save writes a screenshot into out and logs its path.
+func save(t *testing.T, out, name string, png []byte) {
+	t.Helper()
+	p := filepath.Join(out, name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
 }
 
 // step runs actions, failing the test with what it was doing.
@@ -147,7 +167,18 @@ func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Ac
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := chromedp.Do(c, actions...); err != nil {
+		failShot(t, ctx)
 		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// failShot saves what the page showed when a step failed.
+func failShot(t *testing.T, ctx context.Context) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if png, err := chromedp.Run(c, chromedp.FullScreenshot(100)); err == nil {
+		save(t, os.TempDir(), "sluice-dashboard-failure.png", png)
 	}
 }
 
@@ -156,6 +187,7 @@ func poll(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
 	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(100*time.Millisecond),
 		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		failShot(t, ctx)
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
@@ -185,10 +217,9 @@ func watchConsole(t *testing.T, ctx context.Context) *consoleLog {
 
 // errors are the messages that are errors or warnings: exceptions,
 // console.error and console.warn calls, and the browser's own errors
-// (CSP violations, failed loads). The expected entries of the network
-// log are left out: the invalid edit's 400 answer, and the 404 of
-// /v1/rules on a build without the rules API (rulesAPI false).
-func (c *consoleLog) errors(rulesAPI bool) []string {
+// (CSP violations, failed loads). The one expected entry, the network
+// log's line for the invalid edit's 400 answer, is left out.
+func (c *consoleLog) errors() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
@@ -199,9 +230,6 @@ func (c *consoleLog) errors(rulesAPI bool) []string {
 			continue
 		}
 		if m.Source == "network" && strings.Contains(m.URL, "/v1/rules/") && strings.Contains(m.Text, "400") {
-			continue
-		}
-		if !rulesAPI && m.Source == "network" && strings.HasSuffix(m.URL, "/v1/rules") && strings.Contains(m.Text, "404") {
 			continue
 		}
 		out = append(out, m.String()+" ("+m.URL+")")
@@ -298,7 +326,9 @@ type sluiced struct {
 }
 
 // startSluiced builds sluiced and starts it on a free loopback port with
-// the admin token and e2eRules; it is stopped (SIGTERM) at the test's end.
+// the admin token and a data dir (rules written through the admin API),
+// and writes e2eRules through the API; it is stopped (SIGTERM) at the
+// test's end.
 func startSluiced(t *testing.T, root, token string) *sluiced {
 	t.Helper()
 	dir := t.TempDir()
@@ -308,10 +338,7 @@ func startSluiced(t *testing.T, root, token string) *sluiced {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/sluiced: %v\n%s", err, out)
 	}
-	rules := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rules, []byte(e2eRules), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	data := filepath.Join(dir, "data")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +346,7 @@ func startSluiced(t *testing.T, root, token string) *sluiced {
 	addr := ln.Addr().String()
 	ln.Close()
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, "-listen", addr, "-rules", rules, "-admin-token", token, "-log-level", "warn")
+	cmd := exec.Command(bin, "-listen", addr, "-data-dir", data, "-admin-token", token, "-log-level", "warn")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -350,6 +377,7 @@ func startSluiced(t *testing.T, root, token string) *sluiced {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
+				s.putRules(t, token, e2eRules)
 				return s
 			}
 		}
@@ -397,15 +425,19 @@ func (s *sluiced) checks(t *testing.T, rule string, n, keys int) {
 	}
 }
 
-// rulesAPI reports whether the node has the rules admin API.
-func (s *sluiced) rulesAPI(t *testing.T, token string) bool {
+// putRules replaces the node's rules with the rule file yml.
+func (s *sluiced) putRules(t *testing.T, token, yml string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", s.base+"/v1/rules", nil)
+	req, _ := http.NewRequest("PUT", s.base+"/v1/rules", strings.NewReader(yml))
 	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/yaml")
 	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode != http.StatusNotFound
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT /v1/rules: %d %s", resp.StatusCode, b)
+	}
 }

@@ -371,9 +371,10 @@
     if (!s || !s.store) { box.replaceChildren(el('p', { class: 'empty', text: 'No data yet.' })); return; }
     const st = s.store;
     const cls = st.breaker === 'closed' ? 'ok' : (st.breaker === 'open' ? 'bad' : 'warn');
-    const words = { closed: 'closed: Store calls go through', open: 'open: deciding by on_store_failure', 'half-open': 'half-open: probing the Store' };
+    const words = { closed: 'Store calls go through', open: 'Store unreachable: rules follow on_store_failure', 'half-open': 'probing the Store' };
     box.replaceChildren(
-      el('div', { class: 'breaker', id: 'breaker' }, el('i', { class: 'dot ' + cls }), 'Breaker ' + (words[st.breaker] || st.breaker)),
+      el('div', { class: 'breaker', id: 'breaker' }, el('i', { class: 'dot ' + cls }), 'Breaker ' + st.breaker,
+        el('span', { class: 'muted', text: words[st.breaker] || '' })),
       el('div', { class: 'kv' },
         el('span', { text: 'Active keys' }), el('span', { text: fmt(st.active_keys) }),
         el('span', { text: 'Checks that waited for the Store' }), el('span', { text: fmt(st.store_decisions) }),
@@ -398,7 +399,7 @@
       if (n && n.ok && n.store) store = n.store.breaker;
       else if (n && !n.ok) store = 'no answer';
       return el('tr', null,
-        el('td', null, x.name, x.name === m.self ? el('span', { class: 'muted', text: ' (this node)' }) : null),
+        el('td', null, x.name, x.name === m.self ? el('span', { class: 'muted', text: ' (here)' }) : null),
         el('td', { class: 'key', text: x.http_addr || '–' }),
         el('td', null, el('span', { class: 'state' }, el('i', { class: 'dot ' + cls }), x.state)),
         el('td', { text: store, title: n && n.error ? n.error : null }),
@@ -479,8 +480,8 @@
     if (state.editing === '') body.push(editorRow(null, writable));
     for (const r of list) {
       const tr = el('tr', { class: 'rule-row' + (state.selected === r.name ? ' selected' : ''), 'data-rule': r.name, onclick: () => selectRule(r.name) },
-        el('td', null, r.name, r.shadow ? el('span', { class: 'tag shadow', text: 'shadow' }) : null),
-        el('td', null, r.algorithm ? el('span', { class: 'tag', text: r.algorithm }) : '–'),
+        el('td', null, el('div', { class: 'rule-name' }, r.name, r.shadow ? el('span', { class: 'tag shadow', text: 'shadow' }) : null),
+          r.algorithm ? el('div', { class: 'algo', text: r.algorithm }) : null),
         el('td', { class: 'limit', text: limitText(r) }),
         el('td', { class: 'key', text: r.key || r.descriptor || '–', title: r.key || null }),
         el('td', { class: 'spark-cell' }),
@@ -493,11 +494,11 @@
       body.push(tr);
       if (state.editing === r.name) body.push(editorRow(r, writable));
     }
-    if (!body.length) body.push(el('tr', null, el('td', { colspan: 8, class: 'empty', text: 'No rules.' })));
+    if (!body.length) body.push(el('tr', null, el('td', { colspan: 7, class: 'empty', text: 'No rules.' })));
     box.replaceChildren(el('table', { id: 'rules-table' },
       el('thead', null, el('tr', null,
-        el('th', { text: 'Rule' }), el('th', { text: 'Algorithm' }), el('th', { text: 'Limit' }), el('th', { text: 'Key' }),
-        el('th', { text: 'Last 5 min' }), el('th', { class: 'num', text: 'Allowed, 1 min' }), el('th', { class: 'num', text: '429s, 1 min' }), el('th'))),
+        el('th', { text: 'Rule' }), el('th', { text: 'Limit' }), el('th', { text: 'Key' }),
+        el('th', { text: 'Last 5 min' }), el('th', { class: 'num', text: 'Allowed/min', title: 'allowed in the last minute' }), el('th', { class: 'num', text: '429/min', title: 'denied (429) in the last minute' }), el('th'))),
       el('tbody', null, body)));
     updateRuleTraffic();
     const first = box.querySelector('.editor input:not([readonly]), .editor select');
@@ -567,7 +568,7 @@
     form.querySelector('.cancel').addEventListener('click', closeEditor);
     form.querySelector('.delete').addEventListener('click', (e) => remove(e.currentTarget, form, rule));
     if (!writable) for (const b of form.querySelectorAll('button.save, button.delete')) b.disabled = true;
-    return el('tr', { class: 'editor-row' }, el('td', { colspan: 8 }, form));
+    return el('tr', { class: 'editor-row' }, el('td', { colspan: 7 }, form));
   }
 
   function openEditor(name) {
@@ -697,7 +698,10 @@
     const f = r.data && r.data.field;
     const span = r.status === 400 ? errorSpan(form, f, name) : null;
     if (span) {
-      showFieldError(form, span, r.error);
+      // "rule \"demo\": limit: must be > 0" next to the limit field: "must be > 0"
+      let m = String(r.error).replace(/^rule "[^"]*": /, '');
+      if (f && m.startsWith(f + ': ')) m = m.slice(f.length + 2);
+      showFieldError(form, span, m);
       const input = span.closest('.field').querySelector('input, select, textarea');
       if (input) input.focus();
       return;
