@@ -23,12 +23,13 @@ import (
 )
 
 // TestE2EDashboard drives the dashboard of a real sluiced in Debian's
-// headless Chromium: it enters the admin token, sees the rules and live
-// figures of traffic sent to the node, edits a rule's limit and sees the
-// node enforce it, sees an invalid edit's error next to its field, finds
-// no error in the browser's console, and saves screenshots (their path is
-// logged) under $E2E_OUT, by default bench/results/tmp-e2e/ (ignored by
-// git).
+// headless Chromium: a wrong admin token is refused, the right one is kept
+// in sessionStorage only; it sees the rules and live figures of traffic
+// sent to the node, edits a rule's limit and sees the node enforce it,
+// sees an invalid edit's error next to its field, creates and deletes a
+// rule, finds nothing wider than its card at 1280×800 and no error in the
+// browser's console, and saves screenshots (their paths are logged) under
+// $E2E_OUT, by default bench/results/tmp-e2e/ (ignored by git).
 func TestE2EDashboard(t *testing.T) {
 	chrome := chromiumPath(t)
 	root := repoRoot(t)
@@ -53,19 +54,29 @@ func TestE2EDashboard(t *testing.T) {
 	ctx := newBrowser(t, chrome)
 	console := watchConsole(t, ctx)
 
-	step(t, ctx, "open the page and enter the token",
+	step(t, ctx, "open the page and enter a wrong token",
 		chromedp.EmulateViewport(1280, 800),
 		chromedp.Navigate(node.base+"/ui/"),
 		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "not-the-token"),
+		chromedp.Click(chromedp.ID("login-submit")),
+	)
+	poll(t, ctx, "the refusal", `document.getElementById('login-error').textContent.includes('refused')`)
+	step(t, ctx, "enter the token",
 		chromedp.SendKeys(chromedp.ID("token"), token),
 		chromedp.Click(chromedp.ID("login-submit")),
 		chromedp.WaitVisible(chromedp.ID("app")),
 		chromedp.WaitVisible(chromedp.CSS(`tr.rule-row[data-rule="demo"]`)),
 	)
-	// The live figures: demo's 3 denials show in its row and the totals.
+	// The token is kept for the tab only.
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`sessionStorage.getItem('sluice.adminToken') === '`+token+`' && localStorage.length === 0 && document.cookie === ''`))
+	if err != nil || !kept {
+		t.Errorf("the token is not in sessionStorage alone (err %v)", err)
+	}
+	// The live figures: demo's denials show in its row's sparkline.
 	poll(t, ctx, "demo's 429s in its row",
-		`document.querySelector('tr.rule-row[data-rule="demo"] .denied-min').textContent !== '–' || `+
-			`Number(document.getElementById('total-denied').textContent) >= 3`)
+		`document.querySelector('tr.rule-row[data-rule="demo"] .spark rect.denied') !== null`)
 	poll(t, ctx, "the Store's breaker", `document.getElementById('breaker').textContent.includes('closed')`)
 	poll(t, ctx, "the members", `document.querySelector('#members td') !== null`)
 
@@ -116,12 +127,46 @@ func TestE2EDashboard(t *testing.T) {
 		}
 	}
 
-	// More traffic while the page is open: the next refresh shows it.
-	node.checks(t, "per-ip", 60, 4)
-	poll(t, ctx, "a refresh after new traffic", `document.getElementById('updated').textContent !== ''`)
-
 	step(t, ctx, "cancel the edit", chromedp.Click(chromedp.CSS(`.editor button.cancel`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)))
+
+	// A new rule through the form, then deleted (two clicks).
+	step(t, ctx, "create a rule",
+		chromedp.Click(chromedp.ID("new-rule")),
+		chromedp.WaitVisible(chromedp.CSS(`.editor [data-field="name"]`)),
+		chromedp.SendKeys(chromedp.CSS(`.editor [data-field="name"]`), "added-in-browser"),
+		chromedp.SetValue(chromedp.CSS(`.editor [data-field="limit"]`), "2"),
+		chromedp.Click(chromedp.CSS(`.editor button.save`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr.rule-row[data-rule="added-in-browser"]`)),
+	)
+	var codes []int
+	for range 3 {
+		codes = append(codes, node.check(t, "added-in-browser", "k"))
+	}
+	if want := []int{200, 200, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Errorf("checks of the new rule: %v, want %v (limit 2)", codes, want)
+	}
+	step(t, ctx, "delete it",
+		chromedp.Click(chromedp.CSS(`button[data-edit="added-in-browser"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.editor button.delete`)),
+		chromedp.Click(chromedp.CSS(`.editor button.delete`)),
+		chromedp.Click(chromedp.CSS(`.editor button.delete`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)),
+	)
+	if code := node.check(t, "added-in-browser", "k"); code != 400 {
+		t.Errorf("a check of the deleted rule: %d, want 400 (unknown rule)", code)
+	}
+
+	// More traffic while the page is open: a later refresh shows it.
+	before, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('total-5m').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.checks(t, "per-ip", 60, 4)
+	poll(t, ctx, "the new traffic in the totals",
+		`Number(document.getElementById('total-5m').textContent.replace(/,/g, '')) >= `+
+			strings.ReplaceAll(before, ",", "")+` + 60`)
+
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
@@ -217,8 +262,9 @@ func watchConsole(t *testing.T, ctx context.Context) *consoleLog {
 
 // errors are the messages that are errors or warnings: exceptions,
 // console.error and console.warn calls, and the browser's own errors
-// (CSP violations, failed loads). The one expected entry, the network
-// log's line for the invalid edit's 400 answer, is left out.
+// (CSP violations, failed loads). The expected entries of the network
+// log, the answers to the wrong token (403) and to the invalid edit (400),
+// are left out.
 func (c *consoleLog) errors() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -230,7 +276,10 @@ func (c *consoleLog) errors() []string {
 			continue
 		}
 		if m.Source == "network" && strings.Contains(m.URL, "/v1/rules/") && strings.Contains(m.Text, "400") {
-			continue
+			continue // the invalid edit
+		}
+		if m.Source == "network" && strings.Contains(m.URL, "/v1/stats") && strings.Contains(m.Text, "403") {
+			continue // the wrong token
 		}
 		out = append(out, m.String()+" ("+m.URL+")")
 	}

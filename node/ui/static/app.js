@@ -36,6 +36,8 @@
     rulesAPI: true, // false when /v1/rules answers 404
     editing: null, // null: no editor; '': a new rule; else the rule's name
     selected: '', // the chart's rule ('' = all)
+    ids: 0, // editor input ids
+    focusEditor: false,
   };
 
   // ---- small DOM helpers ----
@@ -324,7 +326,7 @@
       el('div', null, el('b', { id: 'total-denied', text: fmt(d1) }), el('span', { text: '429s, last minute' })),
       el('div', null, el('b', { text: pct(d1, a1) }), el('span', { text: 'denied share, last minute' })),
       el('div', null, el('b', { text: fmt(other1) }), el('span', { text: 'degraded or 503, last minute' })),
-      el('div', null, el('b', { text: fmt(a5 + d5) }), el('span', { text: 'decisions, 5 minutes' })),
+      el('div', null, el('b', { id: 'total-5m', text: fmt(a5 + d5) }), el('span', { text: 'decisions, 5 minutes' })),
     );
   }
 
@@ -560,6 +562,14 @@
       else if (input.dataset.type === 'json') input.value = (Array.isArray(v) && v.length === 0) ? '' : JSON.stringify(v);
       else input.value = String(v);
       input.addEventListener('input', () => clearFieldError(form, f));
+    }
+    for (const div of form.querySelectorAll('.field')) {
+      const input = div.querySelector('[data-field]');
+      const label = div.querySelector('label');
+      if (input && label && input.type !== 'checkbox') {
+        input.id = 'edit-' + (++state.ids);
+        label.htmlFor = input.id;
+      }
     }
     const name = form.querySelector('[data-field="name"]');
     if (!isNew) name.readOnly = true;
