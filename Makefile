@@ -4,6 +4,7 @@ BIN      := .bin
 LISTEN   ?= :8080
 RULES    ?= deploy/rules.example.yaml
 FUZZTIME ?= 10s
+MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
 .PHONY: all build run test race e2e e2e-deps bench bench-go fuzz lint deps clean
@@ -69,7 +70,7 @@ bench-go:
 bench: deps build
 	./bench/run-suite.sh
 
-## fuzz: run every fuzz target for FUZZTIME each.
+## fuzz: run every fuzz target for FUZZTIME each, then the model-based tests' long form (new seeds for MODELTIME per run).
 fuzz:
 	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
 		pkg=./$$(dirname $$f); \
@@ -78,6 +79,7 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+	SLUICE_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestModel$$' ./lease/ ./lua/
 
 ## lint: gofmt and go vet must be clean.
 lint:

@@ -25,9 +25,10 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 	case FailClosed:
 		return Decision{Limit: p.Limit, Remaining: remaining, RetryAfter: m.store.Config().Cooldown, Unavailable: true}
 	}
-	// FailLocal: the same math in this node's memory.
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StoreTimeout)
-	defer cancel()
+	// FailLocal: the same math in this node's memory. Not under the
+	// Store's deadline: a local decision never waits on the Store (the
+	// check may have spent its budget already) and is never a 503.
+	ctx := m.ctx
 	if !p.Algorithm.Leased() {
 		r, lerr := m.local.Log(ctx, key, p, hits)
 		if lerr != nil {

@@ -72,9 +72,6 @@ type cluster struct {
 	timeout int64 // the Forwarder's timeout in nanoseconds
 	handler fasthttp.RequestHandler
 
-	// routes is the current ring and the peers' HTTP addresses, replaced
-	// as a whole on every membership change.
-	routes atomic.Pointer[routes]
 	// membership, once set by SetMembership, answers Ready and View.
 	membership atomic.Pointer[membershipBox]
 
@@ -86,8 +83,6 @@ type cluster struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	states sync.Pool // *routeState
-
 	hot *hotState // never nil once EnableCluster returned
 
 	met clusterMetrics
@@ -95,8 +90,11 @@ type cluster struct {
 
 type membershipBox struct{ m Membership }
 
-// routes is an immutable routing snapshot.
+// routes is an immutable routing snapshot: Node.routes, replaced as a
+// whole on every membership change. A single node's holds a ring of itself
+// alone and no peers.
 type routes struct {
+	self string // this node's member name
 	ring *shard.Ring
 	// addrs maps each peer's member name to its HTTP address. A peer
 	// without one (its meta is unreadable) cannot be forwarded to: its
@@ -176,8 +174,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	}
 	c.fwd = forward.New(fcfg)
 	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey}, (*decider)(n))
-	c.states.New = func() any { return new(routeState) }
-	c.routes.Store(&routes{ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
+	n.routes.Store(&routes{self: cfg.Self, ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
 	c.met = clusterMetrics{
 		forwarded: n.met.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),
 		fallback:  n.met.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
@@ -230,7 +227,7 @@ func (n *Node) MembersChanged(ms []member.Member) {
 		names = append(names, c.self)
 	}
 	ring := shard.NewRing(names, c.vnodes)
-	c.routes.Store(&routes{ring: ring, addrs: addrs})
+	n.routes.Store(&routes{self: c.self, ring: ring, addrs: addrs})
 	c.met.members.Store(int64(len(names)))
 	if c.hot.split {
 		c.hot.h.SetRing(ring) // may queue ended keys: before the kick
@@ -252,7 +249,7 @@ func (c *cluster) runHandoff() {
 			return
 		case <-c.kick:
 		}
-		r := c.routes.Load()
+		r := c.n.routes.Load()
 		// Keep the keys this node owns or holds as a split holder, except
 		// those it has just stopped holding.
 		ended := c.hot.takeEnded()
@@ -297,7 +294,7 @@ func (n *Node) CloseCluster() error {
 // this node's current ring; a single node returns "".
 func (n *Node) Owner(counterKey string) string {
 	if c := n.cl; c != nil {
-		return c.routes.Load().ring.Owner(counterKey)
+		return n.routes.Load().ring.Owner(counterKey)
 	}
 	return ""
 }
@@ -306,7 +303,7 @@ func (n *Node) Owner(counterKey string) string {
 // on a single node.
 func (n *Node) Ring() *shard.Ring {
 	if c := n.cl; c != nil {
-		return c.routes.Load().ring
+		return n.routes.Load().ring
 	}
 	return nil
 }

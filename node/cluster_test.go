@@ -279,7 +279,9 @@ func TestInternalEndpointAuth(t *testing.T) {
 // clustered; /readyz waits for the join.
 func TestMembersAndReadyz(t *testing.T) {
 	single := newTestNode(t, routeRules)
-	r := single.do("GET", "/v1/members", "")
+	ctx := newCtx("GET", "/v1/members", "", "127.0.0.1") // an admin endpoint: from loopback
+	single.n.Handler()(ctx)
+	r := resp{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
 	m, err := client.ParseMembers([]byte(r.body))
 	if err != nil || r.status != 200 || m.Self != "local" || !m.Ready || len(m.Members) != 1 || m.Vnodes != 8192 {
 		t.Errorf("single /v1/members: %d %s %v", r.status, r.body, err)

@@ -12,7 +12,7 @@ import (
 // TestCounterKey: views stay intact while the buffer grows past its first
 // size, and after a reset the buffer is reused.
 func TestCounterKey(t *testing.T) {
-	st := &reqState{}
+	st := &Batch{}
 	var got, want []string
 	for i := range 10 { // 10 × 261 bytes: the buffer is replaced several times
 		key := fmt.Sprintf("%03d", i) + strings.Repeat("k", 253)

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"hash/maphash"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -10,241 +12,376 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
-	"github.com/sluicehq/sluice/node/rules"
 )
 
-// item is one (rule, key) that a request is decided against.
-type item struct {
-	ri  *ruleInfo
-	key string // the client's key, without the rule prefix
-	// ckey is the counter key: rule name, ":", key. It is a view of the
-	// request's reqState.keys buffer (see reqState.counterKey): valid only
-	// while the request runs. Pass it to callees that do not keep it (the
-	// lease Manager copies what it keeps); clone it to keep it.
-	ckey string
-	p    lease.Policy
-	// peek marks a hits=0 look at a concurrency rule.
-	peek bool
-	// done: d holds the rule's decision; charged: hits were taken and must
-	// be refunded if another rule denies.
-	done, charged bool
-	d             lease.Decision
+// The decision engine. Every front end (the HTTP checks and forward-auth
+// here, the Envoy RLS server, the dashboard) fills a Batch with requests of
+// (rule, key, hits) items and calls Node.Decide. One path decides them all,
+// on a single node as in a cluster: a single node is a cluster of one (a
+// ring of itself, no peers), so routing is a step that sends nothing.
+//
+//  1. resolve: each item's rule, policy (overrides applied) and counter
+//     key; a request with a bad item is not decided (Request.Err).
+//  2. the leased phase: the leased items of every request, split by where
+//     they are decided (route.go: this node's Manager, or the owner peer
+//     in one forwarding call per peer, all peers at once);
+//  3. the exact phase: the exact items (sliding_log) of the requests that
+//     nothing denied, the same way;
+//  4. refunds: the hits charged to the items of a denied (or failed)
+//     request go back where they were charged;
+//  5. the verdict of each request (combine).
+
+// Item is one (rule, key, hits) of a request given to Node.Decide and,
+// once decided, its result. The strings may be views of a request body:
+// Decide does not keep them.
+type Item struct {
+	// Rule names the rule; Key is the client's key for it (without the
+	// rule prefix).
+	Rule, Key string
+	// Hits is what the item takes. 0 is a peek: it takes nothing and only
+	// a rule already over its limit denies it. On a concurrency rule only
+	// 0 is allowed (slots are taken with /v1/acquire).
+	Hits int64
+
+	// Decided reports whether Decision holds the rule's decision: the exact
+	// items of a request that a leased rule denied are not decided, nor the
+	// items of a request that erred.
+	Decided  bool
+	Decision lease.Decision
+	// Policy is the rule's policy for Key (its overrides applied); set
+	// once the item is resolved.
+	Policy lease.Policy
+
+	// Set by Decide:
+	ri   *ruleInfo
+	ckey string // rule prefix + key: a view of Batch.keys (see counterKey)
+	req  int32  // the index of the item's request in Batch.Requests
+	// peek: hits=0 on a concurrency rule; charged: hits were taken and
+	// must be refunded if the request is denied; owner: the peer that
+	// charged them ("" here).
+	peek, charged bool
+	owner         string
 }
 
-// verdict is the combined answer of a request's items.
-type verdict struct {
-	status   int // 200, 429 or 503
-	rep      int // index of the reported item; -1 when nothing matched
-	degraded bool
+// Request is one request of a Batch: its items are decided together, and
+// it is allowed only if every item's rule allows (shadow rules never deny).
+// Decide sets its verdict.
+type Request struct {
+	// Status is 200 (allowed), 429 (a rule denied on its limit) or 503
+	// (a rule whose on_store_failure is closed could not decide, and none
+	// denied on its limit); 0 when Err is set.
+	Status int
+	// Rep is the index in Batch.Items of the item the answer reports (its
+	// rule's headers and body): when denied, the denying rule with the
+	// longest retry-after; when allowed, the rule with the least remaining
+	// (non-shadow rules first). -1 when the request has no items (it
+	// matched no rule: allowed) or erred.
+	Rep int
+	// Degraded: a rule was decided without the Store (on_store_failure
+	// open or local).
+	Degraded bool
+	// Err is why the request was not decided (nothing it charged is kept):
+	// a bad item (an error naming the field: an unknown rule, hits on a
+	// concurrency rule), ErrNotReady before the first rule set, or an
+	// error of the Manager. ErrItem is the index in Batch.Items of the item
+	// it is about, -1 when none.
+	Err     error
+	ErrItem int
+
+	lo, hi int32
+	denied bool
+	remote bool // in the current phase, some item went to a peer
 }
 
-// reqState is the per-request scratch space, pooled so that the hot path
-// allocates nothing after warm-up.
-type reqState struct {
-	n *Node
-	// check and batch are decoded with api.DecodeCheckView and
-	// DecodeChecksView: their strings are views of the request body (or of
-	// unesc) and die with the request. Copy any that must be kept.
-	check   api.CheckRequest
-	batch   api.ChecksRequest
-	unesc   []byte // the decoders' scratch for escaped strings
-	acquire api.AcquireRequest
-	release api.ReleaseRequest
-	items   []item
-	matches []rules.Match
-	results []api.CheckResult
-	buf     []byte    // the response body
-	scratch []byte    // header values
-	keys    []byte    // the counter keys of the items (see counterKey)
-	ticks   uint32    // checks served with this state, for startTimer
-	spans   []span    // per check of a batch: its items
-	take    batchTake // a batch's single-item checks (see decideBatch)
+// Allowed reports whether the request was allowed.
+func (q *Request) Allowed() bool { return q.Status == fasthttp.StatusOK }
+
+// Batch is one or more requests for Node.Decide, and their results. Fill
+// it with Add and End (or AddRequest), call Decide, read Requests and
+// Items; Reset it to reuse it. The zero value is an empty Batch. A Batch
+// is not safe for concurrent use, and must not be copied once used: keep
+// it (for example in a sync.Pool) and Reset it, so that deciding
+// allocates nothing once its buffers have grown.
+type Batch struct {
+	// Items holds every request's items, request after request; Requests
+	// the requests, in the order they were ended.
+	Items    []Item
+	Requests []Request
+
+	open  int32  // the first item of the request not yet ended
+	keys  []byte // the counter keys of the items (see counterKey)
+	local []int32
+	// groups: per peer, the items of a phase (or the refunds) sent to it.
+	groups []peerGroup
+	wg     sync.WaitGroup
+	take   batchTake
 }
 
-// span is where a batch's check is in reqState.items: items[lo:hi]; take
-// is its index in the batch's TakeMany, -1 when decided by Node.decide,
-// and lo is -1 when the check is already answered (with an error).
-type span struct{ lo, hi, take int32 }
+// Reset empties b for reuse (keeping its buffers).
+func (b *Batch) Reset() {
+	clear(b.Items) // drop the views of the last requests
+	b.Items = b.Items[:0]
+	clear(b.Requests)
+	b.Requests = b.Requests[:0]
+	b.open = 0
+	b.keys = b.keys[:0]
+	b.local = b.local[:0]
+	b.resetGroups()
+	b.take.reset()
+}
 
-// timerSample: one check in timerSample is timed for
-// sluice_check_duration_seconds (reading the clock costs more than 100ns
-// on some virtual machines, a tenth of a check). Batches are always timed.
-const timerSample = 16
+// Add appends an item to the request being built (ended by End).
+func (b *Batch) Add(rule, key string, hits int64) {
+	b.Items = append(b.Items, Item{Rule: rule, Key: key, Hits: hits})
+}
 
-// startTimer says whether to time this check and, if so, returns now.
-func (st *reqState) startTimer() (bool, time.Time) {
-	st.ticks++
-	if st.ticks%timerSample != 0 {
-		return false, time.Time{}
+// End ends the request made of the items added since the last End (none:
+// a request that matched no rule, allowed) and returns its index in
+// Requests.
+func (b *Batch) End() int {
+	b.Requests = append(b.Requests, Request{lo: b.open, hi: int32(len(b.Items)), Rep: -1, ErrItem: -1})
+	b.open = int32(len(b.Items))
+	return len(b.Requests) - 1
+}
+
+// ItemsOf returns the items of request i.
+func (b *Batch) ItemsOf(i int) []Item {
+	q := &b.Requests[i]
+	return b.Items[q.lo:q.hi]
+}
+
+// Decide decides every request of b (items added after the last End form
+// one more request) and sets each request's verdict and each item's
+// decision. Requests are decided as if one after another, in order, with
+// the Store calls of the batch overlapped (see batchTake) and, in a
+// cluster, one forwarding call per peer and phase; within a request, every
+// rule must allow, and when one denies the hits charged to the others are
+// refunded (see the package doc, "Several rules, one answer"). ctx bounds
+// forwarding to peers (each phase also has the Forwarder's own budget).
+// Decisions are counted in sluice_checks_total; timing them is the
+// caller's part. Decide is safe for concurrent use with distinct Batches.
+func (n *Node) Decide(ctx context.Context, b *Batch) {
+	n.decide(ctx, n.rules.Load(), b)
+}
+
+// decide is Decide with the rule table t (the HTTP front ends pass the
+// table they matched descriptors with).
+func (n *Node) decide(ctx context.Context, t *ruleTable, b *Batch) {
+	if int(b.open) < len(b.Items) {
+		b.End()
 	}
-	return true, time.Now()
-}
-
-func (n *Node) getState() *reqState { return n.states.Get().(*reqState) }
-
-func (n *Node) putState(st *reqState) {
-	clear(st.items)
-	st.items = st.items[:0]
-	clear(st.matches)
-	st.matches = st.matches[:0]
-	clear(st.results)
-	st.results = st.results[:0]
-	st.keys = st.keys[:0]
-	st.spans = st.spans[:0]
-	st.take.reset()
-	n.states.Put(st)
-}
-
-// hitsOf returns a check's hits: 1 when the request did not say.
-func hitsOf(c *api.CheckRequest) int64 {
-	if !c.HitsSet {
-		return 1
-	}
-	return c.Hits
-}
-
-// addCheck appends the items of one check request to st.items (from
-// index start): either the named rule, or every rule its descriptors match.
-func (st *reqState) addCheck(t *ruleTable, c *api.CheckRequest) error {
-	if c.Rule != "" {
-		ri := t.get(c.Rule)
-		if ri == nil {
-			return fieldError("rule", "unknown rule "+strconv.Quote(c.Rule))
+	for qi := range b.Requests {
+		q := &b.Requests[qi]
+		q.Status, q.Rep, q.Degraded, q.Err, q.ErrItem, q.denied = 0, -1, false, nil, -1, false
+		if t == nil {
+			q.Err = ErrNotReady
+			continue
 		}
-		it := item{ri: ri, key: c.Key}
-		if ri.base.Algorithm == lease.Concurrency {
-			if hitsOf(c) != 0 {
-				return fieldError("rule", "rule "+strconv.Quote(c.Rule)+" is a concurrency rule: use /v1/acquire and /v1/release (or hits 0 to peek)")
+		for i := q.lo; i < q.hi; i++ {
+			if err := b.resolve(t, i, int32(qi)); err != nil {
+				q.Err, q.ErrItem = err, int(i)
+				break
 			}
-			it.peek = true
 		}
-		st.addItem(it)
-		return nil
 	}
-	st.matches = t.set.MatchDescriptors(c.Descriptors, st.matches[:0])
-	st.addMatches(t)
+	r := n.routes.Load()
+	if len(b.Requests) == 1 && n.decideSingle(r, b) {
+		return
+	}
+	n.phase(ctx, r, b, true)
+	n.phase(ctx, r, b, false)
+	n.refund(ctx, b)
+	for qi := range b.Requests {
+		if q := &b.Requests[qi]; q.Err == nil {
+			b.combine(q)
+		}
+	}
+}
+
+// decideSingle is the engine's short path for the most common request: a
+// batch of one request of one item decided here. It is what the phases do
+// for it, without walking their lists: route it (here), decide it, combine
+// (one item: nothing to refund). It reports false, having done nothing,
+// when the batch is not such a request.
+func (n *Node) decideSingle(r *routes, b *Batch) bool {
+	q := &b.Requests[0]
+	if q.hi-q.lo != 1 || q.Err != nil {
+		return false
+	}
+	it := &b.Items[q.lo]
+	if !it.peek && n.peer(r, it.ckey) != "" {
+		return false
+	}
+	n.decideLocal(b, q.lo)
+	n.servedHere(it)
+	if q.Err == nil {
+		b.combine(q)
+	}
+	return true
+}
+
+// servedHere counts an item decided by this node as its owner (or a
+// holder of its split): in a cluster, a routed item decided by self, and
+// an observation for the hot-key sketch.
+func (n *Node) servedHere(it *Item) {
+	if c := n.cl; c != nil {
+		c.met.local.Inc()
+		if !it.peek {
+			c.hot.h.Observe(it.ckey) // a key this node owns or holds
+		}
+	}
+}
+
+// resolve fills in item i of b (of request qi): its rule, policy and
+// counter key; an unknown rule, or hits on a concurrency rule, is an
+// error naming the field "rule".
+func (b *Batch) resolve(t *ruleTable, i, qi int32) error {
+	it := &b.Items[i]
+	it.Decided, it.Decision, it.charged, it.owner, it.req, it.peek = false, lease.Decision{}, false, "", qi, false
+	ri := t.get(it.Rule)
+	if ri == nil {
+		return fieldError("rule", "unknown rule "+strconv.Quote(it.Rule))
+	}
+	if ri.base.Algorithm == lease.Concurrency {
+		if it.Hits != 0 {
+			return fieldError("rule", "rule "+strconv.Quote(it.Rule)+" is a concurrency rule: use /v1/acquire and /v1/release (or hits 0 to peek)")
+		}
+		it.peek = true
+	}
+	it.ri = ri
+	it.Policy = ri.rule.PolicyFor(it.Key)
+	it.ckey = b.counterKey(ri.prefix, it.Key)
 	return nil
 }
 
-// addMatches appends the items of st.matches, skipping concurrency rules
-// (they are only reachable through /v1/acquire).
-func (st *reqState) addMatches(t *ruleTable) {
-	for i := range st.matches {
-		m := &st.matches[i]
-		ri := t.get(m.Rule.Name)
-		if ri == nil || ri.base.Algorithm == lease.Concurrency {
-			continue
-		}
-		st.addItem(item{ri: ri, key: m.Key})
-	}
-}
-
-func (st *reqState) addItem(it item) {
-	it.p = it.ri.rule.PolicyFor(it.key)
-	it.ckey = st.counterKey(it.ri.prefix, it.key)
-	st.items = append(st.items, it)
-}
-
 // counterKey returns prefix + key without allocating (after warm-up): a
-// string view of bytes appended to st.keys, valid until st.keys is reset
-// (the next check of a batch, or the end of the request). The lease
-// Manager does not keep the keys it is given (it copies a key when it
-// makes a new bucket), so the view is safe to pass to it.
+// string view of bytes appended to b.keys, valid until b.keys is reset
+// (the next Reset). The lease Manager does not keep the keys it is given
+// (it copies a key when it makes a new bucket), so the view is safe to
+// pass to it.
 //
-// A view is never written again while it may be in use: st.keys is only
+// A view is never written again while it may be in use: b.keys is only
 // appended to until it is reset, and when it is full a new array replaces
 // it (earlier views keep the old one alive, unchanged).
-func (st *reqState) counterKey(prefix, key string) string {
+func (b *Batch) counterKey(prefix, key string) string {
 	n := len(prefix) + len(key)
-	if cap(st.keys)-len(st.keys) < n {
-		st.keys = make([]byte, 0, max(2*cap(st.keys), n, minKeysBuf))
+	if n == 0 {
+		return ""
 	}
-	start := len(st.keys)
-	st.keys = append(st.keys, prefix...)
-	st.keys = append(st.keys, key...)
-	return unsafe.String(&st.keys[start], n)
+	if cap(b.keys)-len(b.keys) < n {
+		b.keys = make([]byte, 0, max(2*cap(b.keys), n, minKeysBuf))
+	}
+	start := len(b.keys)
+	b.keys = append(b.keys, prefix...)
+	b.keys = append(b.keys, key...)
+	return unsafe.String(&b.keys[start], n)
 }
 
-// minKeysBuf is the first size of reqState.keys: the longest counter key
+// minKeysBuf is the first size of Batch.keys: the longest counter key
 // (a 64-byte rule name, ':' and a 256-byte key) fits.
 const minKeysBuf = 512
 
-// decide decides items for hits and combines their decisions (see the
-// package doc, "Several rules, one answer"). An error (a bad call the
-// Manager refused) refunds what was charged.
-func (n *Node) decide(items []item, hits int64) (verdict, error) {
-	if c := n.cl; c != nil {
-		return c.decide(items, hits)
+// decideLocals decides the items b.local of a phase with this node's
+// Manager: those that can (see batchTake) with one TakeMany, their Store
+// calls overlapped, then the others in order. A request decided entirely
+// here is refunded as soon as its last item of the phase is decided and it
+// is denied, so that the requests after it see its hits given back, as if
+// the requests were decided one by one.
+func (n *Node) decideLocals(b *Batch) {
+	if len(b.local) == 1 {
+		i := b.local[0]
+		n.decideLocal(b, i)
+		n.refundEarly(b, i)
+		return
 	}
-	denied := false
-	var err error
-	// Leased rules first: their hits can be refunded.
-	for i := range items {
-		it := &items[i]
-		if !it.p.Algorithm.Leased() {
+	tk := &b.take
+	tk.reset()
+	for _, i := range b.local {
+		q := &b.Requests[b.Items[i].req]
+		tk.offer(b.Items, int(i), q.hi-q.lo == 1)
+	}
+	tk.run(n.mgr, b.Items)
+	j := 0 // tk.idx is in the order of b.local
+	for k, i := range b.local {
+		if j < len(tk.idx) && tk.idx[j] == i {
+			if q := &b.Requests[b.Items[i].req]; tk.cs[j].Err != nil && q.Err == nil {
+				q.Err, q.ErrItem = tk.cs[j].Err, int(i)
+			}
+			j++
 			continue
 		}
-		if err = n.decideOne(it, hits); err != nil {
-			break
-		}
-		if !it.d.Allowed && !it.ri.rule.Shadow {
-			denied = true
+		n.decideLocal(b, i)
+		if k+1 == len(b.local) || b.Items[b.local[k+1]].req != b.Items[i].req {
+			n.refundEarly(b, i)
 		}
 	}
-	// Then exact rules, only while nothing denied: each allowed exact
-	// check records its hits for good.
-	for i := range items {
-		if denied || err != nil {
-			break
-		}
-		it := &items[i]
-		if it.p.Algorithm.Leased() {
-			continue
-		}
-		if err = n.decideOne(it, hits); err != nil {
-			break
-		}
-		if !it.d.Allowed && !it.ri.rule.Shadow {
-			denied = true
-		}
+	tk.reset() // drop the key views
+}
+
+// refundEarly refunds the request of item i (its last local item of the
+// phase) at once when it is denied or failed and all its items of the
+// phase were decided here; others are refunded after both phases.
+func (n *Node) refundEarly(b *Batch, i int32) {
+	q := &b.Requests[b.Items[i].req]
+	if q.remote {
+		return
 	}
-	if denied || err != nil {
-		for i := range items {
-			if it := &items[i]; it.charged {
-				n.mgr.Refund(it.ckey, it.p, hits)
-				it.charged = false
+	its := b.Items[q.lo:q.hi]
+	if q.Err == nil && !q.denied {
+		for k := range its {
+			if it := &its[k]; it.Decided && !it.Decision.Allowed && !it.ri.rule.Shadow {
+				q.denied = true
+				break
 			}
 		}
 	}
-	if err != nil {
-		return verdict{}, err
+	if !q.denied && q.Err == nil {
+		return
 	}
-	return combine(items, denied), nil
+	for k := range its {
+		if it := &its[k]; it.charged && it.owner == "" {
+			n.mgr.Refund(it.ckey, it.Policy, it.Hits)
+			it.charged = false
+		}
+	}
+}
+
+// decideLocal decides item i with this node's Manager, unless its request
+// already erred.
+func (n *Node) decideLocal(b *Batch, i int32) {
+	it := &b.Items[i]
+	q := &b.Requests[it.req]
+	if q.Err != nil {
+		return
+	}
+	if err := n.decideOne(it); err != nil {
+		q.Err, q.ErrItem = err, int(i)
+	}
 }
 
 // decideOne asks the Manager about one item and counts the decision.
-func (n *Node) decideOne(it *item, hits int64) error {
+func (n *Node) decideOne(it *Item) error {
 	var err error
 	if it.peek {
-		it.d, _, err = n.mgr.Acquire(it.ckey, it.p, 0)
+		it.Decision, _, err = n.mgr.Acquire(it.ckey, it.Policy, 0)
 	} else {
-		it.d, err = n.mgr.Take(it.ckey, it.p, hits)
+		it.Decision, err = n.mgr.Take(it.ckey, it.Policy, it.Hits)
 	}
 	if err != nil {
 		return err
 	}
-	it.record(hits)
+	it.record()
 	return nil
 }
 
-// record counts the decision it.d, made for hits, and marks it done.
-func (it *item) record(hits int64) {
-	it.done = true
+// record counts the decision of it and marks it decided.
+func (it *Item) record() {
+	it.Decided = true
 	// A degraded decision (the Store was down: open or local failure mode)
 	// took nothing from the leased bucket, so it must not be refunded there:
 	// a refund would create tokens no Store granted.
-	it.charged = it.d.Allowed && hits > 0 && !it.peek && !it.d.Degraded
-	it.ri.checks[decisionOf(it.d, it.ri.rule.Shadow, it.p.OnFailure)].Inc()
+	it.charged = it.Decision.Allowed && it.Hits > 0 && !it.peek && !it.Decision.Degraded
+	it.ri.checks[decisionOf(it.Decision, it.ri.rule.Shadow, it.Policy.OnFailure)].Inc()
 }
 
 // batchTake gathers the items of a batch that one Manager.TakeMany
@@ -257,9 +394,8 @@ func (it *item) record(hits int64) {
 // batch is still decided as if its items were decided one by one in order
 // (two checks of a key with one token left: the first is allowed), an item
 // joins only if no earlier item of the batch has its counter key; the
-// others are decided after TakeMany, in order. Items of one check that
-// must be decided together (several rules, and their refunds) do not join
-// either: see offer.
+// others are decided after TakeMany, in order. Items of a request with
+// several items (several rules, and their refunds) do not join either.
 type batchTake struct {
 	cs   []lease.Check // the Take calls; Key is a view (see counterKey)
 	idx  []int32       // cs[j] decides items[idx[j]]
@@ -274,25 +410,24 @@ func (b *batchTake) reset() {
 	b.seen.reset()
 }
 
-// offer adds item i of items, to be decided for hits, to the TakeMany if it
-// can join (see batchTake): may says the caller allows it (an item that
-// must be decided with others of its check may not), and peeks never join.
-// It reports whether the item joined; one that did not must be decided
-// after run, in the order of the batch.
-func (b *batchTake) offer(items []item, i int, hits int64, may bool) bool {
+// offer adds item i of items to the TakeMany if it can join (see
+// batchTake): alone says it is its request's only item, and peeks never
+// join. It reports whether the item joined; one that did not must be
+// decided after run, in the order of the batch.
+func (b *batchTake) offer(items []Item, i int, alone bool) bool {
 	it := &items[i]
-	if b.seen.add(it.ckey) || !may || it.peek {
+	if b.seen.add(it.ckey) || !alone || it.peek {
 		return false
 	}
-	b.cs = append(b.cs, lease.Check{Key: it.ckey, Policy: it.p, Hits: hits})
+	b.cs = append(b.cs, lease.Check{Key: it.ckey, Policy: it.Policy, Hits: it.Hits})
 	b.idx = append(b.idx, int32(i))
 	return true
 }
 
 // run decides the items offered with one TakeMany and records their
 // decisions in items (as decideOne does). An item refused by the Manager
-// keeps done false; its error is b.cs[j].Err.
-func (b *batchTake) run(m *lease.Manager, items []item) {
+// stays undecided; its error is b.cs[j].Err.
+func (b *batchTake) run(m *lease.Manager, items []Item) {
 	if len(b.cs) == 0 {
 		return
 	}
@@ -300,8 +435,8 @@ func (b *batchTake) run(m *lease.Manager, items []item) {
 	for j := range b.cs {
 		if c := &b.cs[j]; c.Err == nil {
 			it := &items[b.idx[j]]
-			it.d = c.Decision
-			it.record(c.Hits)
+			it.Decision = c.Decision
+			it.record()
 		}
 	}
 }
@@ -378,75 +513,108 @@ func decisionOf(d lease.Decision, shadow bool, mode lease.FailureMode) int {
 	return decAllowed
 }
 
-// combine picks the answer: when denied, the non-shadow denial with the
-// longest retry-after (429 if any rule denied on its limit, else 503); when
-// allowed, the rule with the least remaining, preferring non-shadow rules.
-func combine(items []item, denied bool) verdict {
-	v := verdict{status: fasthttp.StatusOK, rep: -1}
+// combine sets q's verdict (see combineItems).
+func (b *Batch) combine(q *Request) {
+	var rep int
+	q.Status, rep, q.Degraded, q.denied = combineItems(b.Items[q.lo:q.hi])
+	q.Rep = -1
+	if rep >= 0 {
+		q.Rep = int(q.lo) + rep
+	}
+}
+
+// combineItems picks the answer of a request's items: when denied, the
+// non-shadow denial with the longest retry-after (429 if any rule denied
+// on its limit, else 503); when allowed, the rule with the least
+// remaining, preferring non-shadow rules. rep is an index in items, -1
+// when none was decided.
+func combineItems(items []Item) (status, rep int, degraded, denied bool) {
+	rep = -1
 	for i := range items {
-		if it := &items[i]; it.done && it.d.Degraded {
-			v.degraded = true
+		it := &items[i]
+		if !it.Decided {
+			continue
+		}
+		if it.Decision.Degraded {
+			degraded = true
+		}
+		if !it.Decision.Allowed && !it.ri.rule.Shadow {
+			denied = true
 		}
 	}
 	if denied {
 		limited := false
 		for i := range items {
 			it := &items[i]
-			if it.done && !it.d.Allowed && !it.ri.rule.Shadow && !it.d.Unavailable {
+			if it.Decided && !it.Decision.Allowed && !it.ri.rule.Shadow && !it.Decision.Unavailable {
 				limited = true
 			}
 		}
-		v.status = fasthttp.StatusServiceUnavailable
+		status = fasthttp.StatusServiceUnavailable
 		if limited {
-			v.status = fasthttp.StatusTooManyRequests
+			status = fasthttp.StatusTooManyRequests
 		}
 		for i := range items {
 			it := &items[i]
-			if !it.done || it.d.Allowed || it.ri.rule.Shadow || it.d.Unavailable == limited {
+			if !it.Decided || it.Decision.Allowed || it.ri.rule.Shadow || it.Decision.Unavailable == limited {
 				continue
 			}
-			if v.rep < 0 || it.d.RetryAfter > items[v.rep].d.RetryAfter {
-				v.rep = i
+			if rep < 0 || it.Decision.RetryAfter > items[rep].Decision.RetryAfter {
+				rep = i
 			}
 		}
-		return v
+		return status, rep, degraded, denied
 	}
 	for i := range items {
 		it := &items[i]
-		if !it.done {
+		if !it.Decided {
 			continue
 		}
-		if v.rep < 0 {
-			v.rep = i
+		if rep < 0 {
+			rep = i
 			continue
 		}
-		r := &items[v.rep]
+		r := &items[rep]
 		if r.ri.rule.Shadow != it.ri.rule.Shadow {
 			if r.ri.rule.Shadow {
-				v.rep = i
+				rep = i
 			}
 			continue
 		}
-		if it.d.Remaining < r.d.Remaining {
-			v.rep = i
+		if it.Decision.Remaining < r.Decision.Remaining {
+			rep = i
 		}
 	}
-	return v
+	return fasthttp.StatusOK, rep, degraded, false
 }
 
-// result fills dst with the answer of v for items.
-func result(dst *api.CheckResult, items []item, v verdict) {
-	*dst = api.CheckResult{Allowed: v.status == fasthttp.StatusOK, Degraded: v.degraded}
-	if v.rep < 0 {
+// result fills dst with the answer of request q of b.
+func (b *Batch) result(dst *api.CheckResult, q *Request) {
+	*dst = api.CheckResult{Allowed: q.Allowed(), Degraded: q.Degraded}
+	if q.Rep < 0 {
 		return
 	}
-	it := &items[v.rep]
+	it := &b.Items[q.Rep]
 	dst.Rule = it.ri.name
-	dst.Key = it.key
-	dst.Limit = it.p.Limit
-	dst.Remaining = max(it.d.Remaining, 0)
-	dst.ResetMS = ceilMillis(it.d.Reset)
+	dst.Key = it.Key
+	dst.Limit = it.Policy.Limit
+	dst.Remaining = max(it.Decision.Remaining, 0)
+	dst.ResetMS = ceilMillis(it.Decision.Reset)
 	if !dst.Allowed {
-		dst.RetryAfterMS = max(ceilMillis(it.d.RetryAfter), 1)
+		dst.RetryAfterMS = max(ceilMillis(it.Decision.RetryAfter), 1)
 	}
+}
+
+// timerSample: one check in timerSample is timed for
+// sluice_check_duration_seconds (reading the clock costs more than 100ns
+// on some virtual machines, a tenth of a check). Batches are always timed.
+const timerSample = 16
+
+// startTimer says whether to time this check and, if so, returns now.
+func (st *reqState) startTimer() (bool, time.Time) {
+	st.ticks++
+	if st.ticks%timerSample != 0 {
+		return false, time.Time{}
+	}
+	return true, time.Now()
 }

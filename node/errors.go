@@ -43,6 +43,14 @@ func errorStatus(err error) (status int, msg, field string) {
 		return fasthttp.StatusBadRequest, le.Msg, le.Field
 	case errors.Is(err, lease.ErrWrongAlgorithm):
 		return fasthttp.StatusBadRequest, err.Error(), "rule"
+	case errors.Is(err, ErrUnauthorized):
+		return fasthttp.StatusUnauthorized, err.Error(), ""
+	case errors.Is(err, ErrForbidden):
+		return fasthttp.StatusForbidden, err.Error(), ""
+	case errors.Is(err, ErrReadOnlyRules):
+		return fasthttp.StatusConflict, err.Error(), ""
+	case errors.Is(err, ErrStaleVersion):
+		return fasthttp.StatusPreconditionFailed, err.Error(), "If-Match"
 	case errors.Is(err, ErrNotFound):
 		return fasthttp.StatusNotFound, err.Error(), ""
 	case errors.Is(err, ErrMethodNotAllowed):

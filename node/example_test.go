@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/valyala/fasthttp"
@@ -47,4 +48,51 @@ rules:
 	// 200 "per-key";r=1;t=30
 	// 200 "per-key";r=0;t=60
 	// 429 "per-key";r=0;t=60
+}
+
+// Decide is the one decision method of every front end: fill a Batch with
+// requests of (rule, key, hits) items, decide, read each request's verdict
+// and each item's decision.
+func ExampleNode_Decide() {
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+	defer store.Close()
+	mgr := lease.NewManager(store, lease.DefaultConfig())
+	defer mgr.Close()
+	set, err := rules.Parse([]byte(`
+rules:
+  - name: per-user
+    algorithm: token_bucket
+    limit: 100
+    period: 1m
+  - name: per-tenant
+    algorithm: fixed_window
+    limit: 1
+    period: 1m
+`))
+	if err != nil {
+		panic(err)
+	}
+	n := node.New(node.DefaultConfig(), mgr)
+	n.SetRules(set)
+
+	var b node.Batch // keep it (a sync.Pool) and Reset it: no allocations
+	for range 2 {    // two requests, each needing both rules
+		b.Add("per-user", "alice", 1)
+		b.Add("per-tenant", "acme", 1)
+		b.End()
+	}
+	n.Decide(context.Background(), &b)
+	for i, q := range b.Requests {
+		fmt.Println("request", i, q.Status, b.Items[q.Rep].Rule)
+		for _, it := range b.ItemsOf(i) {
+			fmt.Println("  ", it.Rule, it.Decision.Allowed, it.Decision.Remaining)
+		}
+	}
+	// Output:
+	// request 0 200 per-tenant
+	//    per-user true 99
+	//    per-tenant true 0
+	// request 1 429 per-tenant
+	//    per-user true 98
+	//    per-tenant false 0
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/rules"
 )
 
 // handle routes one request and counts it.
@@ -51,7 +53,7 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeRelease
 	case "/metrics":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.requireMetrics(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			n.met.write(ctx)
 		}
@@ -68,12 +70,12 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeReadyz
 	case "/v1/members":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
 			n.members(ctx)
 		}
 		return routeMembers
 	case "/v1/hotkeys":
-		if n.requireGet(ctx) {
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
 			n.hotkeys(ctx)
 		}
 		return routeHotkeys
@@ -83,6 +85,10 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		n.cl.handler(ctx)
 		return routeForward
+	}
+	if isRulesPath(path) {
+		n.rulesAdmin(ctx)
+		return routeOther
 	}
 	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
 		n.auth(ctx)
@@ -137,47 +143,72 @@ func (n *Node) checkGet(ctx *fasthttp.RequestCtx) {
 	n.checkOne(ctx, st)
 }
 
+// addCheck adds one check request to st.b as one request: either the
+// named rule, or every rule its descriptors match (concurrency rules are
+// only reachable through /v1/acquire). It returns the request's index.
+func (st *reqState) addCheck(t *ruleTable, c *api.CheckRequest) int {
+	hits := hitsOf(c)
+	if c.Rule != "" {
+		st.b.Add(c.Rule, c.Key, hits)
+		return st.b.End()
+	}
+	st.matches = t.set.MatchDescriptors(c.Descriptors, st.matches[:0])
+	st.addMatches(hits)
+	return st.b.End()
+}
+
+// addMatches adds the items of st.matches to st.b, skipping concurrency
+// rules (they are only reachable through /v1/acquire).
+func (st *reqState) addMatches(hits int64) {
+	for i := range st.matches {
+		m := &st.matches[i]
+		if m.Rule.Policy.Algorithm == lease.Concurrency {
+			continue
+		}
+		st.b.Add(m.Rule.Name, m.Key, hits)
+	}
+}
+
 // checkOne decides st.check and answers it with a JSON body and headers.
 func (n *Node) checkOne(ctx *fasthttp.RequestCtx, st *reqState) {
 	t := n.table(ctx)
 	if t == nil {
 		return
 	}
-	if err := st.addCheck(t, &st.check); err != nil {
-		n.writeError(ctx, err)
-		return
-	}
+	b := &st.b
+	qi := st.addCheck(t, &st.check)
 	timed, start := st.startTimer()
-	v, err := n.decide(st.items, hitsOf(&st.check))
+	n.decide(context.Background(), t, b)
 	if timed {
 		n.met.checkDuration.UpdateDuration(start)
 	}
-	if err != nil {
-		n.writeError(ctx, err)
+	q := &b.Requests[qi]
+	if q.Err != nil {
+		n.writeError(ctx, q.Err)
 		return
 	}
 	st.results = append(st.results[:0], api.CheckResult{})
 	res := &st.results[0]
-	result(res, st.items, v)
-	n.writeCheck(ctx, st, v, res)
+	b.result(res, q)
+	n.writeCheck(ctx, st, q, res)
 }
 
 // writeCheck answers one decided check: status, headers, JSON body.
-func (n *Node) writeCheck(ctx *fasthttp.RequestCtx, st *reqState, v verdict, res *api.CheckResult) {
-	ctx.SetStatusCode(v.status)
-	n.setHeaders(ctx, st, v)
+func (n *Node) writeCheck(ctx *fasthttp.RequestCtx, st *reqState, q *Request, res *api.CheckResult) {
+	ctx.SetStatusCode(q.Status)
+	n.setHeaders(ctx, st, q)
 	ctx.SetContentTypeBytes(contentTypeJSON)
 	st.buf = api.AppendCheckResult(st.buf[:0], res)
 	ctx.SetBody(st.buf)
 }
 
 // setHeaders writes the rate-limit headers of the reported item.
-func (n *Node) setHeaders(ctx *fasthttp.RequestCtx, st *reqState, v verdict) {
-	if v.rep < 0 {
+func (n *Node) setHeaders(ctx *fasthttp.RequestCtx, st *reqState, q *Request) {
+	if q.Rep < 0 {
 		return
 	}
-	it := &st.items[v.rep]
-	st.scratch = setRateHeaders(&ctx.Response.Header, st.scratch, it.ri, it.p, &it.d, v.status != fasthttp.StatusOK)
+	it := &st.b.Items[q.Rep]
+	st.scratch = setRateHeaders(&ctx.Response.Header, st.scratch, it.ri, it.Policy, &it.Decision, !q.Allowed())
 }
 
 func (n *Node) checks(ctx *fasthttp.RequestCtx) {
@@ -196,12 +227,8 @@ func (n *Node) checks(ctx *fasthttp.RequestCtx) {
 		st.results = make([]api.CheckResult, len(checks))
 	}
 	st.results = st.results[:len(checks)]
-	if n.cl != nil {
-		n.checksRouted(ctx, st, t, checks)
-		return
-	}
 	start := time.Now()
-	n.decideBatch(st, t, checks)
+	n.decideChecks(st, t, checks)
 	if len(checks) > 0 { // one observation: the mean time per check
 		n.met.checkDuration.Update(time.Since(start).Seconds() / float64(len(checks)))
 	}
@@ -210,66 +237,34 @@ func (n *Node) checks(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(st.buf)
 }
 
-// decideBatch decides the checks of a batch on a single node and fills
-// st.results. The checks of one item each (one rule, not a peek) are
-// decided together by one Manager.TakeMany, their Store calls overlapped;
-// the others (several rules: their refunds; peeks) one by one with decide,
-// after it. The batch is decided as if in order: see batchTake.
-func (n *Node) decideBatch(st *reqState, t *ruleTable, checks []api.CheckRequest) {
-	st.items = st.items[:0]
-	st.keys = st.keys[:0] // counter keys stay valid for the whole batch
-	st.spans = grow(st.spans, len(checks))
-	tk := &st.take
-	tk.reset()
+// decideChecks decides the checks of a batch, each one request of st.b,
+// and fills st.results; a check that does not decode is answered with its
+// error.
+func (n *Node) decideChecks(st *reqState, t *ruleTable, checks []api.CheckRequest) {
+	b := &st.b
+	st.reqOf = grow(st.reqOf, len(checks))
 	for i := range checks {
 		c := &checks[i]
-		sp := &st.spans[i]
-		*sp = span{lo: -1, take: -1}
-		res := &st.results[i]
+		st.reqOf[i] = -1
 		if c.Err != nil {
-			*res = api.CheckResult{Error: c.Err.Msg, Field: c.Err.Field}
+			st.results[i] = api.CheckResult{Error: c.Err.Msg, Field: c.Err.Field}
 			continue
 		}
-		lo := len(st.items)
-		if err := st.addCheck(t, c); err != nil {
-			st.items = st.items[:lo]
-			_, msg, field := errorStatus(err)
-			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
-			continue
-		}
-		sp.lo, sp.hi = int32(lo), int32(len(st.items))
-		alone := sp.hi-sp.lo == 1
-		for j := lo; j < len(st.items); j++ {
-			if tk.offer(st.items, j, hitsOf(c), alone) {
-				sp.take = int32(len(tk.cs) - 1)
-			}
-		}
+		st.reqOf[i] = int32(st.addCheck(t, c))
 	}
-	tk.run(n.mgr, st.items)
+	n.decide(context.Background(), t, b)
 	for i := range checks {
-		sp := &st.spans[i]
-		if sp.lo < 0 {
+		if st.reqOf[i] < 0 {
 			continue
 		}
+		q := &b.Requests[st.reqOf[i]]
 		res := &st.results[i]
-		its := st.items[sp.lo:sp.hi]
-		var v verdict
-		var err error
-		if sp.take >= 0 {
-			// One item, decided by TakeMany: as decide would, with
-			// nothing to refund.
-			if err = tk.cs[sp.take].Err; err == nil {
-				v = combine(its, !its[0].d.Allowed && !its[0].ri.rule.Shadow)
-			}
-		} else {
-			v, err = n.decide(its, hitsOf(&checks[i]))
-		}
-		if err != nil {
-			_, msg, field := errorStatus(err)
+		if q.Err != nil {
+			_, msg, field := errorStatus(q.Err)
 			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
 			continue
 		}
-		result(res, its, v)
+		b.result(res, q)
 	}
 }
 
@@ -293,21 +288,24 @@ func (n *Node) auth(ctx *fasthttp.RequestCtx) {
 	}
 	st := n.getState()
 	defer n.putState(st)
+	b := &st.b
 	st.matches = t.set.MatchAuth(&ctx.Request, ctx.RemoteIP(), st.matches[:0])
-	st.addMatches(t)
+	st.addMatches(1)
+	qi := b.End()
 	timed, start := st.startTimer()
-	v, err := n.decide(st.items, 1)
+	n.decide(context.Background(), t, b)
 	if timed {
 		n.met.checkDuration.UpdateDuration(start)
 	}
-	if err != nil { // rules are validated: only a bug gets here
-		n.log.Error("forward-auth decision failed", "err", err)
+	q := &b.Requests[qi]
+	if q.Err != nil { // rules are validated: only a bug gets here
+		n.log.Error("forward-auth decision failed", "err", q.Err)
 		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
 		return
 	}
-	ctx.SetStatusCode(v.status)
-	n.setHeaders(ctx, st, v)
-	if v.status == fasthttp.StatusServiceUnavailable && v.rep < 0 {
+	ctx.SetStatusCode(q.Status)
+	n.setHeaders(ctx, st, q)
+	if q.Status == fasthttp.StatusServiceUnavailable && q.Rep < 0 {
 		ctx.Response.Header.SetCanonical(hdrRetryAfter, one)
 	}
 }
@@ -337,32 +335,35 @@ func (n *Node) acquire(ctx *fasthttp.RequestCtx) {
 	if !req.HitsSet {
 		hits = 1
 	}
-	it := item{ri: ri, key: req.Key}
-	it.p = ri.rule.PolicyFor(req.Key)
-	it.ckey = st.counterKey(ri.prefix, req.Key)
-	d, id, err := n.mgr.Acquire(it.ckey, it.p, hits)
+	b := &st.b
+	b.Add(req.Rule, req.Key, hits)
+	qi := b.End()
+	it := &b.Items[0]
+	it.ri, it.Policy = ri, ri.rule.PolicyFor(req.Key)
+	it.ckey = b.counterKey(ri.prefix, req.Key)
+	d, id, err := n.mgr.Acquire(it.ckey, it.Policy, hits)
 	if err != nil {
 		n.writeError(ctx, err)
 		return
 	}
-	it.d, it.done = d, true
-	ri.checks[decisionOf(d, ri.rule.Shadow, it.p.OnFailure)].Inc()
-	st.items = append(st.items, it)
+	it.Decision, it.Decided = d, true
+	ri.checks[decisionOf(d, ri.rule.Shadow, it.Policy.OnFailure)].Inc()
 	// A shadow rule's denial is answered as allowed, without a lease_id.
-	v := combine(st.items, !d.Allowed && !ri.rule.Shadow)
+	q := &b.Requests[qi]
+	b.combine(q)
 	st.results = append(st.results[:0], api.CheckResult{})
 	res := &st.results[0]
-	result(res, st.items, v)
+	b.result(res, q)
 	if d.Allowed && id != "" {
 		lid, ok := encodeLeaseID(ri.name, req.Key, id)
 		if !ok { // only a Manager making ids longer than maxIDInLeaseID
-			_ = n.mgr.Release(it.ckey, it.p, id)
+			_ = n.mgr.Release(it.ckey, it.Policy, id)
 			n.writeError(ctx, fmt.Errorf("cannot make a lease_id: slot id of %d bytes", len(id)))
 			return
 		}
 		res.LeaseID = lid
 	}
-	n.writeCheck(ctx, st, v, res)
+	n.writeCheck(ctx, st, q, res)
 }
 
 func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
@@ -401,7 +402,7 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p := ri.rule.PolicyFor(key)
-	ckey := st.counterKey(ri.prefix, key)
+	ckey := st.b.counterKey(ri.prefix, key)
 	if err := n.mgr.Release(ckey, p, id); err != nil {
 		n.writeError(ctx, err)
 		return
@@ -446,4 +447,44 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	b, _ := json.Marshal(body)
 	ctx.SetContentTypeBytes(contentTypeJSON)
 	ctx.SetBody(b)
+}
+
+// reqState is the per-request scratch space of the HTTP front ends,
+// pooled so that the hot path allocates nothing after warm-up.
+type reqState struct {
+	n *Node
+	// check and batch are decoded with api.DecodeCheckView and
+	// DecodeChecksView: their strings are views of the request body (or of
+	// unesc) and die with the request. Copy any that must be kept.
+	check   api.CheckRequest
+	batch   api.ChecksRequest
+	unesc   []byte // the decoders' scratch for escaped strings
+	acquire api.AcquireRequest
+	release api.ReleaseRequest
+	b       Batch // the request's items, for Node.decide
+	matches []rules.Match
+	results []api.CheckResult
+	reqOf   []int32 // per check of a batch: its request in b, -1 if none
+	buf     []byte  // the response body
+	scratch []byte  // header values
+	ticks   uint32  // checks served with this state, for startTimer
+}
+
+func (n *Node) getState() *reqState { return n.states.Get().(*reqState) }
+
+func (n *Node) putState(st *reqState) {
+	st.b.Reset()
+	clear(st.matches)
+	st.matches = st.matches[:0]
+	clear(st.results)
+	st.results = st.results[:0]
+	n.states.Put(st)
+}
+
+// hitsOf returns a check's hits: 1 when the request did not say.
+func hitsOf(c *api.CheckRequest) int64 {
+	if !c.HitsSet {
+		return 1
+	}
+	return c.Hits
 }

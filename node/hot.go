@@ -2,7 +2,6 @@ package node
 
 import (
 	"errors"
-	"math/rand/v2"
 	"strings"
 	"sync"
 
@@ -130,28 +129,15 @@ func (hs *hotState) holds(counterKey, self string) bool {
 	return ok && p.Has(self)
 }
 
-// peer returns the HTTP address of the node that decides a check of ckey
-// ("" here): a holder of its split if it is split, else its owner.
-func (c *cluster) peer(r *routes, ckey string) string {
-	if hs := c.hot; hs.split {
-		holder, split, self := hs.h.Route(ckey, rand.Uint64())
-		if split {
-			if self {
-				return ""
-			}
-			if a := r.addrs[holder]; a != "" {
-				return a
-			}
-			// The holder has no address (it left): its owner decides.
-		}
-	}
-	return r.peerFor(ckey, c.self)
-}
-
 // GossipMessage is member.Config.OnMessage for a clustered node: it applies
-// the hot-key plans other members broadcast. Other messages are ignored;
-// so is everything on a single node or with HotNoSplit.
+// the hot-key plans other members broadcast, and hands rules-version
+// announcements to the rule source (rulesource.go). Other messages are
+// ignored; so are plans on a single node or with HotNoSplit.
 func (n *Node) GossipMessage(msg []byte) {
+	if isRulesMsg(msg) { // a new rules version (rulesource.go)
+		n.rulesMessage(msg)
+		return
+	}
 	if c := n.cl; c != nil && c.hot.split && hot.IsPlans(msg) {
 		c.hot.h.Receive(msg)
 	}

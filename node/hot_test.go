@@ -366,9 +366,7 @@ func TestHotStaleEpoch(t *testing.T) {
 // TestHotkeysSingleNode: a single node answers /v1/hotkeys with no keys.
 func TestHotkeysSingleNode(t *testing.T) {
 	n := New(Config{Name: "solo"}, lease.NewManager(lease.NewMemoryStore(lease.MemoryStoreConfig{}), lease.DefaultConfig()))
-	ctx := &fasthttp.RequestCtx{}
-	ctx.Request.SetRequestURI("/v1/hotkeys")
-	ctx.Request.Header.SetMethod("GET")
+	ctx := newCtx("GET", "/v1/hotkeys", "", "127.0.0.1") // an admin endpoint: from loopback
 	n.Handler()(ctx)
 	if got := string(ctx.Response.Body()); ctx.Response.StatusCode() != 200 || got != `{"self":"solo","node_rate":0.0,"top":[],"splits":[]}` {
 		t.Errorf("%d %s", ctx.Response.StatusCode(), got)

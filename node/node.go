@@ -4,8 +4,8 @@
 // and, in a cluster, routes each check to the owner of its key (see
 // "Cluster"). (Rule files and their matching live in the sub-package
 // node/rules, the wire codec in node/api, membership in node/member, the
-// forwarding protocol in node/forward; the admin API is a later part of
-// this package.)
+// forwarding protocol in node/forward; the admin API of rules is in
+// admin.go and rulesource.go.)
 //
 // # Endpoints
 //
@@ -28,17 +28,53 @@
 //     "holders"}],"splits":[{"key","holders","epoch","owner"}]}. A single
 //     node tracks no keys (its hot path is left as it is) and answers empty
 //     lists.
+//   - Admin endpoints (/v1/members, /v1/hotkeys, and the rules API, stats
+//     and dashboard of later issues) start with [Node.RequireAdmin]: a
+//     bearer Config.AdminToken, or without one loopback peers only (401 or
+//     403 otherwise). Checks, /healthz and /readyz are never guarded;
+//     /metrics needs Config.MetricsToken when one is set.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
 //     (readiness: a rule set is loaded and, in a cluster, the node has
 //     joined; the last reload error is shown).
 //   - POST /internal/v1/batch (cluster only): checks forwarded by peers
 //     (node/forward), guarded by the cluster key.
+//   - /v1/rules, /v1/rules/{name}, /v1/rules:validate, /v1/rules:test: the
+//     admin API of rules, with versions, persistence and propagation (see
+//     admin.go and rulesource.go).
 //
-// Unknown paths, and the endpoints of later issues (rules CRUD, the
-// dashboard), answer 404 with a JSON error, as does the internal
+// Unknown paths, and the endpoints of later issues (the dashboard),
+// answer 404 with a JSON error, as does the internal
 // endpoint on a single node; a known path with the wrong method answers
 // 405. Every error body is {"error","field"} (the internal endpoint
 // answers plain text: see node/forward).
+//
+// # The decision engine
+//
+// Every front end decides through one method, [Node.Decide]:
+//
+//	func (n *Node) Decide(ctx context.Context, b *Batch)
+//
+// A [Batch] holds one or more requests, each a set of (rule, key, hits)
+// [Item]s added with Batch.Add and closed with Batch.End. Decide decides
+// each request as one (below, "Several rules, one answer": every rule must
+// allow, and a denied request's charged hits are refunded), in the order
+// of the batch, and sets each request's verdict ([Request]: Status 200,
+// 429 or 503, the reported item Rep, Degraded, or Err for a request not
+// decided: an unknown rule, hits on a concurrency rule, no rules yet) and
+// each item's Decision and Policy. POST/GET /v1/check and /v1/auth are one
+// request, /v1/checks one request per check; the Envoy RLS server and the
+// dashboard use it the same way. A Batch is reused (Reset) so that
+// deciding allocates nothing once warm.
+//
+// A single node is a cluster of one: its ring holds itself alone and it
+// has no peers, so the same engine runs with routing as a step that sends
+// nothing. Decide resolves each item (rule, policy, counter key), then
+// decides the leased items of every request, then the exact items of the
+// requests nothing denied, each phase split by where an item is decided
+// (this node's Manager, with one TakeMany for the batch's single-item
+// requests; in a cluster, each peer's items in one forwarding call), then
+// refunds, then combines each request's verdict; see decide.go and
+// route.go.
 //
 // # Several rules, one answer
 //
@@ -72,8 +108,8 @@
 // /v1/checks) allocates nothing once a key has a bucket: the body is
 // decoded with api.DecodeCheckView (strings are views of the request body),
 // and the counter key rule + ":" + key is built in the pooled request
-// state's buffer (reqState.counterKey) and passed to the lease Manager as
-// a view, which is safe because the Manager copies a key only when it keeps
+// state's Batch buffer (Batch.counterKey) and passed to the lease Manager
+// as a view, which is safe because the Manager copies a key only when it keeps
 // it. A cold key allocates only what the Manager allocates for it. So: a
 // string taken from a decoded request or an item's ckey must be cloned
 // (strings.Clone) by any code that keeps it past the request (a forwarding
@@ -101,7 +137,8 @@
 // call. After every ring change a goroutine owned by the cluster returns
 // the leases of the keys this node no longer owns (changes coalesced) and
 // drops the Forwarder's queues of departed peers. A single node (no
-// EnableCluster) pays one nil check per decision for all this.
+// EnableCluster) is a cluster of one without peers: routing costs it one
+// length check per item.
 //
 // A clustered node also splits hot keys (node/hot, issue 5): routing asks
 // the split table before the ring, and a key split over several holders
@@ -130,7 +167,8 @@
 //
 // # Concurrency
 //
-// A Node is safe for concurrent use. SetRules and SetRulesError may be
+// A Node is safe for concurrent use (Decide too, each call with its own
+// Batch). SetRules and SetRulesError may be
 // called at any time (rules are swapped atomically); requests in flight
 // finish with the set they started with. EnableCluster must be called
 // before Serve; MembersChanged and SetMembership at any time after it.
@@ -138,7 +176,7 @@ package node
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -152,14 +190,19 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/rules"
+	"github.com/sluicehq/sluice/shard"
 )
 
 // Config configures a Node. The zero value of each field means the default
 // given in its comment.
 type Config struct {
-	// AdminToken is the bearer token of the admin endpoints. Empty means
-	// admin requests are accepted from loopback addresses only.
+	// AdminToken is the bearer token of the admin endpoints (see
+	// [Node.RequireAdmin]). Empty means admin requests are accepted from
+	// loopback addresses only.
 	AdminToken string
+	// MetricsToken, when not empty, is the bearer token /metrics requires.
+	// Empty means /metrics is open (Prometheus scrapes it unauthenticated).
+	MetricsToken string
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413.
 	// Zero means api.MaxBodyBytes (1 MiB: a full batch of 1000 checks with
 	// 256-byte keys fits with room to spare).
@@ -222,6 +265,11 @@ func (c Config) withDefaults() Config {
 type Node struct {
 	cfg Config
 	mgr *lease.Manager
+
+	// adminToken and metricsToken are the SHA-256 of the configured
+	// tokens, nil when not set (see guard.go).
+	adminToken, metricsToken *[sha256.Size]byte
+
 	log *slog.Logger
 	srv *fasthttp.Server
 	met *nodeMetrics
@@ -229,6 +277,11 @@ type Node struct {
 	// rules is the current rule set with its precomputed per-rule data;
 	// nil until the first SetRules.
 	rules atomic.Pointer[ruleTable]
+
+	// routes is where checks are decided: on a single node a ring of this
+	// node alone, without peers (so every item is decided here); in a
+	// cluster, replaced by MembersChanged.
+	routes atomic.Pointer[routes]
 
 	// reload holds the outcome of the last reload, for /readyz, and the
 	// rules of the Envoy RLS configuration (SetRLSRules); its lock also
@@ -251,6 +304,10 @@ type Node struct {
 		shut bool
 	}
 
+	// ra is where the rules come from and their version, for the admin
+	// API (rulesource.go, admin.go).
+	ra ruleAdmin
+
 	// cl is the cluster state; nil on a single node. Set by EnableCluster
 	// before Serve and never changed after.
 	cl *cluster
@@ -260,8 +317,14 @@ type Node struct {
 // and answers /readyz with 503 until the first SetRules.
 func New(cfg Config, mgr *lease.Manager) *Node {
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger}
+	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger,
+		adminToken: tokenDigest(cfg.AdminToken), metricsToken: tokenDigest(cfg.MetricsToken)}
 	n.met = newNodeMetrics(n)
+	name := cfg.Name
+	if name == "" {
+		name = singleName
+	}
+	n.routes.Store(&routes{self: name, ring: shard.NewRing([]string{name}, 1)})
 	n.states.New = func() any { return &reqState{n: n} }
 	n.srv = &fasthttp.Server{
 		Handler:               n.handle,
@@ -349,23 +412,6 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("cannot shut down the HTTP server: %w", err)
 	}
 	return nil
-}
-
-// adminAllowed reports whether ctx may use the admin endpoints: with an
-// AdminToken, it must carry "Authorization: Bearer <token>"; without one,
-// it must come from a loopback address. (Used by the admin endpoints of a
-// later issue.)
-func (n *Node) adminAllowed(ctx *fasthttp.RequestCtx) bool {
-	if n.cfg.AdminToken == "" {
-		ip := ctx.RemoteIP()
-		return ip != nil && ip.IsLoopback()
-	}
-	const prefix = "Bearer "
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	if len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix {
-		return false
-	}
-	return subtle.ConstantTimeCompare(h[len(prefix):], []byte(n.cfg.AdminToken)) == 1
 }
 
 // fasthttpLogger adapts slog to fasthttp's Logger.

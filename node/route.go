@@ -2,99 +2,61 @@ package node
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/shard"
 )
 
-// Routing (cluster only). A request's items, or a whole batch's, are
-// decided in two phases as on a single node (leased rules first, then
-// exact rules of the checks nothing denied). In each phase the items are
-// split by the owner of their counter key: items this node owns are
-// decided by its Manager while each peer's items go to that peer in one
-// ForwardMany call, all peers concurrently, so a batch costs one forwarding
-// round trip per phase, not one per item. An item whose owner does not
-// answer in time (forward.ErrPeerUnavailable), or answers with an item
-// error (a rule it does not know yet), is decided here by leasing from the
-// shared Store. Hits charged to items of a denied check are refunded where
-// they were charged: here with Manager.Refund, at the owner with an
-// OpRefund item.
-
-// routedCheck is one check of a routed request: its items are
-// items[lo:hi].
-type routedCheck struct {
-	lo, hi int
-	hits   int64
-	idx    int // the check's index in its batch
-	denied bool
-	err    error
-}
+// Routing: the step of the decision engine (decide.go) that says where
+// each item of a phase is decided. A single node is a cluster of one: its
+// ring holds itself alone and it has no peers, so every item is decided
+// here and routing costs one length check per item. In a cluster, the
+// items of a phase are split by the owner of their counter key (or a
+// holder of its hot-key split): items this node owns are decided by its
+// Manager while each peer's items go to that peer in one ForwardMany call,
+// all peers concurrently, so a batch costs one forwarding round trip per
+// phase, not one per item. An item whose owner does not answer in time
+// (forward.ErrPeerUnavailable), or answers with an item error (a rule it
+// does not know yet), is decided here by leasing from the shared Store.
+// Hits charged to items of a denied request are refunded where they were
+// charged: here with Manager.Refund, at the owner with an OpRefund item.
 
 // peerGroup is the items of one phase (or the refunds) bound for one peer.
 type peerGroup struct {
 	addr    string
-	idx     []int // indexes in items
+	idx     []int32 // indexes in Batch.Items
 	items   []forward.Item
 	results []forward.Result
 	err     error
 }
 
-// routeState is the scratch space of a routed request, pooled.
-type routeState struct {
-	checks []routedCheck
-	check  []int32  // per item: index in checks
-	owner  []string // per item: the peer that charged it ("" here)
-	local  []int
-	groups []peerGroup
-	wg     sync.WaitGroup
-	take   batchTake // the local items of a phase (see decideLocals)
-}
-
-func (c *cluster) getRoute(nItems int) *routeState {
-	rs := c.states.Get().(*routeState)
-	rs.check = grow(rs.check, nItems)
-	rs.owner = grow(rs.owner, nItems)
-	clear(rs.owner)
-	return rs
-}
-
-func (c *cluster) putRoute(rs *routeState) {
-	clear(rs.checks)
-	rs.checks = rs.checks[:0]
-	rs.resetGroups()
-	c.states.Put(rs)
-}
-
-func (rs *routeState) resetGroups() {
-	rs.local = rs.local[:0]
-	for i := range rs.groups {
-		g := &rs.groups[i]
+func (b *Batch) resetGroups() {
+	for i := range b.groups {
+		g := &b.groups[i]
 		clear(g.items) // drop the views of the request body
 		g.addr, g.idx, g.items, g.results, g.err = "", g.idx[:0], g.items[:0], g.results[:0], nil
 	}
-	rs.groups = rs.groups[:0]
+	b.groups = b.groups[:0]
 }
 
 // group returns the group of addr, adding it if needed.
-func (rs *routeState) group(addr string) *peerGroup {
-	for i := range rs.groups {
-		if rs.groups[i].addr == addr {
-			return &rs.groups[i]
+func (b *Batch) group(addr string) *peerGroup {
+	for i := range b.groups {
+		if b.groups[i].addr == addr {
+			return &b.groups[i]
 		}
 	}
-	if len(rs.groups) < cap(rs.groups) {
-		rs.groups = rs.groups[:len(rs.groups)+1]
+	if len(b.groups) < cap(b.groups) {
+		b.groups = b.groups[:len(b.groups)+1]
 	} else {
-		rs.groups = append(rs.groups, peerGroup{})
+		b.groups = append(b.groups, peerGroup{})
 	}
-	g := &rs.groups[len(rs.groups)-1]
+	g := &b.groups[len(b.groups)-1]
 	g.addr = addr
 	return g
 }
@@ -106,130 +68,146 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// decide is Node.decide for a clustered node: items are one check's.
-func (c *cluster) decide(items []item, hits int64) (verdict, error) {
-	rs := c.getRoute(len(items))
-	defer c.putRoute(rs)
-	rs.checks = append(rs.checks, routedCheck{lo: 0, hi: len(items), hits: hits})
-	c.decideChecks(rs, items)
-	ch := &rs.checks[0]
-	if ch.err != nil {
-		return verdict{}, ch.err
+// peer returns the HTTP address of the node that decides a check of ckey,
+// "" for this node: a holder of its split if it is split, else its owner.
+// Without peers (a single node, or a cluster whose members have no
+// address yet) it is always this node.
+func (n *Node) peer(r *routes, ckey string) string {
+	if len(r.addrs) == 0 {
+		return ""
 	}
-	return combine(items, ch.denied), nil
-}
-
-// decideChecks decides every check of rs (their items are in items) and
-// refunds the charged items of those denied.
-func (c *cluster) decideChecks(rs *routeState, items []item) {
-	for ci := range rs.checks {
-		ch := &rs.checks[ci]
-		for i := ch.lo; i < ch.hi; i++ {
-			rs.check[i] = int32(ci)
+	c := n.cl
+	if hs := c.hot; hs.split {
+		holder, split, self := hs.h.Route(ckey, rand.Uint64())
+		if split {
+			if self {
+				return ""
+			}
+			if a := r.addrs[holder]; a != "" {
+				return a
+			}
+			// The holder has no address (it left): its owner decides.
 		}
 	}
-	c.phase(rs, items, true)
-	c.phase(rs, items, false)
-	c.refund(rs, items)
+	return r.peerFor(ckey, r.self)
 }
 
-// phase decides the items of one kind (leased or exact) of the checks
-// still undecided.
-func (c *cluster) phase(rs *routeState, items []item, leased bool) {
-	r := c.routes.Load()
-	rs.resetGroups()
-	for ci := range rs.checks {
-		ch := &rs.checks[ci]
-		if ch.err != nil || (!leased && ch.denied) {
+// phase decides the items of one kind (leased or exact) of the requests of
+// b still undecided: those of peers sent to them, this node's decided here
+// meanwhile.
+func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
+	b.resetGroups()
+	b.local = b.local[:0]
+	for qi := range b.Requests {
+		q := &b.Requests[qi]
+		q.remote = false
+		if q.Err != nil || (!leased && q.denied) {
 			continue
 		}
-		for i := ch.lo; i < ch.hi; i++ {
-			it := &items[i]
-			if it.p.Algorithm.Leased() != leased {
+		for i := q.lo; i < q.hi; i++ {
+			it := &b.Items[i]
+			if it.Policy.Algorithm.Leased() != leased {
 				continue
 			}
 			addr := ""
 			if !it.peek {
-				addr = c.peer(r, it.ckey)
+				addr = n.peer(r, it.ckey)
 			}
 			if addr == "" {
-				rs.local = append(rs.local, i)
+				b.local = append(b.local, i)
 				continue
 			}
-			g := rs.group(addr)
+			q.remote = true
+			g := b.group(addr)
 			g.idx = append(g.idx, i)
-			g.items = append(g.items, forward.Item{Op: forward.OpCheck, Rule: it.ri.name, Key: it.key, Hits: ch.hits})
+			g.items = append(g.items, forward.Item{Op: forward.OpCheck, Rule: it.ri.name, Key: it.Key, Hits: it.Hits})
 		}
 	}
-	if len(rs.local) == 0 && len(rs.groups) == 0 {
+	if len(b.local) == 0 && len(b.groups) == 0 {
 		return
 	}
-	wait := c.send(rs)
-	c.decideLocals(rs, items)
-	for _, i := range rs.local {
-		c.met.local.Inc()
-		if it := &items[i]; !it.peek {
-			c.hot.h.Observe(it.ckey) // a key this node owns or holds
+	wait := noWait
+	if len(b.groups) > 0 {
+		wait = n.send(ctx, b)
+	}
+	if len(b.local) > 0 {
+		n.decideLocals(b)
+	}
+	if n.cl != nil {
+		for _, i := range b.local {
+			n.servedHere(&b.Items[i])
 		}
 	}
 	wait()
-	for gi := range rs.groups {
-		g := &rs.groups[gi]
-		for j, i := range g.idx {
-			res := &g.results[j]
-			if g.err != nil || res.Error != "" {
-				c.decideLocal(rs, items, i)
-				c.met.fallback.Inc()
-				continue
-			}
-			it := &items[i]
-			it.d = res.Decision()
-			it.done = true
-			// As in decideOne: a degraded decision took nothing from a
-			// leased bucket, so it is never refunded.
-			it.charged = it.d.Allowed && rs.checks[rs.check[i]].hits > 0 && !it.d.Degraded
-			if it.charged {
-				rs.owner[i] = g.addr
-			}
-			it.ri.checks[decisionOf(it.d, it.ri.rule.Shadow, it.p.OnFailure)].Inc()
-			c.met.forwarded.Inc()
-		}
+	if len(b.groups) > 0 {
+		n.collect(b)
 	}
-	for ci := range rs.checks {
-		ch := &rs.checks[ci]
-		for i := ch.lo; i < ch.hi && !ch.denied; i++ {
-			if it := &items[i]; it.done && !it.d.Allowed && !it.ri.rule.Shadow {
-				ch.denied = true
+	for qi := range b.Requests {
+		q := &b.Requests[qi]
+		for i := q.lo; i < q.hi && !q.denied; i++ {
+			if it := &b.Items[i]; it.Decided && !it.Decision.Allowed && !it.ri.rule.Shadow {
+				q.denied = true
 			}
 		}
 	}
 }
 
-// send forwards every group of rs, each from its own goroutine unless it
+// collect records the peers' answers of a phase; the items of a peer that
+// did not answer, or answered with an item error, are decided here.
+func (n *Node) collect(b *Batch) {
+	c := n.cl
+	for gi := range b.groups {
+		g := &b.groups[gi]
+		for j, i := range g.idx {
+			res := &g.results[j]
+			if g.err != nil || res.Error != "" {
+				n.decideLocal(b, i)
+				c.met.fallback.Inc()
+				continue
+			}
+			it := &b.Items[i]
+			it.Decision = res.Decision()
+			it.Decided = true
+			// As in record: a degraded decision took nothing from a leased
+			// bucket, so it is never refunded.
+			it.charged = it.Decision.Allowed && it.Hits > 0 && !it.Decision.Degraded
+			if it.charged {
+				it.owner = g.addr
+			}
+			it.ri.checks[decisionOf(it.Decision, it.ri.rule.Shadow, it.Policy.OnFailure)].Inc()
+			c.met.forwarded.Inc()
+		}
+	}
+}
+
+// send forwards every group of b, each from its own goroutine unless it
 // is the only work of the phase. The caller must call wait before reading
 // the groups' results.
-func (c *cluster) send(rs *routeState) (wait func()) {
-	if len(rs.groups) == 0 {
-		return func() {}
+func (n *Node) send(ctx context.Context, b *Batch) (wait func()) {
+	if len(b.groups) == 0 {
+		return noWait
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.forwardBudget())
-	if len(rs.groups) == 1 && len(rs.local) == 0 {
-		c.forwardGroup(ctx, &rs.groups[0])
+	c := n.cl
+	fctx, cancel := context.WithTimeout(ctx, c.forwardBudget())
+	if len(b.groups) == 1 && len(b.local) == 0 {
+		c.forwardGroup(fctx, &b.groups[0])
 		cancel()
-		return func() {}
+		return noWait
 	}
-	rs.wg.Add(len(rs.groups))
-	for gi := range rs.groups {
+	b.wg.Add(len(b.groups))
+	for gi := range b.groups {
 		go func(g *peerGroup) {
-			defer rs.wg.Done()
-			c.forwardGroup(ctx, g)
-		}(&rs.groups[gi])
+			defer b.wg.Done()
+			c.forwardGroup(fctx, g)
+		}(&b.groups[gi])
 	}
 	return func() {
-		rs.wg.Wait()
+		b.wg.Wait()
 		cancel()
 	}
 }
+
+func noWait() {}
 
 // forwardBudget bounds one phase's forwarding: the Forwarder's own timeout
 // ends every request sooner, unless a peer's queue is backed up.
@@ -241,121 +219,37 @@ func (c *cluster) forwardGroup(ctx context.Context, g *peerGroup) {
 	g.err = c.fwd.ForwardMany(ctx, g.addr, g.items, g.results)
 }
 
-// decideLocal decides items[i] with this node's Manager.
-func (c *cluster) decideLocal(rs *routeState, items []item, i int) {
-	ch := &rs.checks[rs.check[i]]
-	if err := c.n.decideOne(&items[i], ch.hits); err != nil && ch.err == nil {
-		ch.err = err
-	}
-}
-
-// decideLocals decides the items rs.local of a phase with this node's
-// Manager: those that can (see batchTake) with one TakeMany, their Store
-// calls overlapped, then the others in order.
-func (c *cluster) decideLocals(rs *routeState, items []item) {
-	if len(rs.local) < 2 {
-		for _, i := range rs.local {
-			c.decideLocal(rs, items, i)
-		}
-		return
-	}
-	tk := &rs.take
-	tk.reset()
-	for _, i := range rs.local {
-		tk.offer(items, i, rs.checks[rs.check[i]].hits, true)
-	}
-	tk.run(c.n.mgr, items)
-	j := 0 // tk.idx is in the order of rs.local
-	for _, i := range rs.local {
-		if j < len(tk.idx) && int(tk.idx[j]) == i {
-			if ch := &rs.checks[rs.check[i]]; tk.cs[j].Err != nil && ch.err == nil {
-				ch.err = tk.cs[j].Err
-			}
-			j++
+// refund gives back the hits still charged to the items of denied (or
+// failed) requests: here, or at the owner that charged them.
+func (n *Node) refund(ctx context.Context, b *Batch) {
+	b.resetGroups()
+	b.local = b.local[:0]
+	for qi := range b.Requests {
+		q := &b.Requests[qi]
+		if !q.denied && q.Err == nil {
 			continue
 		}
-		c.decideLocal(rs, items, i)
-	}
-	tk.reset() // drop the key views
-}
-
-// refund gives back the hits charged to the items of denied (or failed)
-// checks: here, or at the owner that charged them.
-func (c *cluster) refund(rs *routeState, items []item) {
-	rs.resetGroups()
-	for ci := range rs.checks {
-		ch := &rs.checks[ci]
-		if !ch.denied && ch.err == nil {
-			continue
-		}
-		for i := ch.lo; i < ch.hi; i++ {
-			it := &items[i]
+		for i := q.lo; i < q.hi; i++ {
+			it := &b.Items[i]
 			if !it.charged {
 				continue
 			}
 			it.charged = false
-			if rs.owner[i] == "" {
-				c.n.mgr.Refund(it.ckey, it.p, ch.hits)
+			if it.owner == "" {
+				n.mgr.Refund(it.ckey, it.Policy, it.Hits)
 				continue
 			}
-			g := rs.group(rs.owner[i])
+			g := b.group(it.owner)
 			g.idx = append(g.idx, i)
-			g.items = append(g.items, forward.Item{Op: forward.OpRefund, Rule: it.ri.name, Key: it.key, Hits: ch.hits})
-			c.met.refunds.Inc()
+			g.items = append(g.items, forward.Item{Op: forward.OpRefund, Rule: it.ri.name, Key: it.Key, Hits: it.Hits})
+			n.cl.met.refunds.Inc()
 		}
 	}
 	// A refund the owner does not get is lost: the check errs towards
 	// admitting less, never more.
-	c.send(rs)()
-}
-
-// checksRouted is /v1/checks on a clustered node: every check's items are
-// decided together (see "Routing" above), then answered in order.
-func (n *Node) checksRouted(ctx *fasthttp.RequestCtx, st *reqState, t *ruleTable, checks []api.CheckRequest) {
-	c := n.cl
-	start := time.Now()
-	rs := c.getRoute(0)
-	defer c.putRoute(rs)
-	st.items = st.items[:0]
-	st.keys = st.keys[:0] // counter keys stay valid for the whole batch
-	for i := range checks {
-		ck := &checks[i]
-		res := &st.results[i]
-		*res = api.CheckResult{}
-		if ck.Err != nil {
-			*res = api.CheckResult{Error: ck.Err.Msg, Field: ck.Err.Field}
-			continue
-		}
-		lo := len(st.items)
-		if err := st.addCheck(t, ck); err != nil {
-			st.items = st.items[:lo]
-			_, msg, field := errorStatus(err)
-			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
-			continue
-		}
-		rs.checks = append(rs.checks, routedCheck{lo: lo, hi: len(st.items), hits: hitsOf(ck), idx: i})
+	if len(b.groups) > 0 {
+		n.send(ctx, b)()
 	}
-	rs.check = grow(rs.check, len(st.items))
-	rs.owner = grow(rs.owner, len(st.items))
-	clear(rs.owner)
-	c.decideChecks(rs, st.items)
-	for ci := range rs.checks {
-		ch := &rs.checks[ci]
-		res := &st.results[ch.idx]
-		if ch.err != nil {
-			_, msg, field := errorStatus(ch.err)
-			*res = api.CheckResult{Error: msg, Field: batchField(ch.idx, field)}
-			continue
-		}
-		its := st.items[ch.lo:ch.hi]
-		result(res, its, combine(its, ch.denied))
-	}
-	if len(checks) > 0 { // one observation: the mean time per check
-		n.met.checkDuration.Update(time.Since(start).Seconds() / float64(len(checks)))
-	}
-	ctx.SetContentTypeBytes(contentTypeJSON)
-	st.buf = api.AppendResults(st.buf[:0], st.results)
-	ctx.SetBody(st.buf)
 }
 
 // decider is the Node as the forward.Decider of the items peers send it.
@@ -418,8 +312,8 @@ func (n *Node) decideForwarded(t *ruleTable, items []forward.Item, results []for
 			continue
 		}
 		p := ri.rule.PolicyFor(it.Key)
-		st.keys = st.keys[:0]
-		ckey := st.counterKey(ri.prefix, it.Key)
+		st.b.keys = st.b.keys[:0]
+		ckey := st.b.counterKey(ri.prefix, it.Key)
 		var dec lease.Decision
 		var err error
 		if c := n.cl; c != nil && it.Op != forward.OpRefund && ri.base.Algorithm != lease.Concurrency {

@@ -32,6 +32,7 @@ type options struct {
 	// (gossip in clear, internal endpoint unauthenticated).
 	insecureCluster bool
 	adminToken      string
+	metricsToken    string
 	leaseHorizon    time.Duration
 	leaseIdle       time.Duration
 	storeTimeout    time.Duration
@@ -43,6 +44,9 @@ type options struct {
 	// hotCapacityShare: a key taking more than this share of the checks
 	// the node serves is hot; 0 turns it off.
 	hotCapacityShare float64
+	// dataDir keeps the rules written through the admin API when there
+	// is neither a rule file nor Redis.
+	dataDir string
 }
 
 // setting is one flag and its environment variable.
@@ -54,8 +58,10 @@ type setting struct {
 }
 
 // secret reports whether a setting's value must never be printed (a bad
-// cluster key or admin token would otherwise end up in logs).
-func (s *setting) secret() bool { return s.flag == "cluster-key" || s.flag == "admin-token" }
+// cluster key or token would otherwise end up in logs).
+func (s *setting) secret() bool {
+	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token"
+}
 
 // shown is how a value of s appears in an error message.
 func shown(s *setting, v string) string {
@@ -163,14 +169,22 @@ func settings() []setting {
 			o.insecureCluster = b
 			return nil
 		}},
-		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token for admin endpoints; empty: admin from loopback only", func(o *options, v string) error {
+		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats, /ui/); empty: admin from loopback peers only", func(o *options, v string) error {
 			o.adminToken = v
+			return nil
+		}},
+		{"metrics-token", "SLUICE_METRICS_TOKEN", "", "bearer token /metrics requires; empty: /metrics is open", func(o *options, v string) error {
+			o.metricsToken = v
 			return nil
 		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
-		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
+			o.dataDir = v
+			return nil
+		}},
 		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {

@@ -106,14 +106,16 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 
 	ncfg := node.DefaultConfig()
 	ncfg.AdminToken = o.adminToken
+	ncfg.MetricsToken = o.metricsToken
 	ncfg.Logger = log
 	ncfg.Name = d.name
 	d.node = node.New(ncfg, d.mgr)
 
 	d.rl = &reloader{path: o.rules, node: d.node, log: log}
-	if err := d.rl.initial(); err != nil {
+	if err := d.startRules(o); err != nil {
 		return nil, fmt.Errorf("cannot load rules: %w", err)
 	}
+	undo = append(undo, d.node.CloseRules)
 
 	if o.clustered() {
 		if err := o.checkClusterKey(); err != nil {
@@ -194,6 +196,7 @@ func (d *daemon) stop(graceful bool) error {
 		errs = append(errs, err)
 	}
 	d.node.CloseCluster()
+	d.node.CloseRules()
 	if err := d.mgr.Close(); err != nil && graceful {
 		errs = append(errs, fmt.Errorf("cannot return leases: %w", err))
 	}

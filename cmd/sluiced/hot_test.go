@@ -79,8 +79,11 @@ func TestClusterHotKey(t *testing.T) {
 		if got := x.d.node.ForwardStats().Items - fwd[x.name]; got != 0 {
 			t.Errorf("%s forwarded %d checks of the split key, want 0", x.name, got)
 		}
-		if st := x.d.mgr.Stats(); st.TokensLeased == 0 {
-			t.Errorf("%s leased no tokens: it did not serve the split key", x.name)
+		// A holder asks the Store at least once; it may be granted
+		// nothing (the others may hold the rest of the day's quota when
+		// the warm-up was long), so tokens are not the measure.
+		if st := x.d.mgr.Stats(); st.Leases == 0 {
+			t.Errorf("%s made no lease call: it did not serve the split key", x.name)
 		}
 	}
 	// /v1/hotkeys shows the split everywhere.

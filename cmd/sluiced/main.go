@@ -5,7 +5,10 @@
 // The rule file is reloaded on SIGHUP and whenever its modification time,
 // size or content hash changes (checked every -rules-poll). A file that
 // fails to load is logged and shown in /readyz; the node keeps serving the
-// last good rule set.
+// last good rule set. Without -rules, the rules are those written through
+// the admin API (/v1/rules), kept in Redis with -redis (every node polls
+// their version every -rules-poll and hears of new ones by gossip), else
+// in -data-dir, else in memory only (see rulesource.go).
 //
 // # Cluster
 //

@@ -119,7 +119,7 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"-listen", "SLUICE_LISTEN", "SLUICE_RULES", "SLUICE_REDIS", "SLUICE_JOIN", "SLUICE_NODE_NAME",
 		"SLUICE_GOSSIP", "SLUICE_GOSSIP_ADVERTISE", "SLUICE_CLUSTER_KEY", "SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_HORIZON", "SLUICE_LOG_LEVEL",
 		"SLUICE_LEASE_IDLE", "SLUICE_STORE_TIMEOUT", "SLUICE_RULES_POLL", "-hot-split", "SLUICE_HOT_SPLIT",
-		"-hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE"} {
+		"-hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", "SLUICE_INSECURE_CLUSTER", "SLUICE_METRICS_TOKEN"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h lacks %s", want)
 		}

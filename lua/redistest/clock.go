@@ -56,6 +56,62 @@ func (c *Clock) Advance(d time.Duration) {
 func StartWithClock(t testing.TB, start time.Time, extra ...string) (*Server, *Clock) {
 	t.Helper()
 	requireRedis(t)
+	env, clock := newClock(t, start)
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort(false)
+		if err != nil {
+			t.Fatalf("redistest: cannot find a free port: %v", err)
+		}
+		s := newServer(t, port, t.TempDir(), extra)
+		s.env = env
+		if lastErr = s.start(); lastErr != nil {
+			continue
+		}
+		t.Cleanup(s.stop)
+		clock.check(t, s)
+		return s, clock
+	}
+	t.Fatalf("redistest: cannot start redis-server with a fake clock: %v", lastErr)
+	return nil, nil
+}
+
+// StartClusterWithClock is StartCluster with every master's wall clock
+// frozen and moved by the returned Clock (one clock for the three
+// processes). Redis Cluster times its gossip on the wall clock, so the
+// clock moves 100ms per poll while the Cluster forms: it starts at start
+// and ends wherever forming took it (read it with Now). Once formed, the
+// Cluster needs no clock to serve, but do not expect a failover from it.
+func StartClusterWithClock(t testing.TB, start time.Time) ([]string, *Clock) {
+	t.Helper()
+	requireRedis(t)
+	env, clock := newClock(t, start)
+	servers := startCluster(t, env, func() {
+		clock.Advance(100 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+	})
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		clock.check(t, s)
+		addrs[i] = s.Addr
+	}
+	return addrs, clock
+}
+
+// check fails the test unless s answers TIME with the clock's time.
+func (c *Clock) check(t testing.TB, s *Server) {
+	t.Helper()
+	now := c.Now()
+	want := fmt.Sprintf("%d\n%d", now.Unix(), now.Nanosecond()/1000)
+	if out, err := Command(s.Addr, "TIME"); err != nil || out != want {
+		t.Fatalf("redistest: redis-server with the fake clock answers TIME %q, want %q (%v); is redis-server statically linked?", out, want, err)
+	}
+}
+
+// newClock builds the shim and the shared clock file at start, and returns
+// the environment a redis-server needs to read it.
+func newClock(t testing.TB, start time.Time) ([]string, *Clock) {
+	t.Helper()
 	dir := t.TempDir()
 	shim := buildShim(t, dir)
 	file := filepath.Join(dir, "clock")
@@ -74,30 +130,7 @@ func StartWithClock(t testing.TB, start time.Time, extra ...string) (*Server, *C
 		t.Fatalf("redistest: cannot map the clock file: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Munmap(mem) })
-	clock := &Clock{mem: mem}
-
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort(false)
-		if err != nil {
-			t.Fatalf("redistest: cannot find a free port: %v", err)
-		}
-		s := newServer(t, port, t.TempDir(), extra)
-		s.env = []string{"LD_PRELOAD=" + shim, "SLUICE_FAKE_CLOCK_FILE=" + file}
-		if lastErr = s.start(); lastErr != nil {
-			continue
-		}
-		t.Cleanup(s.stop)
-		// The clock must really be faked: TIME answers the frozen time.
-		now := clock.Now()
-		want := fmt.Sprintf("%d\n%d", now.Unix(), now.Nanosecond()/1000)
-		if out, err := Command(s.Addr, "TIME"); err != nil || out != want {
-			t.Fatalf("redistest: redis-server with the fake clock answers TIME %q, want %q (%v); is redis-server statically linked?", out, want, err)
-		}
-		return s, clock
-	}
-	t.Fatalf("redistest: cannot start redis-server with a fake clock: %v", lastErr)
-	return nil, nil
+	return []string{"LD_PRELOAD=" + shim, "SLUICE_FAKE_CLOCK_FILE=" + file}, &Clock{mem: mem}
 }
 
 // buildShim compiles fakeclock.c into dir and returns the .so's path.

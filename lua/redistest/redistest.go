@@ -97,6 +97,14 @@ func StartCluster(t testing.TB) []string {
 func StartClusterServers(t testing.TB) []*Server {
 	t.Helper()
 	requireRedis(t)
+	return startCluster(t, nil, nil)
+}
+
+// startCluster starts a three-master Cluster whose processes get env;
+// wait, if not nil, is called between polls of the Cluster's state
+// instead of sleeping (a frozen clock must move for the Cluster to form).
+func startCluster(t testing.TB, env []string, wait func()) []*Server {
+	t.Helper()
 	var servers []*Server
 	var addrs []string
 	for len(servers) < 3 {
@@ -111,6 +119,7 @@ func StartClusterServers(t testing.TB) []*Server {
 			"--cluster-node-timeout", "2000",
 			"--cluster-require-full-coverage", "yes",
 		})
+		s.env = env
 		if err := s.start(); err != nil {
 			continue // port raced away; pick another
 		}
@@ -124,6 +133,10 @@ func StartClusterServers(t testing.TB) []*Server {
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
+	pause := func() { time.Sleep(50 * time.Millisecond) }
+	if wait != nil {
+		pause = wait
+	}
 	deadline := time.Now().Add(startTimeout)
 	for _, s := range servers {
 		for {
@@ -134,7 +147,7 @@ func StartClusterServers(t testing.TB) []*Server {
 			if time.Now().After(deadline) {
 				t.Fatalf("redistest: cluster node %s not ok after %v: %v\n%s", s.Addr, startTimeout, err, info)
 			}
-			time.Sleep(50 * time.Millisecond)
+			pause()
 		}
 	}
 	// Every node must also agree that all slots are served, or the first
@@ -148,7 +161,7 @@ func StartClusterServers(t testing.TB) []*Server {
 			if time.Now().After(deadline) {
 				t.Fatalf("redistest: cluster node %s does not see all slots: %v\n%s", s.Addr, err, slots)
 			}
-			time.Sleep(50 * time.Millisecond)
+			pause()
 		}
 	}
 	return servers

@@ -235,6 +235,9 @@ func (c *Client) fetchMembers(ctx context.Context, old *view, addr string) (mr M
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://" + addr + "/v1/members")
 	req.Header.SetMethod(fasthttp.MethodGet)
+	if c.cfg.AdminToken != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+c.cfg.AdminToken)
+	}
 	deadline := time.Now().Add(c.cfg.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d

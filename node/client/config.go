@@ -45,6 +45,12 @@ type Config struct {
 	// BatchSize sends a batch as soon as it holds this many checks. Zero
 	// means 256, the nodes' forwarding batch; at most api.MaxBatch.
 	BatchSize int
+	// AdminToken is sent as "Authorization: Bearer <AdminToken>" with
+	// GET /v1/members, an admin endpoint: the nodes' SLUICE_ADMIN_TOKEN.
+	// Empty sends none, which nodes accept only from loopback when they
+	// have no token themselves (a client on another host then gets 403
+	// and cannot learn the members).
+	AdminToken string
 }
 
 // DefaultConfig returns the defaults described on each Config field, with

@@ -285,7 +285,7 @@ type parser struct {
 
 // maxDescriptors bounds the descriptors of one document, counting those
 // repeated through YAML aliases.
-const maxDescriptors = 100000
+const maxDescriptors = 20000
 
 func (p *parser) fail(path, field string, line int, msg string) *ConfigError {
 	return &ConfigError{File: p.file, Domain: p.domain, Path: path, Field: field, Line: line, Msg: msg}
@@ -394,24 +394,34 @@ func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *Co
 	var rl, children *yaml.Node
 	var shadow bool
 	keyLine := n.Line
-	err := p.fields(n, parent, func(k string, v *yaml.Node) *ConfigError {
+	// The path names the descriptor in messages: find its key first.
+	here := parent
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k, v := resolve(n.Content[i]), resolve(n.Content[i+1]); k.Value == "key" && v.Kind == yaml.ScalarNode {
+			here = v.Value
+			if parent != "" {
+				here = parent + "." + v.Value
+			}
+		}
+	}
+	err := p.fields(n, here, func(k string, v *yaml.Node) *ConfigError {
 		var err *ConfigError
 		switch k {
 		case "key":
-			e.key, err = p.scalar(v, parent, "key")
+			e.key, err = p.scalar(v, here, "key")
 			keyLine = v.Line
 		case "value":
-			e.value, err = p.scalar(v, parent, "value")
+			e.value, err = p.scalar(v, here, "value")
 		case "rate_limit":
 			rl = v
 		case "descriptors":
 			children = v
 		case "shadow_mode":
-			shadow, err = p.boolean(v, parent, "shadow_mode")
+			shadow, err = p.boolean(v, here, "shadow_mode")
 		case "detailed_metric":
-			e.detailed, err = p.boolean(v, parent, "detailed_metric")
+			e.detailed, err = p.boolean(v, here, "detailed_metric")
 		default:
-			err = p.fail(parent, k, v.Line, "unknown field")
+			err = p.fail(here, k, v.Line, "unknown field")
 		}
 		return err
 	})

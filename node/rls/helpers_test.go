@@ -2,6 +2,8 @@ package rls_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -63,7 +65,7 @@ func newRig(t testing.TB, yml string, opts ...func(*rls.ServerConfig)) *rig {
 	mgr := lease.NewManager(store, mcfg)
 	n := node.New(node.DefaultConfig(), mgr)
 	n.SetRules(nil)
-	cfg := rls.ServerConfig{Engine: n, Metrics: n.MetricsSet(), Now: clk.Now}
+	cfg := rls.ServerConfig{Engine: n, Metrics: n.MetricsSet(), Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -131,10 +133,10 @@ func (r *rig) call(t testing.TB, domain string, hits uint32, ds ...*ratelimitv3.
 	if err != nil {
 		t.Fatalf("ShouldRateLimit: %v", err)
 	}
-	return codes(resp), resp
+	return codesOf(resp), resp
 }
 
-func codes(resp *rlsv3.RateLimitResponse) string {
+func codesOf(resp *rlsv3.RateLimitResponse) string {
 	var b strings.Builder
 	b.WriteString(short(resp.GetOverallCode()))
 	b.WriteString(":")

@@ -24,17 +24,19 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
 // Engine is what the server needs from the node (node.Node implements it):
 // install the rules that count the configured limits next to the node's
-// own, and decide checks, each on its own (no check's denial refunds
-// another's), through the node's rules, leases and cluster routing.
+// own, and decide batches of requests through the node's rules, leases and
+// cluster routing (each descriptor is a request of its own: no
+// descriptor's denial refunds another's).
 type Engine interface {
 	SetRLSRules(s *rules.Set)
-	DecideChecks(checks []api.CheckRequest, results []api.CheckResult) error
+	Decide(ctx context.Context, b *node.Batch)
 }
 
 // Bounds on requests: a request past them is answered INVALID_ARGUMENT.
@@ -153,10 +155,10 @@ type callState struct {
 	limits  []*Limit
 	entries []*entry // the matched entry of each descriptor (for detailed stats)
 	hits    []int64
-	checks  []api.CheckRequest
-	idx     []int // checks[j] decides descriptor idx[j]
-	results []api.CheckResult
-	key     []byte
+	req     []int // per descriptor: its request in batch, -1 when none
+	batch   node.Batch
+	drain   node.Batch
+	key     []byte // appendKey's buffer
 }
 
 func (s *Server) getState(n int) *callState {
@@ -164,14 +166,15 @@ func (s *Server) getState(n int) *callState {
 	st.limits = growClear(st.limits, n)
 	st.entries = growClear(st.entries, n)
 	st.hits = growClear(st.hits, n)
-	st.checks = st.checks[:0]
-	st.idx = st.idx[:0]
+	st.req = growClear(st.req, n)
+	st.batch.Reset()
+	st.drain.Reset()
 	return st
 }
 
 func (s *Server) putState(st *callState) {
-	clear(st.checks[:cap(st.checks)])
-	clear(st.results[:cap(st.results)])
+	st.batch.Reset()
+	st.drain.Reset()
 	s.states.Put(st)
 }
 
@@ -230,28 +233,25 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 	}
 
-	// Decide the limits that count, each descriptor on its own.
+	// Decide the limits that count, each descriptor a request of its own.
 	for i, l := range st.limits {
+		st.req[i] = -1
 		if l == nil || l.Rule == "" {
 			continue
 		}
 		st.key = appendKey(st.key[:0], ds[i])
-		st.checks = append(st.checks, api.CheckRequest{Rule: l.Rule, Key: string(st.key), Hits: st.hits[i], HitsSet: true})
-		st.idx = append(st.idx, i)
+		st.batch.Add(l.Rule, string(st.key), st.hits[i])
+		st.req[i] = st.batch.End()
 	}
-	if len(st.checks) > 0 {
-		st.results = growClear(st.results, len(st.checks))
-		if err := s.cfg.Engine.DecideChecks(st.checks, st.results); err != nil {
-			return nil, status.Error(codes.Unavailable, "cannot decide: "+err.Error())
-		}
-		if err := s.drain(st); err != nil {
+	if len(st.batch.Requests) > 0 {
+		s.cfg.Engine.Decide(ctx, &st.batch)
+		if err := s.drainDenied(ctx, st); err != nil {
 			return nil, err
 		}
 	}
 
 	// Statuses in descriptor order.
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
-	j := 0
 	var tightest *rlsv3.RateLimitResponse_DescriptorStatus
 	for i := range ds {
 		l := st.limits[i]
@@ -273,19 +273,21 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			over = hits > 0
 			ss.DurationUntilReset = durationpb.New(windowLeft(s.cfg.Now(), l.Period))
 		} else {
-			res := &st.results[j]
-			j++
-			if res.Error != "" {
-				return nil, status.Error(codes.Internal, "cannot decide descriptor "+strconv.Itoa(i)+": "+res.Error)
+			q := &st.batch.Requests[st.req[i]]
+			if q.Err != nil {
+				return nil, status.Error(codes.Internal, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
 			}
-			over = !res.Allowed
+			it := &st.batch.ItemsOf(st.req[i])[0]
+			d := &it.Decision
+			if d.Unavailable {
+				return nil, status.Error(codes.Unavailable, "the rate limit store is unavailable (descriptors["+strconv.Itoa(i)+"])")
+			}
+			over = !d.Allowed
 			if !over {
-				ss.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
+				ss.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+				s.countNear(stats, l, d.Remaining, hits)
 			}
-			ss.DurationUntilReset = durationpb.New(time.Duration(res.ResetMS) * time.Millisecond)
-			if !over {
-				s.countNear(stats, l, res.Remaining, hits)
-			}
+			ss.DurationUntilReset = durationpb.New(d.Reset)
 		}
 		if over {
 			stats.overLimit.Add(int(hits))
@@ -306,26 +308,26 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return resp, nil
 }
 
-// drain makes a denied descriptor count as envoyproxy/ratelimit counts it.
-// There, every hit is added to the window's counter, allowed or not, so a
-// request of 5 hits denied with 3 left leaves the window over its limit:
-// every later request in the window is denied. Sluice charges nothing for
-// a denial, so the 3 left are taken here; later requests are then denied
-// too, as with envoy (fixed windows).
-func (s *Server) drain(st *callState) error {
-	var more []api.CheckRequest
-	for j := range st.checks {
-		r := &st.results[j]
-		if r.Error == "" && !r.Allowed && r.Remaining > 0 && st.checks[j].Hits > r.Remaining {
-			more = append(more, api.CheckRequest{Rule: st.checks[j].Rule, Key: st.checks[j].Key, Hits: r.Remaining, HitsSet: true})
+// drainDenied makes a denied descriptor count as envoyproxy/ratelimit
+// counts it. There, every hit is added to the window's counter, allowed or
+// not, so a request of 5 hits denied with 3 left leaves the window over its
+// limit: every later request in the window is denied. Sluice charges
+// nothing for a denial, so the 3 left are taken here; later requests are
+// then denied too, as with envoy (fixed windows).
+func (s *Server) drainDenied(ctx context.Context, st *callState) error {
+	for qi := range st.batch.Requests {
+		q := &st.batch.Requests[qi]
+		if q.Err != nil {
+			continue
+		}
+		it := &st.batch.ItemsOf(qi)[0]
+		if it.Decided && !it.Decision.Allowed && !it.Decision.Unavailable && it.Decision.Remaining > 0 && it.Hits > it.Decision.Remaining {
+			st.drain.Add(it.Rule, it.Key, it.Decision.Remaining)
+			st.drain.End()
 		}
 	}
-	if len(more) == 0 {
-		return nil
-	}
-	res := make([]api.CheckResult, len(more))
-	if err := s.cfg.Engine.DecideChecks(more, res); err != nil {
-		return status.Error(codes.Unavailable, "cannot decide: "+err.Error())
+	if len(st.drain.Requests) > 0 {
+		s.cfg.Engine.Decide(ctx, &st.drain)
 	}
 	return nil
 }

@@ -1,0 +1,97 @@
+package lease_test
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/modeltest"
+)
+
+// modelClock is the fake clock of the model tests.
+type modelClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *modelClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *modelClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func memoryHarness() modeltest.Harness {
+	clk := &modelClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return modeltest.Harness{
+		NewStore: func(t testing.TB) lease.Store {
+			return lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+		},
+		Now:     clk.Now,
+		Advance: clk.Advance,
+		Package: "./lease/",
+	}
+}
+
+// envAll turns on the model runs and checks that wait for a fix: every
+// run, and the under-admission side (denials justified) too.
+const envAll = "SLUICE_MODEL_ALL"
+
+// TestModel runs the model-based harness (lease/modeltest) on the
+// MemoryStore with a fake clock: every leased algorithm with one holder and
+// with three sharing the Store, the exact ones, and all mixed. The long
+// form: SLUICE_MODEL_TIME=10m (make fuzz); a failing seed prints its
+// replay command.
+func TestModel(t *testing.T) {
+	type run struct {
+		name    string
+		algs    []lease.Algorithm
+		holders int
+		// safety: only the inequalities are checked, not that denials
+		// are justified; pending: skipped, why.
+		safety  bool
+		pending string
+	}
+	var runs []run
+	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
+		for _, holders := range []int{1, 3} {
+			r := run{name: fmt.Sprintf("%s/holders=%d", a, holders), algs: []lease.Algorithm{a}, holders: holders, safety: true}
+			if a == lease.TokenBucket || a == lease.GCRA {
+				r.pending = "held leases add to the burst (issue 9, finding 1): on until lease's Store accounting lands"
+			}
+			runs = append(runs, r)
+		}
+	}
+	runs = append(runs,
+		run{name: "exact", algs: []lease.Algorithm{lease.SlidingLog, lease.Concurrency}, safety: true},
+		run{name: "mixed", algs: []lease.Algorithm{lease.FixedWindow, lease.SlidingWindow, lease.SlidingLog, lease.Concurrency}, safety: true},
+	)
+	total := modeltest.Summary{}
+	for i, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			if r.pending != "" && os.Getenv(envAll) == "" {
+				t.Skip(r.pending + " (" + envAll + "=1 runs it)")
+			}
+			if os.Getenv(envAll) != "" {
+				r.safety = false
+			}
+			o := modeltest.FromEnv(t, modeltest.Options{
+				Seed: uint64(i) * 1_000_000, Seeds: 100, Steps: 250, Holders: r.holders, Algorithms: r.algs,
+				SafetyOnly: r.safety,
+			})
+			s := modeltest.Run(t, memoryHarness(), o)
+			total.Seeds += s.Seeds
+			total.Steps += s.Steps
+			total.Checks += s.Checks
+		})
+	}
+	t.Logf("model: %d seeds, %d steps, %d decisions checked", total.Seeds, total.Steps, total.Checks)
+}

@@ -1,0 +1,251 @@
+package modeltest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// failure is the first violation of a run.
+type failure struct {
+	step int
+	msg  string
+}
+
+func (f *failure) String() string { return fmt.Sprintf("op %d: %s", f.step+1, f.msg) }
+
+type result struct {
+	fail   *failure
+	steps  int
+	checks int
+	trace  []string
+}
+
+// runID makes keys unique per process, execs unique per run.
+var (
+	runID   = newRunID()
+	execSeq atomic.Int64
+)
+
+func newRunID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// dayNs is the alignment of every run's start: every window period divides it.
+const dayNs = int64(24 * time.Hour)
+
+// startOffset is where in its day a run starts (not on a second boundary,
+// so that windows and rounding are not trivially aligned).
+const startOffset = 12*time.Hour + 34*time.Minute + 56*time.Second + 789*time.Millisecond
+
+// exec runs ops of sc on a fresh Store and fresh Managers and checks every
+// step; with trace it describes every op and its outcome.
+func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
+	t.Helper()
+	// The same start in every run: the next day boundary but one, plus
+	// startOffset.
+	now := h.Now().UnixNano()
+	start := (now/dayNs+2)*dayNs + int64(startOffset)
+	h.Advance(time.Duration(start - now))
+
+	store := h.NewStore(t)
+	prefix := fmt.Sprintf("mt:%s:%d:%d:", runID, sc.seed, execSeq.Add(1))
+	md := newModel(sc, prefix)
+	md.safetyOnly = sc.safetyOnly
+	md.setNow(h.Now())
+	ms := make([]*lease.Manager, sc.holders)
+	for i := range ms {
+		cfg := lease.DefaultConfig()
+		cfg.Now = h.Now
+		cfg.SweepInterval = -1
+		cfg.Idle = idle
+		cfg.BatchWorkers = 1
+		// A loaded machine must not make the Store look failed.
+		cfg.StoreTimeout = time.Minute
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		ms[i] = lease.NewManager(&recorder{Store: store, m: i, md: md, now: h.Now}, cfg)
+	}
+	defer func() {
+		for _, m := range ms {
+			_ = m.Close()
+		}
+	}()
+	res := result{}
+	for step, o := range ops {
+		line, err := h.apply(md, ms, o)
+		for _, m := range ms {
+			m.Settle()
+		}
+		res.steps++
+		if trace {
+			res.trace = append(res.trace, line)
+		}
+		if err == "" {
+			err = md.takeViolation()
+		}
+		if err != "" {
+			res.fail = &failure{step: step, msg: err}
+			res.checks = md.checks
+			return res
+		}
+	}
+	res.checks = md.checks
+	return res
+}
+
+// apply runs one op and checks its outcome; it returns the op's trace line
+// and the first violation ("" if none).
+func (h Harness) apply(md *model, ms []*lease.Manager, o op) (line, violation string) {
+	line = o.String()
+	switch o.kind {
+	case opAdvance:
+		h.Advance(o.d)
+		md.setNow(h.Now())
+	case opIdle:
+		h.Advance(o.d)
+		md.setNow(h.Now())
+		for i, m := range ms {
+			m.SweepIdle(h.Now())
+			m.Settle()
+			md.swept(i)
+		}
+	case opSweep:
+		ms[o.m].SweepIdle(h.Now())
+		md.swept(o.m)
+	case opReturnKeys:
+		err := ms[o.m].ReturnKeys(func(key string) bool {
+			k, ok := md.index(key)
+			return ok && o.keep&(1<<k) != 0
+		})
+		md.returnedKeys(o.m, o.keep)
+		if err != nil {
+			return line, fmt.Sprintf("ReturnKeys: %v", err)
+		}
+	case opRelease:
+		it := o.items[0]
+		id := md.oldestID(o.m, it.key)
+		if id == "" {
+			return line + " → (none held)", ""
+		}
+		err := ms[o.m].Release(md.keyName(it.key), md.policy(it.key), id)
+		md.released(it.key, id)
+		if err != nil {
+			return line, fmt.Sprintf("Release: %v", err)
+		}
+	case opTake:
+		it := o.items[0]
+		p := md.policy(it.key)
+		var (
+			d   lease.Decision
+			id  string
+			err error
+		)
+		if p.Algorithm == lease.Concurrency {
+			d, id, err = ms[o.m].Acquire(md.keyName(it.key), p, it.hits)
+		} else {
+			d, err = ms[o.m].Take(md.keyName(it.key), p, it.hits)
+		}
+		line += " → " + outcome(d, err)
+		if err != nil {
+			return line, fmt.Sprintf("Take(k%d, hits %d): unexpected error %v", it.key, it.hits, err)
+		}
+		v := md.decided(o.m, it, d, id)
+		if v == "" {
+			v = md.judge(o.m, it, d)
+		}
+		if o.refund && d.Allowed && it.hits > 0 && p.Algorithm.Leased() {
+			ms[o.m].Refund(md.keyName(it.key), p, it.hits)
+			md.refunded(o.m, it)
+		}
+		return line, v
+	case opTakeMany:
+		cs := make([]lease.Check, len(o.items))
+		for i, it := range o.items {
+			cs[i] = lease.Check{Key: md.keyName(it.key), Policy: md.policy(it.key), Hits: it.hits}
+		}
+		ms[o.m].TakeMany(cs)
+		line += " →"
+		for i, c := range cs {
+			if i > 0 {
+				line += ","
+			}
+			line += " " + outcome(c.Decision, c.Err)
+			if c.Err != nil {
+				return line, fmt.Sprintf("TakeMany item %d (k%d, hits %d): unexpected error %v", i, o.items[i].key, o.items[i].hits, c.Err)
+			}
+		}
+		// Admissions first (they happened at one instant), then the
+		// denials are judged against the state after the whole batch
+		// (never stricter than the state each was decided in).
+		for i, c := range cs {
+			if v := md.decided(o.m, o.items[i], c.Decision, ""); v != "" {
+				violation = v
+				break
+			}
+		}
+		for i, c := range cs {
+			if violation != "" {
+				break
+			}
+			violation = md.judge(o.m, o.items[i], c.Decision)
+		}
+		if o.refund {
+			for i, c := range cs {
+				if c.Decision.Allowed && c.Hits > 0 && c.Policy.Algorithm.Leased() {
+					ms[o.m].Refund(c.Key, c.Policy, c.Hits)
+					md.refunded(o.m, o.items[i])
+				}
+			}
+		}
+		return line, violation
+	}
+	return line, ""
+}
+
+func outcome(d lease.Decision, err error) string {
+	switch {
+	case err != nil:
+		return "error " + err.Error()
+	case d.Allowed:
+		return fmt.Sprintf("allowed (remaining %d)", d.Remaining)
+	case d.Unavailable:
+		return "unavailable"
+	default:
+		return fmt.Sprintf("denied (retry %v, remaining %d)", d.RetryAfter, d.Remaining)
+	}
+}
+
+// recorder is one Manager's view of the shared Store: it tells the model
+// what the Store lent to that Manager and what came back.
+type recorder struct {
+	lease.Store
+	m   int
+	md  *model
+	now func() time.Time
+}
+
+func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
+	g, err := r.Store.Lease(ctx, key, p, want, need)
+	if err == nil && want > 0 {
+		r.md.leased(r.m, key, g, r.now())
+	}
+	return g, err
+}
+
+func (r *recorder) Return(ctx context.Context, key string, p lease.Policy, tokens int64) error {
+	err := r.Store.Return(ctx, key, p, tokens)
+	if err == nil {
+		r.md.returned(r.m, key, tokens, r.now())
+	}
+	return err
+}

@@ -1,0 +1,503 @@
+package modeltest
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// model is the reference: what was admitted, what each holder holds, and
+// what each holder last heard from the Store. Its methods lock mu: the
+// recorder calls them from the Managers' goroutines.
+type model struct {
+	mu         sync.Mutex
+	sc         *scenario
+	names      []string
+	byName     map[string]int
+	keys       []*keyModel
+	start      int64
+	now        int64
+	violation  string // found by a recorder callback, reported after the op
+	safetyOnly bool
+	checks     int
+}
+
+type event struct {
+	t, hits  int64
+	m        int
+	orig     int64 // hits before a refund
+	refunded bool
+}
+
+// snapshot is what a holder knew after its last lease call for a key,
+// computed by the model at that instant.
+type snapshot struct {
+	t     int64
+	avail float64 // token_bucket, gcra: level − what the others held
+	oth   float64 // what the others held
+	win   int64   // windows: the window of the call
+	c0    int64   // counted in the window before
+	c1    int64   // counted in the window
+	own   int64   // the holder's tokens on hand
+	adm   int64   // the holder's net admissions so far
+}
+
+type keyModel struct {
+	name    string
+	p       lease.Policy
+	rate    float64 // tokens per nanosecond
+	cap     float64
+	events  []event
+	held    []int64 // per holder: lent and not spent, returned or dropped
+	heldWin []int64 // windows: the window the held tokens belong to
+	netAdm  []int64 // per holder: admitted − refunded
+	snap    []*snapshot
+	lastUse []int64
+	counted map[int64]int64 // windows: granted − returned per window
+	stamps  []int64         // sliding_log
+	ids     map[string]int64
+	owned   [][]string // concurrency ids per holder, oldest first
+}
+
+func newModel(sc *scenario, prefix string) *model {
+	md := &model{sc: sc, byName: make(map[string]int)}
+	for i, p := range sc.keys {
+		name := fmt.Sprintf("%sk%d", prefix, i)
+		md.names = append(md.names, name)
+		md.byName[name] = i
+		k := &keyModel{name: fmt.Sprintf("k%d", i), p: p, cap: float64(p.Capacity()),
+			rate:    float64(p.Limit) / float64(p.Period),
+			held:    make([]int64, sc.holders),
+			heldWin: make([]int64, sc.holders),
+			netAdm:  make([]int64, sc.holders),
+			snap:    make([]*snapshot, sc.holders),
+			lastUse: make([]int64, sc.holders),
+			counted: make(map[int64]int64),
+			ids:     make(map[string]int64),
+			owned:   make([][]string, sc.holders),
+		}
+		md.keys = append(md.keys, k)
+	}
+	return md
+}
+
+func (md *model) keyName(k int) string      { return md.names[k] }
+func (md *model) policy(k int) lease.Policy { return md.keys[k].p }
+
+func (md *model) index(name string) (int, bool) {
+	k, ok := md.byName[name]
+	return k, ok
+}
+
+func (md *model) setNow(t time.Time) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	md.now = t.UnixNano()
+	if md.start == 0 {
+		md.start = md.now
+	}
+}
+
+// at writes a time relative to the run's start.
+func (md *model) at(t int64) string {
+	return "t+" + time.Duration(t-md.start).String()
+}
+
+func (md *model) takeViolation() string {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	v := md.violation
+	md.violation = ""
+	return v
+}
+
+func (md *model) fail(format string, args ...any) {
+	if md.violation == "" {
+		md.violation = fmt.Sprintf(format, args...)
+	}
+}
+
+func (k *keyModel) windowed() bool {
+	return k.p.Algorithm == lease.FixedWindow || k.p.Algorithm == lease.SlidingWindow
+}
+
+func (k *keyModel) win(t int64) int64 {
+	p := int64(k.p.Period)
+	w := t / p
+	if t%p < 0 {
+		w--
+	}
+	return w
+}
+
+// heldNow is what holder m holds of k at t: windowed tokens die with their
+// window.
+func (k *keyModel) heldNow(m int, t int64) int64 {
+	if k.windowed() && k.held[m] > 0 && k.win(t) != k.heldWin[m] {
+		k.held[m] = 0
+	}
+	return k.held[m]
+}
+
+// usable is what holder m can spend of what it holds at t: a Manager stops
+// spending windowed tokens it held from before a check a millisecond
+// before their window ends (its clock may lag by that much).
+func (k *keyModel) usable(m int, t int64) int64 {
+	h := k.heldNow(m, t)
+	if k.windowed() && t >= (k.win(t)+1)*int64(k.p.Period)-int64(time.Millisecond) {
+		return 0
+	}
+	return h
+}
+
+func (k *keyModel) heldOthers(m int, t int64) int64 {
+	var n int64
+	for j := range k.held {
+		if j != m {
+			n += k.heldNow(j, t)
+		}
+	}
+	return n
+}
+
+// level is the token_bucket/gcra bucket of the actual admissions at t
+// (full at the start): what has not been admitted, including what holders
+// hold.
+func (k *keyModel) level(t int64) float64 {
+	lvl := k.cap
+	var last int64
+	for i, e := range k.events {
+		if i > 0 {
+			lvl = min(k.cap, lvl+k.rate*float64(e.t-last))
+		}
+		lvl -= float64(e.hits)
+		last = e.t
+	}
+	if len(k.events) > 0 {
+		lvl = min(k.cap, lvl+k.rate*float64(t-last))
+	}
+	return lvl
+}
+
+// leased records a lease call's answer to holder m.
+func (md *model) leased(m int, key string, g lease.Grant, t time.Time) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	i, ok := md.byName[key]
+	if !ok {
+		md.fail("lease of unknown key %q", key)
+		return
+	}
+	k, now := md.keys[i], t.UnixNano()
+	if g.Granted < 0 {
+		md.fail("%s: the Store granted %d tokens to m%d", k.name, g.Granted, m)
+		return
+	}
+	own := k.heldNow(m, now)
+	if g.Granted > 0 {
+		k.held[m] = own + g.Granted
+		k.heldWin[m] = k.win(now)
+		if k.windowed() {
+			k.counted[k.win(now)] += g.Granted
+		}
+	}
+	s := &snapshot{t: now, win: k.win(now), own: k.held[m], adm: k.netAdm[m]}
+	switch k.p.Algorithm {
+	case lease.TokenBucket, lease.GCRA:
+		s.oth = float64(k.heldOthers(m, now))
+		s.avail = k.level(now) - s.oth
+	case lease.FixedWindow, lease.SlidingWindow:
+		s.c0, s.c1 = k.counted[s.win-1], k.counted[s.win]
+	}
+	k.snap[m] = s
+}
+
+// returned records tokens that holder m gave back.
+func (md *model) returned(m int, key string, tokens int64, t time.Time) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	i, ok := md.byName[key]
+	if !ok {
+		md.fail("return to unknown key %q", key)
+		return
+	}
+	k, now := md.keys[i], t.UnixNano()
+	if h := k.heldNow(m, now); tokens > h {
+		md.fail("%s: m%d returned %d tokens at %s but held %d (tokens made up: over-admission)", k.name, m, tokens, md.at(now), h)
+	}
+	k.held[m] = max(0, k.held[m]-tokens)
+	if k.windowed() {
+		w := k.win(now)
+		k.counted[w] = max(0, k.counted[w]-tokens)
+	}
+	k.snap[m] = nil
+}
+
+// decided records holder m's decision d on it and checks the safety side
+// of the contract; "" if it holds.
+func (md *model) decided(m int, it item, d lease.Decision, id string) string {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	md.checks++
+	k, now := md.keys[it.key], md.now
+	if d.Degraded || d.Unavailable {
+		return fmt.Sprintf("%s: m%d's decision is degraded/unavailable, but the Store never fails here", k.name, m)
+	}
+	if it.hits == 0 {
+		if !d.Allowed && !md.safetyOnly && k.p.Algorithm != lease.Concurrency {
+			return fmt.Sprintf("%s: m%d denied hits 0 at %s (a peek never denies)", k.name, m, md.at(now))
+		}
+		return ""
+	}
+	switch k.p.Algorithm {
+	case lease.SlidingLog:
+		return md.decideLog(m, k, it.hits, d)
+	case lease.Concurrency:
+		return md.decideConc(m, k, d, id)
+	}
+	k.lastUse[m] = now
+	if !d.Allowed {
+		return ""
+	}
+	if h := k.heldNow(m, now); h < it.hits {
+		return fmt.Sprintf("%s: m%d admitted %d hits at %s but held only %d tokens the Store lent it", k.name, m, it.hits, md.at(now), h)
+	}
+	k.held[m] -= it.hits
+	k.netAdm[m] += it.hits
+	k.events = append(k.events, event{t: now, hits: it.hits, m: m, orig: it.hits})
+	return md.safety(k)
+}
+
+// safety checks the inequality of k's algorithm after an admission now.
+func (md *model) safety(k *keyModel) string {
+	now := md.now
+	switch k.p.Algorithm {
+	case lease.TokenBucket, lease.GCRA:
+		var sum int64
+		for j := len(k.events) - 1; j >= 0; j-- {
+			sum += k.events[j].hits
+			if j > 0 && k.events[j-1].t == k.events[j].t {
+				continue
+			}
+			bound := k.cap + k.rate*float64(now-k.events[j].t)
+			if float64(sum) > bound*(1+1e-12)+1e-6 {
+				return fmt.Sprintf("%s (%s): %d hits admitted in [%s, %s] (%v), more than burst + rate×T = %.3f",
+					k.name, describe(k.p), sum, md.at(k.events[j].t), md.at(now), time.Duration(now-k.events[j].t), bound)
+			}
+		}
+	case lease.FixedWindow:
+		w := k.win(now)
+		if n := k.admittedIn(w); n > k.p.Limit {
+			return fmt.Sprintf("%s (%s): %d hits admitted in the window [%s, %s), more than the limit",
+				k.name, describe(k.p), n, md.at(w*int64(k.p.Period)), md.at((w+1)*int64(k.p.Period)))
+		}
+	case lease.SlidingWindow:
+		w := k.win(now)
+		prev, cur := k.admittedIn(w-1), k.admittedIn(w)
+		weight := 1 - float64(now-w*int64(k.p.Period))/float64(k.p.Period)
+		if est := float64(prev)*weight + float64(cur); est > float64(k.p.Limit)+1e-9 {
+			return fmt.Sprintf("%s (%s): at %s the weighted estimate of admissions is %d×%.4f + %d = %.3f, more than the limit",
+				k.name, describe(k.p), md.at(now), prev, weight, cur, est)
+		}
+	}
+	return ""
+}
+
+func (k *keyModel) admittedIn(w int64) int64 {
+	var n int64
+	for _, e := range k.events {
+		if k.win(e.t) == w {
+			n += e.hits
+		}
+	}
+	return n
+}
+
+// refunded records that holder m refunded the hits of its admission of
+// it (made now).
+func (md *model) refunded(m int, it item) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	k := md.keys[it.key]
+	for i := len(k.events) - 1; i >= 0 && k.events[i].t == md.now; i-- {
+		e := &k.events[i]
+		if e.m == m && e.orig == it.hits && !e.refunded {
+			e.refunded = true
+			k.netAdm[m] -= e.hits
+			k.held[m] += e.hits
+			e.hits = 0
+			return
+		}
+	}
+}
+
+// judge checks that a denial of it by holder m is justified; "" if it is.
+func (md *model) judge(m int, it item, d lease.Decision) string {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	k, now, h := md.keys[it.key], md.now, it.hits
+	if md.safetyOnly || d.Allowed || h == 0 || !k.p.Algorithm.Leased() || h > k.p.Capacity() {
+		return ""
+	}
+	own := k.usable(m, now)
+	var avail, proj float64
+	proj = math.Inf(1)
+	s := k.snap[m]
+	slack := 0.0
+	switch k.p.Algorithm {
+	case lease.TokenBucket, lease.GCRA:
+		oth := float64(k.heldOthers(m, now))
+		avail = math.Floor(k.level(now)-oth-float64(own)+1e-6) + float64(own)
+		if s != nil {
+			proj = min(k.cap-s.oth, s.avail+k.rate*float64(now-s.t)) - float64(k.netAdm[m]-s.adm)
+			slack = 1
+		}
+	case lease.FixedWindow:
+		w := k.win(now)
+		avail = float64(k.p.Limit - k.counted[w] + own)
+		if s != nil && s.win == w {
+			proj = float64(k.p.Limit - s.c1 + s.own - (k.netAdm[m] - s.adm))
+		}
+	case lease.SlidingWindow:
+		w := k.win(now)
+		weight := 1 - float64(now-w*int64(k.p.Period))/float64(k.p.Period)
+		est := float64(k.counted[w-1])*weight + float64(k.counted[w])
+		avail = math.Floor(float64(k.p.Limit)-est+1e-9) + float64(own) - 1
+		if s != nil {
+			switch s.win {
+			case w:
+				proj = math.Floor(float64(k.p.Limit)-(float64(s.c0)*weight+float64(s.c1))+1e-9) + float64(s.own-(k.netAdm[m]-s.adm))
+			case w - 1:
+				proj = math.Floor(float64(k.p.Limit) - float64(s.c1)*weight + 1e-9)
+			}
+			slack = 1
+		}
+	}
+	if avail >= float64(h) && proj >= float64(h)+slack {
+		why := "it never leased this key (or its bucket was dropped)"
+		if s != nil {
+			why = fmt.Sprintf("its last Store answer (at %s) projected to now covers %.2f", md.at(s.t), proj)
+		}
+		return fmt.Sprintf("%s (%s): m%d denied %d hits at %s, but %.2f are available to it (the model's level, less %d tokens the other holders hold) and %s (denial unjustified)",
+			k.name, describe(k.p), m, h, md.at(now), avail, k.heldOthers(m, now), why)
+	}
+	return ""
+}
+
+// decideLog checks a sliding_log decision against the exact log.
+func (md *model) decideLog(m int, k *keyModel, hits int64, d lease.Decision) string {
+	now, p := md.now, k.p
+	in := func(strict bool) int64 {
+		var n int64
+		for _, s := range k.stamps {
+			if s > now-int64(p.Period) || (!strict && s == now-int64(p.Period)) {
+				n++
+			}
+		}
+		return n
+	}
+	spaced := true
+	if p.MinInterval > 0 && len(k.stamps) > 0 && now-k.stamps[len(k.stamps)-1] < int64(p.MinInterval) {
+		spaced = false
+	}
+	lo, hi := in(true), in(false) // the window's count with its edge out and in
+	mustAllow := spaced && hi+hits <= p.Limit
+	mustDeny := !spaced || lo+hits > p.Limit
+	switch {
+	case d.Allowed && mustDeny:
+		return fmt.Sprintf("%s (%s): m%d admitted %d hits at %s with %d in the window (newest at %s): over the limit or closer than min_interval",
+			k.name, describe(p), m, hits, md.at(now), lo, md.at(k.newest()))
+	case !d.Allowed && mustAllow && !md.safetyOnly:
+		return fmt.Sprintf("%s (%s): m%d denied %d hits at %s with %d in the window (sliding_log is exact)",
+			k.name, describe(p), m, hits, md.at(now), hi)
+	}
+	if d.Allowed {
+		for range hits {
+			k.stamps = append(k.stamps, now)
+		}
+	}
+	return ""
+}
+
+func (k *keyModel) newest() int64 {
+	if len(k.stamps) == 0 {
+		return 0
+	}
+	return k.stamps[len(k.stamps)-1]
+}
+
+// decideConc checks a concurrency acquisition against the exact set of
+// ids in flight.
+func (md *model) decideConc(m int, k *keyModel, d lease.Decision, id string) string {
+	now := md.now
+	var lo, hi int64 // in flight with the expiry instant out and in
+	for _, exp := range k.ids {
+		if exp > now {
+			lo++
+		}
+		if exp >= now {
+			hi++
+		}
+	}
+	switch {
+	case d.Allowed && lo >= k.p.Limit:
+		return fmt.Sprintf("%s (%s): m%d acquired at %s with %d in flight", k.name, describe(k.p), m, md.at(now), lo)
+	case !d.Allowed && hi < k.p.Limit && !md.safetyOnly:
+		return fmt.Sprintf("%s (%s): m%d denied at %s with %d in flight (concurrency is exact)", k.name, describe(k.p), m, md.at(now), hi)
+	case d.Allowed && id == "":
+		return fmt.Sprintf("%s: m%d acquired without an id", k.name, m)
+	}
+	if d.Allowed {
+		k.ids[id] = now + int64(k.p.Period)
+		k.owned[m] = append(k.owned[m], id)
+	}
+	return ""
+}
+
+func (md *model) oldestID(m, key int) string {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	k := md.keys[key]
+	for len(k.owned[m]) > 0 {
+		id := k.owned[m][0]
+		if _, ok := k.ids[id]; ok {
+			return id
+		}
+		k.owned[m] = k.owned[m][1:]
+	}
+	return ""
+}
+
+func (md *model) released(key int, id string) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	delete(md.keys[key].ids, id)
+}
+
+// swept records an idle sweep of holder m: keys it surely dropped forget
+// what it knew (a key may be dropped up to Idle/100 early: the Manager
+// keeps use times at that resolution; those keep their snapshot, which
+// only makes the check more lenient).
+func (md *model) swept(m int) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	for _, k := range md.keys {
+		if md.now-k.lastUse[m] >= int64(idle) {
+			k.snap[m] = nil
+		}
+	}
+}
+
+// returnedKeys records ReturnKeys on holder m keeping the keys in keep.
+func (md *model) returnedKeys(m int, keep uint8) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	for i, k := range md.keys {
+		if keep&(1<<i) == 0 {
+			k.snap[m] = nil
+		}
+	}
+}

@@ -1,0 +1,247 @@
+// Package modeltest is the model-based test of lease.Manager: a seeded,
+// reproducible harness that drives one to three Managers sharing one
+// lease.Store through random sequences of checks, time jumps, refunds,
+// returns and idle sweeps, and after every step checks what they decided
+// against an exact reference model of what was admitted, written from the
+// accuracy contract (the lease package doc, DESIGN "Accuracy contract"),
+// not from the Manager's code.
+//
+// It is a non-test package, like lease/storetest, so that the lease tests
+// run it on a MemoryStore with a fake clock and the lua tests on a Redis
+// whose clock is frozen (lua/redistest.StartWithClock).
+//
+// # What is checked
+//
+// Safety, across all holders of a key, after every admission (hits net of
+// refunds, at the instant the Manager decided):
+//
+//   - token_bucket, gcra: for every interval [t, now], admitted ≤ burst +
+//     rate × (now − t) (each new admission against all earlier ones);
+//   - fixed_window: admitted in one window ≤ limit;
+//   - sliding_window: prev × (1 − elapsed/period) + cur ≤ limit, over the
+//     windows' actual admissions;
+//   - sliding_log: the decision is exactly the log's (count + hits ≤ limit
+//     over the rolling window, and min_interval);
+//   - concurrency: in flight ≤ limit, and the decision is exactly the
+//     model's (at an expiry instant either answer is accepted).
+//
+// Liveness: hits = 0 is never denied, and a denied check of hits h is
+// justified: the model's level now, less what other holders hold (tokens
+// the Store lent them and they did not spend, return or drop), cannot cover
+// h, or the level the Manager last heard from the Store (at its last lease
+// call for the key, also taken from the model), projected to now, cannot
+// (one token of slack for rounding where the Store floors). What each
+// holder holds is measured, not guessed: every Manager talks to the Store
+// through a recording wrapper.
+//
+// # Determinism
+//
+// Each seed gives one scenario: the number of holders, the keys and their
+// policies, and the op list; nothing in it depends on the outcomes. The
+// clock moves only by the harness (a fake clock, or the frozen Redis
+// clock, first moved to the same offset past a day boundary), the
+// Managers run without a sweeper and with one batch worker, and the
+// harness calls Manager.Settle after every op, so that prefetches finish
+// before the next one. A failing seed is replayed with the op list cut
+// down by delta debugging, and the shortest failing sequence is printed
+// with each op's outcome, the seed and the command that replays it.
+//
+// # Concurrency
+//
+// Run and RunSeed use the Harness from one goroutine; a Harness must not
+// be shared by parallel tests.
+package modeltest
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// Harness is what the model test needs from the Store under test.
+type Harness struct {
+	// NewStore returns a Store that reads the clock Now. It is called once
+	// per replay of a seed (many times while shrinking); keys are unique
+	// per call, so one shared server is fine.
+	NewStore func(t testing.TB) lease.Store
+	// Now is the Store's clock, and the Managers'. Advance moves it
+	// forward by d.
+	Now     func() time.Time
+	Advance func(d time.Duration)
+	// Package is the package path the test runs in ("./lease/"), for the
+	// replay command printed with a failure.
+	Package string
+}
+
+// Options says what to run. The environment overrides it (see FromEnv).
+type Options struct {
+	// Seed is the first seed; Seeds how many consecutive seeds to run.
+	Seed  uint64
+	Seeds int
+	// Steps is the number of ops per seed.
+	Steps int
+	// Holders is the number of Managers sharing the Store, 1 to 3; 0
+	// picks 1 to 3 per seed.
+	Holders int
+	// Algorithms are the algorithms the keys use; nil means all six.
+	Algorithms []lease.Algorithm
+	// SafetyOnly checks only the safety side (the inequalities, the exact
+	// algorithms' admissions), not that denials are justified.
+	SafetyOnly bool
+	// Duration, when positive, runs seeds from Seed on until this much
+	// wall time has passed (at least Seeds of them): the long form.
+	Duration time.Duration
+}
+
+// The environment variables that override Options, so that a failure can
+// be replayed and the long form selected without editing a test.
+const (
+	EnvSeed  = "SLUICE_MODEL_SEED"  // run only this seed
+	EnvSeeds = "SLUICE_MODEL_SEEDS" // number of seeds
+	EnvSteps = "SLUICE_MODEL_STEPS" // ops per seed
+	EnvTime  = "SLUICE_MODEL_TIME"  // a duration per Run: the long form, from a new first seed
+)
+
+// FromEnv returns o with the fields the environment sets replaced. An
+// unparsable value is reported on t.
+func FromEnv(t testing.TB, o Options) Options {
+	t.Helper()
+	if v := os.Getenv(EnvSeed); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", EnvSeed, v, err)
+		}
+		o.Seed, o.Seeds, o.Duration = n, 1, 0
+		return o
+	}
+	if v := os.Getenv(EnvSeeds); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive count", EnvSeeds, v)
+		}
+		o.Seeds = n
+	}
+	if v := os.Getenv(EnvSteps); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive count", EnvSteps, v)
+		}
+		o.Steps = n
+	}
+	if v := os.Getenv(EnvTime); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", EnvTime, v, err)
+		}
+		o.Duration = d
+		// The long form explores new seeds on every run; a failure
+		// prints its seed.
+		o.Seed += uint64(time.Now().UnixNano()) &^ (1<<40 - 1)
+		t.Logf("%s=%v: seeds from %d", EnvTime, d, o.Seed)
+	}
+	return o
+}
+
+// Summary counts what a Run checked.
+type Summary struct {
+	Seeds, Steps int
+	// Checks is the number of decisions checked against the model.
+	Checks int
+}
+
+// Run runs o.Seeds seeds (or seeds for o.Duration) of o.Steps ops each
+// against h. The first failing seed fails t with its minimal reproduction;
+// Run then stops.
+func Run(t testing.TB, h Harness, o Options) Summary {
+	t.Helper()
+	if h.NewStore == nil || h.Now == nil || h.Advance == nil {
+		t.Fatal("modeltest: Harness.NewStore, Now and Advance are required")
+	}
+	if o.Seeds < 1 {
+		o.Seeds = 1
+	}
+	if o.Steps < 1 {
+		o.Steps = 100
+	}
+	var sum Summary
+	start := time.Now()
+	for i := 0; ; i++ {
+		if i >= o.Seeds && (o.Duration <= 0 || time.Since(start) >= o.Duration) {
+			break
+		}
+		seed := o.Seed + uint64(i)
+		sc := generate(seed, o)
+		res := h.exec(t, sc, sc.ops, false)
+		sum.Seeds++
+		sum.Steps += res.steps
+		sum.Checks += res.checks
+		if res.fail != nil {
+			t.Errorf("%s", h.report(t, sc, res))
+			return sum
+		}
+	}
+	return sum
+}
+
+// RunSeed runs one seed with o's other settings (for fuzz targets).
+func RunSeed(t testing.TB, h Harness, o Options, seed uint64) {
+	t.Helper()
+	o.Seed, o.Seeds, o.Duration = seed, 1, 0
+	Run(t, h, o)
+}
+
+// report shrinks a failing scenario and describes it.
+func (h Harness) report(t testing.TB, sc *scenario, first result) string {
+	ops := h.shrink(t, sc, sc.ops)
+	res := h.exec(t, sc, ops, true)
+	if res.fail == nil { // not reproducible when replayed: print the original
+		ops, res = sc.ops, h.exec(t, sc, sc.ops, true)
+		if res.fail == nil {
+			res = first
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "model violation, seed %d (%d ops, shrunk to %d):\n", sc.seed, len(sc.ops), len(ops))
+	fmt.Fprintf(&b, "  %s\n\n", first.fail)
+	fmt.Fprintf(&b, "minimal reproduction: %d holder(s) sharing one Store, Idle %v, fake clock\n", sc.holders, idle)
+	used := make(map[int]bool)
+	for _, o := range ops {
+		for _, it := range o.items {
+			used[it.key] = true
+		}
+	}
+	for i, k := range sc.keys {
+		if used[i] {
+			fmt.Fprintf(&b, "  k%d: %s\n", i, describe(k))
+		}
+	}
+	for i, line := range res.trace {
+		fmt.Fprintf(&b, "  %3d. %s\n", i+1, line)
+	}
+	if res.fail != nil {
+		fmt.Fprintf(&b, "  FAILS at op %d: %s\n", res.fail.step+1, res.fail.msg)
+	}
+	pkg := h.Package
+	if pkg == "" {
+		pkg = "."
+	}
+	fmt.Fprintf(&b, "\nreplay: %s=%d go test -count=1 -run '^%s$' %s\n", EnvSeed, sc.seed, t.Name(), pkg)
+	return b.String()
+}
+
+// describe writes a policy as a rule would.
+func describe(p lease.Policy) string {
+	s := fmt.Sprintf("%s limit %d per %v", p.Algorithm, p.Limit, p.Period)
+	if (p.Algorithm == lease.TokenBucket || p.Algorithm == lease.GCRA) && p.Burst > 0 {
+		s += fmt.Sprintf(" burst %d", p.Burst)
+	}
+	if p.MinInterval > 0 {
+		s += fmt.Sprintf(" min_interval %v", p.MinInterval)
+	}
+	return s
+}

@@ -1,0 +1,385 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// Rules at runtime (DESIGN.md "Rules at runtime"). Exactly one source is
+// authoritative for a node's rules, and GET /v1/rules says which:
+//
+//   - "file": the rule file given to sluiced -rules. The node installs it
+//     with SetRules (cmd/sluiced reloads it); the admin API is read-only
+//     and a write answers 409 naming the file. Each new set the node
+//     installs gets the next local version (nodes reading the same file
+//     may number it differently).
+//   - "store": a [RuleStore] shared by the cluster (Redis: lua.Store).
+//     Writes through the admin API are validated whole, then saved with
+//     the version they replace (optimistic concurrency: the store refuses
+//     a save whose expected version is stale), then installed here and
+//     announced to the other members by a gossip broadcast; every node
+//     also polls the store's version every RulesConfig.Poll, so that a
+//     node that missed the broadcast converges at its next poll.
+//   - "data_dir": a [DirStore], a file written atomically in a local
+//     directory: the same as store for one node.
+//   - "memory": none of these (a Node used alone, or sluiced without
+//     -rules, -redis and -data-dir): writes are kept in this process only
+//     and lost at restart.
+//
+// A node with a store installs the stored set before it reports ready
+// (StartRules loads it; until a load succeeds /readyz answers 503). A
+// stored set that no longer validates (written by hand, or by a newer
+// version of Sluice) is refused like a bad rule file: the node keeps its
+// last good set and shows the error in /readyz. A store whose version
+// falls back to 0 (Redis lost its data) is not installed: the node keeps
+// its rules, logs a warning, and the next write stores them again.
+//
+// Installing a set goes through SetRules, which keeps the counters of
+// every key whose rule and policy did not change.
+
+// RuleStore keeps the rule set written through the admin API, with a
+// version that every save increments. It is declared here, where it is
+// used; lua.Store (Redis) and DirStore implement it. Rules travel as their
+// JSON specs (a rules.Spec each), in order.
+type RuleStore interface {
+	// LoadRules returns the stored version and rules; version 0 with no
+	// rules means nothing was ever saved.
+	LoadRules(ctx context.Context) (version uint64, specs [][]byte, err error)
+	// RulesVersion returns the stored version (cheap: nodes poll it).
+	RulesVersion(ctx context.Context) (uint64, error)
+	// SaveRules replaces the stored set if the stored version is expect,
+	// returning the new version and true; otherwise it writes nothing and
+	// returns the stored version and false.
+	SaveRules(ctx context.Context, expect uint64, names []string, specs [][]byte) (version uint64, saved bool, err error)
+}
+
+// Rule sources as GET /v1/rules names them.
+const (
+	SourceFile    = "file"
+	SourceStore   = "store"
+	SourceDataDir = "data_dir"
+	SourceMemory  = "memory"
+)
+
+// RulesConfig says where a Node's rules come from. The zero value means
+// "memory".
+type RulesConfig struct {
+	// File is the rule file when the rules come from one (sluiced -rules):
+	// the admin API is then read-only. Empty means no file.
+	File string
+	// Store keeps the rules written through the admin API. Nil means no
+	// store. File and Store are exclusive.
+	Store RuleStore
+	// Source names Store in GET /v1/rules: SourceStore (shared by the
+	// cluster) or SourceDataDir (this node's own). Empty means SourceStore.
+	Source string
+	// Poll is how often the store's version is read, to catch a change
+	// whose broadcast this node missed. Zero means 1s.
+	Poll time.Duration
+	// LoadTimeout bounds one read or write of the store. Zero means 5s.
+	LoadTimeout time.Duration
+}
+
+// ruleAdmin is a Node's rule source and version.
+type ruleAdmin struct {
+	// mu serializes writes and installs, and protects the fields below.
+	mu      sync.Mutex
+	cfg     RulesConfig
+	source  string
+	version uint64
+	// seen is the table this version numbers: a set installed by
+	// SetRules directly (a rule file reload) gets the next version when
+	// the admin API next looks (see current).
+	seen *ruleTable
+	// loaded: the store's set was installed at least once.
+	loaded bool
+	// warnedEmpty: the store's version 0 while ours is not was logged.
+	warnedEmpty bool
+
+	kick chan struct{} // wakes the poll loop (a broadcast arrived)
+	stop chan struct{} // closed by CloseRules
+	done chan struct{} // closed when the poll loop returned
+	once sync.Once
+}
+
+// StartRules sets where the node's rules come from. With a Store it
+// loads the stored set (the node is not ready until a load succeeds; a
+// failed first load is retried at every poll) and starts polling the
+// store's version until CloseRules. Call it once, before Serve.
+func (n *Node) StartRules(cfg RulesConfig) error {
+	ra := &n.ra
+	if cfg.File != "" && cfg.Store != nil {
+		return errors.New("cannot take rules from a file and a store at once")
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.LoadTimeout <= 0 {
+		cfg.LoadTimeout = 5 * time.Second
+	}
+	ra.mu.Lock()
+	ra.cfg = cfg
+	switch {
+	case cfg.File != "":
+		ra.source = SourceFile
+	case cfg.Store != nil && cfg.Source != "":
+		ra.source = cfg.Source
+	case cfg.Store != nil:
+		ra.source = SourceStore
+	default:
+		ra.source = SourceMemory
+	}
+	ra.mu.Unlock()
+	if cfg.Store == nil {
+		return nil
+	}
+	ra.kick = make(chan struct{}, 1)
+	ra.stop = make(chan struct{})
+	ra.done = make(chan struct{})
+	if err := n.loadStore(); err != nil {
+		n.SetRulesError(err)
+	}
+	go n.pollRules()
+	return nil
+}
+
+// CloseRules stops polling the rule store. It is idempotent.
+func (n *Node) CloseRules() {
+	ra := &n.ra
+	if ra.stop == nil {
+		return
+	}
+	ra.once.Do(func() { close(ra.stop) })
+	<-ra.done
+}
+
+// RulesVersion returns the version of the installed rule set and its
+// source (see StartRules).
+func (n *Node) RulesVersion() (uint64, string) {
+	ra := &n.ra
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	_, v := n.currentLocked()
+	return v, ra.sourceLocked()
+}
+
+func (ra *ruleAdmin) sourceLocked() string {
+	if ra.source == "" {
+		return SourceMemory
+	}
+	return ra.source
+}
+
+// currentLocked returns the installed table and its version. A table
+// installed behind the admin API's back (SetRules from a file reload)
+// gets the next version.
+func (n *Node) currentLocked() (*ruleTable, uint64) {
+	ra := &n.ra
+	t := n.rules.Load()
+	if t != ra.seen {
+		ra.seen = t
+		if t != nil {
+			ra.version++
+		}
+	}
+	return t, ra.version
+}
+
+// installLocked installs set as version.
+func (n *Node) installLocked(set *rules.Set, version uint64) {
+	n.SetRules(set)
+	n.ra.seen = n.rules.Load()
+	n.ra.version = version
+}
+
+// pollRules reads the store's version every Poll, or at once when a
+// broadcast announces a version this node does not have, and installs a
+// newer set.
+func (n *Node) pollRules() {
+	ra := &n.ra
+	defer close(ra.done)
+	t := time.NewTicker(ra.cfg.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ra.stop:
+			return
+		case <-t.C:
+		case <-ra.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ra.cfg.LoadTimeout)
+		v, err := ra.cfg.Store.RulesVersion(ctx)
+		cancel()
+		if err != nil {
+			n.log.Debug("cannot read the rule store's version", "err", err)
+			continue
+		}
+		ra.mu.Lock()
+		stale := !ra.loaded || v != ra.version
+		ra.mu.Unlock()
+		if stale {
+			if err := n.loadStore(); err != nil {
+				n.SetRulesError(err)
+			}
+		}
+	}
+}
+
+// loadStore installs the store's set if its version differs from ours.
+func (n *Node) loadStore() error {
+	ra := &n.ra
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	_, err := n.loadStoreLocked()
+	return err
+}
+
+// loadStoreLocked reads the store and installs its set when its version
+// is not ours; it returns the stored version.
+func (n *Node) loadStoreLocked() (uint64, error) {
+	ra := &n.ra
+	ctx, cancel := context.WithTimeout(context.Background(), ra.cfg.LoadTimeout)
+	defer cancel()
+	v, specs, err := ra.cfg.Store.LoadRules(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cannot load rules from the %s: %w", ra.source, err)
+	}
+	if ra.loaded && v == ra.version {
+		return v, nil
+	}
+	if v == 0 && ra.loaded && ra.version > 0 {
+		if !ra.warnedEmpty {
+			ra.warnedEmpty = true
+			n.log.Warn("the rule store is empty (did Redis lose its data?); keeping the rules in memory until the next write stores them again",
+				"version", ra.version)
+		}
+		return v, nil
+	}
+	set, err := decodeSpecs(specs)
+	if err != nil {
+		return v, fmt.Errorf("cannot install rules version %d from the %s: %w", v, ra.source, err)
+	}
+	prev, old := n.currentLocked()
+	n.installLocked(set, v)
+	ra.loaded, ra.warnedEmpty = true, false
+	var prevSet *rules.Set
+	if prev != nil {
+		prevSet = prev.set
+	}
+	added, removed, changed := rules.Diff(prevSet, set)
+	n.log.Info("rules installed from the "+ra.source, "old_version", old, "new_version", v, "rules", set.Len(),
+		"added", added, "removed", removed, "changed", changed)
+	return v, nil
+}
+
+// decodeSpecs validates stored rule specs as one set.
+func decodeSpecs(specs [][]byte) (*rules.Set, error) {
+	list := make([]rules.Spec, 0, len(specs))
+	for i, b := range specs {
+		s, err := rules.ParseSpec(b)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d]: %w", i, err)
+		}
+		list = append(list, s)
+	}
+	return rules.NewSet(list)
+}
+
+// encodeSpecs is the stored form of set: names and JSON specs in order.
+func encodeSpecs(set *rules.Set) ([]string, [][]byte, error) {
+	names := make([]string, 0, set.Len())
+	specs := make([][]byte, 0, set.Len())
+	for _, r := range set.Rules() {
+		b, err := json.Marshal(r.Spec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot encode rule %q: %w", r.Name, err)
+		}
+		names = append(names, r.Name)
+		specs = append(specs, b)
+	}
+	return names, specs, nil
+}
+
+// Gossip of rule versions: after a write, the node broadcasts
+// {rulesMsgKind, rulesMsgVersion, uvarint version}; a member receiving a
+// version other than its own wakes its poll loop, which loads the set
+// from the store (the message is small; the rules stay in the store).
+const (
+	rulesMsgKind    byte = 'R'
+	rulesMsgVersion byte = 1
+)
+
+// appendRulesMsg appends the broadcast of version v.
+func appendRulesMsg(dst []byte, v uint64) []byte {
+	dst = append(dst, rulesMsgKind, rulesMsgVersion)
+	return binary.AppendUvarint(dst, v)
+}
+
+// parseRulesMsg reads a rules broadcast.
+func parseRulesMsg(msg []byte) (uint64, bool) {
+	if len(msg) < 3 || msg[0] != rulesMsgKind || msg[1] != rulesMsgVersion {
+		return 0, false
+	}
+	v, k := binary.Uvarint(msg[2:])
+	if k <= 0 || k != len(msg)-2 {
+		return 0, false
+	}
+	return v, true
+}
+
+// isRulesMsg reports whether a gossip message is a rules broadcast.
+func isRulesMsg(msg []byte) bool { return len(msg) >= 1 && msg[0] == rulesMsgKind }
+
+// rulesMessage handles a rules broadcast from a peer.
+func (n *Node) rulesMessage(msg []byte) {
+	v, ok := parseRulesMsg(msg)
+	ra := &n.ra
+	if !ok || ra.kick == nil {
+		return
+	}
+	ra.mu.Lock()
+	have := ra.loaded && v == ra.version
+	ra.mu.Unlock()
+	if have {
+		return
+	}
+	select {
+	case ra.kick <- struct{}{}:
+	default:
+	}
+}
+
+// broadcaster is what the node needs of its membership to announce a
+// version (*member.Cluster).
+type broadcaster interface{ Broadcast(msg []byte) error }
+
+// announceRules broadcasts version v to the other members, if clustered.
+func (n *Node) announceRules(v uint64) {
+	c := n.cl
+	if c == nil {
+		return
+	}
+	b := c.membership.Load()
+	if b == nil {
+		return
+	}
+	bc, ok := b.m.(broadcaster)
+	if !ok {
+		return
+	}
+	if err := bc.Broadcast(appendRulesMsg(nil, v)); err != nil {
+		n.log.Warn("cannot announce the new rules version; peers will see it at their next poll",
+			"version", v, "err", err)
+	}
+}
+
+// formatVersion is a version as an ETag: a quoted decimal.
+func formatVersion(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
