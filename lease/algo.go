@@ -73,7 +73,7 @@ func unixMicros(t time.Time) int64 { return t.UnixMicro() }
 // the policy validates, its algorithm is leased, and 0 ≤ need ≤ want ≤
 // MaxHits. Errors name the field at fault; a wrong algorithm wraps
 // ErrWrongAlgorithm. Both Stores call it before any state is touched.
-func CheckLease(p Policy, want, need int64) error {
+func CheckLease(p Policy, want, need int64, to Lessee) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -85,13 +85,19 @@ func CheckLease(p Policy, want, need int64) error {
 		return &FieldError{Field: "want", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxHits), want)}
 	case need < 0 || need > want:
 		return &FieldError{Field: "need", Msg: fmt.Sprintf("must be between 0 and want (%d), got %d", want, need)}
+	case len(to.ID) > MaxHolderLen:
+		return &FieldError{Field: "holder", Msg: fmt.Sprintf("must be at most %d bytes", MaxHolderLen)}
+	case to.Held < 0 || to.Held > MaxHits:
+		return &FieldError{Field: "held", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxHits), to.Held)}
+	case to.ID != "" && (to.TTL < time.Millisecond || to.TTL > MaxLeaseTTL):
+		return &FieldError{Field: "ttl", Msg: fmt.Sprintf("must be between 1ms and %v, got %v", MaxLeaseTTL, to.TTL)}
 	}
 	return nil
 }
 
 // CheckReturn reports whether a Return call with these arguments is valid
 // (a leased algorithm and 0 ≤ tokens ≤ MaxHits).
-func CheckReturn(p Policy, tokens int64) error {
+func CheckReturn(p Policy, tokens int64, holder string) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -100,6 +106,9 @@ func CheckReturn(p Policy, tokens int64) error {
 	}
 	if tokens < 0 || tokens > MaxHits {
 		return &FieldError{Field: "tokens", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxHits), tokens)}
+	}
+	if len(holder) > MaxHolderLen {
+		return &FieldError{Field: "holder", Msg: fmt.Sprintf("must be at most %d bytes", MaxHolderLen)}
 	}
 	return nil
 }

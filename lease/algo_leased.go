@@ -18,10 +18,13 @@ type TokenBucketState struct {
 	Tokens float64
 	// Updated is when Tokens was written, in unix µs; 0 means no state.
 	Updated int64
+	// Loans are the tokens lent to holders and still counted against
+	// the capacity (all expiring after Updated).
+	Loans loans
 }
 
-// level is the number of tokens at t:
-// min(C, Tokens + (t-Updated)*L/P), or C without state.
+// level is the number of tokens at t: min(C, Tokens + (t-Updated)*L/P),
+// capped by the loans (loans.capLevel), or C without state.
 func (s *TokenBucketState) level(t int64, pf, lf, cf float64) float64 {
 	if s.Updated == 0 {
 		return cf
@@ -30,14 +33,15 @@ func (s *TokenBucketState) level(t int64, pf, lf, cf float64) float64 {
 	if elapsed < 0 {
 		elapsed = 0
 	}
-	return math.Min(cf, s.Tokens+float64(elapsed)*lf/pf)
+	return s.Loans.capLevel(math.Min(cf, s.Tokens+float64(elapsed)*lf/pf), max(t, s.Updated), pf, lf, cf)
 }
 
 // Lease runs one lease call at now (see the package doc). Wait is
-// (need - tokens)*P/L, Reset is (C - tokens_after)*P/L. The state is
-// written (Tokens = tokens after the grant, Updated = now) only when
-// something is granted.
-func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64) Grant {
+// (need - tokens)*P/L, Reset is (C - tokens_after)*P/L (lent tokens
+// counted as spent, as Grant.Reset says). The state is written (Tokens = tokens after
+// the grant, Updated = now, the expired loans dropped, to's loan settled)
+// only when something is granted.
+func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant {
 	t := unixMicros(now)
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	c := p.Capacity()
@@ -54,34 +58,45 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64) Gran
 			tokens -= float64(g.Granted)
 			s.Tokens = tokens
 			s.Updated = max(s.Updated, t)
+			s.Loans = s.Loans.prune(s.Updated).settle(to, g.Granted, s.Updated, false)
 		}
 	default:
 		g.Wait = ceilMillis((float64(need) - tokens) * pf / lf)
 	}
+	if g.Granted == 0 {
+		s.Loans.renew(to, t)
+	}
+	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = int64(math.Floor(tokens))
 	g.Reset = ceilMillis((cf - tokens) * pf / lf)
 	return g
 }
 
-// Return gives back n tokens at now: tokens = min(C, level + n). A key
-// without state is a full bucket: nothing to do.
-func (s *TokenBucketState) Return(p Policy, now time.Time, n int64) {
+// Return ends holder's loan at now: tokens = level + min(n, lent), which
+// the loans keep at most C. A key without state is a full bucket: nothing
+// to do.
+func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder string) {
 	if s.Updated == 0 || n <= 0 {
 		return
 	}
 	t := unixMicros(now)
 	pf, lf, cf := float64(periodMicros(p)), float64(p.Limit), float64(p.Capacity())
-	s.Tokens = math.Min(cf, s.level(t, pf, lf, cf)+float64(n))
+	level := s.level(t, pf, lf, cf)
 	s.Updated = max(s.Updated, t)
+	ls, back := s.Loans.prune(s.Updated).take(holder, n)
+	s.Loans = ls
+	s.Tokens = math.Min(cf, level+float64(back))
 }
 
-// expiry is when the bucket is full again (unix µs, rounded up): from then
-// on the state equals no state. Updated + ceil((C - Tokens)*P/L).
+// expiry is when the bucket is full again with no further calls (unix
+// µs, rounded up): from then on the state equals no state. Updated +
+// ceil((C - Tokens)*P/L), or later while loans run (loans.fullIn).
 func (s *TokenBucketState) expiry(p Policy) int64 {
 	if s.Updated == 0 {
 		return 0
 	}
-	d := (float64(p.Capacity()) - s.Tokens) * float64(periodMicros(p)) / float64(p.Limit)
+	pf, lf := float64(periodMicros(p)), float64(p.Limit)
+	d := s.Loans.fullIn((float64(p.Capacity())-s.Tokens)*pf/lf, s.Updated, pf, lf)
 	if d <= 0 {
 		return s.Updated
 	}
@@ -98,9 +113,16 @@ func (s *TokenBucketState) expiry(p Policy) int64 {
 // of at most 1µs worth of tokens per lease call), but the Store never
 // admits early. A float64 TAT would not be exact either: at today's unix
 // µs its resolution is 0.25µs, and its rounding goes both ways.
+//
+// Policy.Validate keeps Burst*P/L (the most the TAT runs ahead of now) at
+// most 2^52 µs, so the TAT stays an exact integer below 2^53 in float64
+// (Lua) and in int64, with no cap.
 type GCRAState struct {
 	// TAT is the theoretical arrival time in unix µs; 0 means no state.
 	TAT int64
+	// Loans are the tokens lent to holders and still counted against
+	// the burst: the TAT is never below loans.floorTAT.
+	Loans loans
 }
 
 // gcraAvail is floor(B - d*L/P), at least 0, where d = max(TAT, t) - t.
@@ -112,18 +134,30 @@ func gcraAvail(d int64, bf, lf, pf float64) int64 {
 	return int64(a)
 }
 
+// reset is the time from t until the key is full with no further calls,
+// with its loans: the TAT, or a loan's expiry plus its tokens' worth
+// (A(E)·P/L), if later.
+func (s *GCRAState) reset(t int64, pf, lf float64) int64 {
+	end := s.TAT
+	for _, l := range s.Loans {
+		end = max(end, l.Expires+int64(math.Ceil(float64(s.Loans.after(l.Expires))*pf/lf)))
+	}
+	return max(end-t, 0)
+}
+
 // Lease runs one lease call at now (see the package doc). With base =
-// max(TAT, t) and d = base - t (integers): avail = floor(B - d*L/P); a
-// grant of g sets TAT = base + ceil(g*P/L); Wait = d - (B - need)*P/L;
-// Reset = TAT_after - t. These are the package doc's formulas with T = P/L
-// and tau = B*T multiplied out, which keeps whole-token boundaries exact
-// whenever P/L is a whole number of µs.
-func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64) Grant {
+// max(TAT, t, loans.floorTAT(t)) and d = base - t (integers): avail =
+// floor(B - d*L/P); a grant of g sets TAT = base + ceil(g*P/L); Wait = d -
+// (B - need)*P/L; Reset = TAT_after - t (lent tokens counted as spent). These
+// are the package doc's formulas with T = P/L and tau = B*T multiplied
+// out, which keeps whole-token boundaries exact whenever P/L is a whole
+// number of µs.
+func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant {
 	t := unixMicros(now)
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	b := p.Capacity()
 	bf := float64(b)
-	base := max(s.TAT, t)
+	base := max(s.TAT, t, s.Loans.floorTAT(t, pf, lf))
 	d := base - t
 	avail := gcraAvail(d, bf, lf, pf)
 	var g Grant
@@ -133,35 +167,48 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64) Grant {
 	case avail >= need:
 		g.Granted = min(want, avail)
 		if g.Granted > 0 {
-			adv := int64(math.Ceil(math.Min(float64(g.Granted)*pf/lf, maxTATAdvance)))
-			s.TAT = min(base+adv, t+maxTATAdvance)
+			s.TAT = base + int64(math.Ceil(float64(g.Granted)*pf/lf))
+			s.Loans = s.Loans.prune(t).settle(to, g.Granted, t, false)
 			d = s.TAT - t
 		}
 	default:
 		g.Wait = ceilMillis(float64(d) - (bf-float64(need))*pf/lf)
 	}
+	if g.Granted == 0 {
+		s.Loans.renew(to, t)
+	}
+	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = gcraAvail(d, bf, lf, pf)
 	g.Reset = ceilMillis(float64(d))
 	return g
 }
 
-// Return gives back n tokens at now: TAT = max(t, TAT - floor(n*P/L)). A
-// TAT not after now is a full bucket: nothing to do.
-func (s *GCRAState) Return(p Policy, now time.Time, n int64) {
+// Return ends holder's loan at now: TAT = max(t, base - floor(n'*P/L)),
+// n' = min(n, lent), base = the TAT with the loans' floor applied. A key
+// without state is a full bucket: nothing to do.
+func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 	t := unixMicros(now)
-	if s.TAT <= t || n <= 0 {
+	if s.TAT == 0 || n <= 0 {
 		return
 	}
-	back := math.Floor(float64(n) * float64(periodMicros(p)) / float64(p.Limit))
-	s.TAT = max(t, s.TAT-int64(math.Min(back, float64(s.TAT-t))))
+	pf, lf := float64(periodMicros(p)), float64(p.Limit)
+	base := max(s.TAT, t, s.Loans.floorTAT(t, pf, lf))
+	ls, back := s.Loans.prune(t).take(holder, n)
+	s.Loans = ls
+	if back > 0 {
+		base -= min(int64(math.Floor(float64(back)*pf/lf)), base-t)
+	}
+	s.TAT = base
 }
 
-func (s *GCRAState) expiry(Policy) int64 { return s.TAT }
-
-// maxTATAdvance bounds how far the TAT may run ahead of now (about 73,000
-// years in µs) so that policies at the validation bounds (Burst 2^40 of a
-// 1/year limit) cannot overflow int64. Only such policies ever reach it.
-const maxTATAdvance = 1 << 61
+// expiry is when the key is full with no further calls: the TAT, or
+// later while loans run.
+func (s *GCRAState) expiry(p Policy) int64 {
+	if s.TAT == 0 {
+		return 0
+	}
+	return s.TAT + s.reset(s.TAT, float64(periodMicros(p)), float64(p.Limit))
+}
 
 // windowStart is the start of the window of length pu containing t:
 // t - t mod pu (windows are aligned on multiples of Period since the epoch).
@@ -180,6 +227,9 @@ type FixedWindowState struct {
 	Start int64
 	// Count is the tokens granted in that window.
 	Count int64
+	// Loans are the tokens lent to each holder in that window and not
+	// known to be spent: they bound what a holder may return.
+	Loans loans
 }
 
 // current returns the current window's start and count at t. A stored
@@ -194,7 +244,7 @@ func (s *FixedWindowState) current(t, pu int64) (ws, count int64) {
 
 // Lease runs one lease call at now: avail = L - count; Wait and Reset are
 // the time to the end of the current window (Reset even when count is 0).
-func (s *FixedWindowState) Lease(p Policy, now time.Time, want, need int64) Grant {
+func (s *FixedWindowState) Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant {
 	t, pu := unixMicros(now), periodMicros(p)
 	ws, count := s.current(t, pu)
 	end := float64(ws + pu - t)
@@ -207,24 +257,34 @@ func (s *FixedWindowState) Lease(p Policy, now time.Time, want, need int64) Gran
 		g.Granted = min(want, avail)
 		if g.Granted > 0 {
 			count += g.Granted
+			if s.Start != ws {
+				s.Loans = s.Loans[:0] // lent in a window that ended
+			}
 			s.Start, s.Count = ws, count
+			s.Loans = s.Loans.settle(to, g.Granted, t, true)
 		}
 	default:
 		g.Wait = ceilMillis(end)
+	}
+	if s.Start == ws {
+		g.Lent = s.Loans.lentTo(to.ID, -1)
 	}
 	g.Remaining = max(0, p.Limit-count)
 	g.Reset = ceilMillis(end)
 	return g
 }
 
-// Return lowers the current window's count by n, not below 0. Tokens
-// granted in an earlier window are not returned to this one.
-func (s *FixedWindowState) Return(p Policy, now time.Time, n int64) {
+// Return ends holder's loan: it lowers the current window's count by
+// min(n, lent to holder in this window), not below 0. Tokens granted in an
+// earlier window are not returned to this one.
+func (s *FixedWindowState) Return(p Policy, now time.Time, n int64, holder string) {
 	ws, count := s.current(unixMicros(now), periodMicros(p))
 	if ws != s.Start || count == 0 || n <= 0 {
 		return
 	}
-	s.Count = max(0, count-n)
+	ls, back := s.Loans.take(holder, n)
+	s.Loans = ls
+	s.Count = max(0, count-back)
 }
 
 // expiry is two windows after Start.
@@ -238,6 +298,9 @@ type SlidingWindowState struct {
 	// Prev is the count of the window before Start; Cur the count of the
 	// window at Start.
 	Prev, Cur int64
+	// Loans are the tokens lent to each holder in the window at Start and
+	// not known to be spent: they bound what a holder may return.
+	Loans loans
 }
 
 // current rolls the stored window to t's: the previous window's count
@@ -271,7 +334,7 @@ func slidingAvail(limit, prev, cur int64, pe, pf float64) int64 {
 //
 // Reset: end of the next window if cur > 0, end of this one if only
 // prev > 0, else 0.
-func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64) Grant {
+func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant {
 	t, pu := unixMicros(now), periodMicros(p)
 	pf := float64(pu)
 	ws, prev, cur := s.current(t, pu)
@@ -286,7 +349,11 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64) Gr
 		g.Granted = min(want, avail)
 		if g.Granted > 0 {
 			cur += g.Granted
+			if s.Start != ws {
+				s.Loans = s.Loans[:0] // lent in a window that ended
+			}
 			s.Start, s.Prev, s.Cur = ws, prev, cur
+			s.Loans = s.Loans.settle(to, g.Granted, t, true)
 		}
 	default:
 		if room := p.Limit - cur - need; room >= 0 {
@@ -296,6 +363,9 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64) Gr
 		} else {
 			g.Wait = ceilMillis(pe + pf - float64(room2)*pf/float64(cur))
 		}
+	}
+	if s.Start == ws {
+		g.Lent = s.Loans.lentTo(to.ID, -1)
 	}
 	g.Remaining = slidingAvail(p.Limit, prev, cur, pe, pf)
 	switch {
@@ -307,13 +377,16 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64) Gr
 	return g
 }
 
-// Return lowers the current window's count by n, not below 0.
-func (s *SlidingWindowState) Return(p Policy, now time.Time, n int64) {
+// Return ends holder's loan: it lowers the current window's count by
+// min(n, lent to holder in this window), not below 0.
+func (s *SlidingWindowState) Return(p Policy, now time.Time, n int64, holder string) {
 	ws, prev, cur := s.current(unixMicros(now), periodMicros(p))
-	if cur == 0 || n <= 0 {
+	if ws != s.Start || cur == 0 || n <= 0 {
 		return
 	}
-	s.Start, s.Prev, s.Cur = ws, prev, max(0, cur-n)
+	ls, back := s.Loans.take(holder, n)
+	s.Loans = ls
+	s.Start, s.Prev, s.Cur = ws, prev, max(0, cur-back)
 }
 
 // expiry is two windows after Start: by then both counts have rolled out.

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -15,8 +16,8 @@ func msd(f float64) time.Duration { return time.Duration(f * float64(time.Millis
 
 // leasedMath is what the four leased state types have in common.
 type leasedMath interface {
-	Lease(p Policy, now time.Time, want, need int64) Grant
-	Return(p Policy, now time.Time, n int64)
+	Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant
+	Return(p Policy, now time.Time, n int64, holder string)
 	expiry(Policy) int64
 }
 
@@ -28,14 +29,22 @@ type leaseStep struct {
 	why        string
 }
 
+// runLeaseSteps runs steps as an anonymous lessee (nothing lent), or as
+// holder "h" holding all it was granted for the windowed algorithms, whose
+// tables return tokens.
 func runLeaseSteps(t *testing.T, st leasedMath, p Policy, steps []leaseStep) {
 	t.Helper()
 	for i, s := range steps {
 		now := base.Add(s.at)
-		if s.ret > 0 {
-			st.Return(p, now, s.ret)
+		to := Lessee{}
+		if !p.Algorithm.refills() {
+			to = Lessee{ID: "h", Held: MaxHits}
 		}
-		got := st.Lease(p, now, s.want, s.need)
+		if s.ret > 0 {
+			st.Return(p, now, s.ret, to.ID)
+		}
+		got := st.Lease(p, now, s.want, s.need, to)
+		got.Lent = 0 // checked by TestLentAccounting
 		if got != s.exp {
 			t.Fatalf("step %d at +%v (return %d, want %d, need %d):\n got  %+v\n want %+v\n why: %s", i, s.at, s.ret, s.want, s.need, got, s.exp, s.why)
 		}
@@ -47,20 +56,20 @@ func runLeaseSteps(t *testing.T, st leasedMath, p Policy, steps []leaseStep) {
 func TestBucketMath(t *testing.T) {
 	// 10/s, capacity 5: one token per 100ms.
 	steps := []leaseStep{
-		{0, 0, 0, 0, Grant{0, 5, 0, 0}, "no state is a full bucket; peek"},
-		{0, 0, 3, 3, Grant{3, 2, 0, msd(300)}, "grant 3 of 5; full again in 3 × 100ms"},
-		{0, 0, 5, 3, Grant{0, 2, msd(100), msd(300)}, "2 < need 3: wait for 1 token"},
-		{msd(50), 0, 0, 0, Grant{0, 2, 0, msd(250)}, "2.5 tokens: 2 whole"},
-		{msd(50), 0, 6, 6, Grant{0, 2, time.Second, msd(250)}, "need 6 > capacity 5: wait one period"},
-		{msd(150), 0, 5, 3, Grant{3, 0, 0, msd(450)}, "3.5 tokens: grant min(5, 3); 0.5 left"},
-		{msd(150), 0, 1, 1, Grant{0, 0, msd(50), msd(450)}, "0.5 < 1: wait 50ms"},
-		{msd(150.5), 0, 1, 1, Grant{0, 0, msd(50), msd(450)}, "0.505 tokens: wait 49.5ms, rounded up to 50ms; reset 449.5 → 450ms"},
-		{msd(150.5), 0, 4, 0, Grant{0, 0, 0, msd(450)}, "need 0 always met: grant min(want 4, 0 available) = 0"},
-		{5 * time.Second, 2, 0, 0, Grant{0, 5, 0, 0}, "refill stops at capacity; a return never exceeds it"},
-		{5 * time.Second, 0, 5, 5, Grant{5, 0, 0, msd(500)}, "take all"},
-		{5 * time.Second, 2, 0, 0, Grant{0, 2, 0, msd(300)}, "return 2 to an empty bucket"},
-		{msd(5200), 0, 4, 4, Grant{4, 0, 0, msd(500)}, "2 + 2 refilled = 4"},
-		{msd(5200), 100, 0, 0, Grant{0, 5, 0, 0}, "a return is capped at capacity"},
+		{0, 0, 0, 0, Grant{0, 5, 0, 0, 0}, "no state is a full bucket; peek"},
+		{0, 0, 3, 3, Grant{3, 2, 0, msd(300), 0}, "grant 3 of 5; full again in 3 × 100ms"},
+		{0, 0, 5, 3, Grant{0, 2, msd(100), msd(300), 0}, "2 < need 3: wait for 1 token"},
+		{msd(50), 0, 0, 0, Grant{0, 2, 0, msd(250), 0}, "2.5 tokens: 2 whole"},
+		{msd(50), 0, 6, 6, Grant{0, 2, time.Second, msd(250), 0}, "need 6 > capacity 5: wait one period"},
+		{msd(150), 0, 5, 3, Grant{3, 0, 0, msd(450), 0}, "3.5 tokens: grant min(5, 3); 0.5 left"},
+		{msd(150), 0, 1, 1, Grant{0, 0, msd(50), msd(450), 0}, "0.5 < 1: wait 50ms"},
+		{msd(150.5), 0, 1, 1, Grant{0, 0, msd(50), msd(450), 0}, "0.505 tokens: wait 49.5ms, rounded up to 50ms; reset 449.5 → 450ms"},
+		{msd(150.5), 0, 4, 0, Grant{0, 0, 0, msd(450), 0}, "need 0 always met: grant min(want 4, 0 available) = 0"},
+		{5 * time.Second, 2, 0, 0, Grant{0, 5, 0, 0, 0}, "refill stops at capacity; a return never exceeds it"},
+		{5 * time.Second, 0, 5, 5, Grant{5, 0, 0, msd(500), 0}, "take all"},
+		{5 * time.Second, 2, 0, 0, Grant{0, 0, 0, msd(500), 0}, "a return of tokens never lent to the holder gives nothing back"},
+		{msd(5200), 0, 4, 4, Grant{0, 2, msd(200), msd(300), 0}, "2 refilled < 4"},
+		{msd(5200), 100, 0, 0, Grant{0, 2, 0, msd(300), 0}, "still nothing lent to give back"},
 	}
 	for _, alg := range []Algorithm{TokenBucket, GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -77,13 +86,13 @@ func TestBucketMath(t *testing.T) {
 func TestBucketReturnWithoutState(t *testing.T) {
 	p := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Second}
 	var tb TokenBucketState
-	tb.Return(p, base, 3)
-	if tb != (TokenBucketState{}) {
+	tb.Return(p, base, 3, "h")
+	if tb.Tokens != 0 || tb.Updated != 0 || tb.Loans != nil {
 		t.Fatalf("Return on no state wrote %+v, want no state", tb)
 	}
 	var g GCRAState
-	g.Return(p, base, 3)
-	if g != (GCRAState{}) {
+	g.Return(p, base, 3, "h")
+	if g.TAT != 0 || g.Loans != nil {
 		t.Fatalf("Return on no state wrote %+v, want no state", g)
 	}
 }
@@ -118,10 +127,10 @@ func TestBucketWritesOnlyOnGrant(t *testing.T) {
 		}
 		s0 := snapshot()
 		now := base.Add(10 * time.Millisecond)
-		st.Lease(p, now, 0, 0) // peek
-		st.Lease(p, now, 2, 2) // denied
-		st.Lease(p, now, 3, 3) // need > capacity
-		if s1 := snapshot(); s1 != s0 || st.expiry(p) != before {
+		st.Lease(p, now, 0, 0, Lessee{}) // peek
+		st.Lease(p, now, 2, 2, Lessee{}) // denied
+		st.Lease(p, now, 3, 3, Lessee{}) // need > capacity
+		if s1 := snapshot(); fmt.Sprint(s1) != fmt.Sprint(s0) || st.expiry(p) != before {
 			t.Errorf("%s: peeks and denials changed the state from %+v to %+v", alg, s0, s1)
 		}
 	}
@@ -130,36 +139,36 @@ func TestBucketWritesOnlyOnGrant(t *testing.T) {
 func TestFixedWindowMath(t *testing.T) {
 	p := Policy{Algorithm: FixedWindow, Limit: 5, Period: time.Second}
 	runLeaseSteps(t, &FixedWindowState{}, p, []leaseStep{
-		{msd(200), 0, 0, 0, Grant{0, 5, 0, msd(800)}, "peek: reset is the end of the window even when unused"},
-		{msd(200), 0, 3, 3, Grant{3, 2, 0, msd(800)}, "grant 3"},
-		{msd(500), 0, 3, 3, Grant{0, 2, msd(500), msd(500)}, "2 < 3: wait for the window's end"},
-		{msd(500), 0, 3, 2, Grant{2, 0, 0, msd(500)}, "grant min(3, 2)"},
-		{msd(999.9), 0, 1, 1, Grant{0, 0, msd(1), msd(1)}, "0.1ms left rounds up to 1ms"},
-		{time.Second, 0, 5, 5, Grant{5, 0, 0, time.Second}, "at the boundary a new window starts at 0"},
-		{time.Second, 2, 0, 0, Grant{0, 2, 0, time.Second}, "a return lowers the count"},
-		{time.Second, 10, 0, 0, Grant{0, 5, 0, time.Second}, "not below 0"},
-		{time.Second, 0, 6, 6, Grant{0, 5, time.Second, time.Second}, "need 6 > limit 5: one period"},
-		{msd(1500), 0, 4, 4, Grant{4, 1, 0, msd(500)}, "take 4"},
-		{msd(2100), 3, 0, 0, Grant{0, 5, 0, msd(900)}, "a return does not reach into a past window's count"},
+		{msd(200), 0, 0, 0, Grant{0, 5, 0, msd(800), 0}, "peek: reset is the end of the window even when unused"},
+		{msd(200), 0, 3, 3, Grant{3, 2, 0, msd(800), 0}, "grant 3"},
+		{msd(500), 0, 3, 3, Grant{0, 2, msd(500), msd(500), 0}, "2 < 3: wait for the window's end"},
+		{msd(500), 0, 3, 2, Grant{2, 0, 0, msd(500), 0}, "grant min(3, 2)"},
+		{msd(999.9), 0, 1, 1, Grant{0, 0, msd(1), msd(1), 0}, "0.1ms left rounds up to 1ms"},
+		{time.Second, 0, 5, 5, Grant{5, 0, 0, time.Second, 0}, "at the boundary a new window starts at 0"},
+		{time.Second, 2, 0, 0, Grant{0, 2, 0, time.Second, 0}, "a return lowers the count"},
+		{time.Second, 10, 0, 0, Grant{0, 2, 0, time.Second, 0}, "the holder's loan ended with its first return: nothing more comes back"},
+		{time.Second, 0, 6, 6, Grant{0, 2, time.Second, time.Second, 0}, "need 6 > limit 5: one period"},
+		{msd(1500), 0, 2, 2, Grant{2, 0, 0, msd(500), 0}, "take 2"},
+		{msd(2100), 3, 0, 0, Grant{0, 5, 0, msd(900), 0}, "a return does not reach into a past window's count"},
 	})
 }
 
 func TestSlidingWindowMath(t *testing.T) {
 	p := Policy{Algorithm: SlidingWindow, Limit: 10, Period: time.Second}
 	runLeaseSteps(t, &SlidingWindowState{}, p, []leaseStep{
-		{0, 0, 0, 0, Grant{0, 10, 0, 0}, "no state: reset 0"},
-		{0, 0, 6, 6, Grant{6, 4, 0, 2 * time.Second}, "cur 6: reset end of next window"},
-		{time.Second, 0, 0, 0, Grant{0, 4, 0, time.Second}, "prev 6 weighs 6 at e=0; only prev: reset end of this window"},
-		{msd(1250), 0, 0, 0, Grant{0, 5, 0, msd(750)}, "prev weighs 6×0.75 = 4.5, rounded up: 5 available"},
-		{msd(1250), 0, 8, 7, Grant{0, 5, msd(250), msd(750)}, "need 7: prev must weigh ≤ 3: e ≥ 1 - 3/6 = 0.5s: wait 250ms"},
-		{msd(1500), 0, 8, 7, Grant{7, 0, 0, msd(1500)}, "prev weighs 3: grant 7"},
-		{msd(1500), 0, 1, 1, Grant{0, 0, msd(167), msd(1500)}, "room 2: e ≥ 1 - 2/6: 166.67ms → 167ms"},
-		{msd(1500), 0, 4, 4, Grant{0, 0, msd(643), msd(1500)}, "cur 7 + 4 > 10: next window, prev=7 must weigh ≤ 6: 500 + 1000×(1 - 6/7) = 642.86ms → 643ms"},
-		{msd(1500), 0, 3, 3, Grant{0, 0, msd(500), msd(1500)}, "room 0: at the window's end prev=7 weighs 7 and 7 + 3 ≤ 10"},
-		{msd(1500), 2, 0, 0, Grant{0, 2, 0, msd(1500)}, "return 2: cur 5"},
-		{msd(1500), 20, 0, 0, Grant{0, 7, 0, msd(500)}, "cur not below 0; only prev: reset end of window"},
-		{3 * time.Second, 0, 0, 0, Grant{0, 10, 0, 0}, "two windows later: nothing weighs"},
-		{3 * time.Second, 0, 11, 11, Grant{0, 10, time.Second, 0}, "need 11 > limit: one period"},
+		{0, 0, 0, 0, Grant{0, 10, 0, 0, 0}, "no state: reset 0"},
+		{0, 0, 6, 6, Grant{6, 4, 0, 2 * time.Second, 0}, "cur 6: reset end of next window"},
+		{time.Second, 0, 0, 0, Grant{0, 4, 0, time.Second, 0}, "prev 6 weighs 6 at e=0; only prev: reset end of this window"},
+		{msd(1250), 0, 0, 0, Grant{0, 5, 0, msd(750), 0}, "prev weighs 6×0.75 = 4.5, rounded up: 5 available"},
+		{msd(1250), 0, 8, 7, Grant{0, 5, msd(250), msd(750), 0}, "need 7: prev must weigh ≤ 3: e ≥ 1 - 3/6 = 0.5s: wait 250ms"},
+		{msd(1500), 0, 8, 7, Grant{7, 0, 0, msd(1500), 0}, "prev weighs 3: grant 7"},
+		{msd(1500), 0, 1, 1, Grant{0, 0, msd(167), msd(1500), 0}, "room 2: e ≥ 1 - 2/6: 166.67ms → 167ms"},
+		{msd(1500), 0, 4, 4, Grant{0, 0, msd(643), msd(1500), 0}, "cur 7 + 4 > 10: next window, prev=7 must weigh ≤ 6: 500 + 1000×(1 - 6/7) = 642.86ms → 643ms"},
+		{msd(1500), 0, 3, 3, Grant{0, 0, msd(500), msd(1500), 0}, "room 0: at the window's end prev=7 weighs 7 and 7 + 3 ≤ 10"},
+		{msd(1500), 2, 0, 0, Grant{0, 2, 0, msd(1500), 0}, "return 2: cur 5"},
+		{msd(1500), 20, 0, 0, Grant{0, 2, 0, msd(1500), 0}, "the holder's loan ended with its first return: nothing more comes back"},
+		{3 * time.Second, 0, 0, 0, Grant{0, 10, 0, 0, 0}, "two windows later: nothing weighs"},
+		{3 * time.Second, 0, 11, 11, Grant{0, 10, time.Second, 0, 0}, "need 11 > limit: one period"},
 	})
 }
 
@@ -256,16 +265,16 @@ func TestCheckArguments(t *testing.T) {
 		field string // "" with wrong: ErrWrongAlgorithm; "" and !wrong: nil
 		wrong bool
 	}{
-		{"lease ok", CheckLease(tb, 2, 1), "", false},
-		{"lease need>want", CheckLease(tb, 1, 2), "need", false},
-		{"lease need<0", CheckLease(tb, 1, -1), "need", false},
-		{"lease want<0", CheckLease(tb, -1, 0), "want", false},
-		{"lease want>max", CheckLease(tb, MaxHits+1, 0), "want", false},
-		{"lease bad policy", CheckLease(Policy{Algorithm: TokenBucket, Limit: 1}, 1, 1), "period", false},
-		{"lease sliding_log", CheckLease(sl, 1, 1), "", true},
-		{"return ok", CheckReturn(tb, 0), "", false},
-		{"return <0", CheckReturn(tb, -1), "tokens", false},
-		{"return concurrency", CheckReturn(cc, 1), "", true},
+		{"lease ok", CheckLease(tb, 2, 1, Lessee{}), "", false},
+		{"lease need>want", CheckLease(tb, 1, 2, Lessee{}), "need", false},
+		{"lease need<0", CheckLease(tb, 1, -1, Lessee{}), "need", false},
+		{"lease want<0", CheckLease(tb, -1, 0, Lessee{}), "want", false},
+		{"lease want>max", CheckLease(tb, MaxHits+1, 0, Lessee{}), "want", false},
+		{"lease bad policy", CheckLease(Policy{Algorithm: TokenBucket, Limit: 1}, 1, 1, Lessee{}), "period", false},
+		{"lease sliding_log", CheckLease(sl, 1, 1, Lessee{}), "", true},
+		{"return ok", CheckReturn(tb, 0, ""), "", false},
+		{"return <0", CheckReturn(tb, -1, ""), "tokens", false},
+		{"return concurrency", CheckReturn(cc, 1, ""), "", true},
 		{"log ok", CheckLog(sl, 0), "", false},
 		{"log <0", CheckLog(sl, -1), "hits", false},
 		{"log token_bucket", CheckLog(tb, 1), "", true},
@@ -398,7 +407,7 @@ func TestLeasedProperties(t *testing.T) {
 					want := r.Int64N(p.Capacity() + 3)
 					need := r.Int64N(want + 1)
 					probe := cloneLeased(st)
-					g := st.Lease(p, now, want, need)
+					g := st.Lease(p, now, want, need, Lessee{})
 					if g.Granted > 0 {
 						events = append(events, grantEvent{now.UnixMicro(), g.Granted})
 					}
@@ -409,13 +418,13 @@ func TestLeasedProperties(t *testing.T) {
 						t.Fatalf("seed %d %+v: need %d denied with Wait 0", seed, p, need)
 					case g.Granted == 0 && g.Wait > 0 && need <= p.Capacity():
 						// Wait is tight (probe has the state before the call).
-						at := probe.Lease(p, now.Add(g.Wait).Add(time.Microsecond), 0, 0)
+						at := probe.Lease(p, now.Add(g.Wait).Add(time.Microsecond), 0, 0, Lessee{})
 						if at.Remaining < need {
 							t.Fatalf("seed %d %+v at %v: Wait %v for need %d, but only %d available then", seed, p, now.Sub(base), g.Wait, need, at.Remaining)
 						}
 						// Not more than 1ms late beyond the rounding up: a float
 						// result a hair above a whole ms rounds up once more.
-						before := cloneLeased(probe).Lease(p, now.Add(g.Wait-2*time.Millisecond), 0, 0)
+						before := cloneLeased(probe).Lease(p, now.Add(g.Wait-2*time.Millisecond), 0, 0, Lessee{})
 						if g.Wait >= 2*time.Millisecond && before.Remaining >= need {
 							t.Fatalf("seed %d %+v at %v: Wait %v for need %d, but %d were available 2ms earlier", seed, p, now.Sub(base), g.Wait, need, before.Remaining)
 						}
@@ -583,10 +592,10 @@ func FuzzLeasedMath(f *testing.F) {
 			want := int64(ops[i+1]) * c / 128
 			need := min(want, int64(ops[i+2])*c/128)
 			if ops[i+2]%7 == 0 {
-				st.Return(p, now, want)
+				st.Return(p, now, want, "")
 				continue
 			}
-			g := st.Lease(p, now, want, need)
+			g := st.Lease(p, now, want, need, Lessee{})
 			switch {
 			case g.Granted != 0 && (g.Granted < need || g.Granted > want):
 				t.Fatalf("%+v: granted %d outside [%d, %d]", p, g.Granted, need, want)
@@ -595,7 +604,7 @@ func FuzzLeasedMath(f *testing.F) {
 			case g.Granted == 0 && need > 0 && g.Wait == 0:
 				t.Fatalf("%+v: need %d denied without a wait: %+v", p, need, g)
 			}
-			if peek := st.Lease(p, now, 0, 0); peek.Remaining != g.Remaining {
+			if peek := st.Lease(p, now, 0, 0, Lessee{}); peek.Remaining != g.Remaining {
 				t.Fatalf("%+v: lease said %d remain, an immediate peek says %d", p, g.Remaining, peek.Remaining)
 			}
 		}
@@ -655,7 +664,7 @@ func BenchmarkAlgoLease(b *testing.B) {
 				now := base
 				for pb.Next() {
 					now = now.Add(time.Microsecond)
-					st.Lease(p, now, 100, 1)
+					st.Lease(p, now, 100, 1, Lessee{})
 				}
 			})
 		})

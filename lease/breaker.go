@@ -260,14 +260,14 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 }
 
 // Lease implements Leaser.
-func (b *Breaker) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
-	return do(b, ctx, opLease, func(ctx context.Context) (Grant, error) { return b.store.Lease(ctx, key, p, want, need) })
+func (b *Breaker) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
+	return do(b, ctx, opLease, func(ctx context.Context) (Grant, error) { return b.store.Lease(ctx, key, p, want, need, to) })
 }
 
 // Return implements Leaser.
-func (b *Breaker) Return(ctx context.Context, key string, p Policy, tokens int64) error {
+func (b *Breaker) Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error {
 	_, err := do(b, ctx, opReturn, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, b.store.Return(ctx, key, p, tokens)
+		return struct{}{}, b.store.Return(ctx, key, p, tokens, holder)
 	})
 	return err
 }

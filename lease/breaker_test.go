@@ -20,7 +20,7 @@ func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 	ctx := context.Background()
 	p := perSecond(10)
 	lease := func() error {
-		_, err := b.Lease(ctx, "k", p, 1, 1)
+		_, err := b.Lease(ctx, "k", p, 1, 1, Lessee{})
 		return err
 	}
 	steps := []struct {
@@ -77,7 +77,7 @@ func TestBreakerTimeoutCountsCallerCancelDoesNot(t *testing.T) {
 	for range 5 {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := b.Lease(ctx, "k", p, 1, 1); !errors.Is(err, context.Canceled) {
+		if _, err := b.Lease(ctx, "k", p, 1, 1, Lessee{}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("canceled caller: err = %v", err)
 		}
 	}
@@ -86,7 +86,7 @@ func TestBreakerTimeoutCountsCallerCancelDoesNot(t *testing.T) {
 	}
 	// The breaker's own timeout is a failure.
 	for range 2 {
-		_, err := b.Lease(context.Background(), "k", p, 1, 1)
+		_, err := b.Lease(context.Background(), "k", p, 1, 1, Lessee{})
 		if !errors.Is(err, ErrStoreUnavailable) {
 			t.Fatalf("timeout: err = %v, want ErrStoreUnavailable", err)
 		}
@@ -100,7 +100,7 @@ func TestBreakerCallerErrorsAreNotFailures(t *testing.T) {
 	b, _, _ := testBreaker(t)
 	bad := Policy{Algorithm: TokenBucket, Limit: 0, Period: time.Second}
 	for range 5 {
-		_, err := b.Lease(context.Background(), "k", bad, 1, 1)
+		_, err := b.Lease(context.Background(), "k", bad, 1, 1, Lessee{})
 		var fe *FieldError
 		if !errors.As(err, &fe) || errors.Is(err, ErrStoreUnavailable) {
 			t.Fatalf("err = %v, want the Store's FieldError unwrapped", err)
@@ -120,10 +120,10 @@ func TestBreakerPassesEveryOperation(t *testing.T) {
 	ctx := context.Background()
 	tb, log := perSecond(10), Policy{Algorithm: SlidingLog, Limit: 2, Period: time.Second}
 	conc := Policy{Algorithm: Concurrency, Limit: 1, Period: time.Second}
-	if g, err := b.Lease(ctx, "t", tb, 4, 1); err != nil || g.Granted != 4 {
+	if g, err := b.Lease(ctx, "t", tb, 4, 1, Lessee{}); err != nil || g.Granted != 4 {
 		t.Fatalf("Lease: %+v %v", g, err)
 	}
-	if err := b.Return(ctx, "t", tb, 4); err != nil {
+	if err := b.Return(ctx, "t", tb, 4, ""); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := b.Log(ctx, "l", log, 1); err != nil || !r.Allowed {

@@ -27,14 +27,18 @@ type bucket struct {
 	// resetAt is 0 until the first lease.
 	remaining atomic.Int64
 	resetAt   atomic.Int64
-	// basis is the tokens on hand right after the last lease: the bound
-	// on Refund, and the base from which consumption is measured.
+	// basis is what the Store lends this Manager of the key as of its last
+	// answer (Grant.Lent): the bound on the tokens on hand, so on Refund,
+	// and the base from which consumption is measured.
 	basis atomic.Int64
-	// expires is when the tokens on hand stop being spendable: the end of
-	// the window they were granted in for fixed_window and sliding_window
-	// (in the next window the Store grants a whole limit again, and counts
-	// these tokens in the window they were granted in), never
-	// (math.MaxInt64) for token_bucket and gcra. 0 before the first grant.
+	// expires is when the tokens on hand stop being spendable on the
+	// fast path: the end of the window they were granted in for
+	// fixed_window and sliding_window (in the next window the Store grants
+	// a whole limit again, and counts these tokens in the window they were
+	// granted in); for token_bucket and gcra half their LeaseTTL after the
+	// lease call that granted or renewed them was sent (the slow path
+	// spends them for another half TTL, renewing them; see
+	// Manager.usable). 0 before the first grant.
 	expires atomic.Int64
 	// denyHits is the hits of the check whose Store denial set denyUntil:
 	// a bigger check needs longer, so it asks the Store (written before
@@ -131,14 +135,31 @@ func (b *bucket) refund(hits int64) int64 {
 	}
 }
 
-// spendable reports whether tokens on hand may be spent at now.
+// spendable reports whether tokens on hand may be spent at now on the
+// fast path.
 func (b *bucket) spendable(now int64) bool { return now < b.expires.Load() }
 
+// settle records lent, the Store's Grant.Lent, as the bound on the tokens
+// on hand (basis) and takes off what passes it (tokens refunded while the
+// call was out, or of a loan the Store no longer counts). It returns the
+// tokens on hand.
+func (b *bucket) settle(lent int64) int64 {
+	b.basis.Store(lent)
+	for {
+		t := b.tokens.Load()
+		if t <= lent || b.tokens.CompareAndSwap(t, lent) {
+			return min(t, lent)
+		}
+	}
+}
+
 // leaseExpiry is until when tokens of grant g, asked for at now (before
-// the Store call, so at or before the Store's own now), may be spent: the
-// end of the grant's window, made early by up to 1ms so that the rounding
-// up of Reset never lets a token into the next window.
-func leaseExpiry(p Policy, now int64, g Grant) int64 {
+// the Store call, so at or before the Store's own now), may be spent on
+// the fast path: the end of the grant's window, made early by up to 1ms
+// so that the rounding up of Reset never lets a token into the next
+// window; for token_bucket and gcra half of ttl after now (the Store lends
+// them until ttl after it received the call).
+func leaseExpiry(p Policy, now int64, g Grant, ttl time.Duration) int64 {
 	switch p.Algorithm {
 	case FixedWindow:
 		// Reset is the time to the end of the current window.
@@ -147,7 +168,7 @@ func leaseExpiry(p Policy, now int64, g Grant) int64 {
 		// After a grant cur > 0: Reset is the end of the next window.
 		return now + int64(g.Reset) - int64(p.Period) - int64(time.Millisecond)
 	}
-	return math.MaxInt64
+	return now + int64(ttl/2)
 }
 
 // storeLevel is the Store's whole tokens of b's key at now as far as this
@@ -183,11 +204,12 @@ func (b *bucket) storeLevel(now int64) (level int64, known bool) {
 }
 
 // refilled reports whether b's key is, by the Store's answer to the last
-// lease, back to full capacity at now: token_bucket and gcra only (a
-// window's count never refills while its tokens are spendable).
+// lease, back to full capacity at now, counting what it lent this
+// Manager as spent: token_bucket and gcra only (a window's count never
+// refills while its tokens are spendable).
 func (b *bucket) refilled(now int64) bool {
 	r := b.resetAt.Load()
-	return (b.pol.Algorithm == TokenBucket || b.pol.Algorithm == GCRA) && r != 0 && now >= r
+	return b.pol.Algorithm.refills() && r != 0 && now >= r
 }
 
 // addTime is t + d for a time t in Unix ns, saturating below evicted (a

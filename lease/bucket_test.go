@@ -276,7 +276,7 @@ func TestKeyNeedNotOutliveCall(t *testing.T) {
 		case Concurrency:
 			_, err = ms.Acquire(ctx, keyView(buf), q, "id1", 1)
 		default:
-			_, err = ms.Lease(ctx, keyView(buf), q, 3, 1)
+			_, err = ms.Lease(ctx, keyView(buf), q, 3, 1, Lessee{})
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", q.Algorithm, err)

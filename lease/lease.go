@@ -61,6 +61,75 @@
 //     time until the earliest held id expires. Release removes an id (an
 //     unknown id is not an error). Remaining = Limit - held.
 //
+// # Lent tokens
+//
+// Granted tokens are lent, not gone: the Store keeps, per key and per
+// holder h (a Lessee ID: one per Manager, see Config.Holder), lent_h, the
+// tokens it lent h and does not know to be spent or returned, and, for
+// token_bucket and gcra, exp_h, when that loan ends.
+//
+//   - A lease call from h says held, the tokens h still holds unspent of
+//     the key when it sends the call. A grant of g sets lent_h =
+//     min(lent_h, held) + g and exp_h = max(exp_h, now + TTL); a call that
+//     grants nothing only renews a running loan (exp_h = max(exp_h, now +
+//     TTL)). Grant.Lent reports lent_h after the call.
+//   - token_bucket: the refill never passes capacity − Σ lent_h: at every
+//     time t, level(t) + Σ_h lent_h(t) ≤ capacity. A loan that ends at
+//     exp_h counts as spent then, and the refill goes on from where the cap
+//     held it. gcra: the same, as a floor on the TAT: TAT ≥ now + Σ lent_h
+//     × Period/Limit.
+//   - fixed_window, sliding_window: a grant already counts in its window,
+//     so lent_h does not cap anything; it lives in the window (a new
+//     window starts with no loans) and bounds returns.
+//   - Return(key, p, r, h) ends h's loan: min(r, lent_h) tokens go back
+//     (for windows, into the current window's count if the loan is of
+//     that window); a return can never add tokens the Store did not lend
+//     to h, and an empty holder ("") gets nothing back.
+//
+// A holder (the Manager) spends a token only while the Store counts it as
+// lent: it dates a grant from when it sent the call, drops tokens at sent
+// + TTL (≤ the Store's exp_h: no clock sync needed), makes at most one
+// lease or return call per key at a time (so held is exact), and never
+// holds more than Grant.Lent (tokens refunded while a call was out are
+// clipped to it).
+//
+// The accuracy contract that follows, across all holders and for any
+// interval [t, t+T] (A = hits admitted in it; the only excess is writes a
+// Redis failover lost):
+//
+//	token_bucket, gcra:  A ≤ burst + T × limit/period
+//	fixed_window:        A ≤ limit, per window
+//	sliding_window:      prev × (1 − e/period) + cur ≤ limit at every e
+//	sliding_log:         exact;  concurrency: in flight ≤ limit
+//
+// since the tokens in the system, level + Σ_h unspent_h ≤ level + Σ_h
+// lent_h, never pass the burst, and only the refill adds to them.
+//
+// Under-admission is bounded too. A check is denied only when (a) the
+// Store's last answer, projected to now by the refill since, cannot cover
+// its hits (each check is judged on its own hits; hits = 0 is a peek and
+// never denied), or (b) tokens it could use are lent: to another holder
+// (at most that holder's lease, until it spends, returns or loses them),
+// or to its own holder but spent and not yet settled (at most one lease,
+// until that holder's next call or its loan's end). A crash costs the
+// crashed holder's lent tokens: they count as spent at exp_h (at most TTL
+// after its last call; Config.LeaseTTL, 1 minute by default), and the
+// bucket refills from there; nothing stays lost.
+//
+// # Arithmetic
+//
+// Integer state is exact: counts, window starts, gcra's TAT and all times
+// are integers below 2^53 µs in float64 (Lua) and int64 (Go). For that,
+// Policy.Validate refuses a token_bucket or gcra whose burst × period /
+// limit (the time to refill a whole burst, the most gcra's TAT runs ahead
+// of now) passes 2^52 µs, about 142 years, naming the burst field; there is
+// no cap that would under-charge. Fractional quantities (a token_bucket's
+// level, a sliding window's weight, gcra's d×limit/period) are float64,
+// computed in the same order by both stores; their rounding can move a
+// whole-token boundary only when capacity × period passes 2^53 µs, and
+// then by at most one token. Reported durations saturate at about 292
+// years.
+//
 // # Concurrency
 //
 // Every exported type in this package is safe for concurrent use unless its
@@ -113,6 +182,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	}
 	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, gcra, fixed_window, sliding_window, sliding_log or concurrency)", s)
 }
+
+// refills reports whether the algorithm's bucket refills over time
+// (token_bucket, gcra) rather than counting per window.
+func (a Algorithm) refills() bool { return a == TokenBucket || a == GCRA }
 
 // Leased reports whether the algorithm's tokens can be leased in batches.
 // sliding_log and concurrency cannot: every check is a Store call.
@@ -167,9 +240,19 @@ func (p Policy) Validate() error {
 		return &FieldError{Field: "burst", Msg: fmt.Sprintf("must be between 0 and %d", int64(MaxLimit))}
 	case p.MinInterval < 0 || p.MinInterval > p.Period:
 		return &FieldError{Field: "min_interval", Msg: "must be between 0 and period"}
+	case p.Algorithm.refills() && float64(p.Capacity())*float64(p.Period.Microseconds())/float64(p.Limit) > MaxRefill:
+		// The time to refill a whole burst: gcra's TAT runs up to that
+		// far ahead of now and must stay an exact integer in float64
+		// (Lua) and int64, with no cap that would under-charge.
+		return &FieldError{Field: "burst", Msg: fmt.Sprintf("burst × period / limit (the time to refill a whole burst) must be at most 2^52µs (about 142 years), got %.3g years",
+			float64(p.Capacity())*p.Period.Hours()/float64(p.Limit)/(365*24))}
 	}
 	return nil
 }
+
+// MaxRefill bounds burst × period / limit of token_bucket and gcra, in µs
+// (about 142 years): see Policy.Validate.
+const MaxRefill = 1 << 52
 
 // Bounds on policies, so that all Store arithmetic stays exact in float64
 // (Lua's number type).
@@ -199,8 +282,15 @@ type Grant struct {
 	// available; zero otherwise.
 	Wait time.Duration
 	// Reset is the time until the limit would be fully available again
-	// with no further traffic.
+	// with no further traffic, counting lent tokens as spent (a holder's
+	// unspent tokens may be returned; the Store's state itself lasts
+	// until the loans end).
 	Reset time.Duration
+	// Lent is what the Store lends the call's lessee after the call: the
+	// most it may hold unspent (0 without a Lessee ID). A grant settles it
+	// to min(lent, Held) + Granted; other calls report it unchanged (0 if
+	// the loan expired).
+	Lent int64
 }
 
 // Result is the answer of an exact check (sliding_log, concurrency).
@@ -224,13 +314,43 @@ type Store interface {
 type Leaser interface {
 	// Lease grants min(want, available) tokens of key if at least need
 	// are available, else none (see the package doc for each algorithm).
-	Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error)
-	// Return gives back tokens that were granted and not spent. The Store
-	// never holds more than the policy's capacity after a return (for
-	// windowed algorithms, a return lowers the current window's count but
-	// never below zero). Returning to a key whose state expired is a no-op.
-	Return(ctx context.Context, key string, p Policy, tokens int64) error
+	// The tokens are lent to the lessee to: the Store counts them against
+	// the key's capacity until to spends, returns or loses them (see
+	// "Lent tokens" in the package doc).
+	Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error)
+	// Return ends holder's lease of key: it gives back tokens that were
+	// lent to holder and not spent, and holder holds nothing more of key.
+	// At most what the Store lent to holder goes back (a return can never
+	// add tokens the Store did not lend); for windowed algorithms only
+	// tokens lent in the current window go back. Returning to a key whose
+	// state expired, or for a holder the Store lent nothing, is a no-op.
+	Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error
 }
+
+// Lessee is who a lease call lends tokens to, and what it still holds.
+type Lessee struct {
+	// ID names the holder (a Manager: Config.Holder). Empty: nothing is lent, the granted tokens count as
+	// spent at once (a Manager's local failover store, one-off spends).
+	ID string
+	// Held is the tokens of key that ID still holds unspent when it sends
+	// the call (what earlier grants left; an upper bound is fine, the
+	// Store then counts some spent tokens as lent until the next call).
+	// The Store keeps min(lent, Held) of what it lent to ID before, plus
+	// this call's grant.
+	Held int64
+	// TTL is how long ID's lent tokens stay lent after this call (when
+	// tokens are granted): ID must spend them within TTL of sending the
+	// call, and the Store counts them as spent after TTL of receiving it.
+	// Between 1ms and MaxLeaseTTL when ID is set; token_bucket and gcra
+	// only (a window's tokens are lent until the window ends).
+	TTL time.Duration
+}
+
+// MaxLeaseTTL bounds Lessee.TTL.
+const MaxLeaseTTL = 24 * time.Hour
+
+// MaxHolderLen bounds the length of a Lessee's ID.
+const MaxHolderLen = 256
 
 // Exact is the Store half used by the algorithms that cannot be leased.
 type Exact interface {

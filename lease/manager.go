@@ -81,7 +81,7 @@ type Manager struct {
 	// in flight (sync lease, prefetch or return).
 	inflight struct {
 		sync.Mutex
-		m map[*bucket]*slot
+		m map[string]*slot // by key
 	}
 	// degraded holds the buckets in a FailLocal episode: their Store calls
 	// failed and their local state was seeded from the Store's last
@@ -183,7 +183,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	m.idleMs = uint32(cfg.Idle / time.Millisecond)
 	m.buckets.init()
 	m.policies.m = make(map[Policy]*Policy)
-	m.inflight.m = make(map[*bucket]*slot)
+	m.inflight.m = make(map[string]*slot)
 	m.ctx = context.Background()
 	m.stopSweep = make(chan struct{})
 	m.sweepDone = make(chan struct{})

@@ -112,7 +112,7 @@ type heldStore struct {
 	gate     chan struct{}
 }
 
-func (g *heldStore) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
+func (g *heldStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
 	in := g.inflight.Add(1)
 	defer g.inflight.Add(-1)
 	for {
@@ -128,7 +128,7 @@ func (g *heldStore) Lease(ctx context.Context, key string, p Policy, want, need 
 			return Grant{}, ctx.Err()
 		}
 	}
-	return g.Store.Lease(ctx, key, p, want, need)
+	return g.Store.Lease(ctx, key, p, want, need, to)
 }
 
 // TestTakeManyOverlapsStoreCalls: the Store calls of a batch's misses are
@@ -246,11 +246,11 @@ type sleepStore struct {
 	latency time.Duration
 }
 
-func (s sleepStore) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
+func (s sleepStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
 	for start := time.Now(); time.Since(start) < s.latency; {
 		runtime.Gosched()
 	}
-	return s.MemoryStore.Lease(ctx, key, p, want, need)
+	return s.MemoryStore.Lease(ctx, key, p, want, need, to)
 }
 
 // BenchmarkTakeManyCold: 100 checks of keys never seen before, on a Store

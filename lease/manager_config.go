@@ -22,6 +22,23 @@ type Config struct {
 	// Idle is how long a key goes unchecked before its tokens go back to
 	// the Store and its bucket is dropped. Zero means 10s; at most 24h.
 	Idle time.Duration
+	// Holder names this Manager to the Store, which counts the tokens it
+	// lends to each holder against the key's capacity (see "Lent tokens"
+	// in the package doc). It must be unique among the Managers sharing a
+	// Store and must change when a process restarts (a node passes its
+	// name and a boot nonce), so that a restarted node never inherits the
+	// tokens lent to its former self. Empty means a random ID per Manager.
+	// At most MaxHolderLen bytes.
+	Holder string
+	// LeaseTTL is how long leased token_bucket and gcra tokens stay
+	// spendable: until LeaseTTL after the lease call that granted (or last
+	// renewed) them was sent. The Store counts them as lent until LeaseTTL
+	// after it received that call, then as spent. A check that finds its
+	// key's tokens past half their TTL renews them in the background (a
+	// lease call that re-lends what is on hand). Windowed algorithms'
+	// tokens are lent until their window ends instead. Zero means 1m;
+	// between 1s and MaxLeaseTTL.
+	LeaseTTL time.Duration
 	// LowWater is the prefetch mark as a fraction of the last grant: when
 	// a check leaves fewer local tokens, the Manager leases again in the
 	// background. Zero means 0.25; it must be in (0, 1).
@@ -57,6 +74,11 @@ type Config struct {
 // key touches the Store about ten times a second, small enough that a
 // lease never strands much quota. Idle 10s: tokens of a key that stopped
 // go back soon, and a key checked every few seconds is not churned.
+// LeaseTTL 1m, six times Idle: a key left idle returns its tokens (after
+// Idle, plus up to a sweep interval) long before they expire, so an idle
+// spell loses nothing; a key still in use renews its tokens at most once
+// per 30s (one Store call, only when its lease lasts that long); and a
+// crashed node's lent tokens come back (as spent) within a minute.
 // LowWater 0.25: a prefetch started with a quarter of the lease left has a
 // quarter of a horizon (25ms by default) to come back, dozens of Redis
 // round trips. StoreTimeout 50ms: the most a failing Store may add to a
@@ -89,6 +111,7 @@ func DefaultConfig() Config {
 		Horizon:       100 * time.Millisecond,
 		MinLeaseShare: DefaultMinLeaseShare,
 		Idle:          10 * time.Second,
+		LeaseTTL:      time.Minute,
 		LowWater:      0.25,
 		StoreTimeout:  50 * time.Millisecond,
 		Breaker:       DefaultBreakerConfig(),
@@ -115,6 +138,20 @@ func (c Config) withDefaults() Config {
 		c.Idle = d.Idle
 	}
 	c.Idle = min(c.Idle, maxIdle)
+	switch {
+	case c.LeaseTTL == 0:
+		c.LeaseTTL = d.LeaseTTL
+	case c.LeaseTTL < time.Second:
+		c.LeaseTTL = time.Second
+	case c.LeaseTTL > MaxLeaseTTL:
+		c.LeaseTTL = MaxLeaseTTL
+	}
+	if c.Holder == "" {
+		c.Holder = "m-" + newID()
+	}
+	if len(c.Holder) > MaxHolderLen {
+		c.Holder = c.Holder[:MaxHolderLen]
+	}
 	if !(c.LowWater > 0 && c.LowWater < 1) {
 		c.LowWater = d.LowWater
 	}

@@ -39,7 +39,7 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 	if b != nil {
 		m.seedLocal(ctx, b, p)
 	}
-	g, lerr := m.local.Lease(ctx, key, p, hits, hits)
+	g, lerr := m.local.Lease(ctx, key, p, hits, hits, Lessee{})
 	if lerr != nil {
 		return Decision{Limit: p.Limit, RetryAfter: m.store.Config().Cooldown, Unavailable: true}
 	}
@@ -76,9 +76,9 @@ func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 	// The local level becomes min(local, Store's): a peek, then a charge
 	// of the difference (need 0: it never fails for lack of tokens). A
 	// failure leaves the local bucket as it was.
-	g, err := m.local.Lease(ctx, b.key, p, 0, 0)
+	g, err := m.local.Lease(ctx, b.key, p, 0, 0, Lessee{})
 	if err == nil && g.Remaining > level {
-		_, err = m.local.Lease(ctx, b.key, p, g.Remaining-level, 0)
+		_, err = m.local.Lease(ctx, b.key, p, g.Remaining-level, 0, Lessee{})
 	}
 	if err != nil {
 		m.cfg.Logger.Warn("cannot seed the local bucket", "key", b.key, "err", err)

@@ -67,7 +67,7 @@ func (f *faultStore) fault(ctx context.Context) error {
 	return nil
 }
 
-func (f *faultStore) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
+func (f *faultStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
 	f.calls[opLease].Add(1)
 	if err := f.fault(ctx); err != nil {
 		return Grant{}, err
@@ -75,15 +75,15 @@ func (f *faultStore) Lease(ctx context.Context, key string, p Policy, want, need
 	f.wants.Lock()
 	f.wants.w = append(f.wants.w, want)
 	f.wants.Unlock()
-	return f.Store.Lease(ctx, key, p, want, need)
+	return f.Store.Lease(ctx, key, p, want, need, to)
 }
 
-func (f *faultStore) Return(ctx context.Context, key string, p Policy, tokens int64) error {
+func (f *faultStore) Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error {
 	f.calls[opReturn].Add(1)
 	if err := f.fault(ctx); err != nil {
 		return err
 	}
-	return f.Store.Return(ctx, key, p, tokens)
+	return f.Store.Return(ctx, key, p, tokens, holder)
 }
 
 func (f *faultStore) Log(ctx context.Context, key string, p Policy, hits int64) (Result, error) {
@@ -124,7 +124,7 @@ func (f *faultStore) lastWant() int64 {
 // available peeks at the Store's whole tokens for key.
 func (f *faultStore) available(t *testing.T, key string, p Policy) int64 {
 	t.Helper()
-	g, err := f.Store.Lease(context.Background(), key, p, 0, 0)
+	g, err := f.Store.Lease(context.Background(), key, p, 0, 0, Lessee{})
 	if err != nil {
 		t.Fatalf("peek %s: %v", key, err)
 	}

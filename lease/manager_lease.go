@@ -34,8 +34,11 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	var deadline time.Time
 	waited := false
 	for {
-		if b.spendable(now) {
+		if m.usable(b, now) {
 			if left, ok := b.tryTake(hits); ok {
+				if !b.spendable(now) {
+					m.renew(b) // past half its TTL: re-lend it in the background
+				}
 				return b.decision(left, now), nil
 			}
 		}
@@ -113,10 +116,11 @@ func (m *Manager) waitSlot(s *slot, deadline time.Time) bool {
 // releases it.
 func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64) Decision {
 	local := b.tokens.Swap(0)
-	// Tokens of a window that ended are dropped: the Store counted them
-	// in that window (consumption is still measured from all of them).
+	// Tokens of a window that ended, or past their TTL, are dropped: the
+	// Store counted them in that window, or counts them as spent
+	// (consumption is still measured from all of them).
 	keep := local
-	if !b.spendable(now) {
+	if !m.usable(b, now) {
 		keep = 0
 	}
 	if keep >= hits {
@@ -130,7 +134,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	m.st.storeDecisions.Add(1)
 	m.st.leases.Add(1)
 	decisionsStore.Inc()
-	g, err := m.store.Lease(ctx, b.key, p, want, need)
+	g, err := m.store.Lease(ctx, b.key, p, want, need, m.lessee(keep))
 	if err != nil {
 		b.tokens.Add(keep)
 		m.release(b, s, err)
@@ -146,28 +150,56 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		m.st.tokensLeased.Add(g.Granted)
 		tokensLeased.AddInt64(g.Granted)
 		b.lastLeaseMs = unixMs32(now)
-		exp := leaseExpiry(p, now, g)
-		if keep > 0 {
+		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
+		if keep > 0 && !p.Algorithm.refills() {
 			// Kept tokens may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
 		b.expires.Store(exp)
-		left := b.tokens.Add(g.Granted + keep - hits)
-		// basis bounds Refund, so it counts the hits just spent; they
-		// are measured as consumed at the next lease.
-		b.basis.Store(left + hits)
+		b.tokens.Add(g.Granted + keep - hits)
+		// basis bounds Refund: what the Store lends this Manager, so it
+		// counts the hits just spent (measured as consumed at the next
+		// lease). Tokens refunded meanwhile may not pass it.
+		left := b.settle(g.Lent)
 		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))
 		m.release(b, s, nil)
 		return b.decision(left, now)
 	}
-	// Denied: basis stays (it bounds refunds of hits spent before), and
-	// the consumption since the last grant is measured at the next one.
+	// Denied: the Store renewed what this Manager holds, if anything; the
+	// consumption since the last grant is measured at the next one.
 	b.tokens.Add(keep)
+	if g.Lent > 0 && p.Algorithm.refills() {
+		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
+	}
+	keep = b.settle(g.Lent)
 	wait := max(g.Wait, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
 	b.denyHits.Store(hits)
 	b.denyTill(addTime(after, wait))
 	m.release(b, s, nil)
 	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
+}
+
+// lessee is this Manager as the Lessee of a lease call, holding held
+// tokens of the key.
+func (m *Manager) lessee(held int64) Lessee {
+	return Lessee{ID: m.cfg.Holder, Held: held, TTL: m.cfg.LeaseTTL}
+}
+
+// usable reports whether b's tokens may be spent at now: before
+// b.expires, which the fast path checks, and for token_bucket and gcra
+// also in the second half of their LeaseTTL (b.expires is half-way),
+// while a renewal is due.
+func (m *Manager) usable(b *bucket, now int64) bool {
+	exp := b.expires.Load()
+	return now < exp || (b.pol.Algorithm.refills() && exp > 0 && now-exp < int64(m.cfg.LeaseTTL/2))
+}
+
+// renew starts a background lease of b that re-lends its tokens (they are
+// past half their TTL), unless one is due or running.
+func (m *Manager) renew(b *bucket) {
+	if low := b.low.Load(); low >= 0 && b.low.CompareAndSwap(low, -1) {
+		m.prefetch(b)
+	}
 }
 
 // touch records a check at now, to touchMs resolution (most checks only
@@ -217,27 +249,29 @@ func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision
 func (m *Manager) peekStore(key string, p Policy) Decision {
 	m.st.storeDecisions.Add(1)
 	decisionsStore.Inc()
-	g, err := m.store.Lease(m.ctx, key, p, 0, 0)
+	g, err := m.store.Lease(m.ctx, key, p, 0, 0, Lessee{})
 	if err != nil {
 		return m.failure(nil, key, p, 0, err)
 	}
 	return Decision{Allowed: true, Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset}
 }
 
-// claim takes b's lease slot if it is free (owner = true), else returns
-// the slot in flight.
+// claim takes the lease slot of b's key if it is free (owner = true),
+// else returns the slot in flight. The slot is per key, not per bucket: a
+// bucket that replaced an evicted one waits for the old one's return, so
+// the Held of every lease call is all this Manager holds of the key.
 func (m *Manager) claim(b *bucket) (s *slot, owner bool) {
 	m.inflight.Lock()
 	defer m.inflight.Unlock()
-	if s := m.inflight.m[b]; s != nil {
+	if s := m.inflight.m[b.key]; s != nil {
 		return s, false
 	}
 	s = &slot{done: make(chan struct{})}
-	m.inflight.m[b] = s
+	m.inflight.m[b.key] = s
 	return s, true
 }
 
-// claimWait takes b's lease slot, waiting for calls in flight.
+// claimWait takes the lease slot of b's key, waiting for calls in flight.
 func (m *Manager) claimWait(b *bucket) *slot {
 	for {
 		s, owner := m.claim(b)
@@ -251,7 +285,7 @@ func (m *Manager) claimWait(b *bucket) *slot {
 // release frees b's slot s with the outcome err of its Store call.
 func (m *Manager) release(b *bucket, s *slot, err error) {
 	m.inflight.Lock()
-	delete(m.inflight.m, b)
+	delete(m.inflight.m, b.key)
 	m.inflight.Unlock()
 	s.err = err
 	close(s.done)
@@ -277,10 +311,22 @@ func (m *Manager) prefetchNow(b *bucket) {
 	p := *b.pol
 	now := m.nanos()
 	local := b.tokens.Load()
-	want := m.sizeLease(b, b.basis.Load()-local, now, 1)
+	held := local
+	if !m.usable(b, now) {
+		held = 0
+	}
+	want, need := m.sizeLease(b, b.basis.Load()-local, now, 1), int64(1)
+	renewal := held >= want
+	if renewal {
+		// Enough on hand (a renewal: the tokens are past half their
+		// TTL): re-lend them, asking for nothing more.
+		want, need = 0, 0
+	}
 	m.st.prefetches.Add(1)
 	prefetches.Inc()
-	g, err := m.store.Lease(m.ctx, b.key, p, want, 1)
+	// held may be spent while the call is out: an upper bound, which the
+	// Store may count as lent until the next call settles it.
+	g, err := m.store.Lease(m.ctx, b.key, p, want, need, m.lessee(held))
 	if err != nil {
 		// low stays -1: the next sync lease retries, or fails over.
 		m.release(b, s, err)
@@ -293,23 +339,34 @@ func (m *Manager) prefetchNow(b *bucket) {
 	b.remaining.Store(g.Remaining)
 	b.resetAt.Store(addTime(max(now, m.nanos()), g.Reset))
 	b.lastLeaseMs = unixMs32(now)
-	if g.Granted > 0 {
-		exp := leaseExpiry(p, now, g)
-		if !b.spendable(now) || b.tokens.Load() == 0 {
-			b.tokens.Swap(0) // of a window that ended: dropped
-		} else {
+	switch {
+	case g.Granted > 0:
+		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
+		switch {
+		case held == 0 || b.tokens.Load() == 0:
+			b.tokens.Swap(0) // of a window that ended, or expired: dropped
+		case !p.Algorithm.refills():
 			// Tokens on hand may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
 		b.expires.Store(exp)
+	case g.Lent > 0 && p.Algorithm.refills():
+		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL)) // renewed
 	}
-	// The fast path kept spending while we were away: the new basis is
-	// what is on hand now.
-	b.basis.Store(b.tokens.Add(g.Granted))
-	if g.Granted > 0 {
+	// The fast path kept spending while we were away, and refunds may
+	// have put tokens back: what is on hand may not pass what the Store
+	// lends (basis, the refund bound). A grant of nothing leaves it as it
+	// was (but for an expired loan): refunds of hits spent before stay
+	// possible.
+	b.tokens.Add(g.Granted)
+	b.settle(g.Lent)
+	switch {
+	case g.Granted > 0:
 		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))
+	case renewal:
+		b.low.Store(lowMark(m.cfg.LowWater, g.Lent))
 	}
-	// Granted 0: nothing available; low stays -1 and the next check that
-	// runs out leases synchronously and gets a deny-until.
+	// Granted 0 otherwise: nothing available; low stays -1 and the next
+	// check that runs out leases synchronously and gets a deny-until.
 	m.release(b, s, nil)
 }

@@ -18,7 +18,7 @@ type gateStore struct {
 	calls           atomic.Int64
 }
 
-func (g *gateStore) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
+func (g *gateStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
 	g.calls.Add(1)
 	n := g.inflight.Add(1)
 	for {
@@ -33,7 +33,7 @@ func (g *gateStore) Lease(ctx context.Context, key string, p Policy, want, need 
 	case <-ctx.Done():
 		return Grant{}, ctx.Err()
 	}
-	return g.Store.Lease(ctx, key, p, want, need)
+	return g.Store.Lease(ctx, key, p, want, need, to)
 }
 
 // TestOneLeaseInFlightPerKey: checks that find no tokens while a lease for
@@ -197,7 +197,7 @@ func TestConcurrentEvictionKeepsAccounts(t *testing.T) {
 	}
 	var left int64
 	for _, k := range keys {
-		g, _ := store.Lease(context.Background(), k, p1, 0, 0)
+		g, _ := store.Lease(context.Background(), k, p1, 0, 0, Lessee{})
 		left += g.Remaining
 	}
 	if want := 3*limit - admitted.Load(); left != want {

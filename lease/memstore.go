@@ -188,11 +188,11 @@ func (sh *memShard) save(key string, e *memEntry, alg Algorithm, st algoState, p
 type leaser[S any] interface {
 	*S
 	algoState
-	Lease(p Policy, now time.Time, want, need int64) Grant
-	Return(p Policy, now time.Time, n int64)
+	Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant
+	Return(p Policy, now time.Time, n int64, holder string)
 }
 
-func leaseOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.Time, want, need int64) Grant {
+func leaseOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.Time, want, need int64, to Lessee) Grant {
 	t := unixMicros(now)
 	e := sh.lookup(key, p.Algorithm, t)
 	var st PS
@@ -201,28 +201,28 @@ func leaseOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.T
 	} else {
 		st = new(S)
 	}
-	g := st.Lease(p, now, want, need)
-	if g.Granted > 0 {
+	g := st.Lease(p, now, want, need, to)
+	if g.Granted > 0 || g.Lent > 0 { // a grant, or a renewed loan
 		sh.save(key, e, p.Algorithm, st, p, t)
 	}
 	return g
 }
 
-func returnOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.Time, n int64) {
+func returnOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.Time, n int64, holder string) {
 	t := unixMicros(now)
 	if e := sh.lookup(key, p.Algorithm, t); e != nil {
 		st := e.state.(PS)
-		st.Return(p, now, n)
+		st.Return(p, now, n, holder)
 		sh.save(key, e, p.Algorithm, st, p, t)
 	}
 }
 
 // Lease implements Leaser.
-func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
+func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return Grant{}, err
 	}
-	if err := CheckLease(p, want, need); err != nil {
+	if err := CheckLease(p, want, need, to); err != nil {
 		return Grant{}, fmt.Errorf("cannot lease: %w", err)
 	}
 	now := m.now()
@@ -231,22 +231,22 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 	defer sh.mu.Unlock()
 	switch p.Algorithm {
 	case TokenBucket:
-		return leaseOn[TokenBucketState](sh, key, p, now, want, need), nil
+		return leaseOn[TokenBucketState](sh, key, p, now, want, need, to), nil
 	case GCRA:
-		return leaseOn[GCRAState](sh, key, p, now, want, need), nil
+		return leaseOn[GCRAState](sh, key, p, now, want, need, to), nil
 	case FixedWindow:
-		return leaseOn[FixedWindowState](sh, key, p, now, want, need), nil
+		return leaseOn[FixedWindowState](sh, key, p, now, want, need, to), nil
 	default: // SlidingWindow: CheckLease admits only the leased algorithms
-		return leaseOn[SlidingWindowState](sh, key, p, now, want, need), nil
+		return leaseOn[SlidingWindowState](sh, key, p, now, want, need, to), nil
 	}
 }
 
 // Return implements Leaser.
-func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens int64) error {
+func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := CheckReturn(p, tokens); err != nil {
+	if err := CheckReturn(p, tokens, holder); err != nil {
 		return fmt.Errorf("cannot return tokens: %w", err)
 	}
 	if tokens == 0 {
@@ -258,13 +258,13 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 	defer sh.mu.Unlock()
 	switch p.Algorithm {
 	case TokenBucket:
-		returnOn[TokenBucketState](sh, key, p, now, tokens)
+		returnOn[TokenBucketState](sh, key, p, now, tokens, holder)
 	case GCRA:
-		returnOn[GCRAState](sh, key, p, now, tokens)
+		returnOn[GCRAState](sh, key, p, now, tokens, holder)
 	case FixedWindow:
-		returnOn[FixedWindowState](sh, key, p, now, tokens)
+		returnOn[FixedWindowState](sh, key, p, now, tokens, holder)
 	default:
-		returnOn[SlidingWindowState](sh, key, p, now, tokens)
+		returnOn[SlidingWindowState](sh, key, p, now, tokens, holder)
 	}
 	return nil
 }

@@ -19,17 +19,22 @@ func ExampleMemoryStore() {
 	// 100 requests per minute, bursts of up to 20.
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Minute, Burst: 20}
 
-	// Lease a batch of up to 15 tokens; at least 1 is needed.
-	g, _ := s.Lease(ctx, "user-42", p, 15, 1)
+	// Lease a batch of up to 15 tokens to holder node-a; at least 1 is
+	// needed. The Store counts them against the burst until node-a
+	// spends them (says so at its next call), returns them, or a minute
+	// passes.
+	node := lease.Lessee{ID: "node-a", TTL: time.Minute}
+	g, _ := s.Lease(ctx, "user-42", p, 15, 1, node)
 	fmt.Printf("granted %d, %d left, full again in %v\n", g.Granted, g.Remaining, g.Reset)
 
 	// Ask for 10 more, all of which are needed: only 5 are left.
-	g, _ = s.Lease(ctx, "user-42", p, 10, 10)
+	node.Held = 15 // none spent yet
+	g, _ = s.Lease(ctx, "user-42", p, 10, 10, node)
 	fmt.Printf("granted %d, retry in %v\n", g.Granted, g.Wait)
 
-	// Give back 3 unspent tokens.
-	_ = s.Return(ctx, "user-42", p, 3)
-	g, _ = s.Lease(ctx, "user-42", p, 0, 0) // a peek
+	// node-a gives back its 3 unspent tokens (it spent 12).
+	_ = s.Return(ctx, "user-42", p, 3, "node-a")
+	g, _ = s.Lease(ctx, "user-42", p, 0, 0, lease.Lessee{}) // a peek
 	fmt.Printf("%d available\n", g.Remaining)
 
 	// Output:

@@ -82,7 +82,7 @@ func TestMemoryStoreSweep(t *testing.T) {
 	sl := lease.Policy{Algorithm: lease.SlidingLog, Limit: 10, Period: time.Second}
 	cc := lease.Policy{Algorithm: lease.Concurrency, Limit: 10, Period: 3 * time.Second}
 
-	if _, err := s.Lease(ctx, "peek", tb, 0, 0); err != nil {
+	if _, err := s.Lease(ctx, "peek", tb, 0, 0, lease.Lessee{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Log(ctx, "peeklog", sl, 0); err != nil {
@@ -93,7 +93,7 @@ func TestMemoryStoreSweep(t *testing.T) {
 	}
 	mustLease := func(key string, p lease.Policy, n int64) {
 		t.Helper()
-		if g, err := s.Lease(ctx, key, p, n, n); err != nil || g.Granted != n {
+		if g, err := s.Lease(ctx, key, p, n, n, lease.Lessee{}); err != nil || g.Granted != n {
 			t.Fatalf("Lease(%s, %d) = %+v, %v", key, n, g, err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestMemoryStoreJanitorAndClose(t *testing.T) {
 	c := newFakeClock()
 	s := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: c.Now, SweepInterval: time.Millisecond})
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1, Period: time.Second}
-	if _, err := s.Lease(context.Background(), "k", p, 1, 1); err != nil {
+	if _, err := s.Lease(context.Background(), "k", p, 1, 1, lease.Lessee{}); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(time.Second)
@@ -167,7 +167,7 @@ func TestMemoryStoreJanitorAndClose(t *testing.T) {
 		t.Fatalf("second Close: %v, want nil (Close is idempotent)", err)
 	}
 	// Still usable after Close.
-	if g, err := s.Lease(context.Background(), "k", p, 1, 1); err != nil || g.Granted != 1 {
+	if g, err := s.Lease(context.Background(), "k", p, 1, 1, lease.Lessee{}); err != nil || g.Granted != 1 {
 		t.Fatalf("Lease after Close = %+v, %v", g, err)
 	}
 }
@@ -176,7 +176,7 @@ func TestMemoryStoreNilNowUsesWallClock(t *testing.T) {
 	s := lease.NewMemoryStore(lease.MemoryStoreConfig{})
 	defer s.Close()
 	p := lease.Policy{Algorithm: lease.FixedWindow, Limit: 1, Period: time.Hour}
-	g, err := s.Lease(context.Background(), "k", p, 0, 0)
+	g, err := s.Lease(context.Background(), "k", p, 0, 0, lease.Lessee{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestMemoryStoreManyKeysConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range keys * limit / 2 {
 				k := (i + w) % keys
-				g, err := s.Lease(ctx, "key"+strconv.Itoa(k), p, 1, 1)
+				g, err := s.Lease(ctx, "key"+strconv.Itoa(k), p, 1, 1, lease.Lessee{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -241,7 +241,7 @@ func BenchmarkMemoryStoreLease(b *testing.B) {
 				i := int(seq.Add(1)) * 7919
 				for pb.Next() {
 					i++
-					if _, err := s.Lease(ctx, keys[i%len(keys)], p, 100, 1); err != nil {
+					if _, err := s.Lease(ctx, keys[i%len(keys)], p, 100, 1, lease.Lessee{}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -256,7 +256,7 @@ func BenchmarkMemoryStoreLease(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.Lease(ctx, "hot", p, 100, 1); err != nil {
+				if _, err := s.Lease(ctx, "hot", p, 100, 1, lease.Lessee{}); err != nil {
 					b.Error(err)
 					return
 				}

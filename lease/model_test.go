@@ -33,6 +33,10 @@ func memoryHarness() modeltest.Harness {
 	clk := &modelClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	return modeltest.Harness{
 		NewStore: func(t testing.TB) lease.Store {
+			// Every run from the same instant: a replay is exact.
+			clk.mu.Lock()
+			clk.t = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			clk.mu.Unlock()
 			return lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 		},
 		Now:     clk.Now,
@@ -42,7 +46,8 @@ func memoryHarness() modeltest.Harness {
 }
 
 // envAll turns on the model runs and checks that wait for a fix: every
-// run, and the under-admission side (denials justified) too.
+// run, and the under-admission side (denials justified) too; "safety"
+// runs every run with the safety side only.
 const envAll = "SLUICE_MODEL_ALL"
 
 // TestModel runs the model-based harness (lease/modeltest) on the
@@ -80,8 +85,8 @@ func TestModel(t *testing.T) {
 			if r.pending != "" && os.Getenv(envAll) == "" {
 				t.Skip(r.pending + " (" + envAll + "=1 runs it)")
 			}
-			if os.Getenv(envAll) != "" {
-				r.safety = false
+			if v := os.Getenv(envAll); v != "" {
+				r.safety = v == "safety"
 			}
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: uint64(i) * 1_000_000, Seeds: 100, Steps: 250, Holders: r.holders, Algorithms: r.algs,

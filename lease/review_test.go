@@ -15,7 +15,7 @@ import (
 func TestBreakerKeepsStoreError(t *testing.T) {
 	b, fs, _ := testBreaker(t)
 	fs.mode.Store(faultError)
-	_, err := b.Lease(context.Background(), "k", perSecond(10), 1, 1)
+	_, err := b.Lease(context.Background(), "k", perSecond(10), 1, 1, Lessee{})
 	if !errors.Is(err, ErrStoreUnavailable) || !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want it to wrap ErrStoreUnavailable and the Store's error", err)
 	}
@@ -70,9 +70,9 @@ type latentStore struct {
 	d   time.Duration
 }
 
-func (s *latentStore) Lease(ctx context.Context, key string, p Policy, want, need int64) (Grant, error) {
+func (s *latentStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
 	s.clk.Advance(s.d)
-	return s.faultStore.Lease(ctx, key, p, want, need)
+	return s.faultStore.Lease(ctx, key, p, want, need, to)
 }
 
 // A local denial during a deny-until must not tell the client to come
@@ -107,22 +107,22 @@ func TestDenyUntilCountsFromTheStoresAnswer(t *testing.T) {
 	}
 }
 
-// A Store Wait longer than what fits in Unix nanoseconds (a policy at the
-// validation bounds) must still give a deny-until, not an overflowed one
-// that sends every check to the Store.
+// A Store Wait of a century (a policy near the validation bounds) must
+// still give a deny-until, not an overflowed one that sends every check to
+// the Store.
 func TestDenyUntilDoesNotOverflow(t *testing.T) {
 	m, fs, _ := testManager(t, nil)
-	// One token a year, a burst of 1000: 300 tokens take 300 years.
-	p := Policy{Algorithm: TokenBucket, Limit: 1, Period: MaxPeriod, Burst: 1000}
-	if !mustTake(t, m, "k", p, 1000).Allowed {
+	// One token a year, a burst of 140: 100 tokens take 100 years.
+	p := Policy{Algorithm: TokenBucket, Limit: 1, Period: MaxPeriod, Burst: 140}
+	if !mustTake(t, m, "k", p, 140).Allowed {
 		t.Fatal("the burst denied")
 	}
 	m.drain()
-	if mustTake(t, m, "k", p, 300).Allowed {
-		t.Fatal("300 more allowed")
+	if mustTake(t, m, "k", p, 100).Allowed {
+		t.Fatal("100 more allowed")
 	}
 	calls := fs.n(opLease)
-	if d := mustTake(t, m, "k", p, 300); d.Allowed || d.RetryAfter <= 0 {
+	if d := mustTake(t, m, "k", p, 100); d.Allowed || d.RetryAfter <= 0 {
 		t.Fatalf("during deny-until: %+v, want denied with a RetryAfter", d)
 	}
 	if got := fs.n(opLease) - calls; got != 0 {

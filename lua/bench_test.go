@@ -20,7 +20,7 @@ func BenchmarkLease(b *testing.B) {
 			p := lease.Policy{Algorithm: a, Limit: 1 << 40, Period: time.Hour}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Lease(ctx, "bench", p, 1, 1); err != nil {
+				if _, err := s.Lease(ctx, "bench", p, 1, 1, lease.Lessee{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -40,7 +40,7 @@ func BenchmarkLeaseParallel(b *testing.B) {
 		b.SetParallelism(16)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.Lease(ctx, "hot", p, 1, 1); err != nil {
+				if _, err := s.Lease(ctx, "hot", p, 1, 1, lease.Lessee{}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -54,7 +54,7 @@ func BenchmarkLeaseParallel(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			key := "k" + strconv.FormatInt(n.Add(1), 10)
 			for pb.Next() {
-				if _, err := s.Lease(ctx, key, p, 1, 1); err != nil {
+				if _, err := s.Lease(ctx, key, p, 1, 1, lease.Lessee{}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -11,27 +11,9 @@
 -- records nothing. RetryAfter on denial is the time until the earliest
 -- holder expires; Reset the time until the latest one does (0 when none).
 -- The key expires with its latest holder.
-local key = KEYS[1]
+-- (Joined after prelude.lua: key, now, ttl, ms and fmt come from there.)
 local limit, pu = tonumber(ARGV[1]), tonumber(ARGV[2])
 local id, hits = ARGV[3], tonumber(ARGV[4])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- ttl is an expiry argument: a duration in µs as whole milliseconds,
--- rounded up, plus 1ms so that the key outlives its state; capped.
-local function ttl(us)
-  if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
-end
-
--- ms is a duration in µs as whole milliseconds, rounded up, capped like
--- lease's ceilMillis so that extreme policies cannot overflow.
-local function ms(us)
-  if not (us > 0) then return 0 end
-  return math.min(math.ceil(us / 1000), 9223372036854)
-end
-local function fmt(x)
-  return string.format('%.17g', x)
-end
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
 local held = redis.call('ZCARD', key)

@@ -63,7 +63,7 @@ func TestMatchesMemoryStore(t *testing.T) {
 			advance(p.Period)
 			if step > 0 && r.IntN(4) == 0 {
 				n := min(pick(1, 2, capacity/3+1, capacity, r.Int64N(capacity)+1, lease.MaxHits), lease.MaxHits)
-				e1, e2 := rs.Return(ctx, key, p, n), ms.Return(ctx, key, p, n)
+				e1, e2 := rs.Return(ctx, key, p, n, ""), ms.Return(ctx, key, p, n, "")
 				if (e1 == nil) != (e2 == nil) {
 					t.Fatalf("%+v Return(%d): redis %v, memory %v", p, n, e1, e2)
 				}
@@ -71,8 +71,8 @@ func TestMatchesMemoryStore(t *testing.T) {
 			}
 			need := min(pick(0, 1, 1, 2, capacity/2, capacity, capacity+1, r.Int64N(capacity)+1), lease.MaxHits)
 			want := min(lease.MaxHits, need+pick(0, 0, 1, capacity, r.Int64N(capacity)+1))
-			g1, e1 := rs.Lease(ctx, key, p, want, need)
-			g2, e2 := ms.Lease(ctx, key, p, want, need)
+			g1, e1 := rs.Lease(ctx, key, p, want, need, lease.Lessee{})
+			g2, e2 := ms.Lease(ctx, key, p, want, need, lease.Lessee{})
 			if (e1 == nil) != (e2 == nil) || g1 != g2 {
 				t.Fatalf("%+v, step %d at %v: Lease(want=%d, need=%d):\n  redis:  %+v %v\n  memory: %+v %v",
 					p, step, clock.Now().Format(time.RFC3339Nano), want, need, g1, e1, g2, e2)

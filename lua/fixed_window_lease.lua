@@ -1,38 +1,29 @@
 -- fixed_window lease: windows aligned on multiples of the period since the
 -- Unix epoch. Mirrors lease.FixedWindowState.Lease: avail = L - count;
--- Wait and Reset are the time to the end of the current window.
+-- Wait and Reset are the time to the end of the current window. Joined
+-- after prelude.lua and leased.lua (capacity = limit here).
 --
--- KEYS[1]  hash {w = start of the counted window, unix µs; c = count}
--- ARGV     limit, period_us, want, need
--- returns  {granted, remaining, wait_ms, reset_ms}
+-- KEYS[1]  hash {w = start of the counted window, unix µs; c = count;
+--          '@'..holder = what the window lent each holder}
+-- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us
+-- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
--- A count of an older window is 0; a stored window later than now's (a
--- clock that went back) stays current. The key is written only when tokens
--- are granted, and expires two windows after its window began.
-local key = KEYS[1]
-local limit, pu = tonumber(ARGV[1]), tonumber(ARGV[2])
-local want, need = tonumber(ARGV[3]), tonumber(ARGV[4])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- ttl is an expiry argument: a duration in µs as whole milliseconds,
--- rounded up, plus 1ms so that the key outlives its state; capped.
-local function ttl(us)
-  if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
-end
-
--- ms is a duration in µs as whole milliseconds, rounded up, capped like
--- lease's ceilMillis so that extreme policies cannot overflow.
-local function ms(us)
-  if not (us > 0) then return 0 end
-  return math.min(math.ceil(us / 1000), 9223372036854)
-end
+-- A count of an older window is 0 (and its loans are gone); a stored
+-- window later than now's (a clock that went back) stays current. The key
+-- is written only when tokens are granted, and expires two windows after
+-- its window began.
+local limit, pu = lf, pf
+local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
+local held = tonumber(ARGV[7])
 
 local ws = now - math.fmod(now, pu) -- fmod is exact on doubles
 local count = 0
-local st = redis.call('HMGET', key, 'w', 'c')
-if st[1] and tonumber(st[1]) >= ws then
-  ws, count = tonumber(st[1]), tonumber(st[2])
+local st, ls = read()
+local current = false
+if st.w and tonumber(st.w) >= ws then
+  ws, count, current = tonumber(st.w), tonumber(st.c), true
+else
+  ls = {}
 end
 local left = ws + pu - now
 
@@ -43,10 +34,13 @@ elseif math.max(0, limit - count) >= need then
   granted = math.min(want, math.max(0, limit - count))
   if granted > 0 then
     count = count + granted
-    redis.call('HSET', key, 'w', string.format('%.17g', ws), 'c', string.format('%.17g', count))
-    redis.call('PEXPIRE', key, ttl(ws + 2 * pu - now))
+    current = true
+    ls = settle(ls, held, granted, now, 0, true)
+    write({'w', fmt(ws), 'c', fmt(count)}, ls, ttl(ws + 2 * pu - now))
   end
 else
   wait = left
 end
-return {granted, math.max(0, limit - count), ms(wait), ms(left)}
+local lent = 0
+if current then lent = lent_to(ls, holder, -1) end
+return {granted, math.max(0, limit - count), ms(wait), ms(left), lent}

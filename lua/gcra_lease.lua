@@ -1,47 +1,45 @@
 -- gcra lease: one theoretical arrival time (TAT). Mirrors
 -- lease.GCRAState.Lease operation for operation (microseconds): with
--- base = max(TAT, now) and d = base - now, avail = floor(B - d*L/P); a
--- grant of g sets TAT = base + ceil(g*P/L) (whole µs, at most 2^61 µs ahead
--- of now); Wait = d - (B - need)*P/L; Reset = TAT_after - now. (The package
--- doc's T = P/L and tau = B*T, multiplied out.)
+-- base = max(TAT, now, floor) (floor: the loans' lowest TAT) and d = base
+-- - now, avail = floor(B - d*L/P); a grant of g sets TAT = base +
+-- ceil(g*P/L); Wait = d - (B - need)*P/L; Reset = TAT_after - now. (The
+-- package doc's T = P/L and tau = B*T, multiplied out.) Policy validation
+-- keeps B*P/L ≤ 2^52 µs, so the TAT stays an exact integer. Joined after
+-- prelude.lua and leased.lua.
 --
--- KEYS[1]  string: TAT in unix µs (an integer)
--- ARGV     limit, period_us, capacity (burst), want, need
--- returns  {granted, remaining, wait_ms, reset_ms}
+-- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans}
+-- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us
+-- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
--- An absent key (or a TAT not after now) is a full bucket. The key is
--- written only when tokens are granted, and expires at its TAT.
-local key = KEYS[1]
-local lf, pf, bf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local want, need = tonumber(ARGV[4]), tonumber(ARGV[5])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- ttl is an expiry argument: a duration in µs as whole milliseconds,
--- rounded up, plus 1ms so that the key outlives its state; capped.
-local function ttl(us)
-  if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
-end
+-- An absent key (or a TAT not after now, with no loans) is a full bucket.
+-- The key is written when tokens are granted, or when a grant of nothing
+-- renews the holder's loan, and expires when the TAT and every loan's
+-- tokens are past.
+local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
+local held, ttl_us = tonumber(ARGV[7]), tonumber(ARGV[8])
+local bf = cf
 
--- ms is a duration in µs as whole milliseconds, rounded up, capped like
--- lease's ceilMillis so that extreme policies cannot overflow.
-local function ms(us)
-  if not (us > 0) then return 0 end
-  return math.min(math.ceil(us / 1000), 9223372036854)
-end
 local function avail(d)
   local a = math.floor(bf - d * lf / pf)
   if a < 0 then return 0 end
   return a
 end
 
--- lease's maxTATAdvance: how far the TAT may run ahead of now (2^61 µs),
--- so that extreme policies cannot overflow.
-local MAX_ADVANCE = 2305843009213693952
-local tat = tonumber(redis.call('GET', key)) or 0
-local base = math.max(tat, now)
+local st, ls = read()
+local tat = tonumber(st.t) or 0
+local base = math.max(tat, now, floor_tat(ls, now))
 local d = base - now
 local a = avail(d)
+
+-- save writes the TAT and the loans; the key expires at the later of the
+-- TAT and each loan's expiry plus its tokens' worth.
+local function save()
+  local e = tat
+  for _, l in ipairs(ls) do
+    e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
+  end
+  write({'t', string.format('%d', tat)}, ls, ttl(e - now))
+end
 
 local granted, wait = 0, 0
 if need > bf then
@@ -49,12 +47,15 @@ if need > bf then
 elseif a >= need then
   granted = math.min(want, a)
   if granted > 0 then
-    local adv = math.ceil(math.min(granted * pf / lf, MAX_ADVANCE))
-    tat = math.min(base + adv, now + MAX_ADVANCE)
+    tat = base + math.ceil(granted * pf / lf)
+    ls = settle(prune(ls, now), held, granted, now, ttl_us, false)
     d = tat - now
-    redis.call('SET', key, string.format('%d', tat), 'PX', ttl(d))
+    save()
   end
 else
   wait = d - (bf - need) * pf / lf
 end
-return {granted, avail(d), ms(wait), ms(d)}
+if granted == 0 and renew(ls, now, ttl_us) then
+  save() -- only the running loan's expiry moves
+end
+return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}

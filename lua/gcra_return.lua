@@ -1,29 +1,30 @@
--- gcra return: TAT = max(now, TAT - floor(n*P/L)). Mirrors
--- lease.GCRAState.Return.
+-- gcra return: holder's loan ends; TAT = max(now, base - floor(n'*P/L)),
+-- n' = min(n, lent), base = the TAT with the loans' floor applied.
+-- Mirrors lease.GCRAState.Return. Joined after prelude.lua and leased.lua.
 --
--- KEYS[1]  string: TAT in unix µs (an integer)
--- ARGV     limit, period_us, capacity, tokens
--- returns  1, or 0 when the TAT was not after now (a full bucket: nothing
---          to do)
-local key = KEYS[1]
-local lf, pf = tonumber(ARGV[1]), tonumber(ARGV[2])
-local n = tonumber(ARGV[4])
-local tat = tonumber(redis.call('GET', key))
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- ttl is an expiry argument: a duration in µs as whole milliseconds,
--- rounded up, plus 1ms so that the key outlives its state; capped.
-local function ttl(us)
-  if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
-end
-if not tat or tat <= now or n <= 0 then
+-- KEYS[1]  hash {t = TAT, '@'..holder = loans} (see gcra_lease.lua)
+-- ARGV     limit, period_us, capacity, holder, tokens
+-- returns  the tokens given back
+local n = tonumber(ARGV[5])
+local st, ls = read()
+local tat = tonumber(st.t)
+if not tat or n <= 0 then
   return 0
 end
-tat = math.max(now, tat - math.min(math.floor(n * pf / lf), tat - now))
-if tat <= now then
-  redis.call('DEL', key) -- TAT at or before now: the same as no state
-  return 1
+local base = math.max(tat, now, floor_tat(ls, now))
+local back
+ls, back = take(prune(ls, now), n)
+if back > 0 then
+  base = base - math.min(math.floor(back * pf / lf), base - now)
 end
-redis.call('SET', key, string.format('%d', tat), 'PX', ttl(tat - now))
-return 1
+tat = base
+if tat <= now and #ls == 0 then
+  redis.call('DEL', key) -- full and nothing lent: the same as no state
+  return back
+end
+local e = tat
+for _, l in ipairs(ls) do
+  e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
+end
+write({'t', string.format('%d', tat)}, ls, ttl(e - now))
+return back

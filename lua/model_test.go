@@ -43,7 +43,7 @@ func TestModel(t *testing.T) {
 				t.Skip("held leases add to the burst (issue 9, finding 1): on until lease's Store accounting lands (SLUICE_MODEL_ALL=1 runs it)")
 			}
 			if all {
-				r.safety = false
+				r.safety = os.Getenv("SLUICE_MODEL_ALL") == "safety"
 			}
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: uint64(i) * 1_000_000, Seeds: 20, Steps: 150, Holders: r.holders, Algorithms: r.algs,

@@ -19,27 +19,9 @@
 --
 -- The key expires one period after its newest stamp, when the whole log
 -- has left the window.
-local key = KEYS[1]
+-- (Joined after prelude.lua: key, now, ttl, ms and fmt come from there.)
 local limit, pu = tonumber(ARGV[1]), tonumber(ARGV[2])
 local mi, hits = tonumber(ARGV[3]), tonumber(ARGV[4])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- ttl is an expiry argument: a duration in µs as whole milliseconds,
--- rounded up, plus 1ms so that the key outlives its state; capped.
-local function ttl(us)
-  if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
-end
-
--- ms is a duration in µs as whole milliseconds, rounded up, capped like
--- lease's ceilMillis so that extreme policies cannot overflow.
-local function ms(us)
-  if not (us > 0) then return 0 end
-  return math.min(math.ceil(us / 1000), 9223372036854)
-end
-local function fmt(x)
-  return string.format('%.17g', x)
-end
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - pu))
 local count = redis.call('ZCARD', key)

@@ -6,44 +6,33 @@
 --   room = L - cur - need >= 0: in this window, pe - room*P/prev;
 --   else cur <= L - need:       at the next window, pe;
 --   else:                       in the next window, pe + P - (L-need)*P/cur.
--- Reset: pe + P if cur > 0, pe if only prev > 0, else 0.
+-- Reset: pe + P if cur > 0, pe if only prev > 0, else 0. Joined after
+-- prelude.lua and leased.lua (capacity = limit here).
 --
--- KEYS[1]  hash {w = start of the current window, unix µs; c = cur; p = prev}
--- ARGV     limit, period_us, want, need
--- returns  {granted, remaining, wait_ms, reset_ms}
+-- KEYS[1]  hash {w = start of the current window, unix µs; c = cur; p = prev;
+--          '@'..holder = what the current window lent each holder}
+-- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us
+-- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- The key is written only when tokens are granted, and expires two
 -- windows after its window began, when both counts have rolled out.
-local key = KEYS[1]
-local limit, pf = tonumber(ARGV[1]), tonumber(ARGV[2])
-local want, need = tonumber(ARGV[3]), tonumber(ARGV[4])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- ttl is an expiry argument: a duration in µs as whole milliseconds,
--- rounded up, plus 1ms so that the key outlives its state; capped.
-local function ttl(us)
-  if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
-end
-
--- ms is a duration in µs as whole milliseconds, rounded up, capped like
--- lease's ceilMillis so that extreme policies cannot overflow.
-local function ms(us)
-  if not (us > 0) then return 0 end
-  return math.min(math.ceil(us / 1000), 9223372036854)
-end
+local limit = lf
+local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
+local held = tonumber(ARGV[7])
 
 local ws = now - math.fmod(now, pf) -- fmod is exact on doubles
 local prev, cur = 0, 0
-local st = redis.call('HMGET', key, 'w', 'c', 'p')
-if st[1] then
-  local sw = tonumber(st[1])
+local st, ls = read()
+local current = false
+if st.w then
+  local sw = tonumber(st.w)
   if sw >= ws then
-    ws, cur, prev = sw, tonumber(st[2]), tonumber(st[3])
+    ws, cur, prev, current = sw, tonumber(st.c), tonumber(st.p), true
   elseif sw == ws - pf then
-    prev = tonumber(st[2])
+    prev = tonumber(st.c)
   end
 end
+if not current then ls = {} end
 local e = math.max(0, now - ws)
 local pe = pf - e
 local function avail(c)
@@ -58,8 +47,9 @@ elseif a >= need then
   granted = math.min(want, a)
   if granted > 0 then
     cur = cur + granted
-    redis.call('HSET', key, 'w', string.format('%.17g', ws), 'c', string.format('%.17g', cur), 'p', string.format('%.17g', prev))
-    redis.call('PEXPIRE', key, ttl(ws + 2 * pf - now))
+    current = true
+    ls = settle(ls, held, granted, now, 0, true)
+    write({'w', fmt(ws), 'c', fmt(cur), 'p', fmt(prev)}, ls, ttl(ws + 2 * pf - now))
   end
 else
   local room, room2 = limit - cur - need, limit - need
@@ -78,4 +68,6 @@ if cur > 0 then
 elseif prev > 0 then
   reset = pe
 end
-return {granted, avail(cur), ms(wait), ms(reset)}
+local lent = 0
+if current then lent = lent_to(ls, holder, -1) end
+return {granted, avail(cur), ms(wait), ms(reset), lent}

@@ -19,6 +19,12 @@ import (
 )
 
 var (
+	// prelude.lua goes in front of every script, leased.lua after it in
+	// front of the eight lease and return scripts (see newScripts).
+	//go:embed prelude.lua
+	preludeSrc string
+	//go:embed leased.lua
+	leasedSrc string
 	//go:embed token_bucket_lease.lua
 	tokenBucketLeaseSrc string
 	//go:embed token_bucket_return.lua
@@ -53,20 +59,27 @@ type scripts struct {
 	release    *rueidis.Lua
 }
 
+// exactScript and leasedScript join a script file with the shared
+// prelude (TIME, the ttl and ms helpers) and, for the leased algorithms,
+// their argument parsing and loan helpers: each script file holds only its
+// own logic, and Redis still gets one self-contained script per file.
+func exactScript(src string) string  { return preludeSrc + src }
+func leasedScript(src string) string { return preludeSrc + leasedSrc + src }
+
 func newScripts() *scripts {
 	s := &scripts{
-		log:     rueidis.NewLuaScript(slidingLogSrc),
-		acquire: rueidis.NewLuaScript(concurrencyAcquireSrc),
-		release: rueidis.NewLuaScript(concurrencyReleaseSrc),
+		log:     rueidis.NewLuaScript(exactScript(slidingLogSrc)),
+		acquire: rueidis.NewLuaScript(exactScript(concurrencyAcquireSrc)),
+		release: rueidis.NewLuaScript(exactScript(concurrencyReleaseSrc)),
 	}
-	s.lease[lease.TokenBucket] = rueidis.NewLuaScript(tokenBucketLeaseSrc)
-	s.ret[lease.TokenBucket] = rueidis.NewLuaScript(tokenBucketReturnSrc)
-	s.lease[lease.GCRA] = rueidis.NewLuaScript(gcraLeaseSrc)
-	s.ret[lease.GCRA] = rueidis.NewLuaScript(gcraReturnSrc)
-	s.lease[lease.FixedWindow] = rueidis.NewLuaScript(fixedWindowLeaseSrc)
-	s.ret[lease.FixedWindow] = rueidis.NewLuaScript(fixedWindowReturnSrc)
-	s.lease[lease.SlidingWindow] = rueidis.NewLuaScript(slidingWindowLeaseSrc)
-	s.ret[lease.SlidingWindow] = rueidis.NewLuaScript(slidingWindowReturnSrc)
+	s.lease[lease.TokenBucket] = rueidis.NewLuaScript(leasedScript(tokenBucketLeaseSrc))
+	s.ret[lease.TokenBucket] = rueidis.NewLuaScript(leasedScript(tokenBucketReturnSrc))
+	s.lease[lease.GCRA] = rueidis.NewLuaScript(leasedScript(gcraLeaseSrc))
+	s.ret[lease.GCRA] = rueidis.NewLuaScript(leasedScript(gcraReturnSrc))
+	s.lease[lease.FixedWindow] = rueidis.NewLuaScript(leasedScript(fixedWindowLeaseSrc))
+	s.ret[lease.FixedWindow] = rueidis.NewLuaScript(leasedScript(fixedWindowReturnSrc))
+	s.lease[lease.SlidingWindow] = rueidis.NewLuaScript(leasedScript(slidingWindowLeaseSrc))
+	s.ret[lease.SlidingWindow] = rueidis.NewLuaScript(leasedScript(slidingWindowReturnSrc))
 	return s
 }
 
@@ -75,7 +88,7 @@ func newScripts() *scripts {
 // algorithm's state (or a WRONGTYPE error).
 var keySuffix = [...]string{
 	lease.TokenBucket:   "tb",
-	lease.GCRA:          "gcra",
+	lease.GCRA:          "gc", // a hash since loans; "gcra" was a string
 	lease.FixedWindow:   "fw",
 	lease.SlidingWindow: "sw",
 	lease.SlidingLog:    "log",
@@ -186,37 +199,28 @@ func (s *Store) Key(counter string, a lease.Algorithm) string {
 }
 
 // Lease implements lease.Leaser.
-func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
-	if err := lease.CheckLease(p, want, need); err != nil {
+func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	if err := lease.CheckLease(p, want, need, to); err != nil {
 		return lease.Grant{}, err
 	}
-	var args []string
-	if p.Algorithm == lease.TokenBucket || p.Algorithm == lease.GCRA {
-		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), itoa(want), itoa(need)}
-	} else {
-		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(want), itoa(need)}
-	}
-	v, err := s.exec(ctx, "lease", s.scripts.lease[p.Algorithm], s.Key(key, p.Algorithm), args)
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), to.ID,
+		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL))}
+	v, err := s.exec(ctx, "lease", s.scripts.lease[p.Algorithm], s.Key(key, p.Algorithm), args, 5)
 	if err != nil {
 		return lease.Grant{}, err
 	}
-	return lease.Grant{Granted: v[0], Remaining: v[1], Wait: millis(v[2]), Reset: millis(v[3])}, nil
+	return lease.Grant{Granted: v[0], Remaining: v[1], Wait: millis(v[2]), Reset: millis(v[3]), Lent: v[4]}, nil
 }
 
 // Return implements lease.Leaser.
-func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens int64) error {
-	if err := lease.CheckReturn(p, tokens); err != nil {
+func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens int64, holder string) error {
+	if err := lease.CheckReturn(p, tokens, holder); err != nil {
 		return err
 	}
-	if tokens == 0 {
-		return nil
+	if tokens == 0 || holder == "" {
+		return nil // nothing to give back, or nothing lent
 	}
-	var args []string
-	if p.Algorithm == lease.TokenBucket || p.Algorithm == lease.GCRA {
-		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), itoa(tokens)}
-	} else {
-		args = []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(tokens)}
-	}
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holder, itoa(tokens)}
 	if err := ctx.Err(); err != nil {
 		return unavailable("return", err)
 	}
@@ -238,7 +242,7 @@ func (s *Store) Log(ctx context.Context, key string, p lease.Policy, hits int64)
 		return lease.Result{}, &lease.FieldError{Field: "hits", Msg: fmt.Sprintf("must be at most %d for sliding_log in Redis (one sorted-set member per hit), got %d", MaxLogHits, hits)}
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(micros(p.MinInterval)), itoa(hits)}
-	v, err := s.exec(ctx, "sliding_log", s.scripts.log, s.Key(key, lease.SlidingLog), args)
+	v, err := s.exec(ctx, "sliding_log", s.scripts.log, s.Key(key, lease.SlidingLog), args, 4)
 	if err != nil {
 		return lease.Result{}, err
 	}
@@ -251,7 +255,7 @@ func (s *Store) Acquire(ctx context.Context, key string, p lease.Policy, id stri
 		return lease.Result{}, err
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), id, itoa(hits)}
-	v, err := s.exec(ctx, "acquire", s.scripts.acquire, s.Key(key, lease.Concurrency), args)
+	v, err := s.exec(ctx, "acquire", s.scripts.acquire, s.Key(key, lease.Concurrency), args, 4)
 	if err != nil {
 		return lease.Result{}, err
 	}
@@ -274,8 +278,8 @@ func (s *Store) Release(ctx context.Context, key string, p lease.Policy, id stri
 	return nil
 }
 
-// exec runs script on key and returns its 4 integers.
-func (s *Store) exec(ctx context.Context, op string, script *rueidis.Lua, key string, args []string) ([]int64, error) {
+// exec runs script on key and returns its n integers.
+func (s *Store) exec(ctx context.Context, op string, script *rueidis.Lua, key string, args []string, n int) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, unavailable(op, err)
 	}
@@ -285,8 +289,8 @@ func (s *Store) exec(ctx context.Context, op string, script *rueidis.Lua, key st
 	if err != nil {
 		return nil, unavailable(op, err)
 	}
-	if len(v) != 4 {
-		return nil, fmt.Errorf("cannot run %s: %w: script returned %d values, want 4", op, lease.ErrStoreUnavailable, len(v))
+	if len(v) != n {
+		return nil, fmt.Errorf("cannot run %s: %w: script returned %d values, want %d", op, lease.ErrStoreUnavailable, len(v), n)
 	}
 	return v, nil
 }

@@ -154,7 +154,7 @@ func TestExpiry(t *testing.T) {
 
 // ttlOf orders TestExpiry's keys as their algorithms' TTLs are ordered.
 func ttlOf(key string) int {
-	for i, suffix := range []string{":tb", ":gcra", ":log", ":cc", ":fw", ":sw"} {
+	for i, suffix := range []string{":tb", ":gc", ":log", ":cc", ":fw", ":sw"} {
 		if strings.HasSuffix(key, suffix) {
 			return i
 		}
@@ -164,7 +164,7 @@ func ttlOf(key string) int {
 
 func leaseOf(s *Store, n int64) func(string, lease.Policy) error {
 	return func(key string, p lease.Policy) error {
-		g, err := s.Lease(context.Background(), key, p, n, n)
+		g, err := s.Lease(context.Background(), key, p, n, n, lease.Lessee{})
 		if err == nil && g.Granted != n {
 			err = fmt.Errorf("granted %d, want %d", g.Granted, n)
 		}
@@ -233,7 +233,7 @@ func TestUnavailable(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := time.Now()
-		g, err := s.Lease(ctx, key, p, 1, 1)
+		g, err := s.Lease(ctx, key, p, 1, 1, lease.Lessee{})
 		return g, err, time.Since(start)
 	}
 	if _, err, _ := call(testTimeout); err != nil {
@@ -254,7 +254,7 @@ func TestUnavailable(t *testing.T) {
 	// A context without deadline gets the store's CallTimeout.
 	short, err := NewStore(Config{Addrs: []string{srv.Addr}, CallTimeout: 30 * time.Millisecond})
 	if err == nil {
-		_, err := short.Lease(context.Background(), key, p, 1, 1)
+		_, err := short.Lease(context.Background(), key, p, 1, 1, lease.Lessee{})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("no deadline, CallTimeout 30ms: err = %v, want DeadlineExceeded", err)
 		}
@@ -305,13 +305,13 @@ func TestValidation(t *testing.T) {
 	tb := lease.Policy{Algorithm: lease.TokenBucket, Limit: 10, Period: time.Second}
 	logp := lease.Policy{Algorithm: lease.SlidingLog, Limit: 10, Period: time.Second}
 	var fe *lease.FieldError
-	if _, err := s.Lease(ctx, "k", lease.Policy{Algorithm: lease.TokenBucket, Period: time.Second}, 1, 1); !errors.As(err, &fe) || fe.Field != "limit" {
+	if _, err := s.Lease(ctx, "k", lease.Policy{Algorithm: lease.TokenBucket, Period: time.Second}, 1, 1, lease.Lessee{}); !errors.As(err, &fe) || fe.Field != "limit" {
 		t.Errorf("Lease with limit 0: %v, want a FieldError naming limit", err)
 	}
-	if _, err := s.Lease(ctx, "k", tb, 1, 2); !errors.As(err, &fe) || fe.Field != "need" {
+	if _, err := s.Lease(ctx, "k", tb, 1, 2, lease.Lessee{}); !errors.As(err, &fe) || fe.Field != "need" {
 		t.Errorf("Lease with need > want: %v, want a FieldError naming need", err)
 	}
-	if _, err := s.Lease(ctx, "k", logp, 1, 1); !errors.Is(err, lease.ErrWrongAlgorithm) {
+	if _, err := s.Lease(ctx, "k", logp, 1, 1, lease.Lessee{}); !errors.Is(err, lease.ErrWrongAlgorithm) {
 		t.Errorf("Lease on sliding_log: %v, want ErrWrongAlgorithm", err)
 	}
 	if _, err := s.Log(ctx, "k", logp, MaxLogHits+1); !errors.As(err, &fe) || fe.Field != "hits" {

@@ -1,41 +1,37 @@
 -- token_bucket lease: refill, then grant min(want, avail) if avail >= need.
 -- Mirrors lease.TokenBucketState.Lease operation for operation (float64,
--- microseconds), so both stores compute the same values.
+-- microseconds), so both stores compute the same values. Joined after
+-- prelude.lua and leased.lua (key, now, ttl, ms, lf, pf, cf, holder, the
+-- loan helpers).
 --
--- KEYS[1]  hash {t = tokens (fractional), u = time of that level, unix µs}
--- ARGV     limit, period_us, capacity, want, need
--- returns  {granted, remaining, wait_ms, reset_ms}
+-- KEYS[1]  hash {t = tokens (fractional), u = time of that level, unix µs,
+--          '@'..holder = loans}
+-- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us
+-- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
--- An absent key is a full bucket. The key is written only when tokens are
--- granted, and expires when the bucket would be full again.
-local key = KEYS[1]
-local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local want, need = tonumber(ARGV[4]), tonumber(ARGV[5])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- ttl is an expiry argument: a duration in µs as whole milliseconds,
--- rounded up, plus 1ms so that the key outlives its state; capped.
-local function ttl(us)
-  if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
-end
+-- An absent key is a full bucket. The refill is capped by the loans. The
+-- key is written when tokens are granted (and the holder's loan settled),
+-- or when a grant of nothing renews the holder's loan, and expires when
+-- the bucket would be full again with every loan ended.
+local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
+local held, ttl_us = tonumber(ARGV[7]), tonumber(ARGV[8])
 
--- ms is a duration in µs as whole milliseconds, rounded up, capped like
--- lease's ceilMillis so that extreme policies cannot overflow.
-local function ms(us)
-  if not (us > 0) then return 0 end
-  return math.min(math.ceil(us / 1000), 9223372036854)
-end
-
+local st, ls = read()
 local tokens, updated = cf, 0
-local st = redis.call('HMGET', key, 't', 'u')
-if st[1] then
-  updated = tonumber(st[2])
+if st.t then
+  updated = tonumber(st.u)
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
-  tokens = math.min(cf, tonumber(st[1]) + elapsed * lf / pf)
+  tokens = cap_level(ls, math.min(cf, tonumber(st.t) + elapsed * lf / pf), math.max(now, updated))
 end
 local avail = math.floor(tokens)
+
+-- save writes level tk at time up and the loans; the key expires when
+-- full with every loan ended.
+local function save(tk, up)
+  local d = full_in(ls, (cf - tk) * pf / lf, up)
+  write({'t', fmt(tk), 'u', fmt(up)}, ls, ttl(up - now + d))
+end
 
 local granted, wait = 0, 0
 if need > cf then
@@ -45,10 +41,14 @@ elseif avail >= need then
   if granted > 0 then
     tokens = tokens - granted
     updated = math.max(updated, now)
-    redis.call('HSET', key, 't', string.format('%.17g', tokens), 'u', string.format('%.17g', updated))
-    redis.call('PEXPIRE', key, ttl(updated - now + (cf - tokens) * pf / lf))
+    ls = settle(prune(ls, updated), held, granted, updated, ttl_us, false)
+    save(tokens, updated)
   end
 else
   wait = (need - tokens) * pf / lf
 end
-return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf)}
+if granted == 0 and renew(ls, now, ttl_us) then
+  -- Only the running loan's expiry moves: no level up to now changes.
+  save(tonumber(st.t), updated)
+end
+return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_to(ls, holder, now)}

@@ -261,6 +261,10 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 	ra := &n.ra
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
+	// replace, when set, is a stored version to overwrite although this
+	// node does not hold it: the store lost its data (0), or holds a set
+	// that does not validate.
+	var replace *uint64
 	for attempt := 1; ; attempt++ {
 		t, cur := n.currentLocked()
 		if t == nil {
@@ -296,8 +300,12 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 				n.writeErrorVersion(ctx, cur, err)
 				return
 			}
+			expect := cur
+			if replace != nil {
+				expect = *replace
+			}
 			sctx, cancel := context.WithTimeout(context.Background(), ra.cfg.LoadTimeout)
-			v, saved, err := st.SaveRules(sctx, cur, names, specs)
+			v, saved, err := st.SaveRules(sctx, expect, names, specs)
 			cancel()
 			if err != nil {
 				n.writeErrorVersion(ctx, cur, fmt.Errorf("cannot save rules: %w", err))
@@ -311,12 +319,22 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 					n.writeErrorVersion(ctx, stored, fmt.Errorf("%w: another write made version %d", ErrStaleVersion, v))
 					return
 				}
-				if lerr != nil || attempt >= maxWriteAttempts {
+				if attempt >= maxWriteAttempts {
 					n.writeErrorVersion(ctx, stored, fmt.Errorf("%w: the rules kept changing under this write (version %d); try again", ErrStaleVersion, v))
 					return
 				}
-				if stored == 0 && v == 0 { // the store lost its data: store ours again
-					ra.version = 0
+				switch {
+				case lerr != nil && ra.bad == v:
+					n.log.Warn("the stored rules do not validate; this write replaces them with this node's rules and its change",
+						"stored_version", v, "err", lerr)
+					replace = &v
+				case lerr != nil:
+					n.writeErrorVersion(ctx, cur, fmt.Errorf("cannot reload the rules after a concurrent write: %w", lerr))
+					return
+				case v == 0: // the store lost its data: store ours again
+					replace = &v
+				default:
+					replace = nil
 				}
 				continue
 			}

@@ -26,7 +26,7 @@ type heldStore struct {
 	gate     chan struct{}
 }
 
-func (g *heldStore) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
+func (g *heldStore) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	in := g.inflight.Add(1)
 	defer g.inflight.Add(-1)
 	for {
@@ -42,7 +42,7 @@ func (g *heldStore) Lease(ctx context.Context, key string, p lease.Policy, want,
 			return lease.Grant{}, ctx.Err()
 		}
 	}
-	return g.Store.Lease(ctx, key, p, want, need)
+	return g.Store.Lease(ctx, key, p, want, need, to)
 }
 
 // waitInflight waits (bounded: 30s) until gs has gs.n calls in flight

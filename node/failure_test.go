@@ -18,10 +18,10 @@ import (
 // downStore is a Store that is always unavailable (a seam we own).
 type downStore struct{}
 
-func (downStore) Lease(context.Context, string, lease.Policy, int64, int64) (lease.Grant, error) {
+func (downStore) Lease(context.Context, string, lease.Policy, int64, int64, lease.Lessee) (lease.Grant, error) {
 	return lease.Grant{}, lease.ErrStoreUnavailable
 }
-func (downStore) Return(context.Context, string, lease.Policy, int64) error {
+func (downStore) Return(context.Context, string, lease.Policy, int64, string) error {
 	return lease.ErrStoreUnavailable
 }
 func (downStore) Log(context.Context, string, lease.Policy, int64) (lease.Result, error) {
@@ -121,11 +121,11 @@ type toggleStore struct {
 	down atomic.Bool
 }
 
-func (s *toggleStore) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
+func (s *toggleStore) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	if s.down.Load() {
 		return lease.Grant{}, lease.ErrStoreUnavailable
 	}
-	return s.MemoryStore.Lease(ctx, key, p, want, need)
+	return s.MemoryStore.Lease(ctx, key, p, want, need, to)
 }
 
 // TestDegradedChargeIsNotRefunded: a request allowed by one rule in a

@@ -12,7 +12,7 @@ import (
 // adminPaths are the admin endpoints: each must answer 401/403 to a
 // request without the admin token from a non-loopback peer. Add every new
 // admin endpoint here.
-var adminPaths = []string{"/v1/members", "/v1/hotkeys", "/v1/rules", "/v1/rules/per-key"}
+var adminPaths = []string{"/v1/members", "/v1/hotkeys", "/v1/rules", "/v1/rules/per-key", "/v1/stats"}
 
 // openPaths are never guarded.
 var openPaths = []struct{ method, path, body string }{
@@ -22,6 +22,11 @@ var openPaths = []struct{ method, path, body string }{
 	{"GET", "/v1/check?rule=per-key&key=a", ""},
 	{"POST", "/v1/checks", `{"checks":[{"rule":"per-key","key":"a"}]}`},
 	{"GET", "/v1/auth", ""},
+	// The dashboard's static files hold no data, and a browser cannot
+	// send a bearer token when it opens a page: the page asks for the
+	// token and sends it to the admin endpoints above.
+	{"GET", "/ui/", ""},
+	{"GET", "/ui/app.js", ""},
 }
 
 // guardNode is a single node with testRules, called through its handler

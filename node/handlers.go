@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -79,6 +80,14 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 			n.hotkeys(ctx)
 		}
 		return routeHotkeys
+	case "/v1/stats":
+		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
+			n.stats(ctx)
+		}
+		return routeStats
+	case "/ui":
+		ctx.Redirect("/ui/", fasthttp.StatusMovedPermanently)
+		return routeUI
 	case forward.Path:
 		if n.cl == nil {
 			break
@@ -93,6 +102,15 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
 		n.auth(ctx)
 		return routeAuth
+	}
+	if name, ok := bytes.CutPrefix(path, []byte("/ui/")); ok {
+		// The dashboard's static files are public: they hold no data; the
+		// page asks for the admin token and sends it to the admin
+		// endpoints it calls.
+		if n.requireGet(ctx) && !n.ui.Serve(ctx, string(name)) {
+			n.writeError(ctx, ErrNotFound)
+		}
+		return routeUI
 	}
 	n.writeError(ctx, ErrNotFound)
 	return routeOther

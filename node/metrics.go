@@ -21,6 +21,8 @@ const (
 	routeReadyz
 	routeMembers
 	routeHotkeys
+	routeStats
+	routeUI
 	routeForward
 	routeOther
 	numRoutes
@@ -37,6 +39,8 @@ var routeNames = [numRoutes]string{
 	routeReadyz:  "/readyz",
 	routeMembers: "/v1/members",
 	routeHotkeys: "/v1/hotkeys",
+	routeStats:   "/v1/stats",
+	routeUI:      "/ui/",
 	routeForward: "/internal/v1/batch",
 	routeOther:   "other",
 }

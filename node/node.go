@@ -28,9 +28,11 @@
 //     "holders"}],"splits":[{"key","holders","epoch","owner"}]}. A single
 //     node tracks no keys (its hot path is left as it is) and answers empty
 //     lists.
-//   - Admin endpoints (/v1/members, /v1/hotkeys, and the rules API, stats
-//     and dashboard of later issues) start with [Node.RequireAdmin]: a
-//     bearer Config.AdminToken, or without one loopback peers only (401 or
+//   - GET /v1/stats (admin): each rule's decisions per 10 s over the last
+//     five minutes, cluster-wide, and the Store's breaker (stats.go).
+//   - GET /ui/: the dashboard's static files (node/ui); /ui redirects there.
+//   - Admin endpoints (/v1/members, /v1/hotkeys, /v1/stats, the rules
+//     API) start with [Node.RequireAdmin]: a bearer Config.AdminToken, or without one loopback peers only (401 or
 //     403 otherwise). Checks, /healthz and /readyz are never guarded;
 //     /metrics needs Config.MetricsToken when one is set.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
@@ -42,8 +44,7 @@
 //     admin API of rules, with versions, persistence and propagation (see
 //     admin.go and rulesource.go).
 //
-// Unknown paths, and the endpoints of later issues (the dashboard),
-// answer 404 with a JSON error, as does the internal
+// Unknown paths answer 404 with a JSON error, as does the internal
 // endpoint on a single node; a known path with the wrong method answers
 // 405. Every error body is {"error","field"} (the internal endpoint
 // answers plain text: see node/forward).
@@ -190,6 +191,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/rules"
+	"github.com/sluicehq/sluice/node/ui"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -311,6 +313,12 @@ type Node struct {
 	// cl is the cluster state; nil on a single node. Set by EnableCluster
 	// before Serve and never changed after.
 	cl *cluster
+
+	// stat keeps the per-rule figures of /v1/stats (stats.go); its
+	// sampler runs from the first Serve to Shutdown.
+	stat *statsState
+	// ui is the dashboard's files (node/ui).
+	ui *ui.Assets
 }
 
 // New returns a Node that decides with mgr. It serves nothing until Serve,
@@ -320,6 +328,8 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger,
 		adminToken: tokenDigest(cfg.AdminToken), metricsToken: tokenDigest(cfg.MetricsToken)}
 	n.met = newNodeMetrics(n)
+	n.stat = newStatsState(n)
+	n.ui = ui.New()
 	name := cfg.Name
 	if name == "" {
 		name = singleName
@@ -384,6 +394,7 @@ func (n *Node) Serve(ln net.Listener) error {
 	}
 	n.serving.lns = append(n.serving.lns, ln)
 	n.serving.Unlock()
+	n.stat.run()
 	err := n.srv.Serve(ln)
 	n.serving.Lock()
 	shut := n.serving.shut
@@ -401,6 +412,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.serving.shut = true
 	lns := n.serving.lns
 	n.serving.Unlock()
+	n.stat.close()
 	err := n.srv.ShutdownWithContext(ctx)
 	// A Serve that had not yet registered its listener with the server
 	// when Shutdown ran would accept forever: close every listener here too

@@ -103,6 +103,12 @@ type ruleAdmin struct {
 	loaded bool
 	// warnedEmpty: the store's version 0 while ours is not was logged.
 	warnedEmpty bool
+	// bad is a stored version that failed to validate (0: none): it is
+	// not loaded again at every poll, only when the version moves on.
+	bad uint64
+	// lastErr is the last load error reported, so that a store that
+	// stays unreachable is reported once, not at every poll.
+	lastErr string
 
 	kick chan struct{} // wakes the poll loop (a broadcast arrived)
 	stop chan struct{} // closed by CloseRules
@@ -223,7 +229,7 @@ func (n *Node) pollRules() {
 			continue
 		}
 		ra.mu.Lock()
-		stale := !ra.loaded || v != ra.version
+		stale := (!ra.loaded || v != ra.version) && (v != ra.bad || v == 0)
 		ra.mu.Unlock()
 		if stale {
 			if err := n.loadStore(); err != nil {
@@ -234,11 +240,20 @@ func (n *Node) pollRules() {
 }
 
 // loadStore installs the store's set if its version differs from ours.
+// It returns an error only when it differs from the last one returned.
 func (n *Node) loadStore() error {
 	ra := &n.ra
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	_, err := n.loadStoreLocked()
+	if err == nil {
+		ra.lastErr = ""
+		return nil
+	}
+	if err.Error() == ra.lastErr {
+		return nil
+	}
+	ra.lastErr = err.Error()
 	return err
 }
 
@@ -265,6 +280,7 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	}
 	set, err := decodeSpecs(specs)
 	if err != nil {
+		ra.bad = v
 		return v, fmt.Errorf("cannot install rules version %d from the %s: %w", v, ra.source, err)
 	}
 	prev, old := n.currentLocked()
@@ -329,7 +345,7 @@ func parseRulesMsg(msg []byte) (uint64, bool) {
 		return 0, false
 	}
 	v, k := binary.Uvarint(msg[2:])
-	if k <= 0 || k != len(msg)-2 {
+	if k <= 0 || k != len(msg)-2 || k != len(binary.AppendUvarint(nil, v)) { // one encoding per version
 		return 0, false
 	}
 	return v, true

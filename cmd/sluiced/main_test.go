@@ -130,11 +130,14 @@ func TestStartFailures(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    limit: 0\n    period: 1s\n"), 0o600)
+	empty := filepath.Join(dir, "empty.yaml")
+	os.WriteFile(empty, []byte("# nothing yet\n"), 0o600)
 	cases := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-rules", bad, "-listen", "127.0.0.1:0"}, "limit"},
+		{[]string{"-rules", empty, "-listen", "127.0.0.1:0"}, "rules: []"},
 		{[]string{"-rules", filepath.Join(dir, "missing.yaml"), "-listen", "127.0.0.1:0"}, "missing.yaml"},
 		// Nothing listens on port 1: the node refuses to start rather than
 		// run on a Store it never reached.

@@ -52,13 +52,13 @@ const startOffset = 12*time.Hour + 34*time.Minute + 56*time.Second + 789*time.Mi
 // step; with trace it describes every op and its outcome.
 func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	t.Helper()
+	store := h.NewStore(t)
 	// The same start in every run: the next day boundary but one, plus
-	// startOffset.
+	// startOffset. (A fake clock should also start every Store at the
+	// same instant: a Store's float arithmetic may depend on it.)
 	now := h.Now().UnixNano()
 	start := (now/dayNs+2)*dayNs + int64(startOffset)
 	h.Advance(time.Duration(start - now))
-
-	store := h.NewStore(t)
 	prefix := fmt.Sprintf("mt:%s:%d:%d:", runID, sc.seed, execSeq.Add(1))
 	md := newModel(sc, prefix)
 	md.safetyOnly = sc.safetyOnly
@@ -73,6 +73,7 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 		// A loaded machine must not make the Store look failed.
 		cfg.StoreTimeout = time.Minute
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Holder = fmt.Sprintf("m%d", i)
 		ms[i] = lease.NewManager(&recorder{Store: store, m: i, md: md, now: h.Now}, cfg)
 	}
 	defer func() {
@@ -234,16 +235,16 @@ type recorder struct {
 	now func() time.Time
 }
 
-func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64) (lease.Grant, error) {
-	g, err := r.Store.Lease(ctx, key, p, want, need)
+func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	g, err := r.Store.Lease(ctx, key, p, want, need, to)
 	if err == nil && want > 0 {
-		r.md.leased(r.m, key, g, r.now())
+		r.md.leased(r.m, key, g, r.now(), loan{lent: -1})
 	}
 	return g, err
 }
 
-func (r *recorder) Return(ctx context.Context, key string, p lease.Policy, tokens int64) error {
-	err := r.Store.Return(ctx, key, p, tokens)
+func (r *recorder) Return(ctx context.Context, key string, p lease.Policy, tokens int64, holder string) error {
+	err := r.Store.Return(ctx, key, p, tokens, holder)
 	if err == nil {
 		r.md.returned(r.m, key, tokens, r.now())
 	}

@@ -120,6 +120,11 @@ func randPolicy(r *rand.Rand, a lease.Algorithm) lease.Policy {
 		switch r.IntN(7) {
 		case 6: // finding 3 of issue 9: a big burst at a tiny rate
 			p.Limit, p.Period, p.Burst = 1, 8760*time.Hour, 200000
+			if p.Validate() != nil {
+				// Refused at validation (a rule file would be): the
+				// biggest refill time validation allows, about.
+				p.Limit = 10000
+			}
 		case 0: // finding 1 of issue 9
 			p.Limit, p.Period, p.Burst = 600, time.Minute, 100
 		case 1:
@@ -130,6 +135,9 @@ func randPolicy(r *rand.Rand, a lease.Algorithm) lease.Policy {
 			p.Limit = pick[int64](r, 1, 5, 10, 60, 100, 600, 1000)
 			p.Period = pick(r, time.Second, 10*time.Second, time.Minute, time.Hour)
 			p.Burst = pick(r, 0, p.Limit/6+1, 2*p.Limit, 3)
+		}
+		if p.Validate() != nil {
+			p.Limit, p.Period, p.Burst = 10, time.Second, 0
 		}
 	case lease.FixedWindow, lease.SlidingWindow:
 		p.Limit = pick[int64](r, 1, 3, 10, 100, 600)
@@ -203,7 +211,9 @@ func (sc *scenario) randOp(r *rand.Rand) op {
 		case k < 5:
 			d = time.Duration(1+r.IntN(50)) * time.Millisecond
 		case k < 8:
-			p := sc.keys[r.IntN(len(sc.keys))].Period
+			// Up to a period, at most a day: a run must stay far from
+			// the year 2262, where Unix nanoseconds overflow.
+			p := min(sc.keys[r.IntN(len(sc.keys))].Period, 24*time.Hour)
 			d = time.Duration(1+r.Int64N(int64(p/time.Millisecond))) * time.Millisecond
 		default:
 			d = pick(r, 8*time.Second, time.Minute, time.Hour, 3*time.Second, 500*time.Millisecond)

@@ -53,6 +53,14 @@ type keyModel struct {
 	events  []event
 	held    []int64 // per holder: lent and not spent, returned or dropped
 	heldWin []int64 // windows: the window the held tokens belong to
+	heldExp []int64 // token_bucket, gcra: when the loan ends (0: never)
+	// lent is what the Store said it lends each holder (Grant.Lent) at
+	// its last call: held tokens and spent ones not yet settled.
+	lent []int64
+	// lost is what the Store counts as spent that no check spent: loans
+	// that expired or ended unspent (token_bucket, gcra). It lowers the
+	// level the denials are judged against, never the safety side.
+	lost    []event
 	netAdm  []int64 // per holder: admitted − refunded
 	snap    []*snapshot
 	lastUse []int64
@@ -72,6 +80,8 @@ func newModel(sc *scenario, prefix string) *model {
 			rate:    float64(p.Limit) / float64(p.Period),
 			held:    make([]int64, sc.holders),
 			heldWin: make([]int64, sc.holders),
+			heldExp: make([]int64, sc.holders),
+			lent:    make([]int64, sc.holders),
 			netAdm:  make([]int64, sc.holders),
 			snap:    make([]*snapshot, sc.holders),
 			lastUse: make([]int64, sc.holders),
@@ -134,12 +144,30 @@ func (k *keyModel) win(t int64) int64 {
 }
 
 // heldNow is what holder m holds of k at t: windowed tokens die with their
-// window.
+// window; a loan ends at its expiry, its tokens lost.
 func (k *keyModel) heldNow(m int, t int64) int64 {
 	if k.windowed() && k.held[m] > 0 && k.win(t) != k.heldWin[m] {
 		k.held[m] = 0
 	}
+	if e := k.heldExp[m]; e > 0 && t >= e {
+		if k.held[m] > 0 {
+			k.lose(e, k.held[m], m)
+			k.held[m] = 0
+		}
+		k.lent[m] = 0
+	}
 	return k.held[m]
+}
+
+// lose records n tokens the Store counts as spent at t.
+func (k *keyModel) lose(t, n int64, m int) {
+	i := len(k.lost)
+	for i > 0 && k.lost[i-1].t > t {
+		i--
+	}
+	k.lost = append(k.lost, event{})
+	copy(k.lost[i+1:], k.lost[i:])
+	k.lost[i] = event{t: t, hits: n, m: m}
 }
 
 // usable is what holder m can spend of what it holds at t: a Manager stops
@@ -153,37 +181,59 @@ func (k *keyModel) usable(m int, t int64) int64 {
 	return h
 }
 
+// heldOthers is what the holders but m hold at t, or what the Store
+// counts as lent to them if more (spent tokens are lent until the
+// holder's next call settles them; the contract allows denials for them,
+// bounded by the lease sizes).
 func (k *keyModel) heldOthers(m int, t int64) int64 {
 	var n int64
 	for j := range k.held {
 		if j != m {
-			n += k.heldNow(j, t)
+			n += max(k.heldNow(j, t), k.lent[j])
 		}
 	}
 	return n
 }
 
-// level is the token_bucket/gcra bucket of the actual admissions at t
-// (full at the start): what has not been admitted, including what holders
-// hold.
+// level is the token_bucket/gcra bucket at t of the actual admissions
+// and the lost loans (full at the start): what has not been admitted,
+// including what holders hold.
 func (k *keyModel) level(t int64) float64 {
+	for m := range k.held {
+		k.heldNow(m, t) // loans that ended are lost
+	}
 	lvl := k.cap
-	var last int64
-	for i, e := range k.events {
-		if i > 0 {
+	last := int64(math.MinInt64)
+	i, j := 0, 0
+	for i < len(k.events) || j < len(k.lost) {
+		var e event
+		if j >= len(k.lost) || (i < len(k.events) && k.events[i].t <= k.lost[j].t) {
+			e, i = k.events[i], i+1
+		} else {
+			e, j = k.lost[j], j+1
+		}
+		if last != math.MinInt64 {
 			lvl = min(k.cap, lvl+k.rate*float64(e.t-last))
 		}
 		lvl -= float64(e.hits)
 		last = e.t
 	}
-	if len(k.events) > 0 {
+	if last != math.MinInt64 {
 		lvl = min(k.cap, lvl+k.rate*float64(t-last))
 	}
 	return lvl
 }
 
+// loan is what a lease call said about holder m's loan: ttl is how long
+// its tokens stay lent after the call (0: forever, or windowed); lent is
+// the Store's Grant.Lent (-1: not reported).
+type loan struct {
+	ttl  time.Duration
+	lent int64
+}
+
 // leased records a lease call's answer to holder m.
-func (md *model) leased(m int, key string, g lease.Grant, t time.Time) {
+func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	md.mu.Lock()
 	defer md.mu.Unlock()
 	i, ok := md.byName[key]
@@ -202,6 +252,16 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time) {
 		k.heldWin[m] = k.win(now)
 		if k.windowed() {
 			k.counted[k.win(now)] += g.Granted
+		}
+	}
+	if !k.windowed() && l.lent >= 0 {
+		// Any call that reports a loan renews it until now + ttl. (What
+		// the Store says it lends is not compared with what m holds:
+		// the admissions of a batch are recorded after it, while its
+		// lease calls are recorded as they happen.)
+		k.lent[m] = l.lent
+		if l.ttl > 0 && l.lent > 0 {
+			k.heldExp[m] = now + int64(l.ttl)
 		}
 	}
 	s := &snapshot{t: now, win: k.win(now), own: k.held[m], adm: k.netAdm[m]}
@@ -229,6 +289,12 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 		md.fail("%s: m%d returned %d tokens at %s but held %d (tokens made up: over-admission)", k.name, m, tokens, md.at(now), h)
 	}
 	k.held[m] = max(0, k.held[m]-tokens)
+	k.lent[m] = 0
+	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
+		// A return ends the loan: what was not returned is spent.
+		k.lose(now, k.held[m], m)
+		k.held[m] = 0
+	}
 	if k.windowed() {
 		w := k.win(now)
 		k.counted[w] = max(0, k.counted[w]-tokens)

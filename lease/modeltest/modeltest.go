@@ -55,6 +55,7 @@ package modeltest
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,6 +169,9 @@ func Run(t testing.TB, h Harness, o Options) Summary {
 	if o.Steps < 1 {
 		o.Steps = 100
 	}
+	if raceEnabled && os.Getenv(EnvSeeds) == "" && os.Getenv(EnvSeed) == "" {
+		o.Seeds = max(1, o.Seeds/5)
+	}
 	var sum Summary
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -208,7 +212,7 @@ func (h Harness) report(t testing.TB, sc *scenario, first result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "model violation, seed %d (%d ops, shrunk to %d):\n", sc.seed, len(sc.ops), len(ops))
 	fmt.Fprintf(&b, "  %s\n\n", first.fail)
-	fmt.Fprintf(&b, "minimal reproduction: %d holder(s) sharing one Store, Idle %v, fake clock\n", sc.holders, idle)
+	fmt.Fprintf(&b, "minimal reproduction: %d holder(s) sharing one Store, Idle %v, the clock moved only by the ops\n", sc.holders, idle)
 	used := make(map[int]bool)
 	for _, o := range ops {
 		for _, it := range o.items {
@@ -230,7 +234,17 @@ func (h Harness) report(t testing.TB, sc *scenario, first result) string {
 	if pkg == "" {
 		pkg = "."
 	}
-	fmt.Fprintf(&b, "\nreplay: %s=%d go test -count=1 -run '^%s$' %s\n", EnvSeed, sc.seed, t.Name(), pkg)
+	// The environment that shapes the run goes with the replay (the
+	// steps make the op list; a test may read more SLUICE_MODEL_ vars).
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "SLUICE_MODEL_") && name != EnvSeed && name != EnvSeeds && name != EnvTime {
+			env = append(env, kv+" ")
+		}
+	}
+	sort.Strings(env)
+	fmt.Fprintf(&b, "\nreplay: %s%s=%d go test -count=1 -run '^%s$' %s\n", strings.Join(env, ""), EnvSeed, sc.seed, t.Name(), pkg)
 	return b.String()
 }
 

@@ -177,8 +177,18 @@ func fmtGrantExp(x grantExp) string {
 // expectation.
 func (e *env) lease(key string, p lease.Policy, want, need int64, x grantExp, why string) lease.Grant {
 	e.t.Helper()
-	call := fmt.Sprintf("Lease(%s; want=%d need=%d)", describe(p), want, need)
-	g, err := e.s.Lease(e.ctx, key, p, want, need)
+	return e.leaseAs(key, p, want, need, lease.Lessee{}, x, why)
+}
+
+// leaseAs is lease for lessee to.
+func (e *env) leaseAs(key string, p lease.Policy, want, need int64, to lease.Lessee, x grantExp, why string) lease.Grant {
+	e.t.Helper()
+	call := fmt.Sprintf("Lease(%s; want=%d need=%d", describe(p), want, need)
+	if to.ID != "" {
+		call += fmt.Sprintf("; as %s holding %d, ttl %v", to.ID, to.Held, to.TTL)
+	}
+	call += ")"
+	g, err := e.s.Lease(e.ctx, key, p, want, need, to)
 	if err != nil {
 		e.t.Fatalf("%s: unexpected error: %v\n  why the call should succeed: %s", call, err, why)
 	}
@@ -191,10 +201,17 @@ func (e *env) lease(key string, p lease.Policy, want, need int64, x grantExp, wh
 	return g
 }
 
-// ret calls Return and fails on error.
+// leaseH is lease as holder "h", holding nothing (Held 0), with a lease
+// TTL of an hour.
+func (e *env) leaseH(key string, p lease.Policy, want, need int64, x grantExp, why string) lease.Grant {
+	e.t.Helper()
+	return e.leaseAs(key, p, want, need, lease.Lessee{ID: "h", TTL: time.Hour}, x, why)
+}
+
+// ret calls Return as holder "h" and fails on error.
 func (e *env) ret(key string, p lease.Policy, tokens int64, why string) {
 	e.t.Helper()
-	if err := e.s.Return(e.ctx, key, p, tokens); err != nil {
+	if err := e.s.Return(e.ctx, key, p, tokens, "h"); err != nil {
 		e.t.Fatalf("Return(%s; tokens=%d): unexpected error: %v (%s)", describe(p), tokens, err, why)
 	}
 }
@@ -277,7 +294,7 @@ func (e *env) windowLeft(period, minLeft time.Duration) time.Duration {
 	e.t.Helper()
 	p := lease.Policy{Algorithm: lease.FixedWindow, Limit: 1, Period: period}
 	peek := func() time.Duration {
-		g, err := e.s.Lease(e.ctx, e.key(), p, 0, 0)
+		g, err := e.s.Lease(e.ctx, e.key(), p, 0, 0, lease.Lessee{})
 		if err != nil {
 			e.t.Fatalf("fixed_window peek to find the window boundary: %v", err)
 		}
@@ -312,16 +329,16 @@ func bucketCounting(e *env, alg lease.Algorithm) {
 	e.lease(k, p, 0, 0, grantExp{0, 10, 0, 0}, "a key without state is a full bucket; a peek (want=need=0) grants nothing; reset 0 when full")
 	e.lease(k, p, 0, 0, grantExp{0, 10, 0, 0}, "the previous peek must not have changed anything")
 	e.lease(k, p, 3, 3, grantExp{3, 7, 0, 3 * tok}, "10 available ≥ need 3: grant min(want 3, 10); reset = 3 tokens × 6m to refill")
-	e.lease(k, p, 10, 1, grantExp{7, 0, 0, time.Hour}, "7 available ≥ need 1: grant min(want 10, available 7) = 7; reset = 10 tokens × 6m")
+	e.leaseH(k, p, 10, 1, grantExp{7, 0, 0, time.Hour}, "7 available ≥ need 1: grant min(want 10, available 7) = 7 (lent to h); reset = 10 tokens × 6m")
 	e.lease(k, p, 1, 1, grantExp{0, 0, tok, time.Hour}, "0 available < need 1: nothing granted; wait = 1 token × 6m")
 	e.lease(k, p, 5, 0, grantExp{0, 0, 0, time.Hour}, "need 0 is always met: grant min(want 5, available 0) = 0, wait 0")
-	e.ret(k, p, 4, "4 unspent tokens go back")
+	e.ret(k, p, 4, "4 of h's 7 unspent tokens go back")
 	e.lease(k, p, 0, 0, grantExp{0, 4, 0, 6 * tok}, "after returning 4 to an empty bucket, 4 remain; reset = 6 missing tokens × 6m")
 	e.lease(k, p, 6, 5, grantExp{0, 4, tok, 6 * tok}, "4 available < need 5: nothing granted (not even 4); wait = 1 missing token × 6m")
-	e.ret(k, p, 100, "returning more than was taken")
-	e.lease(k, p, 0, 0, grantExp{0, 10, 0, 0}, "a return never fills the bucket above its capacity (10)")
-	e.lease(k, p, 11, 11, grantExp{0, 10, time.Hour, 0}, "need 11 > capacity 10 can never be met: nothing granted, wait = one period")
-	e.lease(k, p, 10, 10, grantExp{10, 0, 0, time.Hour}, "the full bucket of 10 is granted")
+	e.ret(k, p, 100, "a second return: h's loan ended with the first")
+	e.lease(k, p, 0, 0, grantExp{0, 4, 0, 6 * tok}, "a return never gives back more than was lent to the holder: still 4")
+	e.lease(k, p, 11, 11, grantExp{0, 4, time.Hour, 6 * tok}, "need 11 > capacity 10 can never be met: nothing granted, wait = one period")
+	e.lease(k, p, 4, 4, grantExp{4, 0, 0, time.Hour}, "the 4 are granted")
 
 	k2 := e.key()
 	e.ret(k2, p, 5, "a return to a key without state")
@@ -333,11 +350,11 @@ func bucketBurst(e *env, alg lease.Algorithm) {
 	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour, Burst: 4}
 	tok := 6 * time.Minute
 	e.lease(k, p, 0, 0, grantExp{0, 4, 0, 0}, "capacity is Burst (4), not Limit (10)")
-	e.lease(k, p, 10, 1, grantExp{4, 0, 0, 4 * tok}, "grant min(want 10, available 4); reset = 4 tokens × 6m (rate is Limit/Period)")
+	e.leaseH(k, p, 10, 1, grantExp{4, 0, 0, 4 * tok}, "grant min(want 10, available 4) to h; reset = 4 tokens × 6m (rate is Limit/Period)")
 	e.lease(k, p, 5, 5, grantExp{0, 0, time.Hour, 4 * tok}, "need 5 > capacity 4: wait one period")
 	e.lease(k, p, 4, 4, grantExp{0, 0, 4 * tok, 4 * tok}, "need 4 = capacity: wait until 4 tokens refill, 4 × 6m")
 	e.ret(k, p, 9, "return more than capacity")
-	e.lease(k, p, 0, 0, grantExp{0, 4, 0, 0}, "a return is capped at capacity 4")
+	e.lease(k, p, 0, 0, grantExp{0, 4, 0, 0}, "a return gives back at most what was lent to the holder (4)")
 	p0 := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour}
 	e.lease(e.key(), p0, 20, 1, grantExp{10, 0, 0, time.Hour}, "Burst 0 means Burst = Limit = 10")
 }
@@ -351,7 +368,7 @@ func bucketRefill(e *env, alg lease.Algorithm) {
 	e.advance(ms(130))
 	e.lease(k, p, 0, 0, grantExp{0, 1, 0, ms(70)}, "130ms refill 1.3 tokens: 1 whole token available; full again in 0.7 × 100ms")
 	e.lease(k, p, 2, 2, grantExp{0, 1, ms(70), ms(70)}, "1.3 tokens < need 2: wait (2 - 1.3) × 100ms = 70ms")
-	e.lease(k, p, 2, 1, grantExp{1, 0, 0, ms(170)}, "1 whole token ≥ need 1: grant 1; 0.3 left, full in 1.7 × 100ms")
+	e.leaseH(k, p, 2, 1, grantExp{1, 0, 0, ms(170)}, "1 whole token ≥ need 1: grant 1 to h; 0.3 left, full in 1.7 × 100ms")
 	e.lease(k, p, 1, 1, grantExp{0, 0, ms(70), ms(170)}, "0.3 tokens < need 1: wait 0.7 × 100ms")
 	e.ret(k, p, 1, "return the token")
 	e.lease(k, p, 0, 0, grantExp{0, 1, 0, ms(70)}, "0.3 + 1 returned = 1.3 tokens")
@@ -367,13 +384,13 @@ func fixedCounting(e *env) {
 	left := e.windowLeft(time.Hour, 10*time.Second)
 	e.lease(k, p, 0, 0, grantExp{0, 5, 0, left}, "an empty window has all 5; reset is the end of the current window even when nothing was used")
 	e.lease(k, p, 3, 3, grantExp{3, 2, 0, left}, "5 available ≥ need 3: grant 3; reset is the end of the window")
-	e.lease(k, p, 5, 2, grantExp{2, 0, 0, left}, "2 available ≥ need 2: grant min(want 5, 2)")
+	e.leaseH(k, p, 5, 2, grantExp{2, 0, 0, left}, "2 available ≥ need 2: grant min(want 5, 2) to h")
 	e.lease(k, p, 1, 1, grantExp{0, 0, left, left}, "window used up: wait until the window ends")
 	e.ret(k, p, 1, "return one token")
 	e.lease(k, p, 0, 0, grantExp{0, 1, 0, left}, "a return lowers the window's count: 1 available")
-	e.ret(k, p, 10, "return more than was counted")
-	e.lease(k, p, 0, 0, grantExp{0, 5, 0, left}, "the count never goes below 0: 5 available, not more")
-	e.lease(k, p, 6, 6, grantExp{0, 5, time.Hour, left}, "need 6 > limit 5 can never be met: wait one period")
+	e.ret(k, p, 10, "return more than was lent")
+	e.lease(k, p, 0, 0, grantExp{0, 1, 0, left}, "h's loan ended with its first return: still 1 available")
+	e.lease(k, p, 6, 6, grantExp{0, 1, time.Hour, left}, "need 6 > limit 5 can never be met: wait one period")
 }
 
 func fixedRoll(e *env) {
@@ -386,7 +403,7 @@ func fixedRoll(e *env) {
 	e.advance(ms(100))
 	e.lease(k, p, 1, 1, grantExp{0, 0, ms(100), ms(100)}, "100ms into the window: 100ms left")
 	e.advance(ms(100))
-	e.lease(k, p, 3, 1, grantExp{3, 0, 0, ms(P)}, "a new window starts with a count of 0 (windows aligned on multiples of the period since the epoch)")
+	e.leaseH(k, p, 3, 1, grantExp{3, 0, 0, ms(P)}, "a new window starts with a count of 0 (windows aligned on multiples of the period since the epoch)")
 	e.advance(ms(2 * P))
 	e.ret(k, p, 2, "return into a later window, after the state expired")
 	e.lease(k, p, 0, 0, grantExp{0, 3, 0, ms(P)}, "two windows later the count is 0 and a return cannot push availability above the limit")
@@ -403,13 +420,13 @@ func slidingCounting(e *env) {
 	// cur 4 + need 7 > 10, so it cannot happen in this window; in the next
 	// one prev = 4 must weigh ≤ 10 - 7 = 3: 4 × (1 - e/P) ≤ 3 at e = P/4.
 	e.lease(k, p, 10, 7, grantExp{0, 6, left + 15*time.Minute, left + time.Hour}, "6 available < need 7: wait until the end of this window plus a quarter of the next (when prev=4 weighs 3)")
-	e.lease(k, p, 10, 6, grantExp{6, 0, 0, left + time.Hour}, "6 available ≥ need 6")
+	e.leaseH(k, p, 10, 6, grantExp{6, 0, 0, left + time.Hour}, "6 available ≥ need 6 (lent to h)")
 	e.lease(k, p, 10, 10, grantExp{0, 0, left + time.Hour, left + time.Hour}, "cur=10, need=10: possible only when prev=10 weighs 0: end of the next window")
 	e.ret(k, p, 3, "return 3")
 	e.lease(k, p, 0, 0, grantExp{0, 3, 0, left + time.Hour}, "a return lowers cur: 3 available")
-	e.ret(k, p, 50, "return more than counted")
-	e.lease(k, p, 0, 0, grantExp{0, 10, 0, 0}, "cur never goes below 0; with prev=cur=0, reset is 0")
-	e.lease(k, p, 11, 11, grantExp{0, 10, time.Hour, 0}, "need 11 > limit 10: wait one period")
+	e.ret(k, p, 50, "return more than lent")
+	e.lease(k, p, 0, 0, grantExp{0, 3, 0, left + time.Hour}, "h's loan ended with its first return: still 3")
+	e.lease(k, p, 11, 11, grantExp{0, 3, time.Hour, left + time.Hour}, "need 11 > limit 10: wait one period")
 }
 
 func slidingWeights(e *env) {
@@ -425,7 +442,7 @@ func slidingWeights(e *env) {
 	e.advance(ms(80))
 	e.lease(k, p, 0, 0, grantExp{0, 1, 0, ms(P - 80)}, "80ms in: prev=4 weighs 4×220/300 = 2.93, est rounds up: 4 - 3 = 1 available")
 	e.lease(k, p, 4, 2, grantExp{0, 1, ms(70), ms(P - 80)}, "need 2: prev must weigh ≤ 2, i.e. e ≥ 300 - 2×300/4 = 150ms: wait 70ms")
-	e.lease(k, p, 4, 1, grantExp{1, 0, 0, ms(2*P - 80)}, "need 1 ≤ 1 available: grant 1 into cur; reset = end of the next window")
+	e.leaseH(k, p, 4, 1, grantExp{1, 0, 0, ms(2*P - 80)}, "need 1 ≤ 1 available: grant 1 into cur (to h); reset = end of the next window")
 	e.lease(k, p, 4, 4, grantExp{0, 0, ms(2*P - 80), ms(2*P - 80)}, "cur=1 + need 4 > 4: not in this window; in the next, prev=1 must weigh 0: end of the next window")
 	e.lease(k, p, 4, 3, grantExp{0, 0, ms(P - 80), ms(2*P - 80)}, "cur=1 + need 3 = 4 leaves no room for prev's weight: next window start, where prev=1 weighs 1 and 1 + 3 ≤ 4")
 	e.ret(k, p, 1, "return the granted token")
@@ -544,9 +561,9 @@ func wrongAlgorithm(e *env) {
 		}
 	}
 	for _, p := range []lease.Policy{log, conc} {
-		_, err := e.s.Lease(e.ctx, k, p, 1, 1)
+		_, err := e.s.Lease(e.ctx, k, p, 1, 1, lease.Lessee{})
 		check("Lease("+describe(p)+")", err)
-		check("Return("+describe(p)+")", e.s.Return(e.ctx, k, p, 1))
+		check("Return("+describe(p)+")", e.s.Return(e.ctx, k, p, 1, ""))
 	}
 	for _, p := range []lease.Policy{tb, conc} {
 		_, err := e.s.Log(e.ctx, k, p, 1)
@@ -571,15 +588,15 @@ func invalidArguments(e *env) {
 			e.t.Errorf("%s: got error %v, want a *lease.FieldError naming %q", call, err, field)
 		}
 	}
-	_, err := e.s.Lease(e.ctx, k, tb, 1, 2)
+	_, err := e.s.Lease(e.ctx, k, tb, 1, 2, lease.Lessee{})
 	check("Lease(want=1 need=2)", "need", err)
-	_, err = e.s.Lease(e.ctx, k, tb, -1, 0)
+	_, err = e.s.Lease(e.ctx, k, tb, -1, 0, lease.Lessee{})
 	check("Lease(want=-1)", "want", err)
-	_, err = e.s.Lease(e.ctx, k, lease.Policy{Algorithm: lease.TokenBucket, Limit: 0, Period: time.Hour}, 1, 1)
+	_, err = e.s.Lease(e.ctx, k, lease.Policy{Algorithm: lease.TokenBucket, Limit: 0, Period: time.Hour}, 1, 1, lease.Lessee{})
 	check("Lease(limit=0)", "limit", err)
-	_, err = e.s.Lease(e.ctx, k, lease.Policy{Algorithm: lease.GCRA, Limit: 1, Period: time.Microsecond}, 1, 1)
+	_, err = e.s.Lease(e.ctx, k, lease.Policy{Algorithm: lease.GCRA, Limit: 1, Period: time.Microsecond}, 1, 1, lease.Lessee{})
 	check("Lease(period=1µs)", "period", err)
-	check("Return(tokens=-1)", "tokens", e.s.Return(e.ctx, k, tb, -1))
+	check("Return(tokens=-1)", "tokens", e.s.Return(e.ctx, k, tb, -1, ""))
 	_, err = e.s.Log(e.ctx, k, log, -1)
 	check("Log(hits=-1)", "hits", err)
 	_, err = e.s.Acquire(e.ctx, k, conc, "", 1)
@@ -596,7 +613,7 @@ func canceledContext(e *env) {
 	cancel()
 	k := e.key()
 	tb := lease.Policy{Algorithm: lease.TokenBucket, Limit: 3, Period: time.Hour}
-	if _, err := e.s.Lease(ctx, k, tb, 1, 1); err == nil {
+	if _, err := e.s.Lease(ctx, k, tb, 1, 1, lease.Lessee{}); err == nil {
 		e.t.Errorf("Lease with a canceled context: got no error, want one (a canceled call must not run)")
 	}
 	e.lease(k, tb, 0, 0, grantExp{0, 3, 0, 0}, "a call with a canceled context must not have taken tokens")
@@ -637,7 +654,7 @@ func concurrentLeased(e *env) {
 		for range workers {
 			wg.Go(func() {
 				for range each {
-					g, err := e.s.Lease(e.ctx, k, p, 1, 1)
+					g, err := e.s.Lease(e.ctx, k, p, 1, 1, lease.Lessee{})
 					if err != nil {
 						errs <- err
 						return

@@ -15,16 +15,18 @@ import (
 // Compile validates one rule spec and builds its Rule. Errors are [*Error]
 // with Index -1; use [NewSet] to also check names across rules.
 func Compile(spec Spec) (*Rule, error) {
-	r, err := compile(spec, -1, 0)
+	r, err := compile(spec, -1, 0, nil)
 	if err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-func compile(spec Spec, idx, line int) (*Rule, *Error) {
+// compile validates spec (rule idx of a file, whose mapping starts at
+// line, its fields' values at lines; -1, 0 and nil outside a file).
+func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 	fail := func(field, msg string) *Error {
-		return &Error{Rule: spec.Name, Index: idx, Field: field, Line: line, Msg: msg}
+		return &Error{Rule: spec.Name, Index: idx, Field: field, Line: lines.of(field, line), Msg: msg}
 	}
 	if !api.ValidName(spec.Name) {
 		e := fail("name", "")

@@ -2,13 +2,17 @@ package rules
 
 import (
 	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
 
 // Parse parses and validates a rule file. It is strict: unknown fields,
 // duplicate fields and values of the wrong type are errors, each an [*Error]
-// naming the rule and field. An empty file is an empty Set.
+// naming the rule, the field and the line of the offending value. A file
+// that holds no rules (empty, comments only, "rules:" without a list, or
+// cut short there) is an error too: an empty set is only what a file says
+// explicitly with "rules: []".
 func Parse(data []byte) (*Set, error) {
 	if len(data) > MaxFileBytes {
 		return nil, &Error{Index: -1, Msg: "rule file larger than 4 MiB"}
@@ -19,7 +23,7 @@ func Parse(data []byte) (*Set, error) {
 	}
 	s := &Set{byName: map[string]*Rule{}, byDesc: map[string][]int{}}
 	if root == nil {
-		return s, nil
+		return nil, &Error{Index: -1, Field: "rules", Line: lastLine(data), Msg: noRulesMsg}
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil, &Error{Index: -1, Line: root.Line, Msg: "a rule file is a mapping with a rules: list"}
@@ -37,8 +41,11 @@ func Parse(data []byte) (*Set, error) {
 	if e != nil {
 		return nil, e
 	}
-	if list == nil || isNull(list) {
-		return s, nil
+	if list == nil {
+		return nil, &Error{Index: -1, Field: "rules", Line: root.Line, Msg: noRulesMsg}
+	}
+	if isNull(list) {
+		return nil, &Error{Index: -1, Field: "rules", Line: list.Line, Msg: noRulesMsg}
 	}
 	if list.Kind != yaml.SequenceNode {
 		return nil, &Error{Index: -1, Field: "rules", Line: list.Line, Msg: "must be a list of rules"}
@@ -48,19 +55,56 @@ func Parse(data []byte) (*Set, error) {
 	}
 	for i, item := range list.Content {
 		item = resolve(item)
-		spec, e := decodeSpec(item, i)
+		spec, lines, e := decodeSpec(item, i)
 		if e != nil {
 			return nil, e
 		}
-		r, e := compile(spec, i, item.Line)
+		r, e := compile(spec, i, item.Line, lines)
 		if e != nil {
 			return nil, e
 		}
-		if e := s.add(r, i, item.Line); e != nil {
+		if e := s.add(r, i, lines.of("name", item.Line)); e != nil {
 			return nil, e
 		}
 	}
 	return s, nil
+}
+
+// noRulesMsg is the error of a rule file that holds no rules without
+// saying so: an emptied or truncated file must not switch limiting off.
+const noRulesMsg = "the file holds no rules (empty, comments only, or cut short); write \"rules: []\" to run with none on purpose"
+
+// lastLine is the number of the last line of data (1 for an empty file).
+func lastLine(data []byte) int {
+	n := 1
+	for i, c := range data {
+		if c == '\n' && i < len(data)-1 {
+			n++
+		}
+	}
+	return n
+}
+
+// fieldLines maps a rule's field paths ("limit", "overrides[0].key") to
+// the lines of their values, so that an error names the line of the value
+// at fault rather than the rule's first line.
+type fieldLines map[string]int
+
+// of returns the line of field's value: of the field itself, else of the
+// nearest enclosing field ("overrides[0]" for "overrides[0].limit" when
+// limit was not written), else def.
+func (l fieldLines) of(field string, def int) int {
+	for f := field; f != ""; {
+		if n, ok := l[f]; ok && n > 0 {
+			return n
+		}
+		i := strings.LastIndexAny(f, ".[")
+		if i <= 0 {
+			break
+		}
+		f = f[:i]
+	}
+	return def
 }
 
 // ParseSpec parses one rule (a YAML or JSON mapping, as the admin API's PUT
@@ -76,7 +120,7 @@ func ParseSpec(data []byte) (Spec, error) {
 	if root == nil {
 		return Spec{}, &Error{Index: -1, Msg: "empty rule"}
 	}
-	spec, e := decodeSpec(root, -1)
+	spec, _, e := decodeSpec(root, -1)
 	if e != nil {
 		return Spec{}, e
 	}
@@ -134,9 +178,11 @@ func eachField(n *yaml.Node, f func(key string, v *yaml.Node) *Error, fail func(
 	return nil
 }
 
-// decodeSpec decodes one rule mapping (idx is its position, or -1).
-func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
+// decodeSpec decodes one rule mapping (idx is its position, or -1) and
+// the lines of its fields' values.
+func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 	var spec Spec
+	lines := fieldLines{}
 	name := ""
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -170,6 +216,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
 		return nil
 	}
 	e := eachField(n, func(key string, v *yaml.Node) *Error {
+		lines[key] = v.Line
 		switch key {
 		case "name":
 			return str(key, v, &spec.Name)
@@ -205,6 +252,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
 			spec.Match = m
 			return eachField(v, func(k string, v *yaml.Node) *Error {
 				f := "match." + k
+				lines[f] = v.Line
 				switch k {
 				case "path_prefix":
 					return str(f, v, &m.PathPrefix)
@@ -226,7 +274,9 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
 					}
 					for i, mv := range v.Content {
 						var s string
-						if e := str(f+"["+strconv.Itoa(i)+"]", resolve(mv), &s); e != nil {
+						fi := f + "[" + strconv.Itoa(i) + "]"
+						lines[fi] = mv.Line
+						if e := str(fi, resolve(mv), &s); e != nil {
 							return e
 						}
 						m.Methods = append(m.Methods, s)
@@ -243,6 +293,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
 			spec.Hot = h
 			return eachField(v, func(k string, v *yaml.Node) *Error {
 				f := "hot." + k
+				lines[f] = v.Line
 				switch k {
 				case "threshold":
 					if isNull(v) {
@@ -279,8 +330,10 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
 			for i, ov := range v.Content {
 				o := &spec.Overrides[i]
 				p := "overrides[" + strconv.Itoa(i) + "]"
+				lines[p] = ov.Line
 				e := eachField(resolve(ov), func(k string, v *yaml.Node) *Error {
 					f := p + "." + k
+					lines[f] = v.Line
 					switch k {
 					case "key":
 						return str(f, v, &o.Key)
@@ -301,7 +354,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, *Error) {
 		}
 		return fail(key, "unknown field", v.Line)
 	}, fail)
-	return spec, e
+	return spec, lines, e
 }
 
 func prefixed(prefix, field string) string {

@@ -23,8 +23,12 @@
 //
 // Parsing is strict: unknown fields, wrong types and invalid values are
 // errors of type [*Error] naming the rule and the field
-// (rule "per-key": period: must be ≥ 1ms), and a file with any invalid rule
-// yields no [Set] at all, so a node never runs a half-loaded rule set.
+// and the line of the offending value (rule "per-key": period: must be
+// ≥ 1ms (line 5)), and a file with any invalid rule yields no [Set] at
+// all, so a node never runs a half-loaded rule set. A file that holds no
+// rules (empty, comments only, "rules:" without a list) is refused too,
+// so that an emptied or truncated file cannot switch limiting off; an
+// empty set is written "rules: []".
 //
 // Overrides: key is a glob on the counter key where '*' matches any run of
 // bytes (including '/') and '?' any one character; '\' escapes the next

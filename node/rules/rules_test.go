@@ -264,7 +264,8 @@ func TestParseErrors(t *testing.T) {
 
 func TestErrorText(t *testing.T) {
 	_, err := Parse([]byte(rule("algorithm: gcra", "limit: 1", "period: 100us")))
-	if got, want := err.Error(), `rule "r": period: must be ≥ 1ms (line 2)`; got != want {
+	// The line of the offending value (period: on line 5), not the rule's.
+	if got, want := err.Error(), `rule "r": period: must be ≥ 1ms (line 5)`; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 	_, err = Parse([]byte("rules:\n  - {algorithm: gcra}\n"))
@@ -290,12 +291,63 @@ func TestParseBounds(t *testing.T) {
 	}
 }
 
+// TestParseEmpty: only an explicit "rules: []" is an empty set; a file
+// that holds no rules without saying so (emptied, comments only, cut
+// short) is refused, naming the field rules (finding 4 of issue 9).
 func TestParseEmpty(t *testing.T) {
-	for _, f := range []string{"", "\n# nothing\n", "rules:\n", "rules: []\n", "null\n"} {
+	for _, f := range []string{"rules: []\n", "# on purpose\nrules: []\n"} {
 		s, err := Parse([]byte(f))
 		if err != nil || s.Len() != 0 {
-			t.Errorf("Parse(%q) = %v, %v", f, s, err)
+			t.Errorf("Parse(%q) = %v, %v; want an empty set", f, s, err)
 		}
+	}
+	for _, f := range []string{"", "\n# nothing\n", "rules:\n", "null\n", "{}\n", "# rules\nrules:\n# - name: a\n"} {
+		s, err := Parse([]byte(f))
+		var e *Error
+		if !errors.As(err, &e) || e.Field != "rules" || !strings.Contains(e.Msg, "rules: []") {
+			t.Errorf("Parse(%q) = %v, %v; want an error on field rules saying how to ask for none", f, s, err)
+		}
+	}
+	// A file cut short at any byte never loads as fewer rules than it
+	// names: it is either refused or loads every rule it still holds.
+	full := "rules:\n  - name: a\n    algorithm: gcra\n    limit: 1\n    period: 1s\n  - {name: b, algorithm: gcra, limit: 2, period: 1s}\n"
+	for i := range len(full) {
+		s, err := Parse([]byte(full[:i]))
+		if err == nil && s.Len() == 0 {
+			t.Errorf("Parse(first %d bytes) = an empty set", i)
+		}
+	}
+}
+
+// TestErrorLineOfValue: an error names the line of the offending value,
+// for top-level, nested, list and override fields, and for a duplicate
+// name (the line of the second name).
+func TestErrorLineOfValue(t *testing.T) {
+	tests := []struct {
+		name, file, field string
+		line              int
+	}{
+		{"limit", "rules:\n  - name: r\n    algorithm: gcra\n    limit: -1\n    period: 1s\n", "limit", 4},
+		{"algorithm", "rules:\n  - name: r\n    limit: 1\n    algorithm: nope\n    period: 1s\n", "algorithm", 4},
+		{"key", "rules:\n  - name: r\n    algorithm: gcra\n    limit: 1\n    period: 1s\n\n    key: cookie:x\n", "key", 7},
+		{"match.path_prefix", "rules:\n  - name: r\n    algorithm: gcra\n    limit: 1\n    period: 1s\n    match:\n      host: a\n      path_prefix: api\n", "match.path_prefix", 8},
+		{"match.methods[1]", "rules:\n  - name: r\n    algorithm: gcra\n    limit: 1\n    period: 1s\n    match:\n      methods:\n        - GET\n        - \"G T\"\n", "match.methods[1]", 9},
+		{"overrides[1].period", "rules:\n  - name: r\n    algorithm: gcra\n    limit: 1\n    period: 1s\n    overrides:\n      - {key: a, limit: 2}\n      - key: b\n        limit: 3\n        period: soon\n", "overrides[1].period", 10},
+		{"override without limit", "rules:\n  - name: r\n    algorithm: gcra\n    limit: 1\n    period: 1s\n    overrides:\n      - {key: a, limit: 2}\n      - {key: b}\n", "overrides[1].limit", 8},
+		{"missing period", "rules:\n  - name: r\n    algorithm: gcra\n    limit: 1\n", "period", 2},
+		{"duplicate name", "rules:\n  - {name: r, algorithm: gcra, limit: 1, period: 1s}\n  - algorithm: gcra\n    limit: 1\n    period: 1s\n    name: r\n", "name", 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.file))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse = %v, want an *Error", err)
+			}
+			if e.Field != tt.field || e.Line != tt.line {
+				t.Fatalf("Parse = %v (field %q line %d), want field %q line %d", err, e.Field, e.Line, tt.field, tt.line)
+			}
+		})
 	}
 }
 

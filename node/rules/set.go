@@ -28,7 +28,7 @@ func NewSet(specs []Spec) (*Set, error) {
 	}
 	s := &Set{rules: make([]*Rule, 0, len(specs)), byName: make(map[string]*Rule, len(specs)), byDesc: map[string][]int{}}
 	for i, spec := range specs {
-		r, e := compile(spec, i, 0)
+		r, e := compile(spec, i, 0, nil)
 		if e != nil {
 			return nil, e
 		}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package modeltest
+
+const raceEnabled = false

@@ -1,0 +1,519 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/member"
+)
+
+// Live per-rule figures for the dashboard: GET /v1/stats (admin).
+//
+// A statsRing keeps, for every rule, the checks of each decision
+// (allowed, denied, shadow_denied, unavailable, degraded) in StatsBuckets
+// buckets of StatsBucket (30 × 10 s: the last five minutes). It is fed by
+// sampling the per-rule counters the check path already keeps
+// (sluice_checks_total): the node's sampler goroutine reads them every
+// statsSampleEvery, and every /v1/stats request reads them once more so
+// that the current bucket is up to date. The check path does no work for
+// it. The counts between two samples go to the bucket of the later
+// sample, so a bucket may hold up to statsSampleEvery of its neighbour's
+// checks. Buckets are aligned to multiples of StatsBucket since the Unix
+// epoch, so that nodes' buckets line up when /v1/stats sums a cluster.
+//
+// Answer (a single node, or ?scope=node):
+//
+//	{"self":"node-a","bucket_ms":10000,"start_ms":1764000000000,"now_ms":1764000295123,
+//	 "rules":[{"rule":"per-key","allowed":[30 counts],"denied":[...],"shadow_denied":[...],
+//	           "unavailable":[...],"degraded":[...]}],
+//	 "store":{"breaker":"closed","active_keys":12,...},
+//	 "nodes":[{"name":"node-a","ok":true,"store":{...}}]}
+//
+// start_ms is the start of the oldest bucket; bucket i covers
+// [start_ms + i×bucket_ms, start_ms + (i+1)×bucket_ms), the last one is
+// the current, partial bucket. Rules are sorted by name and include every
+// rule of the current set plus any rule with counts in the window (a rule
+// deleted a minute ago still shows its history). In a cluster (the
+// default scope) the node also asks every live peer for its ?scope=node
+// answer, at once, waiting at most StatsFanout, passing on the caller's
+// Authorization header; "rules" is then the sum over the nodes that
+// answered, "nodes" lists each member with its Store state or its error,
+// and "partial" is true when one did not answer.
+
+const (
+	// StatsBucket is the width of one /v1/stats bucket.
+	StatsBucket = 10 * time.Second
+	// StatsBuckets is how many buckets /v1/stats keeps (5 minutes).
+	StatsBuckets = 30
+	// StatsFanout bounds how long a cluster-wide /v1/stats waits for the
+	// peers' answers; a peer that is slower is reported as failed.
+	StatsFanout = 500 * time.Millisecond
+	// statsSampleEvery is how often the sampler reads the counters.
+	statsSampleEvery = time.Second
+)
+
+// counts are one rule's checks per decision.
+type counts [numDecisions]uint64
+
+// statsRing holds per-rule counts in n buckets of width. It is pure (the
+// time is passed in) and not safe for concurrent use: statsState's mutex
+// guards it.
+type statsRing struct {
+	width int64 // ns
+	slots []statsSlot
+	// last is each rule's cumulative counts at the previous sample; a
+	// rule never sampled has a zero baseline (its counters start at zero
+	// and live as long as the process).
+	last map[string]counts
+}
+
+// statsSlot is one bucket: idx is its index (unix ns / width), counts
+// its per-rule counts; a slot whose idx is not the one asked for is stale.
+type statsSlot struct {
+	idx    int64
+	counts map[string]*counts
+}
+
+func newStatsRing(width time.Duration, n int) *statsRing {
+	r := &statsRing{width: int64(width), slots: make([]statsSlot, n), last: map[string]counts{}}
+	for i := range r.slots {
+		r.slots[i] = statsSlot{idx: -1, counts: map[string]*counts{}}
+	}
+	return r
+}
+
+func (r *statsRing) index(now time.Time) int64 { return now.UnixNano() / r.width }
+
+func (r *statsRing) slot(idx int64) *statsSlot {
+	return &r.slots[int(idx%int64(len(r.slots)))]
+}
+
+// observe records rule's cumulative counts cum at now: what they grew by
+// since the previous sample goes to now's bucket. A counter that went
+// backwards (it cannot, but a test's fake may) counts from zero.
+func (r *statsRing) observe(now time.Time, rule string, cum counts) {
+	prev := r.last[rule]
+	r.last[rule] = cum
+	var d counts
+	var any bool
+	for i := range cum {
+		if cum[i] >= prev[i] {
+			d[i] = cum[i] - prev[i]
+		} else {
+			d[i] = cum[i]
+		}
+		any = any || d[i] != 0
+	}
+	if !any {
+		return
+	}
+	idx := r.index(now)
+	s := r.slot(idx)
+	if s.idx != idx {
+		if s.idx > idx { // a sample older than the ring's newest bucket: dropped
+			return
+		}
+		clear(s.counts)
+		s.idx = idx
+	}
+	c := s.counts[rule]
+	if c == nil {
+		c = new(counts)
+		s.counts[rule] = c
+	}
+	for i := range d {
+		c[i] += d[i]
+	}
+}
+
+// statsRule is one rule's row of /v1/stats: a count per bucket, oldest
+// first, for each decision.
+type statsRule struct {
+	Rule         string   `json:"rule"`
+	Allowed      []uint64 `json:"allowed"`
+	Denied       []uint64 `json:"denied"`
+	ShadowDenied []uint64 `json:"shadow_denied"`
+	Unavailable  []uint64 `json:"unavailable"`
+	Degraded     []uint64 `json:"degraded"`
+}
+
+func newStatsRule(name string, n int) statsRule {
+	return statsRule{
+		Rule:    name,
+		Allowed: make([]uint64, n), Denied: make([]uint64, n),
+		ShadowDenied: make([]uint64, n), Unavailable: make([]uint64, n),
+		Degraded: make([]uint64, n),
+	}
+}
+
+// row returns the slice of decision d.
+func (s *statsRule) row(d int) []uint64 {
+	switch d {
+	case decAllowed:
+		return s.Allowed
+	case decDenied:
+		return s.Denied
+	case decShadowDenied:
+		return s.ShadowDenied
+	case decUnavailable:
+		return s.Unavailable
+	}
+	return s.Degraded
+}
+
+// add adds o's counts, o's bucket 0 falling on s's bucket shift. Buckets
+// after s's last one (a peer whose clock is ahead, or whose current
+// bucket began while it was asked) count in s's last, current bucket;
+// buckets before s's first are out of the window.
+func (s *statsRule) add(o *statsRule, shift int) {
+	for d := range numDecisions {
+		dst, src := s.row(d), o.row(d)
+		for i, v := range src {
+			j := min(i+shift, len(dst)-1)
+			if j >= 0 {
+				dst[j] += v
+			}
+		}
+	}
+}
+
+// snapshot returns the window ending with now's bucket: the start of its
+// oldest bucket and a row per rule, sorted by name, for every rule in
+// names (the current set) or with counts in the window.
+func (r *statsRing) snapshot(now time.Time, names []string) (start time.Time, rows []statsRule) {
+	n := len(r.slots)
+	cur := r.index(now)
+	first := cur - int64(n) + 1
+	byName := make(map[string]*statsRule, len(names))
+	get := func(name string) *statsRule {
+		row := byName[name]
+		if row == nil {
+			nr := newStatsRule(name, n)
+			row = &nr
+			byName[name] = row
+		}
+		return row
+	}
+	for _, name := range names {
+		get(name)
+	}
+	for i := range n {
+		idx := first + int64(i)
+		s := r.slot(idx)
+		if s.idx != idx {
+			continue
+		}
+		for name, c := range s.counts {
+			row := get(name)
+			for d := range numDecisions {
+				row.row(d)[i] = c[d]
+			}
+		}
+	}
+	rows = make([]statsRule, 0, len(byName))
+	for _, row := range byName {
+		rows = append(rows, *row)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Rule < rows[j].Rule })
+	return time.Unix(0, first*r.width), rows
+}
+
+// statsStore is the Store part of /v1/stats: the breaker and the lease
+// Manager's counters (lease.Stats).
+type statsStore struct {
+	Breaker           string `json:"breaker"`
+	Healthy           bool   `json:"healthy"`
+	ActiveKeys        int64  `json:"active_keys"`
+	StoreDecisions    int64  `json:"store_decisions"`
+	DegradedDecisions int64  `json:"degraded_decisions"`
+	LocalDenials      int64  `json:"local_denials"`
+	Leases            int64  `json:"leases"`
+	Prefetches        int64  `json:"prefetches"`
+	Returns           int64  `json:"returns"`
+	TokensLeased      int64  `json:"tokens_leased"`
+	TokensReturned    int64  `json:"tokens_returned"`
+}
+
+func storeOf(s lease.Stats) *statsStore {
+	return &statsStore{
+		Breaker: s.Breaker.String(), Healthy: s.Breaker == lease.BreakerClosed,
+		ActiveKeys: s.ActiveKeys, StoreDecisions: s.StoreDecisions,
+		DegradedDecisions: s.DegradedDecisions, LocalDenials: s.LocalDenials,
+		Leases: s.Leases, Prefetches: s.Prefetches, Returns: s.Returns,
+		TokensLeased: s.TokensLeased, TokensReturned: s.TokensReturned,
+	}
+}
+
+// statsNode is one member's line in "nodes".
+type statsNode struct {
+	Name  string      `json:"name"`
+	OK    bool        `json:"ok"`
+	Error string      `json:"error,omitempty"`
+	Store *statsStore `json:"store,omitempty"`
+}
+
+// statsBody is the body of GET /v1/stats.
+type statsBody struct {
+	Self     string      `json:"self"`
+	BucketMS int64       `json:"bucket_ms"`
+	StartMS  int64       `json:"start_ms"`
+	NowMS    int64       `json:"now_ms"`
+	Partial  bool        `json:"partial"`
+	Rules    []statsRule `json:"rules"`
+	Store    *statsStore `json:"store"`
+	Nodes    []statsNode `json:"nodes"`
+}
+
+// statsState is a Node's stats ring and its sampler goroutine.
+type statsState struct {
+	n     *Node
+	clock atomic.Pointer[func() time.Time] // time.Now; tests set a fake
+
+	// mu protects ring.
+	mu   sync.Mutex
+	ring *statsRing
+
+	// The sampler runs from the first Serve to Shutdown.
+	start, stop sync.Once
+	done        chan struct{}
+	wg          sync.WaitGroup
+
+	client *fasthttp.Client // for the peers' /v1/stats
+}
+
+func newStatsState(n *Node) *statsState {
+	s := &statsState{
+		n: n, ring: newStatsRing(StatsBucket, StatsBuckets),
+		done: make(chan struct{}),
+		client: &fasthttp.Client{
+			Name: "sluice-stats", NoDefaultUserAgentHeader: true,
+			MaxConnsPerHost: 4, ReadTimeout: StatsFanout, WriteTimeout: StatsFanout,
+		},
+	}
+	s.setClock(time.Now)
+	return s
+}
+
+// setClock makes the ring read the time from now (tests: a fake clock).
+func (s *statsState) setClock(now func() time.Time) { s.clock.Store(&now) }
+
+func (s *statsState) now() time.Time { return (*s.clock.Load())() }
+
+// sample reads every current rule's counters into the ring at now and
+// returns the current rules' names.
+func (s *statsState) sample(now time.Time) []string {
+	t := s.n.rules.Load()
+	if t == nil {
+		return nil
+	}
+	names := make([]string, 0, len(t.byName))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, ri := range t.byName {
+		var c counts
+		for d := range numDecisions {
+			c[d] = ri.checks[d].Get()
+		}
+		s.ring.observe(now, name, c)
+		names = append(names, name)
+	}
+	return names
+}
+
+// run starts the sampler goroutine once; Shutdown stops it.
+func (s *statsState) run() {
+	s.start.Do(func() {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			tk := time.NewTicker(statsSampleEvery)
+			defer tk.Stop()
+			for {
+				select {
+				case <-s.done:
+					return
+				case <-tk.C:
+					s.sample(s.now())
+				}
+			}
+		}()
+	})
+}
+
+// close stops the sampler and waits for it; idempotent.
+func (s *statsState) close() {
+	s.start.Do(func() {}) // a sampler not yet started never will be
+	s.stop.Do(func() { close(s.done) })
+	s.wg.Wait()
+	s.client.CloseIdleConnections()
+}
+
+// local is this node's own answer.
+func (s *statsState) local() statsBody {
+	now := s.now()
+	names := s.sample(now)
+	s.mu.Lock()
+	start, rows := s.ring.snapshot(now, names)
+	s.mu.Unlock()
+	st := storeOf(s.n.mgr.Stats())
+	self := s.n.selfName()
+	return statsBody{
+		Self: self, BucketMS: StatsBucket.Milliseconds(),
+		StartMS: start.UnixMilli(), NowMS: now.UnixMilli(),
+		Rules: rows, Store: st,
+		Nodes: []statsNode{{Name: self, OK: true, Store: st}},
+	}
+}
+
+// selfName is the node's name as /v1/members shows it.
+func (n *Node) selfName() string {
+	if n.cl != nil {
+		return n.cl.self
+	}
+	if n.cfg.Name != "" {
+		return n.cfg.Name
+	}
+	return singleName
+}
+
+// peers returns the live members other than self, with their HTTP
+// addresses; nil on a single node.
+func (n *Node) statsPeers() []member.Member {
+	if n.cl == nil {
+		return nil
+	}
+	b := n.cl.membership.Load()
+	if b == nil {
+		return nil
+	}
+	var out []member.Member
+	for _, m := range b.m.View() {
+		if m.Name == n.cl.self || (m.State != "" && m.State != member.StateAlive) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// stats answers GET /v1/stats[?scope=node|cluster].
+func (n *Node) stats(ctx *fasthttp.RequestCtx) {
+	scope := string(ctx.QueryArgs().Peek("scope"))
+	switch scope {
+	case "", "cluster", "node":
+	default:
+		n.writeError(ctx, fieldError("scope", "must be node or cluster"))
+		return
+	}
+	body := n.stat.local()
+	if scope != "node" {
+		if peers := n.statsPeers(); len(peers) > 0 {
+			auth := slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+			c, cancel := context.WithTimeout(context.Background(), StatsFanout)
+			n.stat.merge(c, &body, peers, auth)
+			cancel()
+		}
+	}
+	b, _ := json.Marshal(body)
+	ctx.SetContentTypeBytes(contentTypeJSON)
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	ctx.SetBody(b)
+}
+
+// merge asks every peer for its ?scope=node answer at once, within ctx's
+// deadline, and adds the answers to body.
+func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.Member, auth []byte) {
+	type answer struct {
+		b   statsBody
+		err error
+	}
+	answers := make([]answer, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i].b, answers[i].err = s.fetch(ctx, p.HTTPAddr, auth)
+		}()
+	}
+	wg.Wait()
+	rows := make(map[string]*statsRule, len(body.Rules))
+	for i := range body.Rules {
+		r := body.Rules[i]
+		rows[r.Rule] = &r
+	}
+	for i, p := range peers {
+		a := &answers[i]
+		if a.err != nil {
+			body.Partial = true
+			body.Nodes = append(body.Nodes, statsNode{Name: p.Name, Error: a.err.Error()})
+			continue
+		}
+		body.Nodes = append(body.Nodes, statsNode{Name: p.Name, OK: true, Store: a.b.Store})
+		if a.b.BucketMS != body.BucketMS {
+			continue // another version's buckets: shown as a member, not summed
+		}
+		shift := int((a.b.StartMS - body.StartMS) / body.BucketMS)
+		for j := range a.b.Rules {
+			o := &a.b.Rules[j]
+			row := rows[o.Rule]
+			if row == nil {
+				nr := newStatsRule(o.Rule, StatsBuckets)
+				row = &nr
+				rows[o.Rule] = row
+			}
+			row.add(o, shift)
+		}
+	}
+	body.Rules = body.Rules[:0]
+	for _, r := range rows {
+		body.Rules = append(body.Rules, *r)
+	}
+	sort.Slice(body.Rules, func(i, j int) bool { return body.Rules[i].Rule < body.Rules[j].Rule })
+}
+
+// errNoHTTPAddr means a member did not announce its HTTP address.
+var errNoHTTPAddr = errors.New("no HTTP address announced")
+
+// errStatsPeer means a peer answered /v1/stats with an error status.
+type errStatsPeer struct{ status int }
+
+func (e errStatsPeer) Error() string {
+	return "answered " + fasthttp.StatusMessage(e.status)
+}
+
+// fetch gets addr's ?scope=node answer.
+func (s *statsState) fetch(ctx context.Context, addr string, auth []byte) (statsBody, error) {
+	var out statsBody
+	if addr == "" {
+		return out, errNoHTTPAddr
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + addr + "/v1/stats?scope=node")
+	req.Header.SetMethod(fasthttp.MethodGet)
+	if len(auth) > 0 {
+		req.Header.SetBytesV(fasthttp.HeaderAuthorization, auth)
+	}
+	dl, _ := ctx.Deadline()
+	if err := s.client.DoDeadline(req, resp, dl); err != nil {
+		return out, err
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return out, errStatsPeer{resp.StatusCode()}
+	}
+	if err := json.Unmarshal(resp.Body(), &out); err != nil {
+		return out, err
+	}
+	return out, nil
+}

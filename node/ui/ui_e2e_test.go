@@ -1,0 +1,492 @@
+//go:build e2e
+
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestE2EDashboard drives the dashboard of a real sluiced in Debian's
+// headless Chromium: a wrong admin token is refused, the right one is kept
+// in sessionStorage only; it sees the rules and live figures of traffic
+// sent to the node, edits a rule's limit and sees the node enforce it,
+// sees an invalid edit's error next to its field, creates and deletes a
+// rule, finds nothing wider than its card at 1280×800 and no error in the
+// browser's console, and saves screenshots (their paths are logged) under
+// $E2E_OUT, by default bench/results/tmp-e2e/ (ignored by git).
+func TestE2EDashboard(t *testing.T) {
+	chrome := chromiumPath(t)
+	root := repoRoot(t)
+	out := os.Getenv("E2E_OUT")
+	if out == "" {
+		out = filepath.Join(root, "bench", "results", "tmp-e2e")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	const token = "e2e-dashboard-token"
+	node := startSluiced(t, root, token)
+
+	// Traffic before the page opens: "demo" allows 5 per hour per key.
+	for range 8 {
+		node.check(t, "demo", "alice")
+	}
+	node.checks(t, "per-ip", 120, 6)
+	node.checks(t, "tenant-minute", 40, 3)
+
+	ctx := newBrowser(t, chrome)
+	console := watchConsole(t, ctx)
+
+	step(t, ctx, "open the page and enter a wrong token",
+		chromedp.EmulateViewport(1280, 800),
+		chromedp.Navigate(node.base+"/ui/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "not-the-token"),
+		chromedp.Click(chromedp.ID("login-submit")),
+	)
+	poll(t, ctx, "the refusal", `document.getElementById('login-error').textContent.includes('refused')`)
+	step(t, ctx, "enter the token",
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.ID("app")),
+		chromedp.WaitVisible(chromedp.CSS(`tr.rule-row[data-rule="demo"]`)),
+	)
+	// The token is kept for the tab only.
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`sessionStorage.getItem('sluice.adminToken') === '`+token+`' && localStorage.length === 0 && document.cookie === ''`))
+	if err != nil || !kept {
+		t.Errorf("the token is not in sessionStorage alone (err %v)", err)
+	}
+	// The live figures: demo's denials show in its row's sparkline.
+	poll(t, ctx, "demo's 429s in its row",
+		`document.querySelector('tr.rule-row[data-rule="demo"] .spark rect.denied') !== null`)
+	poll(t, ctx, "the Store's breaker", `document.getElementById('breaker').textContent.includes('closed')`)
+	poll(t, ctx, "the members", `document.querySelector('#members td') !== null`)
+
+	{
+		// Edit demo's limit from 5 to 3 through the form, then check that
+		// the node enforces 3 on a fresh key.
+		step(t, ctx, "edit demo's limit",
+			chromedp.Click(chromedp.CSS(`button[data-edit="demo"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`.editor [data-field="limit"]`)),
+			chromedp.SetValue(chromedp.CSS(`.editor [data-field="limit"]`), "3"),
+			chromedp.Click(chromedp.CSS(`.editor button.save`)),
+			chromedp.WaitNotPresent(chromedp.CSS(`.editor`)),
+		)
+		poll(t, ctx, "the new limit in the table",
+			`document.querySelector('tr.rule-row[data-rule="demo"] .limit').textContent.startsWith('3 ')`)
+		var codes []int
+		for range 5 {
+			codes = append(codes, node.check(t, "demo", "fresh-after-edit"))
+		}
+		if want := []int{200, 200, 200, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
+			t.Errorf("checks after the edit: %v, want %v (limit 3)", codes, want)
+		}
+
+		// An invalid edit: the node's 400 shows next to the limit field.
+		step(t, ctx, "an invalid edit",
+			chromedp.Click(chromedp.CSS(`button[data-edit="demo"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`.editor [data-field="limit"]`)),
+			chromedp.SetValue(chromedp.CSS(`.editor [data-field="limit"]`), "-1"),
+			chromedp.Click(chromedp.CSS(`.editor button.save`)),
+		)
+		poll(t, ctx, "the limit field's inline error",
+			`document.querySelector('.editor [data-error="limit"]').textContent !== ''`)
+		msg, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(`.editor [data-error="limit"]`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("inline error shown for limit=-1: %q", msg)
+		if !strings.Contains(msg, "> 0") {
+			t.Errorf("inline error %q does not say what the limit must be", msg)
+		}
+		shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		save(t, out, "dashboard-edit-error.png", shot)
+		if codes := node.check(t, "demo", "fresh-after-bad-edit"); codes != 200 {
+			t.Errorf("a check after the refused edit: %d, want 200", codes)
+		}
+	}
+
+	step(t, ctx, "cancel the edit", chromedp.Click(chromedp.CSS(`.editor button.cancel`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)))
+
+	// A new rule through the form, then deleted (two clicks).
+	step(t, ctx, "create a rule",
+		chromedp.Click(chromedp.ID("new-rule")),
+		chromedp.WaitVisible(chromedp.CSS(`.editor [data-field="name"]`)),
+		chromedp.SendKeys(chromedp.CSS(`.editor [data-field="name"]`), "added-in-browser"),
+		chromedp.SetValue(chromedp.CSS(`.editor [data-field="limit"]`), "2"),
+		chromedp.Click(chromedp.CSS(`.editor button.save`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr.rule-row[data-rule="added-in-browser"]`)),
+	)
+	var codes []int
+	for range 3 {
+		codes = append(codes, node.check(t, "added-in-browser", "k"))
+	}
+	if want := []int{200, 200, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Errorf("checks of the new rule: %v, want %v (limit 2)", codes, want)
+	}
+	step(t, ctx, "delete it",
+		chromedp.Click(chromedp.CSS(`button[data-edit="added-in-browser"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.editor button.delete`)),
+		chromedp.Click(chromedp.CSS(`.editor button.delete`)),
+		chromedp.Click(chromedp.CSS(`.editor button.delete`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)),
+	)
+	if code := node.check(t, "added-in-browser", "k"); code != 400 {
+		t.Errorf("a check of the deleted rule: %d, want 400 (unknown rule)", code)
+	}
+
+	// More traffic while the page is open: a later refresh shows it.
+	before, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('total-5m').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.checks(t, "per-ip", 60, 4)
+	poll(t, ctx, "the new traffic in the totals",
+		`Number(document.getElementById('total-5m').textContent.replace(/,/g, '')) >= `+
+			strings.ReplaceAll(before, ",", "")+` + 60`)
+
+	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	save(t, out, "dashboard-full.png", full)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.scrollTo(0, 0)`)); err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	save(t, out, "dashboard.png", shot)
+
+	// The page is usable at 1280×800: nothing scrolls sideways.
+	wide, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
+	if err != nil || !wide {
+		t.Errorf("the page scrolls horizontally at 1280×800 (err %v)", err)
+	}
+	over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('.card')).filter((c) => c.scrollWidth > c.clientWidth).map((c) => c.id)`))
+	if err != nil || len(over) > 0 {
+		t.Errorf("cards whose content is wider than the card at 1280×800: %v (err %v)", over, err)
+	}
+	for _, m := range console.errors() {
+		t.Errorf("browser console: %s", m)
+	}
+}
+
+// save writes a screenshot into out and logs its path.
+func save(t *testing.T, out, name string, png []byte) {
+	t.Helper()
+	p := filepath.Join(out, name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// step runs actions, failing the test with what it was doing.
+func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(c, actions...); err != nil {
+		failShot(t, ctx)
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// failShot saves what the page showed when a step failed.
+func failShot(t *testing.T, ctx context.Context) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if png, err := chromedp.Run(c, chromedp.FullScreenshot(100)); err == nil {
+		save(t, os.TempDir(), "sluice-dashboard-failure.png", png)
+	}
+}
+
+// poll waits, up to 30 s, for a JavaScript expression to be true.
+func poll(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(100*time.Millisecond),
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		failShot(t, ctx)
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// consoleLog collects the browser console's messages.
+type consoleLog struct {
+	mu   sync.Mutex
+	msgs []chromedp.ConsoleMessage
+}
+
+func watchConsole(t *testing.T, ctx context.Context) *consoleLog {
+	t.Helper()
+	c := &consoleLog{}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			c.mu.Lock()
+			c.msgs = append(c.msgs, m)
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}
+
+// errors are the messages that are errors or warnings: exceptions,
+// console.error and console.warn calls, and the browser's own errors
+// (CSP violations, failed loads). The expected entries of the network
+// log, the answers to the wrong token (403) and to the invalid edit (400),
+// are left out.
+func (c *consoleLog) errors() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, m := range c.msgs {
+		switch m.Type {
+		case chromedp.ConsoleError, chromedp.ConsoleException, chromedp.ConsoleWarning, "assert":
+		default:
+			continue
+		}
+		if m.Source == "network" && strings.Contains(m.URL, "/v1/rules/") && strings.Contains(m.Text, "400") {
+			continue // the invalid edit
+		}
+		if m.Source == "network" && strings.Contains(m.URL, "/v1/stats") && strings.Contains(m.Text, "403") {
+			continue // the wrong token
+		}
+		out = append(out, m.String()+" ("+m.URL+")")
+	}
+	return out
+}
+
+func newBrowser(t *testing.T, chrome string) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); acancel() })
+	if err := chromedp.Do(ctx); err != nil { // start the browser now
+		t.Fatalf("cannot start %s: %v", chrome, err)
+	}
+	return ctx
+}
+
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("SLUICE_CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	t.Fatal("no chromium: install Debian's chromium (make e2e does, as root) or set SLUICE_CHROMIUM")
+	return ""
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+const e2eRules = `rules:
+  - name: demo
+    algorithm: fixed_window
+    limit: 5
+    period: 1h
+  - name: per-ip
+    algorithm: gcra
+    limit: 20
+    period: 1s
+    burst: 20
+    key: ip
+  - name: tenant-minute
+    algorithm: fixed_window
+    limit: 10
+    period: 1m
+    key: jwt:tenant
+    on_store_failure: open
+  - name: login
+    algorithm: sliding_log
+    limit: 3
+    period: 1m
+    key: ip
+    on_store_failure: closed
+`
+
+// sluiced is a running sluiced process.
+type sluiced struct {
+	base   string
+	client *http.Client
+}
+
+// startSluiced builds sluiced and starts it on a free loopback port with
+// the admin token and a data dir (rules written through the admin API),
+// and writes e2eRules through the API; it is stopped (SIGTERM) at the
+// test's end.
+func startSluiced(t *testing.T, root, token string) *sluiced {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sluiced")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sluiced")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/sluiced: %v\n%s", err, out)
+	}
+	data := filepath.Join(dir, "data")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "-listen", addr, "-data-dir", data, "-admin-token", token, "-log-level", "warn")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("sluiced's log:\n%s", logs.String())
+		}
+	})
+	s := &sluiced{base: "http://" + addr, client: &http.Client{Timeout: 10 * time.Second}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("sluiced exited: %v\n%s", err, logs.String())
+		default:
+		}
+		resp, err := s.client.Get(s.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				s.putRules(t, token, e2eRules)
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluiced not ready after 30s: %v\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// check sends one check and returns its status.
+func (s *sluiced) check(t *testing.T, rule, key string) int {
+	t.Helper()
+	resp, err := s.client.Get(s.base + "/v1/check?rule=" + rule + "&key=" + key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// checks sends n checks of rule over keys keys, as one batch.
+func (s *sluiced) checks(t *testing.T, rule string, n, keys int) {
+	t.Helper()
+	type check struct {
+		Rule string `json:"rule"`
+		Key  string `json:"key"`
+	}
+	var body struct {
+		Checks []check `json:"checks"`
+	}
+	for i := range n {
+		body.Checks = append(body.Checks, check{rule, fmt.Sprintf("k%d", i%keys)})
+	}
+	b, _ := json.Marshal(body)
+	resp, err := s.client.Post(s.base+"/v1/checks", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /v1/checks: %d", resp.StatusCode)
+	}
+}
+
+// putRules replaces the node's rules with the rule file yml.
+func (s *sluiced) putRules(t *testing.T, token, yml string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", s.base+"/v1/rules", strings.NewReader(yml))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/yaml")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT /v1/rules: %d %s", resp.StatusCode, b)
+	}
+}
