@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,28 +13,46 @@ import (
 // BreakerConfig configures a [Breaker]. Every field's zero value means its
 // default (see [DefaultBreakerConfig]).
 type BreakerConfig struct {
-	// Timeout bounds each Store call. Zero means 50ms. A Manager sets it to
-	// its Config.StoreTimeout.
+	// Timeout is the most a Store call may take: the adaptive timeout never
+	// exceeds it. Zero means 50ms. A Manager sets it to its
+	// Config.StoreTimeout.
 	Timeout time.Duration
-	// Failures is the number of consecutive failures (errors or timeouts,
-	// not the caller's own context ending) that open the breaker. Zero
-	// means 5.
+	// MinTimeout is the least the adaptive timeout goes down to. Each call
+	// gets srtt + 4·rttvar of the round trips seen so far (the TCP
+	// retransmission timeout, RFC 6298), times two, between MinTimeout and
+	// Timeout: a fast Store fails over quickly, a steadily slow one keeps
+	// the room it needs. Zero means Timeout/4; a value ≥ Timeout turns
+	// adaptation off.
+	MinTimeout time.Duration
+	// Failures is the number of consecutive failed round trips (errors or
+	// timeouts, not the caller's own context ending) that open the
+	// breaker. Calls that were in flight together and failed together
+	// (pipelined on one connection, stalled by one freeze) are one failed
+	// round trip: a failure counts only if its call started after the
+	// last counted failure. Zero means 5.
 	Failures int
-	// Cooldown is how long the breaker stays open before it lets one probe
-	// call through (half-open). Zero means 1s. FailClosed rules report it
-	// as RetryAfter.
+	// Cooldown is how long the breaker stays open before it probes the
+	// Store (half-open): in the background, so that an idle node also
+	// sees the Store come back, or with the first call after it. Zero
+	// means 1s. FailClosed rules report it as RetryAfter.
 	Cooldown time.Duration
 	// Now is the clock used for the cool-down. Nil means time.Now. A
 	// Manager sets it to its own clock.
 	Now func() time.Time
+	// AfterFunc schedules the background probe on Now's clock. Nil means
+	// time.AfterFunc. Tests pass a fake clock's.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	// Logger receives one line per state change, with its cause. Nil
+	// means slog.Default(). A Manager sets it to its own.
+	Logger *slog.Logger
 }
 
-// DefaultBreakerConfig returns the defaults: a 50ms timeout (a rate-limit
-// check must stay fast; a healthy Redis answers in well under 1ms), 5
-// consecutive failures (one slow call or a lost packet does not flip a
-// whole node into its failure mode) and a 1s cool-down (one probe per
-// second is no load on a recovering Redis, and a check waits at most a
-// second longer than needed to go back to leasing).
+// DefaultBreakerConfig returns the defaults: a 50ms timeout at most (a
+// rate-limit check must stay fast; a healthy Redis answers in well under
+// 1ms), adapting down to 12.5ms, 5 consecutive failed round trips (one
+// slow call or a lost packet does not flip a whole node into its failure
+// mode) and a 1s cool-down (one probe per second is no load on a
+// recovering Redis).
 func DefaultBreakerConfig() BreakerConfig {
 	return BreakerConfig{Timeout: 50 * time.Millisecond, Failures: 5, Cooldown: time.Second, Now: time.Now}
 }
@@ -43,6 +62,10 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.Timeout <= 0 {
 		c.Timeout = d.Timeout
 	}
+	if c.MinTimeout <= 0 {
+		c.MinTimeout = c.Timeout / 4
+	}
+	c.MinTimeout = min(c.MinTimeout, c.Timeout)
 	if c.Failures <= 0 {
 		c.Failures = d.Failures
 	}
@@ -51,6 +74,12 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	}
 	if c.Now == nil {
 		c.Now = d.Now
+	}
+	if c.AfterFunc == nil {
+		c.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c
 }
@@ -80,17 +109,32 @@ func (s BreakerState) String() string {
 	return fmt.Sprintf("breaker_state(%d)", s)
 }
 
+// Pinger is what the background probe calls when the wrapped Store has it
+// (the Redis store does). A Store without it is probed with a peek (a
+// lease of 0 tokens) of a key of its own.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// probeKey and probePolicy are the peek of a Store that is not a Pinger.
+const probeKey = "sluice-breaker-probe"
+
+var probePolicy = Policy{Algorithm: TokenBucket, Limit: 1, Period: time.Hour}
+
 // Breaker is a Store that wraps another Store with a per-call timeout and a
-// circuit breaker: after Failures consecutive failures it opens, and calls
-// fail fast with an error wrapping ErrStoreUnavailable until Cooldown has
-// passed; then one probe call goes through, and its success closes the
-// breaker. Errors that are the caller's (its context ending, a policy the
-// Store refuses, ErrWrongAlgorithm) pass through and are not counted.
+// circuit breaker: after Failures consecutive failed round trips it opens,
+// and calls fail fast with an error wrapping ErrStoreUnavailable; once
+// Cooldown has passed one probe goes through (in the background, or the
+// first call), and its success closes the breaker. Errors that are the
+// caller's (its context ending, a policy the Store refuses,
+// ErrWrongAlgorithm) pass through and are not counted. Every state change
+// is logged once, with its cause.
 //
 // The timeout is applied through the context: the wrapped Store must honour
 // its context's deadline (every network call does).
 //
-// A Breaker is safe for concurrent use.
+// A Breaker is safe for concurrent use. Its background probe runs only
+// while it is open; Close stops it.
 type Breaker struct {
 	store Store
 	cfg   BreakerConfig
@@ -98,23 +142,51 @@ type Breaker struct {
 	// openUntil is, while open, when the cool-down ends (Unix ns): until
 	// then Rejecting answers without the mutex.
 	openUntil atomic.Int64
+	// epoch counts the failures that counted; a call notes it when it
+	// starts, and its failure counts only if no other failure counted
+	// since (it is then a new round trip).
+	epoch atomic.Uint64
+	// timeout is the adaptive per-call timeout (ns).
+	timeout atomic.Int64
+	// bg tracks the background probe in flight, for Close.
+	bg sync.WaitGroup
 
-	// mu protects the fields of the state machine.
+	// mu protects the fields of the state machine and the estimator.
 	mu struct {
 		sync.Mutex
-		failures int       // consecutive failures while closed
-		openedAt time.Time // when the breaker last opened
-		probing  bool      // a half-open probe is in flight
+		failures  int         // consecutive failed round trips while closed
+		openedAt  time.Time   // when the breaker last opened
+		probing   bool        // a half-open probe is in flight
+		cause     error       // the last counted failure
+		stopProbe func() bool // cancels the background probe set, if any
+		probeGen  uint64      // which schedule is current
+		closed    bool        // Close was called: no more background probes
+		rtt       rttEstimator
 	}
 }
 
 // NewBreaker returns a Breaker around store.
 func NewBreaker(store Store, cfg BreakerConfig) *Breaker {
-	return &Breaker{store: store, cfg: cfg.withDefaults()}
+	b := &Breaker{store: store, cfg: cfg.withDefaults()}
+	b.timeout.Store(int64(b.cfg.Timeout))
+	return b
 }
 
-// State returns the breaker's state. An open breaker whose cool-down has
-// passed reports BreakerOpen until a call probes it.
+// Close stops the background probe and waits for one in flight. The
+// Breaker stays usable (calls probe the Store after the cool-down).
+// Idempotent.
+func (b *Breaker) Close() {
+	b.mu.Lock()
+	b.mu.closed = true
+	if b.mu.stopProbe != nil {
+		b.mu.stopProbe()
+		b.mu.stopProbe = nil
+	}
+	b.mu.Unlock()
+	b.bg.Wait()
+}
+
+// State returns the breaker's state.
 func (b *Breaker) State() BreakerState { return BreakerState(b.state.Load()) }
 
 // Rejecting reports whether a call made now would fail fast (open, in its
@@ -127,6 +199,9 @@ func (b *Breaker) Rejecting() bool {
 // Config returns the breaker's configuration with defaults filled in.
 func (b *Breaker) Config() BreakerConfig { return b.cfg }
 
+// Timeout returns the per-call timeout the next call gets.
+func (b *Breaker) Timeout() time.Duration { return time.Duration(b.timeout.Load()) }
+
 var errBreakerOpen = fmt.Errorf("%w: circuit breaker open", ErrStoreUnavailable)
 
 // admit decides whether a call may go through; probe reports whether the
@@ -137,6 +212,10 @@ func (b *Breaker) admit() (probe bool, ok bool) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.admitLocked()
+}
+
+func (b *Breaker) admitLocked() (probe bool, ok bool) {
 	switch BreakerState(b.state.Load()) {
 	case BreakerClosed:
 		return false, true
@@ -144,7 +223,7 @@ func (b *Breaker) admit() (probe bool, ok bool) {
 		if b.cfg.Now().Sub(b.mu.openedAt) < b.cfg.Cooldown {
 			return false, false
 		}
-		b.setState(BreakerHalfOpen)
+		b.setState(BreakerHalfOpen, "cool-down passed: probing the Store")
 	}
 	if b.mu.probing {
 		return false, false
@@ -153,17 +232,104 @@ func (b *Breaker) admit() (probe bool, ok bool) {
 	return true, true
 }
 
-// open opens the breaker; mu must be held.
-func (b *Breaker) open() {
+// open opens the breaker and schedules the background probe; mu must be
+// held.
+func (b *Breaker) open(why string) {
 	b.mu.openedAt = b.cfg.Now()
 	b.openUntil.Store(b.mu.openedAt.Add(b.cfg.Cooldown).UnixNano())
-	b.setState(BreakerOpen)
+	b.setState(BreakerOpen, why)
+	b.schedule(b.cfg.Cooldown)
 }
 
-// setState must be called with mu held.
-func (b *Breaker) setState(s BreakerState) {
+// schedule sets the background probe d from now, replacing one already
+// set; mu must be held.
+func (b *Breaker) schedule(d time.Duration) {
+	if b.mu.stopProbe != nil {
+		b.mu.stopProbe()
+		b.mu.stopProbe = nil
+	}
+	if b.mu.closed {
+		return
+	}
+	b.mu.probeGen++
+	gen := b.mu.probeGen
+	b.bg.Add(1)
+	var once sync.Once
+	stop := b.cfg.AfterFunc(d, func() {
+		once.Do(func() {
+			defer b.bg.Done()
+			b.backgroundProbe(gen)
+		})
+	})
+	b.mu.stopProbe = func() bool {
+		if stop() {
+			once.Do(b.bg.Done) // it will never run
+			return true
+		}
+		return false
+	}
+}
+
+// backgroundProbe probes the Store once the cool-down has passed, unless a
+// call is probing it already, the breaker closed meanwhile, or a newer
+// probe was scheduled (gen is the schedule's).
+func (b *Breaker) backgroundProbe(gen uint64) {
+	b.mu.Lock()
+	if gen != b.mu.probeGen {
+		b.mu.Unlock()
+		return
+	}
+	b.mu.stopProbe = nil
+	if b.mu.closed || BreakerState(b.state.Load()) != BreakerOpen {
+		b.mu.Unlock()
+		return
+	}
+	if left := b.mu.openedAt.Add(b.cfg.Cooldown).Sub(b.cfg.Now()); left > 0 {
+		b.schedule(left) // the timer ran ahead of Now's clock
+		b.mu.Unlock()
+		return
+	}
+	probe, ok := b.admitLocked()
+	b.mu.Unlock()
+	if !ok || !probe {
+		return // a call is probing: its outcome decides
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	var err error
+	if p, ok := b.store.(Pinger); ok {
+		err = p.Ping(ctx)
+	} else {
+		_, err = b.store.Lease(ctx, probeKey, probePolicy, 0, 0, Lessee{})
+	}
+	timedOut := ctx.Err() != nil
+	cancel()
+	switch {
+	case err == nil && timedOut:
+		err = fmt.Errorf("probe timed out after %v", b.cfg.Timeout)
+	case err != nil && callerError(err):
+		err = nil // the Store answered
+	}
+	b.record(true, true, err, 0, -1)
+}
+
+// setState must be called with mu held; why is the cause, logged.
+func (b *Breaker) setState(s BreakerState, why string) {
 	old := BreakerState(b.state.Swap(uint32(s)))
+	if old == s {
+		return
+	}
 	breakerState.Add(stateWeight(s) - stateWeight(old))
+	breakerTransitions[s].Inc()
+	attrs := []any{"from", old.String(), "to", s.String(), "cause", why}
+	switch {
+	case s == BreakerOpen && old == BreakerClosed:
+		b.cfg.Logger.Warn("store breaker opened", attrs...)
+	case s == BreakerClosed:
+		b.cfg.Logger.Info("store breaker closed", append(attrs, "open_for", b.cfg.Now().Sub(b.mu.openedAt).String())...)
+	default:
+		// The probe cycle of a continuing outage: one line a cool-down.
+		b.cfg.Logger.Info("store breaker", attrs...)
+	}
 }
 
 func stateWeight(s BreakerState) float64 {
@@ -176,36 +342,92 @@ func stateWeight(s BreakerState) float64 {
 	return 0
 }
 
-// record feeds one call's outcome into the state machine: failed is true
-// for a failure that counts, counted is false for an outcome that says
-// nothing about the Store (the caller's context ended).
-func (b *Breaker) record(probe, counted, failed bool) {
+// record feeds one call's outcome into the state machine. counted is
+// false for an outcome that says nothing about the Store (the caller's
+// context ended); err is the failure, nil for a success; epoch is what the
+// call saw when it started; rtt is its round trip (negative: unknown).
+func (b *Breaker) record(probe, counted bool, err error, epoch uint64, rtt time.Duration) {
 	if !probe && !counted {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if counted {
+		b.observe(err, rtt)
+	}
 	if probe {
 		b.mu.probing = false
 		if !counted {
 			return // stay half-open: the next call probes again
 		}
-		if failed {
-			b.open()
+		if err != nil {
+			b.open("probe failed: " + err.Error())
 		} else {
 			b.mu.failures = 0
-			b.setState(BreakerClosed)
+			b.setState(BreakerClosed, "probe succeeded")
 		}
 		return
 	}
-	if !failed {
+	if err == nil {
 		b.mu.failures = 0
 		return
 	}
-	b.mu.failures++
-	if b.mu.failures >= b.cfg.Failures && BreakerState(b.state.Load()) == BreakerClosed {
-		b.open()
+	if !b.epoch.CompareAndSwap(epoch, epoch+1) {
+		return // in flight with a failure that counted: the same round trip
 	}
+	b.mu.failures++
+	b.mu.cause = err
+	if b.mu.failures >= b.cfg.Failures && BreakerState(b.state.Load()) == BreakerClosed {
+		b.open(fmt.Sprintf("%d consecutive failed round trips, the last: %v", b.mu.failures, err))
+	}
+}
+
+// observe feeds a round trip into the timeout estimator; mu must be held.
+// A timeout is a sample of the timeout itself (the round trip took at
+// least that): a Store that slows down pushes the timeout up to its
+// maximum instead of failing call after call at a low one.
+func (b *Breaker) observe(err error, rtt time.Duration) {
+	if b.cfg.MinTimeout >= b.cfg.Timeout {
+		return
+	}
+	switch {
+	case err == nil && rtt >= 0:
+		b.mu.rtt.add(rtt)
+	case errors.Is(err, errTimedOut):
+		b.mu.rtt.add(b.Timeout())
+	default:
+		return
+	}
+	b.timeout.Store(int64(b.mu.rtt.timeout(b.cfg.MinTimeout, b.cfg.Timeout)))
+}
+
+// rttEstimator is the smoothed round trip and its mean deviation (RFC
+// 6298, alpha 1/8, beta 1/4). Pure: samples are passed in.
+type rttEstimator struct {
+	srtt, rttvar time.Duration
+	n            int
+}
+
+func (e *rttEstimator) add(r time.Duration) {
+	if e.n == 0 {
+		e.srtt, e.rttvar = r, r/2
+	} else {
+		d := e.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		e.rttvar += (d - e.rttvar) / 4
+		e.srtt += (r - e.srtt) / 8
+	}
+	e.n++
+}
+
+// timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; hi before any sample.
+func (e *rttEstimator) timeout(lo, hi time.Duration) time.Duration {
+	if e.n == 0 {
+		return hi
+	}
+	return min(max(2*(e.srtt+4*e.rttvar), lo), hi)
 }
 
 // callerError reports whether err is the caller's fault rather than the
@@ -215,6 +437,9 @@ func callerError(err error) bool {
 	return errors.Is(err, ErrWrongAlgorithm) || errors.As(err, &fe)
 }
 
+// errTimedOut marks a call that the breaker's timeout ended.
+var errTimedOut = errors.New("timed out")
+
 // do runs one Store call through the breaker.
 func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) (T, error)) (T, error) {
 	var zero T
@@ -223,39 +448,45 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 		storeCalls[op][resultRejected].Inc()
 		return zero, errBreakerOpen
 	}
+	epoch := b.epoch.Load()
 	if err := ctx.Err(); err != nil {
-		b.record(probe, false, false)
+		b.record(probe, false, nil, epoch, -1)
 		storeCalls[op][resultCanceled].Inc()
 		return zero, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	timeout := b.Timeout()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
 	v, err := f(cctx)
+	rtt := time.Since(start)
 	// Read before cancel, after which cctx.Err() is never nil.
 	timedOut := cctx.Err() != nil
 	cancel()
-	storeLatency[op].UpdateDuration(start)
+	storeLatency[op].Update(rtt.Seconds())
 	switch {
 	case err == nil || callerError(err):
-		b.record(probe, true, false)
+		b.record(probe, true, nil, epoch, rtt)
 		storeCalls[op][resultOK].Inc()
 		return v, err
 	case ctx.Err() != nil:
 		// The caller's context ended: says nothing about the Store.
-		b.record(probe, false, false)
+		b.record(probe, false, nil, epoch, -1)
 		storeCalls[op][resultCanceled].Inc()
 		return zero, err
 	case errors.Is(err, context.DeadlineExceeded) || timedOut:
-		b.record(probe, true, true)
+		err = fmt.Errorf("cannot %s: %w: %w after %v", opNames[op], ErrStoreUnavailable, errTimedOut, timeout)
+		b.record(probe, true, err, epoch, -1)
 		storeCalls[op][resultTimeout].Inc()
-		return zero, fmt.Errorf("cannot %s: %w: timed out after %v", opNames[op], ErrStoreUnavailable, b.cfg.Timeout)
+		return zero, err
 	default:
-		b.record(probe, true, true)
-		storeCalls[op][resultError].Inc()
 		if errors.Is(err, ErrStoreUnavailable) {
-			return zero, fmt.Errorf("cannot %s: %w", opNames[op], err)
+			err = fmt.Errorf("cannot %s: %w", opNames[op], err)
+		} else {
+			err = fmt.Errorf("cannot %s: %w: %w", opNames[op], ErrStoreUnavailable, err)
 		}
-		return zero, fmt.Errorf("cannot %s: %w: %w", opNames[op], ErrStoreUnavailable, err)
+		b.record(probe, true, err, epoch, -1)
+		storeCalls[op][resultError].Inc()
+		return zero, err
 	}
 }
 

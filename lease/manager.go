@@ -173,6 +173,15 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	bc := cfg.Breaker
 	bc.Now = m.nowFn
+	if bc.Logger == nil {
+		bc.Logger = cfg.Logger
+	}
+	if bc.AfterFunc == nil && cfg.Now != nil {
+		// A clock of the caller's (a test's): no real timer for the
+		// background probe, whose cool-down runs on that clock; calls
+		// probe. Tests that want it pass Breaker.AfterFunc.
+		bc.AfterFunc = func(time.Duration, func()) func() bool { return func() bool { return true } }
+	}
 	m.store = NewBreaker(store, bc)
 	m.local = cfg.Local
 	if m.local == nil {

@@ -295,6 +295,7 @@ func (m *Manager) Close() error {
 		if m.clock != nil {
 			m.clock.Stop() // nanos falls back to nowFn
 		}
+		m.store.Close() // its background probe
 	})
 	return m.closeErr
 }

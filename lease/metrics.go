@@ -40,6 +40,12 @@ var (
 	// breakerState is the number of open (1) and half-open (0.5 each)
 	// breakers of the process: 0 when every Store is healthy.
 	breakerState = metrics.GetOrCreateGauge(`sluice_store_breaker_state`, nil)
+	// breakerTransitions counts state changes by the state entered.
+	breakerTransitions = [3]*metrics.Counter{
+		BreakerClosed:   metrics.GetOrCreateCounter(`sluice_store_breaker_transitions_total{to="closed"}`),
+		BreakerOpen:     metrics.GetOrCreateCounter(`sluice_store_breaker_transitions_total{to="open"}`),
+		BreakerHalfOpen: metrics.GetOrCreateCounter(`sluice_store_breaker_transitions_total{to="half-open"}`),
+	}
 
 	decisionsStore    = metrics.GetOrCreateCounter(`sluice_lease_decisions_total{source="store"}`)
 	decisionsDenyLoc  = metrics.GetOrCreateCounter(`sluice_lease_decisions_total{source="deny_until"}`)

@@ -5,6 +5,8 @@ package lua
 // per decision).
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -409,5 +411,42 @@ func TestTwoManagersRefillAccuracy(t *testing.T) {
 	}
 	if admitted[0] == 0 || admitted[1] == 0 {
 		t.Errorf("one manager admitted nothing (%d, %d): the limit is not shared", admitted[0], admitted[1])
+	}
+}
+
+// TestBreakerPausedRedisIsOneRoundTrip: 40 calls in flight to a paused
+// (SIGSTOP) Redis all time out together; for the breaker that is one
+// failed round trip, not 40 failures, and it stays closed. Before the
+// breaker counted calls: a 100ms freeze under load opened it (finding 1).
+func TestBreakerPausedRedisIsOneRoundTrip(t *testing.T) {
+	srv := redistest.StartServer(t)
+	b := lease.NewBreaker(newTestStore(t, srv.Addr), lease.BreakerConfig{
+		Timeout: 300 * time.Millisecond, MinTimeout: 300 * time.Millisecond, Failures: 3, Cooldown: time.Hour,
+	})
+	t.Cleanup(b.Close)
+	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Hour}
+	if _, err := b.Lease(context.Background(), uniqueKey(t), p, 1, 1, lease.Lessee{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for i := range 40 {
+		wg.Go(func() {
+			<-start
+			if _, err := b.Lease(context.Background(), "paused-"+strconv.Itoa(i), p, 1, 1, lease.Lessee{}); errors.Is(err, lease.ErrStoreUnavailable) {
+				failed.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	srv.Resume()
+	if failed.Load() != 40 {
+		t.Fatalf("%d of 40 calls to a paused Redis failed, want 40", failed.Load())
+	}
+	if b.State() != lease.BreakerClosed {
+		t.Fatalf("40 calls failing in one stall opened the breaker (state %v): counted as calls, not round trips", b.State())
 	}
 }

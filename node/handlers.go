@@ -97,7 +97,7 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 	}
 	if isRulesPath(path) {
 		n.rulesAdmin(ctx)
-		return routeOther
+		return routeRulesAdmin
 	}
 	if len(path) >= len("/v1/auth/") && string(path[:len("/v1/auth/")]) == "/v1/auth/" {
 		n.auth(ctx)

@@ -23,26 +23,28 @@ const (
 	routeHotkeys
 	routeStats
 	routeUI
+	routeRulesAdmin
 	routeForward
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{
-	routeCheck:   "/v1/check",
-	routeChecks:  "/v1/checks",
-	routeAuth:    "/v1/auth",
-	routeAcquire: "/v1/acquire",
-	routeRelease: "/v1/release",
-	routeMetrics: "/metrics",
-	routeHealthz: "/healthz",
-	routeReadyz:  "/readyz",
-	routeMembers: "/v1/members",
-	routeHotkeys: "/v1/hotkeys",
-	routeStats:   "/v1/stats",
-	routeUI:      "/ui/",
-	routeForward: "/internal/v1/batch",
-	routeOther:   "other",
+	routeCheck:      "/v1/check",
+	routeChecks:     "/v1/checks",
+	routeAuth:       "/v1/auth",
+	routeAcquire:    "/v1/acquire",
+	routeRelease:    "/v1/release",
+	routeMetrics:    "/metrics",
+	routeHealthz:    "/healthz",
+	routeReadyz:     "/readyz",
+	routeMembers:    "/v1/members",
+	routeHotkeys:    "/v1/hotkeys",
+	routeStats:      "/v1/stats",
+	routeUI:         "/ui/",
+	routeRulesAdmin: "/v1/rules",
+	routeForward:    "/internal/v1/batch",
+	routeOther:      "other",
 }
 
 // The status codes whose counters are created up front.

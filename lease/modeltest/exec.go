@@ -237,8 +237,12 @@ type recorder struct {
 
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
-	if err == nil && want > 0 {
-		r.md.leased(r.m, key, g, r.now(), loan{lent: -1})
+	if err == nil && (want > 0 || to.ID != "") {
+		l := loan{lent: -1}
+		if to.ID != "" {
+			l = loan{ttl: to.TTL, lent: g.Lent}
+		}
+		r.md.leased(r.m, key, g, r.now(), l)
 	}
 	return g, err
 }

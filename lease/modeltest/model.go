@@ -261,7 +261,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// lease calls are recorded as they happen.)
 		k.lent[m] = l.lent
 		if l.ttl > 0 && l.lent > 0 {
-			k.heldExp[m] = now + int64(l.ttl)
+			k.heldExp[m] = max(k.heldExp[m], now+int64(l.ttl))
 		}
 	}
 	s := &snapshot{t: now, win: k.win(now), own: k.held[m], adm: k.netAdm[m]}

@@ -43,6 +43,12 @@
 // Invalid input (a bad rule name, key, hits or lease id) is refused before
 // any network call, with the same *api.FieldError the node would answer.
 //
+// # Admin
+//
+// [Admin] calls one node's admin API (versioned rules, members, hot keys)
+// and its check endpoint over net/http, for tools such as the sluice CLI;
+// it is not built for the hot path and does no routing. See admin.go.
+//
 // # Concurrency
 //
 // A Client is safe for concurrent use. It owns one goroutine, which

@@ -1,0 +1,38 @@
+package fakeclock_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/fakeclock"
+)
+
+func TestAdvanceRunsTimersInOrderAtTheirInstant(t *testing.T) {
+	c := fakeclock.New()
+	var got []string
+	at := func(name string) func() {
+		return func() { got = append(got, name+"@"+c.Now().Sub(fakeclock.Epoch).String()) }
+	}
+	c.AfterFunc(3*time.Second, at("c"))
+	c.AfterFunc(time.Second, at("a"))
+	stop := c.AfterFunc(2*time.Second, at("stopped"))
+	c.AfterFunc(time.Second, func() {
+		at("b")()
+		c.AfterFunc(time.Second, at("chained")) // set from a timer: due at 2s
+	})
+	if !stop() || stop() {
+		t.Fatal("stop: want true once, then false")
+	}
+	c.Advance(2500 * time.Millisecond)
+	if want := []string{"a@1s", "b@1s", "chained@2s"}; !slices.Equal(got, want) {
+		t.Fatalf("after 2.5s: %v, want %v", got, want)
+	}
+	if c.Timers() != 1 {
+		t.Fatalf("Timers() = %d, want 1", c.Timers())
+	}
+	c.Advance(time.Second)
+	if got[len(got)-1] != "c@3s" || c.Now().Sub(fakeclock.Epoch) != 3500*time.Millisecond {
+		t.Fatalf("after 3.5s: %v at %v", got, c.Now())
+	}
+}
