@@ -31,13 +31,15 @@ type options struct {
 	// insecureCluster: form or join a cluster without a cluster key
 	// (gossip in clear, internal endpoint unauthenticated).
 	insecureCluster bool
-	adminToken      string
-	metricsToken    string
-	leaseHorizon    time.Duration
-	leaseIdle       time.Duration
-	storeTimeout    time.Duration
-	rulesPoll       time.Duration
-	logLevel        slog.Level
+	// internalWindow: the acceptance window of signed internal requests.
+	internalWindow time.Duration
+	adminToken     string
+	metricsToken   string
+	leaseHorizon   time.Duration
+	leaseIdle      time.Duration
+	storeTimeout   time.Duration
+	rulesPoll      time.Duration
+	logLevel       slog.Level
 	// hotSplit: split hot keys over the cluster (false: detect and show
 	// them in /v1/hotkeys, never split).
 	hotSplit bool
@@ -169,6 +171,7 @@ func settings() []setting {
 			o.insecureCluster = b
 			return nil
 		}},
+		{"internal-window", "SLUICE_INTERNAL_WINDOW", "30s", "how far a signed internal request's timestamp may be from this node's clock (either way); beyond it the request is refused and the clock skew logged", durationSetter(func(o *options) *time.Duration { return &o.internalWindow })},
 		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats, /ui/); empty: admin from loopback peers only", func(o *options, v string) error {
 			o.adminToken = v
 			return nil

@@ -127,7 +127,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		}
 		hcfg := hot.DefaultConfig()
 		hcfg.CapacityShare = o.hotCapacityShare
-		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster,
+		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster, AuthWindow: o.internalWindow,
 			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
 		if h.forward != nil {
 			h.forward(&ccfg.Forward)
