@@ -17,7 +17,11 @@
 //   - /v1/auth and /v1/auth/* (any method): forward-auth for nginx
 //     auth_request, Traefik forwardAuth, Envoy ext_authz (HTTP) and Caddy
 //     forward_auth. The answer is headers only: 200, 429 or 503. A request
-//     that matches no rule is allowed.
+//     that matches no rule is allowed. A rule whose key the request lacks
+//     follows its on_missing_key (node/rules): skip (counted in
+//     sluice_checks_skipped_total{rule,reason="missing_key"}), deny (429
+//     with RateLimit-Policy and X-Sluice-Missing-Key, no Retry-After; no
+//     rule is decided), or a fallback key decided as any other.
 //   - POST /v1/acquire, POST /v1/release: concurrency slots (see below).
 //   - GET /v1/members: the cluster view, {"self","ready","vnodes","members":
 //     [{"name","http_addr","gossip_addr","state"}]}, live members first, by
@@ -156,7 +160,10 @@
 // time to decide a check (one check in 16 is timed, because reading the clock costs a
 // tenth of a check on some virtual machines; a batch is one observation of
 // its mean time per check); sluice_http_requests_total{path,code} (path is
-// one of the endpoints or "other"); sluice_rules; and
+// one of the endpoints or "other"); sluice_checks_skipped_total{rule,
+// reason="missing_key"} (forward-auth checks a rule skipped because the
+// request lacked its key; created for every rule with a key);
+// sluice_rules; and
 // sluice_rules_reload_errors_total. In a cluster also
 // sluice_routed_items_total{decided_by="self|owner|fallback"},
 // sluice_routed_refunds_total, sluice_routed_items_served_total (checks

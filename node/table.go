@@ -31,6 +31,13 @@ type ruleInfo struct {
 	// hdrRL is the start of the RateLimit value, `"name";r=`.
 	hdrPolicy, hdrLimit, hdrRL []byte
 	checks                     [numDecisions]*metrics.Counter
+	// skipped counts forward-auth checks the rule skipped because the
+	// request lacked its key (on_missing_key: skip); nil for a rule
+	// without a key, which forward-auth never matches.
+	skipped *metrics.Counter
+	// missingKeyHint is the X-Sluice-Missing-Key value of a request denied
+	// for lacking the key (on_missing_key: deny): the rule's key sources.
+	missingKeyHint []byte
 }
 
 func (m *nodeMetrics) newRuleTable(s *rules.Set) *ruleTable {
@@ -49,6 +56,10 @@ func (m *nodeMetrics) newRuleTable(s *rules.Set) *ruleTable {
 		ri.hdrPolicy = appendPolicyHeader(nil, r.Name, r.Policy)
 		ri.hdrLimit = strconv.AppendInt(nil, r.Policy.Limit, 10)
 		ri.hdrRL = append(strconv.AppendQuote(nil, r.Name), ";r="...)
+		if len(r.Sources) > 0 {
+			ri.skipped = m.set.GetOrCreateCounter(`sluice_checks_skipped_total{rule=` + strconv.Quote(r.Name) + `,reason="missing_key"}`)
+			ri.missingKeyHint = []byte(r.Spec.Key)
+		}
 		t.byName[r.Name] = ri
 	}
 	return t
@@ -67,6 +78,7 @@ var (
 	hdrXRemaining      = []byte("X-RateLimit-Remaining")
 	hdrXReset          = []byte("X-RateLimit-Reset")
 	hdrRetryAfter      = []byte("Retry-After")
+	hdrMissingKey      = []byte("X-Sluice-Missing-Key")
 )
 
 // appendPolicyHeader appends `"name";q=limit;w=seconds`
