@@ -315,6 +315,7 @@ func (f *Forwarder) RemovePeer(addr string) {
 	f.mu.Unlock()
 	if ok {
 		p.close()
+		dropPeerMetrics(addr)
 	}
 }
 
