@@ -257,4 +257,3 @@ func dashboardExprs(t *testing.T, path string) []string {
 	}
 	return out
 }
-
