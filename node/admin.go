@@ -458,6 +458,10 @@ func (n *Node) rulesTest(ctx *fasthttp.RequestCtx) {
 	}
 	body := testBody{Version: v, Matches: []testMatch{}}
 	for _, m := range t.set.MatchAuth(&req, ip, nil) {
+		if m.KeyMissing && m.Missing == rules.MissingSkip {
+			continue // the rule does not apply (on_missing_key: skip)
+		}
+		// on_missing_key: deny appears with an empty key.
 		body.Matches = append(body.Matches, testMatch{Rule: m.Rule.Name, Key: strings.Clone(m.Key)})
 	}
 	n.writeJSON(ctx, v, body)

@@ -71,3 +71,25 @@ func TestForwardAuthGateways(t *testing.T) {
 		t.Errorf("GET from the same ip: %d", r.status)
 	}
 }
+
+// TestForwardAuthIdentitiesApart: headers "X-Tenant: a|b, X-User: c" and
+// "X-Tenant: a, X-User: b|c" are two identities with a counter each
+// (finding 5 of issue 10: joined unescaped, they shared one).
+func TestForwardAuthIdentitiesApart(t *testing.T) {
+	tn := newTestNode(t, `
+rules:
+  - name: per-user
+    algorithm: fixed_window
+    limit: 1
+    period: 1h
+    key: header:X-Tenant,header:X-User
+`)
+	for i, id := range [][]string{{"X-Tenant: a|b", "X-User: c"}, {"X-Tenant: a", "X-User: b|c"}} {
+		if r := tn.do("GET", "/v1/auth", "", id...); r.status != 200 {
+			t.Errorf("identity %d %q: %d, want 200 (its own counter)", i, id, r.status)
+		}
+	}
+	if r := tn.do("GET", "/v1/auth", "", "X-Tenant: a", "X-User: b|c"); r.status != 429 {
+		t.Errorf("identity 1 again: %d, want 429", r.status)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -46,6 +47,10 @@ type ClusterConfig struct {
 	// warning). Default false: EnableCluster refuses a cluster without a
 	// key.
 	Insecure bool
+	// AuthWindow is how far a signed internal request's timestamp may be
+	// from this node's clock (forward.HandlerConfig.Window). Zero means
+	// forward.DefaultWindow (30s).
+	AuthWindow time.Duration
 	// Forward configures the Forwarder that sends checks to their owners;
 	// its ClusterKey is set from ClusterKey. Zero fields mean
 	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
@@ -145,6 +150,9 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	if len(cfg.ClusterKey) == 0 && !cfg.Insecure {
 		return fmt.Errorf("%w: ClusterKey: required (without it anyone who reaches the node can forge checks and refunds); set Insecure to run without one", ErrClusterConfig)
 	}
+	if cfg.AuthWindow < 0 {
+		return fmt.Errorf("%w: AuthWindow: must be ≥ 0, got %s", ErrClusterConfig, cfg.AuthWindow)
+	}
 	if err := cfg.Forward.Validate(); err != nil {
 		return fmt.Errorf("%w: Forward: %v", ErrClusterConfig, err)
 	}
@@ -173,7 +181,8 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 		fcfg.OnPlans = c.hot.h.ApplyPlans
 	}
 	c.fwd = forward.New(fcfg)
-	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey}, (*decider)(n))
+	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey, Window: cfg.AuthWindow, Logger: n.log},
+		(*decider)(n))
 	n.routes.Store(&routes{self: cfg.Self, ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
 	c.met = clusterMetrics{
 		forwarded: n.met.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),

@@ -171,20 +171,42 @@ func (st *reqState) addCheck(t *ruleTable, c *api.CheckRequest) int {
 		return st.b.End()
 	}
 	st.matches = t.set.MatchDescriptors(c.Descriptors, st.matches[:0])
-	st.addMatches(hits)
+	st.addMatches(t, hits)
 	return st.b.End()
 }
 
 // addMatches adds the items of st.matches to st.b, skipping concurrency
-// rules (they are only reachable through /v1/acquire).
-func (st *reqState) addMatches(hits int64) {
+// rules (they are only reachable through /v1/acquire). A forward-auth match
+// whose key is missing (rules.Match.KeyMissing) follows its rule's
+// on_missing_key: skip adds nothing and counts the skip, deny adds nothing
+// and counts a denial (shadow_denied for a shadow rule), a fallback key is
+// added as any key. It returns the first non-shadow rule that denies the
+// request for its missing key, or nil.
+func (st *reqState) addMatches(t *ruleTable, hits int64) (deny *ruleInfo) {
 	for i := range st.matches {
 		m := &st.matches[i]
 		if m.Rule.Policy.Algorithm == lease.Concurrency {
 			continue
 		}
+		if m.KeyMissing && m.Missing != rules.MissingFallback {
+			ri := t.get(m.Rule.Name)
+			switch {
+			case ri == nil:
+			case m.Missing == rules.MissingSkip:
+				ri.skipped.Inc()
+			case ri.rule.Shadow:
+				ri.checks[decShadowDenied].Inc()
+			default:
+				ri.checks[decDenied].Inc()
+				if deny == nil {
+					deny = ri
+				}
+			}
+			continue
+		}
 		st.b.Add(m.Rule.Name, m.Key, hits)
 	}
+	return deny
 }
 
 // checkOne decides st.check and answers it with a JSON body and headers.
@@ -308,7 +330,14 @@ func (n *Node) auth(ctx *fasthttp.RequestCtx) {
 	defer n.putState(st)
 	b := &st.b
 	st.matches = t.set.MatchAuth(&ctx.Request, ctx.RemoteIP(), st.matches[:0])
-	st.addMatches(1)
+	if ri := st.addMatches(t, 1); ri != nil {
+		// on_missing_key: deny. Nothing is decided (nothing to refund);
+		// waiting does not help, so no Retry-After.
+		ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
+		ctx.Response.Header.SetCanonical(hdrRateLimitPolicy, ri.hdrPolicy)
+		ctx.Response.Header.SetCanonical(hdrMissingKey, ri.missingKeyHint)
+		return
+	}
 	qi := b.End()
 	timed, start := st.startTimer()
 	n.decide(context.Background(), t, b)

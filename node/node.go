@@ -17,7 +17,11 @@
 //   - /v1/auth and /v1/auth/* (any method): forward-auth for nginx
 //     auth_request, Traefik forwardAuth, Envoy ext_authz (HTTP) and Caddy
 //     forward_auth. The answer is headers only: 200, 429 or 503. A request
-//     that matches no rule is allowed.
+//     that matches no rule is allowed. A rule whose key the request lacks
+//     follows its on_missing_key (node/rules): skip (counted in
+//     sluice_checks_skipped_total{rule,reason="missing_key"}), deny (429
+//     with RateLimit-Policy and X-Sluice-Missing-Key, no Retry-After; no
+//     rule is decided), or a fallback key decided as any other.
 //   - POST /v1/acquire, POST /v1/release: concurrency slots (see below).
 //   - GET /v1/members: the cluster view, {"self","ready","vnodes","members":
 //     [{"name","http_addr","gossip_addr","state"}]}, live members first, by
@@ -156,7 +160,10 @@
 // time to decide a check (one check in 16 is timed, because reading the clock costs a
 // tenth of a check on some virtual machines; a batch is one observation of
 // its mean time per check); sluice_http_requests_total{path,code} (path is
-// one of the endpoints or "other"); sluice_rules; and
+// one of the endpoints or "other"); sluice_checks_skipped_total{rule,
+// reason="missing_key"} (forward-auth checks a rule skipped because the
+// request lacked its key; created for every rule with a key);
+// sluice_rules; and
 // sluice_rules_reload_errors_total. In a cluster also
 // sluice_routed_items_total{decided_by="self|owner|fallback"},
 // sluice_routed_refunds_total, sluice_routed_items_served_total (checks
@@ -285,11 +292,14 @@ type Node struct {
 	// cluster, replaced by MembersChanged.
 	routes atomic.Pointer[routes]
 
-	// reload holds the outcome of the last reload, for /readyz.
+	// reload holds the outcome of the last reload, for /readyz, and the
+	// rules of the Envoy RLS configuration (SetRLSRules); its lock also
+	// serializes the rebuilds of the rule table.
 	reload struct {
 		sync.Mutex
 		err  error
 		when time.Time
+		rls  *rules.Set
 	}
 
 	states sync.Pool // of *reqState
@@ -354,10 +364,10 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 // counters; the Manager resets a key whose Policy changed. SetRules clears
 // the last reload error.
 func (n *Node) SetRules(s *rules.Set) {
-	t := n.met.newRuleTable(s)
-	n.rules.Store(t)
-	n.met.rules.Store(int64(len(t.byName)))
 	n.reload.Lock()
+	t := n.met.newRuleTable(s, n.reload.rls)
+	n.rules.Store(t)
+	n.met.rules.Store(int64(s.Len()))
 	n.reload.err = nil
 	n.reload.when = time.Now()
 	n.reload.Unlock()

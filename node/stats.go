@@ -418,7 +418,7 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 	if scope != "node" {
 		if peers := n.statsPeers(); len(peers) > 0 {
 			auth := slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
-			c, cancel := context.WithTimeout(context.Background(), StatsFanout)
+			c, cancel := context.WithTimeout(ctx, StatsFanout) // ends too at Shutdown
 			n.stat.merge(c, &body, peers, auth)
 			cancel()
 		}
@@ -505,7 +505,10 @@ func (s *statsState) fetch(ctx context.Context, addr string, auth []byte) (stats
 	if len(auth) > 0 {
 		req.Header.SetBytesV(fasthttp.HeaderAuthorization, auth)
 	}
-	dl, _ := ctx.Deadline()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(StatsFanout)
+	}
 	if err := s.client.DoDeadline(req, resp, dl); err != nil {
 		return out, err
 	}

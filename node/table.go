@@ -31,14 +31,30 @@ type ruleInfo struct {
 	// hdrRL is the start of the RateLimit value, `"name";r=`.
 	hdrPolicy, hdrLimit, hdrRL []byte
 	checks                     [numDecisions]*metrics.Counter
+	// skipped counts forward-auth checks the rule skipped because the
+	// request lacked its key (on_missing_key: skip); nil for a rule
+	// without a key, which forward-auth never matches.
+	skipped *metrics.Counter
+	// missingKeyHint is the X-Sluice-Missing-Key value of a request denied
+	// for lacking the key (on_missing_key: deny): the rule's key sources.
+	missingKeyHint []byte
 }
 
-func (m *nodeMetrics) newRuleTable(s *rules.Set) *ruleTable {
-	t := &ruleTable{set: s, byName: make(map[string]*ruleInfo)}
-	if s == nil {
-		return t
-	}
+// newRuleTable builds the table of s, the rule set that requests are
+// matched against, plus the rules of extra (the Envoy RLS configuration's,
+// see SetRLSRules), reachable by name only. A name in both keeps s's rule.
+func (m *nodeMetrics) newRuleTable(s, extra *rules.Set) *ruleTable {
+	t := &ruleTable{set: s, byName: make(map[string]*ruleInfo, s.Len()+extra.Len())}
+	m.addRules(t, s)
+	m.addRules(t, extra)
+	return t
+}
+
+func (m *nodeMetrics) addRules(t *ruleTable, s *rules.Set) {
 	for _, r := range s.Rules() {
+		if t.byName[r.Name] != nil {
+			continue
+		}
 		ri := &ruleInfo{
 			rule:   r,
 			name:   r.Name,
@@ -49,9 +65,12 @@ func (m *nodeMetrics) newRuleTable(s *rules.Set) *ruleTable {
 		ri.hdrPolicy = appendPolicyHeader(nil, r.Name, r.Policy)
 		ri.hdrLimit = strconv.AppendInt(nil, r.Policy.Limit, 10)
 		ri.hdrRL = append(strconv.AppendQuote(nil, r.Name), ";r="...)
+		if len(r.Sources) > 0 {
+			ri.skipped = m.set.GetOrCreateCounter(`sluice_checks_skipped_total{rule=` + strconv.Quote(r.Name) + `,reason="missing_key"}`)
+			ri.missingKeyHint = []byte(r.Spec.Key)
+		}
 		t.byName[r.Name] = ri
 	}
-	return t
 }
 
 // get returns the rule named name, or nil.
@@ -67,6 +86,7 @@ var (
 	hdrXRemaining      = []byte("X-RateLimit-Remaining")
 	hdrXReset          = []byte("X-RateLimit-Reset")
 	hdrRetryAfter      = []byte("Retry-After")
+	hdrMissingKey      = []byte("X-Sluice-Missing-Key")
 )
 
 // appendPolicyHeader appends `"name";q=limit;w=seconds`

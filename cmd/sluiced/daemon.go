@@ -61,6 +61,7 @@ type daemon struct {
 	mgr        *lease.Manager
 	node       *node.Node
 	rl         *reloader
+	rls        *rlsDaemon // nil without -rls-listen
 	ln         net.Listener
 	served     chan error
 	cluster    *member.Cluster // nil on a single node
@@ -117,6 +118,11 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	}
 	undo = append(undo, d.node.CloseRules)
 
+	if err := d.startRLS(o); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { d.rls.stop() })
+
 	if o.clustered() {
 		if err := o.checkClusterKey(); err != nil {
 			return nil, err
@@ -127,7 +133,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		}
 		hcfg := hot.DefaultConfig()
 		hcfg.CapacityShare = o.hotCapacityShare
-		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster,
+		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster, AuthWindow: o.internalWindow,
 			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
 		if h.forward != nil {
 			h.forward(&ccfg.Forward)
@@ -190,6 +196,7 @@ func (d *daemon) stop(graceful bool) error {
 			errs = append(errs, fmt.Errorf("cannot return leases: %w", err))
 		}
 	}
+	d.rls.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := d.node.Shutdown(ctx); err != nil {

@@ -54,13 +54,33 @@
 //
 // # Authentication
 //
-// When a cluster key is configured, every request carries the header
-// X-Sluice-Auth: hex(HMAC-SHA256(key, "sluice-internal-v1")), computed once,
-// and the handler compares it in constant time: a wrong or missing header
-// is answered 401. The token proves membership of the cluster; it is not a
-// per-request signature (the link itself is not encrypted). Without a
-// cluster key the endpoint is open to anyone who can reach the node; the
-// node logs a warning at start in that case.
+// With a cluster key, every request is signed and every reply too:
+//
+//	X-Sluice-Auth: <unix ms>.<hex 16-byte random nonce>.<hex MAC>
+//	MAC = HMAC-SHA256(key, "sluice-internal-v1 request" | method | path |
+//	                       timestamp (8 bytes, big endian) | nonce | body)
+//	X-Sluice-Reply-Auth: hex HMAC-SHA256(key, "sluice-internal-v1 reply" |
+//	                       request nonce | reply body)
+//
+// where every field is length-prefixed (a uvarint), so that no two field
+// lists hash alike. The handler refuses with 401 a request whose header is
+// missing or malformed, whose MAC is wrong (another key; a body, path,
+// method, timestamp or nonce changed on the way), whose timestamp is more
+// than [HandlerConfig.Window] (30s) from its clock either way, or whose
+// nonce it has seen (a replay). A correctly signed request outside the
+// window logs a warning naming the skew, at most every 10s: the nodes'
+// clocks disagree. Nonces are remembered for at least 2 × Window (a
+// request may arrive up to Window before or after its timestamp), at
+// most [HandlerConfig.MaxNonces] per 2 × Window: beyond that requests are
+// refused with 503 (and their senders decide locally) rather than let a
+// replay through. The sender refuses a reply whose MAC is missing or
+// wrong, so an attacker on the path cannot turn a denial into an
+// admission either. Comparisons are constant-time (hmac.Equal).
+//
+// The link is not encrypted: an observer sees rules, keys and decisions
+// (run the internal endpoint on a private network, or behind TLS). A
+// cluster without a key (node: ClusterConfig.Insecure) sends and accepts
+// unsigned requests; the node logs a warning at start.
 //
 // # Concurrency
 //

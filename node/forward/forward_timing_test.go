@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"encoding/hex"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -131,4 +132,50 @@ func (countDecider) DecideBatch(items []Item, results []Result) []shard.Plan {
 		results[i] = Result{Allowed: true, Limit: 100, Remaining: 99}
 	}
 	return nil
+}
+
+// BenchmarkSignVerify is the cost authentication adds to one internal
+// request: the sender's nonce and signature, the owner's verification and
+// nonce check, and the reply's signature made and checked, for a batch of
+// 1 and of 256 items (MaxBatch).
+//
+//	go test -run '^$' -bench SignVerify ./node/forward
+func BenchmarkSignVerify(b *testing.B) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	for _, n := range []int{1, 256} {
+		items := make([]Item, n)
+		for i := range items {
+			items[i] = Item{Op: OpCheck, Rule: "per-key", Key: "user-" + strconv.Itoa(100000+i), Hits: 1}
+		}
+		body, _ := AppendBatch(nil, items)
+		reply, _ := AppendReply(nil, make([]Result, n), nil)
+		b.Run("items="+strconv.Itoa(n), func(b *testing.B) {
+			sig := newSigner(key)
+			nonces := newNonceCache(DefaultWindow, DefaultMaxNonces)
+			added := 0
+			now := time.Now()
+			var hdr, rhdr []byte
+			var mac [32]byte
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				nonce := newNonce()
+				hdr = sig.appendAuth(hdr[:0], "POST", Path, now.UnixMilli(), &nonce, body)
+				a, _, err := sig.verify(hdr, "POST", Path, body, now, DefaultWindow)
+				if added++; added == DefaultMaxNonces { // a full window's worth: start afresh
+					nonces, added = newNonceCache(DefaultWindow, DefaultMaxNonces), 0
+				}
+				if err == nil {
+					err = nonces.add(&a.nonce, now)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				rhdr = hex.AppendEncode(rhdr[:0], sig.replyMAC(mac[:0], &a.nonce, reply))
+				if err := sig.verifyReply(rhdr, &nonce, reply); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

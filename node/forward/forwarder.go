@@ -46,8 +46,9 @@ type Config struct {
 	// request: its items fail at once with ErrPeerUnavailable. Zero means
 	// 500ms.
 	Backoff time.Duration
-	// ClusterKey, when not empty, is the cluster's shared key; requests
-	// carry its token (see the package doc).
+	// ClusterKey, when not empty, is the cluster's shared key: every
+	// request is signed with it and every reply must be (see the package
+	// doc). Empty sends unsigned requests.
 	ClusterKey []byte
 	// MaxConnsPerPeer bounds the requests in flight to one peer. Zero
 	// means 4.
@@ -144,8 +145,8 @@ type Stats struct {
 // for concurrent use. Peers are added on first use and stopped by
 // RemovePeer or Close.
 type Forwarder struct {
-	cfg   Config
-	token []byte
+	cfg Config
+	sig *signer // nil without a cluster key
 	// peers is an immutable map, replaced under mu, so that Forward finds
 	// its peer without a lock.
 	peers atomic.Pointer[map[string]*peer]
@@ -167,7 +168,7 @@ type Forwarder struct {
 // do invalid ones: call [Config.Validate] first to report those.
 func New(cfg Config) *Forwarder {
 	cfg.fill()
-	f := &Forwarder{cfg: cfg, token: authToken(cfg.ClusterKey)}
+	f := &Forwarder{cfg: cfg, sig: newSigner(cfg.ClusterKey)}
 	f.peers.Store(&map[string]*peer{})
 	f.waiters.New = func() any { return &waiter{done: make(chan struct{}, 1), res: make([]Result, 1)} }
 	f.batches.New = func() any { return new(batch) }
@@ -385,6 +386,7 @@ type batch struct {
 	ws      []*waiter
 	n       int
 	body    []byte
+	auth    []byte // the AuthHeader value
 	results []Result
 }
 
@@ -648,8 +650,11 @@ func (p *peer) send(b *batch) {
 	req.SetRequestURI(Path)
 	req.Header.SetHost(p.addr)
 	req.Header.SetContentType(ContentType)
-	if p.f.token != nil {
-		req.Header.SetBytesV(AuthHeader, p.f.token)
+	var nonce [NonceLen]byte
+	if p.f.sig != nil {
+		nonce = newNonce()
+		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, time.Now().UnixMilli(), &nonce, b.body)
+		req.Header.SetBytesV(AuthHeader, b.auth)
 	}
 	req.SetBodyRaw(b.body)
 
@@ -661,6 +666,9 @@ func (p *peer) send(b *batch) {
 			msg = msg[:200]
 		}
 		err = fmt.Errorf("status %d: %s", resp.StatusCode(), msg)
+	}
+	if err == nil && p.f.sig != nil {
+		err = p.f.sig.verifyReply(resp.Header.Peek(ReplyAuthHeader), &nonce, resp.Body())
 	}
 	if err == nil {
 		b.results, plans, err = DecodeReply(b.results, nil, resp.Body())

@@ -1,33 +1,19 @@
 package forward
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
+	"errors"
+	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/shard"
 )
-
-// AuthHeader carries the cluster token of internal requests.
-const AuthHeader = "X-Sluice-Auth"
-
-// authMessage is what the cluster key signs to make the token.
-const authMessage = "sluice-internal-v1"
-
-// authToken returns hex(HMAC-SHA256(key, authMessage)), or nil without a
-// key.
-func authToken(key []byte) []byte {
-	if len(key) == 0 {
-		return nil
-	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(authMessage))
-	return hex.AppendEncode(nil, m.Sum(nil))
-}
 
 // Decider decides the items a peer forwarded. The node implements it with
 // its lease.Manager.
@@ -44,33 +30,70 @@ type Decider interface {
 
 // HandlerConfig configures [NewHandler].
 type HandlerConfig struct {
-	// ClusterKey, when not empty, is the cluster's shared key: requests
-	// must carry its token in X-Sluice-Auth or are answered 401. Empty
-	// leaves the endpoint open (the node warns at start).
+	// ClusterKey, when not empty, is the cluster's shared key: every
+	// request must be signed with it (see the package doc) or is answered
+	// 401. Empty leaves the endpoint open (node refuses that unless its
+	// cluster is explicitly insecure).
 	ClusterKey []byte
+	// Window is how far a request's timestamp may be from this node's
+	// clock, either way. Zero means DefaultWindow (30s).
+	Window time.Duration
+	// MaxNonces bounds the remembered nonces per 2 × Window; requests
+	// beyond it are answered 503. Zero means DefaultMaxNonces.
+	MaxNonces int
 	// MaxItems bounds the items of one batch. Zero means MaxItems (4096).
 	MaxItems int
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// Logger receives the (rate-limited) clock-skew warnings. Nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
+
+// skewLogEvery rate-limits the clock-skew warning.
+const skewLogEvery = 10 * time.Second
 
 // handlerState is the per-request scratch space, pooled.
 type handlerState struct {
 	items   []Item
 	results []Result
 	out     []byte
+	raw     [sha256.Size]byte // the reply's MAC
+	mac     []byte            // hex of raw
 }
 
 // NewHandler returns the handler of POST /internal/v1/batch: it checks the
-// cluster token, decodes the batch, has d decide it and writes the reply.
-// It answers 405 to other methods, 401 to a wrong or missing token, 413 to
-// a body over MaxBodyBytes or MaxItems, and 400 with a message naming the
-// item and field to a malformed body. It does not look at the path: mount
-// it at [Path].
+// request's signature, decodes the batch, has d decide it and writes the
+// reply (signed too). It answers 405 to other methods, 401 to a missing,
+// wrong, stale or replayed signature, 503 when the nonce cache is full,
+// 413 to a body over MaxBodyBytes or MaxItems, and 400 with a message
+// naming the item and field to a malformed body. It does not look at the
+// path (the signature covers the one the sender used): mount it at
+// [Path].
 func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
-	token := authToken(cfg.ClusterKey)
+	sig := newSigner(cfg.ClusterKey)
 	maxItems := cfg.MaxItems
 	if maxItems <= 0 || maxItems > MaxItems {
 		maxItems = MaxItems
 	}
+	window := cfg.Window
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	maxNonces := cfg.MaxNonces
+	if maxNonces <= 0 {
+		maxNonces = DefaultMaxNonces
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	nonces := newNonceCache(window, maxNonces)
+	var lastSkewLog atomic.Int64 // Unix nanoseconds of the last warning
 	pool := sync.Pool{New: func() any { return new(handlerState) }}
 	return func(ctx *fasthttp.RequestCtx) {
 		if !ctx.IsPost() {
@@ -79,16 +102,42 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			rejected(rejectMethod)
 			return
 		}
-		if token != nil && subtle.ConstantTimeCompare(ctx.Request.Header.Peek(AuthHeader), token) != 1 {
-			ctx.Error("forward: missing or wrong "+AuthHeader, fasthttp.StatusUnauthorized)
-			rejected(rejectAuth)
-			return
-		}
 		body := ctx.PostBody()
 		if len(body) > MaxBodyBytes {
 			ctx.Error("forward: body: larger than 4 MiB", fasthttp.StatusRequestEntityTooLarge)
 			rejected(rejectTooLarge)
 			return
+		}
+		var auth parsedAuth
+		if sig != nil {
+			t := now()
+			var skew time.Duration
+			var err error
+			auth, skew, err = sig.verify(ctx.Request.Header.Peek(AuthHeader), b2s(ctx.Method()), b2s(ctx.Path()), body, t, window)
+			if err == nil {
+				err = nonces.add(&auth.nonce, t)
+			}
+			if err != nil {
+				switch {
+				case errors.Is(err, errStale):
+					rejected(rejectStale)
+					if last := lastSkewLog.Load(); t.UnixNano()-last >= int64(skewLogEvery) && lastSkewLog.CompareAndSwap(last, t.UnixNano()) {
+						log.Warn("internal request refused: its timestamp is outside the acceptance window; "+
+							"are the nodes' clocks synchronised (NTP)? (logged at most every 10s)",
+							"peer", ctx.RemoteAddr().String(), "skew", skew.Round(time.Millisecond).String(), "window", window.String())
+					}
+				case errors.Is(err, errReplay):
+					rejected(rejectReplay)
+				case errors.Is(err, errNonceCacheFull):
+					rejected(rejectNonceCacheFull)
+					ctx.Error("forward: "+err.Error(), fasthttp.StatusServiceUnavailable)
+					return
+				default:
+					rejected(rejectAuth)
+				}
+				ctx.Error("forward: "+err.Error(), fasthttp.StatusUnauthorized)
+				return
+			}
 		}
 		st := pool.Get().(*handlerState)
 		defer pool.Put(st)
@@ -120,6 +169,13 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		}
 		servedItems.Add(len(st.results))
 		ctx.SetContentType(ContentType)
+		if sig != nil {
+			st.mac = hex.AppendEncode(st.mac[:0], sig.replyMAC(st.raw[:0], &auth.nonce, st.out))
+			ctx.Response.Header.SetBytesV(ReplyAuthHeader, st.mac)
+		}
 		ctx.SetBody(st.out)
 	}
 }
+
+// b2s views b as a string (valid while b is).
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -28,55 +28,6 @@ func post(t *testing.T, addr, method, auth string, body []byte) (int, []byte) {
 	return resp.StatusCode(), append([]byte(nil), resp.Body()...)
 }
 
-func TestHandlerAuth(t *testing.T) {
-	key := []byte("0123456789abcdef")
-	good := string(authToken(key))
-	body, _ := AppendBatch(nil, []Item{{Op: OpCheck, Rule: "r", Key: "k1", Hits: 1}})
-	secured := startServer(t, NewHandler(HandlerConfig{ClusterKey: key}, &echoDecider{}))
-	open := startServer(t, NewHandler(HandlerConfig{}, &echoDecider{}))
-	tests := []struct {
-		name   string
-		addr   string
-		auth   string
-		status int
-	}{
-		{"right token", secured.addr, good, 200},
-		{"missing token", secured.addr, "", 401},
-		{"wrong token", secured.addr, string(authToken([]byte("another key 0123"))), 401},
-		{"token prefix", secured.addr, good[:len(good)-1], 401},
-		{"upper-case token", secured.addr, strings.ToUpper(good), 401},
-		{"open endpoint, no token", open.addr, "", 200},
-		{"open endpoint ignores a token", open.addr, "anything", 200},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			status, got := post(t, tt.addr, "POST", tt.auth, body)
-			if status != tt.status {
-				t.Fatalf("status %d (%s), want %d", status, got, tt.status)
-			}
-			if status != 200 {
-				return
-			}
-			rs, _, err := DecodeReply(nil, nil, got)
-			if err != nil || len(rs) != 1 || rs[0] != want(Item{Op: OpCheck, Rule: "r", Key: "k1", Hits: 1}) {
-				t.Errorf("reply %+v, %v", rs, err)
-			}
-		})
-	}
-}
-
-func TestAuthToken(t *testing.T) {
-	// hex(HMAC-SHA256("key", "sluice-internal-v1")), computed with
-	// `printf sluice-internal-v1 | openssl dgst -sha256 -hmac key`.
-	const want = "008981f9124a7c4d0656763583bd7c123e4944f2588c7a68bd3b6ebce5b203f3"
-	if got := string(authToken([]byte("key"))); got != want {
-		t.Errorf("authToken = %s, want %s", got, want)
-	}
-	if authToken(nil) != nil {
-		t.Error("authToken(nil) is not nil")
-	}
-}
-
 func TestHandlerRefuses(t *testing.T) {
 	s := startServer(t, NewHandler(HandlerConfig{MaxItems: 2}, &echoDecider{}))
 	three, _ := AppendBatch(nil, make3())

@@ -14,17 +14,23 @@ var (
 	servedItems = metrics.NewCounter(`sluice_forward_served_items_total`)
 
 	rejectedRequests = [numRejects]*metrics.Counter{
-		rejectMethod:    metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="method"}`),
-		rejectAuth:      metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="auth"}`),
-		rejectTooLarge:  metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="too_large"}`),
-		rejectMalformed: metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="malformed"}`),
+		rejectMethod:         metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="method"}`),
+		rejectAuth:           metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="auth"}`),
+		rejectStale:          metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="stale"}`),
+		rejectReplay:         metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="replay"}`),
+		rejectNonceCacheFull: metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="nonce_cache_full"}`),
+		rejectTooLarge:       metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="too_large"}`),
+		rejectMalformed:      metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="malformed"}`),
 	}
 )
 
 // Reasons a handler refuses a request.
 const (
 	rejectMethod = iota
-	rejectAuth
+	rejectAuth   // missing, malformed or wrong signature
+	rejectStale
+	rejectReplay
+	rejectNonceCacheFull
 	rejectTooLarge
 	rejectMalformed
 	numRejects

@@ -119,6 +119,35 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 		r.Descriptors = derivedDescriptors(r.Sources)
 	}
 
+	switch mk := strings.TrimSpace(spec.OnMissingKey); mk {
+	case "", "skip":
+		spec.OnMissingKey = ""
+	case "deny":
+		r.OnMissingKey.Action = MissingDeny
+		spec.OnMissingKey = mk
+	default:
+		var fb []Source
+		for part := range strings.SplitSeq(mk, ",") {
+			src, msg := parseSource(strings.TrimSpace(part))
+			if msg != "" {
+				return nil, fail("on_missing_key", "want skip, deny or key sources to fall back to: "+msg)
+			}
+			if len(fb) == MaxSources {
+				return nil, fail("on_missing_key", "more than 16 sources")
+			}
+			fb = append(fb, src)
+		}
+		parts := make([]string, len(fb))
+		for i, s := range fb {
+			parts[i] = s.String()
+		}
+		r.OnMissingKey = MissingKey{Action: MissingFallback, Fallback: fb}
+		spec.OnMissingKey = strings.Join(parts, ",")
+	}
+	if r.OnMissingKey.Action != MissingSkip && len(r.Sources) == 0 {
+		return nil, fail("on_missing_key", "needs a key (it says what a forward-auth request without the key's values gets)")
+	}
+
 	if m := spec.Match; m != nil {
 		nm := &MatchSpec{PathPrefix: m.PathPrefix, Host: strings.ToLower(m.Host)}
 		if len(nm.Host) > 1 {

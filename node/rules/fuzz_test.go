@@ -99,6 +99,12 @@ func FuzzMatchAuth(f *testing.F) {
 			}
 		}
 		for _, m := range s.MatchAuth(&req, nil, nil) {
+			if m.KeyMissing && m.Missing != MissingFallback {
+				if m.Key != "" {
+					t.Fatalf("rule %s: key %q for a missing key", m.Rule.Name, m.Key)
+				}
+				continue
+			}
 			if m.Key == "" || len(m.Key) > api.MaxKeyLen {
 				t.Fatalf("rule %s: key %q", m.Rule.Name, m.Key)
 			}

@@ -18,6 +18,13 @@ import (
 type Match struct {
 	Rule *Rule
 	Key  string
+	// KeyMissing is set by MatchAuth when the request lacks one of the
+	// rule's key values; Missing then says what to do: MissingSkip or
+	// MissingDeny (Key is empty: the rule must not be decided; the caller
+	// counts the skip, or denies the request), or MissingFallback (Key is
+	// the fallback key: decide it as usual).
+	KeyMissing bool
+	Missing    MissingAction
 }
 
 // AuthPrefix is the path of the forward-auth endpoint, removed from the
@@ -65,10 +72,14 @@ func descriptorValue(d []api.Descriptor, name string) (string, bool) {
 func descriptorKey(r *Rule, d []api.Descriptor) (string, bool) {
 	if len(r.Descriptors) == 1 {
 		v, ok := descriptorValue(d, r.Descriptors[0])
-		if len(v) > api.MaxKeyLen {
-			v = keyString([]byte(v))
+		if !ok || v == "" {
+			return "", false
 		}
-		return v, ok && v != ""
+		if len(v) > api.MaxKeyLen || needsEscape(v) {
+			var buf [api.MaxKeyLen * 2]byte
+			return keyString(appendEscaped(buf[:0], v)), true
+		}
+		return v, true // the common case: the value itself, no copy
 	}
 	var buf [api.MaxKeyLen * 2]byte
 	b := buf[:0]
@@ -80,9 +91,36 @@ func descriptorKey(r *Rule, d []api.Descriptor) (string, bool) {
 		if i > 0 {
 			b = append(b, '|')
 		}
-		b = append(b, v...)
+		b = appendEscaped(b, v)
 	}
 	return keyString(b), true
+}
+
+// needsEscape reports whether v holds a byte that appendEscaped escapes.
+func needsEscape[T string | []byte](v T) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] == '|' || v[i] == '\\' {
+			return true
+		}
+	}
+	return false
+}
+
+// appendEscaped appends key value v to dst with '\' and '|' escaped by a
+// '\' (see "Counter keys" in the package doc): joined with '|', escaped
+// values cannot be split another way.
+func appendEscaped[T string | []byte](dst []byte, v T) []byte {
+	if !needsEscape(v) {
+		return append(dst, v...)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == '|' || c == '\\' {
+			dst = append(dst, '\\', c)
+		} else {
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }
 
 func routeMatchesDescriptors(m *Route, d []api.Descriptor) bool {
@@ -453,7 +491,10 @@ func (a *authRequest) routeMatches(m *Route) bool {
 
 // MatchAuth appends to dst the rules that apply to the forward-auth request
 // req (see the package doc for where each part of the identity comes from)
-// and its counter key for each, in file order. remoteIP is the connection's
+// and its counter key for each, in file order. A rule whose match holds but
+// whose key the request lacks is appended too, with KeyMissing set and its
+// on_missing_key in Missing (see Match): callers must not decide those
+// with an empty Key. remoteIP is the connection's
 // peer address, used when no X-Forwarded-For or X-Real-IP header is given.
 func (s *Set) MatchAuth(req *fasthttp.Request, remoteIP net.IP, dst []Match) []Match {
 	if s == nil || len(s.auth) == 0 {
@@ -462,23 +503,45 @@ func (s *Set) MatchAuth(req *fasthttp.Request, remoteIP net.IP, dst []Match) []M
 	a := authRequest{req: req, remoteIP: remoteIP}
 	defer a.release()
 	var kb [api.MaxKeyLen * 2]byte
-rules:
 	for _, r := range s.auth {
 		if !a.routeMatches(&r.Match) {
 			continue
 		}
-		key := kb[:0]
-		for i, src := range r.Sources {
-			v := a.value(src, nil)
-			if len(v) == 0 {
-				continue rules
-			}
-			if i > 0 {
-				key = append(key, '|')
-			}
-			key = append(key, v...)
+		if key, ok := a.key(kb[:0], r.Sources); ok {
+			dst = append(dst, Match{Rule: r, Key: keyString(key)})
+			continue
 		}
-		dst = append(dst, Match{Rule: r, Key: keyString(key)})
+		m := Match{Rule: r, Missing: r.OnMissingKey.Action, KeyMissing: true}
+		if m.Missing == MissingFallback {
+			key, ok := a.key(append(kb[:0], fallbackPrefix...), r.OnMissingKey.Fallback)
+			if !ok {
+				m.Missing = MissingSkip
+			} else {
+				m.Key = keyString(key)
+			}
+		}
+		dst = append(dst, m)
 	}
 	return dst
+}
+
+// fallbackPrefix starts every fallback key (on_missing_key: sources). No
+// key made of the rule's own sources starts with it: in those, '\' only
+// ever precedes '\' or '|' (see "Counter keys").
+const fallbackPrefix = `\?`
+
+// key appends to dst the counter key of srcs for the request; ok is false
+// when one of the values is missing or empty.
+func (a *authRequest) key(dst []byte, srcs []Source) ([]byte, bool) {
+	for i, src := range srcs {
+		v := a.value(src, nil)
+		if len(v) == 0 {
+			return dst, false
+		}
+		if i > 0 {
+			dst = append(dst, '|')
+		}
+		dst = appendEscaped(dst, v)
+	}
+	return dst, true
 }

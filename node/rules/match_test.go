@@ -33,10 +33,29 @@ func mustParse(t testing.TB, f string) *Set {
 }
 
 // matches renders matches as "rule=key" pairs in order.
+// applied drops the rules skipped for a missing key from ms.
+func applied(ms []Match) []Match {
+	var out []Match
+	for _, m := range ms {
+		if !m.KeyMissing || m.Missing != MissingSkip {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// matches renders ms as "rule=key ..."; a rule skipped for a missing key
+// is left out, one that denies for it is "rule=!deny".
 func matches(ms []Match) string {
 	var parts []string
 	for _, m := range ms {
-		parts = append(parts, m.Rule.Name+"="+m.Key)
+		switch {
+		case m.KeyMissing && m.Missing == MissingSkip:
+		case m.KeyMissing && m.Missing == MissingDeny:
+			parts = append(parts, m.Rule.Name+"=!deny")
+		default:
+			parts = append(parts, m.Rule.Name+"="+m.Key)
+		}
 	}
 	return strings.Join(parts, " ")
 }
@@ -112,8 +131,8 @@ func TestMatchAuthGateways(t *testing.T) {
 func TestMatchAuthLongKey(t *testing.T) {
 	s := mustParse(t, matchFile)
 	long := strings.Repeat("k", 1000)
-	a := s.MatchAuth(authReq("GET", "/v1/auth", "X-API-Key", long), nil, nil)
-	b := s.MatchAuth(authReq("GET", "/v1/auth", "X-API-Key", long[:999]+"j"), nil, nil)
+	a := applied(s.MatchAuth(authReq("GET", "/v1/auth", "X-API-Key", long), nil, nil))
+	b := applied(s.MatchAuth(authReq("GET", "/v1/auth", "X-API-Key", long[:999]+"j"), nil, nil))
 	if len(a) != 1 || len(b) != 1 {
 		t.Fatalf("matches %v %v", a, b)
 	}
@@ -188,6 +207,9 @@ rules:
 	req.SetRequestURI("/v1/auth")
 	req.Header.Set("X-API-Key", "ent-acme")
 	for _, m := range set.MatchAuth(&req, nil, nil) {
+		if m.KeyMissing {
+			continue // on_missing_key: see the package doc
+		}
 		p := m.Rule.PolicyFor(m.Key)
 		fmt.Println(m.Rule.Name, m.Key, p.Limit, p.Period)
 	}

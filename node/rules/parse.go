@@ -236,6 +236,8 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 			return str(key, v, &spec.Descriptor)
 		case "on_store_failure":
 			return str(key, v, &spec.OnStoreFailure)
+		case "on_missing_key":
+			return str(key, v, &spec.OnMissingKey)
 		case "shadow":
 			if isNull(v) {
 				return nil

@@ -16,6 +16,7 @@
 //	    descriptor: api_key        # descriptor names forming the key; default derived from key
 //	    match: {path_prefix: /api, methods: [GET, POST], host: "*.example.com"}
 //	    on_store_failure: local    # local | open | closed
+//	    on_missing_key: skip       # skip | deny | key sources to fall back to (forward-auth)
 //	    shadow: false              # decide and count, but always allow
 //	    hot: {threshold: 20000, split: 0}
 //	    overrides:                 # first matching glob wins
@@ -39,23 +40,41 @@
 // # Keys and descriptors
 //
 // key is a comma list of sources: header:NAME, ip, query:NAME, jwt:CLAIM,
-// path, method, host. A request's counter key for the rule is the sources'
-// values joined with "|" in the order listed (values are not escaped, so a
-// value holding "|" can collide with another split; use sources that cannot
-// hold "|" where that matters). A key longer than api.MaxKeyLen bytes is
-// shortened to its first 239 bytes, '#', and the 16 hex digits of the
-// xxhash of the whole key, so long values still count separately.
+// path, method, host. A request's key for the rule is built from the
+// sources' values as described in "Counter keys".
 //
 // Descriptor checks (POST /v1/check {"descriptors":{...}}) reach the rules
-// whose descriptor names are all present; the key is those values joined
-// with "|" in the rule's order. A rule's descriptor names default to its key
-// sources: header:X-API-Key → x-api-key, query:N → N, jwt:C → C, and ip,
-// path, method, host themselves (a source whose derived name is not a valid
-// name, like jwt:https://x/tenant, makes the rule unreachable by
-// descriptors unless descriptor is set). When the descriptors include path,
-// method or host, the rule's match must hold for them; when they do not, it
-// is not checked. A rule with neither key nor descriptor is reachable only by
-// an explicit {"rule","key"} check.
+// whose descriptor names are all present; the key is built from those
+// values, in the rule's order, the same way. A rule's descriptor names
+// default to its key sources: header:X-API-Key → x-api-key, query:N → N,
+// jwt:C → C, and ip, path, method, host themselves (a source whose derived
+// name is not a valid name, like jwt:https://x/tenant, makes the rule
+// unreachable by descriptors unless descriptor is set). When the
+// descriptors include path, method or host, the rule's match must hold for
+// them; when they do not, it is not checked. A rule with neither key nor
+// descriptor is reachable only by an explicit {"rule","key"} check.
+//
+// # Counter keys
+//
+// The node counts a rule's key under the counter key rule name + ":" +
+// key. The key of a forward-auth request or a descriptor check is its
+// values, each escaped, joined with "|":
+//
+//	escape(v) = v with every '\' written "\\" and every '|' written "\|"
+//	key       = escape(v1) + "|" + escape(v2) + ... (in the rule's order)
+//
+// so no two different lists of values give one key (headers "X-Tenant:
+// a|b, X-User: c" give a\|b|c, and "X-Tenant: a, X-User: b|c" give
+// a|b\|c). A value without '|' or '\' is written as is, so the keys of
+// such values are what they were before escaping existed. A fallback key
+// (on_missing_key: sources) is "\?" followed by the fallback values built
+// the same way: no regular key starts with it, since in those a '\' is
+// only ever followed by '\' or '|'. A key longer than api.MaxKeyLen bytes
+// (after escaping) is shortened to its first 239 bytes, '#', and the 16
+// hex digits of the xxhash of the whole key, so long values still count
+// separately. A check naming {"rule","key"} gives the key as is: it is
+// the counter key's tail, not a value to escape (a client that wants to
+// share a forward-auth counter must send the key in this format).
 //
 // # Forward-auth identity
 //
@@ -86,7 +105,20 @@
 //     claim is whatever the client says.
 //
 // A rule applies to a forward-auth request when its match holds and every
-// one of its key sources is present and non-empty.
+// one of its key sources is present and non-empty. When its match holds but
+// a key value is missing or empty, on_missing_key says what happens:
+//
+//   - skip (the default): the rule does not apply, so the request is NOT
+//     limited by it. Node counts these checks in
+//     sluice_checks_skipped_total{rule,reason="missing_key"}.
+//   - deny: the request is denied (forward-auth answers 429).
+//   - a key source list, such as ip or "header:X-Real-User,ip": the
+//     request is counted under a fallback key made of those values (see
+//     "Counter keys"); if one of them is missing too, the rule is skipped.
+//
+// on_missing_key needs a key, and applies to forward-auth only: a
+// descriptor check reaches a rule only when it carries all of the rule's
+// descriptors.
 //
 // # Concurrency
 //
@@ -204,6 +236,30 @@ func (s Source) String() string {
 	return sourceNames[s.Kind] + ":" + s.Name
 }
 
+// MissingAction is what MatchAuth does with a rule whose match holds but
+// one of whose key sources the request lacks (on_missing_key).
+type MissingAction uint8
+
+// The on_missing_key actions.
+const (
+	// MissingSkip: the rule does not apply to the request (the default,
+	// and the behaviour before on_missing_key existed). Such requests are
+	// not limited by the rule at all.
+	MissingSkip MissingAction = iota
+	// MissingDeny: the request is denied (forward-auth answers 429).
+	MissingDeny
+	// MissingFallback: the request is counted under the key made of the
+	// fallback sources instead (see "Counter keys").
+	MissingFallback
+)
+
+// MissingKey is a rule's on_missing_key.
+type MissingKey struct {
+	Action MissingAction
+	// Fallback are the sources of the fallback key (MissingFallback only).
+	Fallback []Source
+}
+
 // Route is a rule's match: conditions on the original request of a
 // forward-auth check (and on the path, method and host descriptors). Empty
 // fields match everything.
@@ -247,8 +303,11 @@ type Rule struct {
 	// check; empty when the rule is not reachable by descriptors.
 	Descriptors []string
 	Match       Route
-	Shadow      bool
-	Hot         Hot
+	// OnMissingKey is what a forward-auth request without one of the
+	// key's values gets (on_missing_key).
+	OnMissingKey MissingKey
+	Shadow       bool
+	Hot          Hot
 	// Overrides in file order; the first whose glob matches wins.
 	Overrides []Override
 	// Spec is the rule as written (normalized), for the admin API and
@@ -282,6 +341,7 @@ type Spec struct {
 	Descriptor     string         `yaml:"descriptor,omitempty" json:"descriptor,omitempty"`
 	Match          *MatchSpec     `yaml:"match,omitempty" json:"match,omitempty"`
 	OnStoreFailure string         `yaml:"on_store_failure,omitempty" json:"on_store_failure,omitempty"`
+	OnMissingKey   string         `yaml:"on_missing_key,omitempty" json:"on_missing_key,omitempty"`
 	Shadow         bool           `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	Hot            *HotSpec       `yaml:"hot,omitempty" json:"hot,omitempty"`
 	Overrides      []OverrideSpec `yaml:"overrides,omitempty" json:"overrides,omitempty"`

@@ -223,6 +223,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad descriptor", with("descriptor: 'a b'"), "r", "descriptor", "descriptor name"},
 		{"dup descriptor", with("descriptor: a,a"), "r", "descriptor", "twice"},
 		{"bad on_store_failure", with("on_store_failure: maybe"), "r", "on_store_failure", "unknown on_store_failure"},
+		{"on_missing_key without key", with("on_missing_key: deny"), "r", "on_missing_key", "needs a key"},
+		{"on_missing_key fallback without key", with("on_missing_key: ip"), "r", "on_missing_key", "needs a key"},
+		{"bad on_missing_key", with("key: ip", "on_missing_key: allow"), "r", "on_missing_key", "want skip, deny or key sources"},
+		{"bad on_missing_key source", with("key: ip", `on_missing_key: "header:"`), "r", "on_missing_key", "header:NAME"},
+		{"on_missing_key not a string", with("key: ip", "on_missing_key: [deny]"), "r", "on_missing_key", "must be a string"},
 		{"shadow not bool", with("shadow: yes"), "r", "shadow", "true or false"},
 		{"hot threshold negative", with("hot: {threshold: -1}"), "r", "hot.threshold", "≥ 0"},
 		{"hot split negative", with("hot: {split: -1}"), "r", "hot.split", "between 0"},
@@ -479,5 +484,36 @@ func TestExampleFile(t *testing.T) {
 	}
 	if _, err := Load("does-not-exist.yaml"); err == nil {
 		t.Error("Load of a missing file succeeded")
+	}
+}
+
+// TestOnMissingKeyParse: on_missing_key's values, normalized in the Spec
+// (skip is the default and written as nothing).
+func TestOnMissingKeyParse(t *testing.T) {
+	tests := []struct {
+		value, spec string
+		want        MissingKey
+	}{
+		{"", "", MissingKey{}},
+		{"skip", "", MissingKey{}},
+		{"deny", "deny", MissingKey{Action: MissingDeny}},
+		{"ip", "ip", MissingKey{Action: MissingFallback, Fallback: []Source{{Kind: SourceIP}}}},
+		{" header:X-Real-User , ip", "header:X-Real-User,ip", MissingKey{Action: MissingFallback, Fallback: []Source{{Kind: SourceHeader, Name: "X-Real-User"}, {Kind: SourceIP}}}},
+	}
+	for _, tt := range tests {
+		f := "rules:\n  - {name: r, algorithm: gcra, limit: 1, period: 1s, key: header:X-User, on_missing_key: \"" + tt.value + "\"}\n"
+		s, err := Parse([]byte(f))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.value, err)
+		}
+		r := s.Get("r")
+		if r.Spec.OnMissingKey != tt.spec || r.OnMissingKey.Action != tt.want.Action || len(r.OnMissingKey.Fallback) != len(tt.want.Fallback) {
+			t.Fatalf("%q: spec %q, %+v; want %q, %+v", tt.value, r.Spec.OnMissingKey, r.OnMissingKey, tt.spec, tt.want)
+		}
+		for i, src := range tt.want.Fallback {
+			if r.OnMissingKey.Fallback[i] != src {
+				t.Errorf("%q: fallback %d = %v, want %v", tt.value, i, r.OnMissingKey.Fallback[i], src)
+			}
+		}
 	}
 }
