@@ -24,6 +24,23 @@ var (
 	}
 )
 
+// Items a handler answers with an error without deciding them, by reason,
+// and the hits of refunds beyond what was lent (refused).
+var (
+	refusedItems = [numRefuses]*metrics.Counter{
+		refuseInvalid: metrics.NewCounter(`sluice_forward_refused_items_total{reason="invalid"}`),
+		refuseRefund:  metrics.NewCounter(`sluice_forward_refused_items_total{reason="refund_over_lent"}`),
+	}
+	refusedRefundHits = metrics.NewCounter(`sluice_forward_refused_refund_hits_total`)
+)
+
+// Reasons a handler refuses an item.
+const (
+	refuseInvalid = iota // a rule or key the public API refuses
+	refuseRefund         // a refund (partly) beyond what was lent
+	numRefuses
+)
+
 // Reasons a handler refuses a request.
 const (
 	rejectMethod = iota
