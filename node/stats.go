@@ -385,7 +385,7 @@ func (n *Node) selfName() string {
 	return singleName
 }
 
-// peers returns the live members other than self, with their HTTP
+// statsPeers returns the live members other than self, with their HTTP
 // addresses; nil on a single node.
 func (n *Node) statsPeers() []member.Member {
 	if n.cl == nil {
