@@ -161,6 +161,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	}
 	fcfg := cfg.Forward
 	fcfg.ClusterKey = cfg.ClusterKey
+	fcfg.Self = cfg.Self // owners bound our refunds by what they lent this name
 	timeout := fcfg.Timeout
 	if timeout <= 0 {
 		timeout = forward.DefaultConfig().Timeout

@@ -144,6 +144,8 @@ type statsRule struct {
 	ShadowDenied []uint64 `json:"shadow_denied"`
 	Unavailable  []uint64 `json:"unavailable"`
 	Degraded     []uint64 `json:"degraded"`
+	// LocalFallback is allowed from node memory with the Store down.
+	LocalFallback []uint64 `json:"local_fallback"`
 }
 
 func newStatsRule(name string, n int) statsRule {
@@ -151,7 +153,7 @@ func newStatsRule(name string, n int) statsRule {
 		Rule:    name,
 		Allowed: make([]uint64, n), Denied: make([]uint64, n),
 		ShadowDenied: make([]uint64, n), Unavailable: make([]uint64, n),
-		Degraded: make([]uint64, n),
+		Degraded: make([]uint64, n), LocalFallback: make([]uint64, n),
 	}
 }
 
@@ -166,6 +168,8 @@ func (s *statsRule) row(d int) []uint64 {
 		return s.ShadowDenied
 	case decUnavailable:
 		return s.Unavailable
+	case decLocal:
+		return s.LocalFallback
 	}
 	return s.Degraded
 }
@@ -385,7 +389,7 @@ func (n *Node) selfName() string {
 	return singleName
 }
 
-// peers returns the live members other than self, with their HTTP
+// statsPeers returns the live members other than self, with their HTTP
 // addresses; nil on a single node.
 func (n *Node) statsPeers() []member.Member {
 	if n.cl == nil {
