@@ -45,7 +45,10 @@ import (
 // deleted a minute ago still shows its history). In a cluster (the
 // default scope) the node also asks every live peer for its ?scope=node
 // answer, at once, waiting at most StatsFanout, passing on the caller's
-// Authorization header; "rules" is then the sum over the nodes that
+// Authorization header (only in a cluster with a cluster key: without one
+// anyone may join and would be sent the admin token, so peers are asked
+// without it and answer only if they let this node in without a token);
+// "rules" is then the sum over the nodes that
 // answered, "nodes" lists each member with its Store state or its error,
 // and "partial" is true when one did not answer.
 
@@ -421,7 +424,12 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 	body := n.stat.local()
 	if scope != "node" {
 		if peers := n.statsPeers(); len(peers) > 0 {
-			auth := slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+			// The caller's token goes only to members the cluster key
+			// authenticated: in an insecure cluster anyone may join.
+			var auth []byte
+			if n.cl.keyed {
+				auth = slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+			}
 			c, cancel := context.WithTimeout(ctx, StatsFanout) // ends too at Shutdown
 			n.stat.merge(c, &body, peers, auth)
 			cancel()
