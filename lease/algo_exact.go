@@ -64,6 +64,8 @@ func (s *SlidingLogState) Check(p Policy, now time.Time, hits int64) Result {
 	}
 	var r Result
 	switch {
+	case hits == 0:
+		r.Allowed = true // a peek is never denied
 	case hits > p.Limit:
 		r.RetryAfter = ceilMillis(float64(pu))
 	case count+hits > p.Limit:

@@ -214,7 +214,7 @@ func TestSlidingLogMinIntervalMath(t *testing.T) {
 	runLogSteps(t, p, []logStep{
 		{0, 1, Result{true, 4, 0, time.Second}, "first"},
 		{msd(50), 1, Result{false, 4, msd(50), msd(950)}, "50ms after: 50ms to go"},
-		{msd(50), 0, Result{false, 4, msd(50), msd(950)}, "a peek runs the same checks"},
+		{msd(50), 0, Result{true, 4, 0, msd(950)}, "a peek is never denied (issue 9): it records nothing"},
 		{msd(99.9), 1, Result{false, 4, msd(1), msd(901)}, "0.1ms to go rounds up to 1ms"},
 		{msd(100), 2, Result{true, 2, 0, time.Second}, "exactly min_interval later: allowed"},
 		{msd(150), 3, Result{false, 2, msd(850), msd(950)}, "count: the stamp of 0 leaves at 1s, in 850ms > min_interval's 50ms"},
@@ -498,7 +498,7 @@ func TestSlidingLogProperties(t *testing.T) {
 					newest = a
 				}
 			}
-			want := hits <= p.Limit && inWindow+hits <= p.Limit && !(mi > 0 && inWindow > 0 && tu-newest < mi)
+			want := hits == 0 || hits <= p.Limit && inWindow+hits <= p.Limit && !(mi > 0 && inWindow > 0 && tu-newest < mi)
 			probe := SlidingLogState{Stamps: append([]LogStamp(nil), st.Stamps...)}
 			got := st.Check(p, now, hits)
 			if got.Allowed != want {

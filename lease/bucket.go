@@ -19,14 +19,16 @@ type bucket struct {
 	// tokens is the leased tokens on hand. It never goes negative: the
 	// fast path takes with compare-and-swap.
 	tokens atomic.Int64
-	// denyUntil is when the Store said a batch will be available again;
-	// until then denials are answered locally. evicted marks a bucket
-	// that left the index.
+	// denyUntil is set when the Store denied the key: until then the key
+	// is saturated, and a check waits for a batch (see batchWait) on top
+	// of the tokens it needs. evicted marks a bucket that left the index.
 	denyUntil atomic.Int64
-	// remaining and resetAt are the Store's answer at the last lease.
-	// resetAt is 0 until the first lease.
+	// remaining and resetAt are the Store's answer at the last lease,
+	// answered when it came (Unix ns). resetAt is 0 until the first
+	// lease (or when the answer is stale: the next check asks).
 	remaining atomic.Int64
 	resetAt   atomic.Int64
+	answered  atomic.Int64
 	// basis is what the Store lends this Manager of the key as of its last
 	// answer (Grant.Lent): the bound on the tokens on hand, so on Refund,
 	// and the base from which consumption is measured.
@@ -40,10 +42,6 @@ type bucket struct {
 	// spends them for another half TTL, renewing them; see
 	// Manager.usable). 0 before the first grant.
 	expires atomic.Int64
-	// denyHits is the hits of the check whose Store denial set denyUntil:
-	// a bigger check needs longer, so it asks the Store (written before
-	// denyUntil).
-	denyHits atomic.Int64
 
 	// low is the prefetch mark: a take that leaves fewer tokens starts a
 	// prefetch. -1 while a prefetch is due or running. It saturates at
@@ -95,6 +93,13 @@ func (b *bucket) denyTill(t int64) {
 			return
 		}
 	}
+}
+
+// forget drops the Store's last answer (tokens came back that it did not
+// count): the next check that needs the Store asks it.
+func (b *bucket) forget() {
+	b.resetAt.Store(0)
+	b.clearDeny()
 }
 
 // clearDeny ends a deny-until (unless the bucket was evicted).
@@ -201,6 +206,74 @@ func (b *bucket) storeLevel(now int64) (level int64, known bool) {
 		return capacity - int64(max(missing, 0)), true
 	}
 	return min(max(b.remaining.Load(), 0), capacity), true
+}
+
+// roundSlack is how much later than the Store's own time coverAt may be:
+// the Store rounds Reset up to a whole millisecond.
+func roundSlack(a Algorithm) int64 {
+	if a == SlidingWindow {
+		return 0
+	}
+	return int64(time.Millisecond)
+}
+
+// coverAt is when, by the Store's last answer, the key will have need
+// tokens (Unix ns; need ≤ capacity): the projection of storeLevel for
+// token_bucket and gcra; the window's end for fixed_window if the window
+// has too few; for sliding_window the rate since the answer (prev's weight
+// falls no faster than limit per period, so this is never later than the
+// truth). Before the first answer it is 0 (ask the Store). Other holders
+// may have taken tokens since: the Store then denies, with a new answer.
+func (b *bucket) coverAt(need int64) int64 {
+	resetAt := b.resetAt.Load()
+	if resetAt == 0 {
+		return 0
+	}
+	p := b.pol
+	switch p.Algorithm {
+	case TokenBucket, GCRA:
+		// Full at resetAt; need tokens (C − need) × period/limit before.
+		back := float64(p.Capacity()-need) * float64(p.Period) / float64(p.Limit)
+		return resetAt - int64(math.Min(back, float64(resetAt)))
+	case FixedWindow:
+		if b.remaining.Load() >= need {
+			return 0
+		}
+		return resetAt
+	}
+	short := need - b.remaining.Load()
+	if short <= 0 {
+		return 0
+	}
+	return addTime(b.answered.Load(), time.Duration(math.Ceil(float64(short)*float64(p.Period)/float64(p.Limit))))
+}
+
+// answer records the Store's answer g, received at (Unix ns).
+func (b *bucket) answer(g Grant, at int64) {
+	b.remaining.Store(g.Remaining)
+	b.answered.Store(at)
+	b.resetAt.Store(addTime(at, g.Reset))
+}
+
+// projected is the Store's whole tokens of b's key at now by its last
+// answer, as coverAt projects it (0 before the first answer).
+func (b *bucket) projected(now int64) int64 {
+	if b.resetAt.Load() == 0 {
+		return 0
+	}
+	c := b.pol.Capacity()
+	switch b.pol.Algorithm {
+	case TokenBucket, GCRA:
+		level, _ := b.storeLevel(now)
+		return level
+	case FixedWindow:
+		if now >= b.resetAt.Load() {
+			return c
+		}
+		return min(max(b.remaining.Load(), 0), c)
+	}
+	since := float64(max(now-b.answered.Load(), 0)) * float64(b.pol.Limit) / float64(b.pol.Period)
+	return int64(math.Min(float64(c), float64(max(b.remaining.Load(), 0))+math.Ceil(since)))
 }
 
 // refilled reports whether b's key is, by the Store's answer to the last

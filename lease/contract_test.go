@@ -5,6 +5,8 @@ package lease
 // clock. lua/contract_test.go runs the same cases on Redis.
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -73,5 +75,91 @@ func TestLentAccountingSharedKey(t *testing.T) {
 	}
 	if admitted > 100 {
 		t.Fatalf("admitted %d in one instant, want ≤ burst 100", admitted)
+	}
+}
+
+// TestDenialPerNeed (issue 9, finding 2): burst 2000; take 1000 (allowed,
+// 1000 remain), ask 1500 (denied, right), then 500 must be allowed, and
+// peeks and single hits too. Before, the denial of 1500 set a deny-until
+// of about 15 minutes that refused every smaller check.
+func TestDenialPerNeed(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, _, _ := testManager(t, nil)
+			p := Policy{Algorithm: alg, Limit: 2000, Period: time.Hour, Burst: 2000}
+			steps := []struct {
+				hits    int64
+				allowed bool
+			}{{1000, true}, {1500, false}, {0, true}, {1, true}, {500, true}, {0, true}, {499, true}, {1500, false}, {0, true}}
+			for i, s := range steps {
+				d := mustTake(t, m, "k", p, s.hits)
+				m.drain()
+				if d.Allowed != s.allowed {
+					t.Fatalf("step %d, hits %d: %+v, want allowed=%v", i, s.hits, d, s.allowed)
+				}
+			}
+		})
+	}
+}
+
+// TestRefundAfterEmptyPrefetch (issue 9, finding 6): a prefetch that the
+// Store grants nothing must not lower the refund bound: hits refunded
+// after it (a request another rule denied) go back. Before, the bound fell
+// to the tokens on hand and the refund was lost (the TestReturnKeys flake).
+func TestRefundAfterEmptyPrefetch(t *testing.T) {
+	clk := newFakeClock()
+	store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	t.Cleanup(func() { _ = store.Close() })
+	var ms [2]*Manager
+	for i := range ms {
+		cfg := DefaultConfig()
+		cfg.Now, cfg.SweepInterval, cfg.StoreTimeout = clk.Now, -1, time.Minute
+		ms[i] = NewManager(store, cfg)
+		t.Cleanup(func() { _ = ms[i].Close() })
+	}
+	a, b := ms[0], ms[1]
+	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Hour} // burst 100
+	mustTake(t, a, "k", p, 1)                                          // a leases 13, keeps 12
+	for mustTake(t, b, "k", p, 1).Allowed {                            // b drains the Store
+		b.drain()
+	}
+	if !mustTake(t, a, "k", p, 10).Allowed { // 2 left: under the low mark, a prefetch
+		t.Fatal("a's 10 denied")
+	}
+	a.drain() // the prefetch: the Store has nothing
+	a.Refund("k", p, 10)
+	if d := mustTake(t, a, "k", p, 12); !d.Allowed {
+		t.Fatalf("after refunding 10 of the 12 on hand: %+v, want 12 allowed", d)
+	}
+}
+
+// TestNoSilentOverflow (issue 9, finding 3): gcra limit 1 per 8760h,
+// burst 200000: the TAT would run 200000 years ahead of now, which neither
+// int64 nor float64 holds exactly; the TAT cap under-charged, and six
+// checks of 100000 hits were all allowed. Such a policy is refused, naming
+// the burst; one inside the bound is charged exactly.
+func TestNoSilentOverflow(t *testing.T) {
+	m, _, _ := testManager(t, nil)
+	for _, alg := range []Algorithm{GCRA, TokenBucket} {
+		p := Policy{Algorithm: alg, Limit: 1, Period: 8760 * time.Hour, Burst: 200000}
+		var fe *FieldError
+		if _, err := m.Take("k-"+alg.String(), p, 100000); !errors.As(err, &fe) || fe.Field != "burst" {
+			t.Fatalf("%s: Take = %v, want a FieldError on burst", alg, err)
+		}
+		if _, err := NewMemoryStore(MemoryStoreConfig{}).Lease(context.Background(), "k", p, 1, 1, Lessee{}); !errors.As(err, &fe) || fe.Field != "burst" {
+			t.Fatalf("%s: Lease = %v, want a FieldError on burst", alg, err)
+		}
+		// 140 years to refill: inside the bound, and exact.
+		p.Burst = 140
+		admitted := int64(0)
+		for range 6 {
+			if mustTake(t, m, "ok-"+alg.String(), p, 100).Allowed {
+				admitted += 100
+			}
+			m.drain()
+		}
+		if admitted != 100 {
+			t.Fatalf("%s burst 140: admitted %d hits in six checks of 100, want 100", alg, admitted)
+		}
 	}
 }

@@ -53,7 +53,8 @@
 //     window; else if MinInterval > 0 and the newest stamp is less than
 //     MinInterval old, it is denied and RetryAfter is the time until it is
 //     MinInterval old; else hits stamps of now are recorded (each a distinct
-//     member). hits = 0 peeks. Remaining = Limit - count after the check.
+//     member). hits = 0 peeks: always allowed, records nothing.
+//     Remaining = Limit - count after the check.
 //     Reset = time until the newest stamp leaves the window.
 //   - concurrency: Limit is the maximum in flight, Period the lease TTL.
 //     Acquire reaps ids whose expiry has passed, then admits the id (scored

@@ -47,12 +47,25 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			b = m.bucketFor(key, p, now)
 			continue
 		}
-		if now < du && hits <= b.denyHits.Load() {
-			m.st.localDenials.Add(1)
-			decisionsDenyLoc.Inc()
-			local := b.tokens.Load()
-			return Decision{Limit: p.Limit, Remaining: local + b.remaining.Load(),
-				RetryAfter: time.Duration(du - now), Reset: b.reset(local, now)}, nil
+		// Judged on its own hits: denied locally only if the Store's last
+		// answer, projected to now, cannot cover what local tokens do not
+		// (or, while the key is saturated, that plus a batch).
+		local := int64(0)
+		if m.usable(b, now) {
+			local = b.tokens.Load()
+		}
+		if at := b.coverAt(hits - local); at != 0 {
+			if now < du {
+				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
+			}
+			// Within the Store's rounding of the time, ask it: a denial
+			// must be sure; a RetryAfter must never be early.
+			if now < at-roundSlack(p.Algorithm) {
+				m.st.localDenials.Add(1)
+				decisionsDenyLoc.Inc()
+				return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
+					RetryAfter: time.Duration(at - now), Reset: b.reset(local, now)}, nil
+			}
 		}
 		if m.store.Rejecting() {
 			storeCalls[opLease][resultRejected].Inc()
@@ -143,8 +156,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	m.endDegraded(b)
 	// The Store's durations count from its answer, not from now.
 	after := max(now, m.nanos())
-	b.remaining.Store(g.Remaining)
-	b.resetAt.Store(addTime(after, g.Reset))
+	b.answer(g, after)
 	if g.Granted >= need && g.Granted > 0 {
 		m.countLocal(b.basis.Load() - local)
 		m.st.tokensLeased.Add(g.Granted)
@@ -173,7 +185,6 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	}
 	keep = b.settle(g.Lent)
 	wait := max(g.Wait, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
-	b.denyHits.Store(hits)
 	b.denyTill(addTime(after, wait))
 	m.release(b, s, nil)
 	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
@@ -234,14 +245,11 @@ func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision
 	if b.resetAt.Load() == 0 {
 		return m.peekStore(b.key, p)
 	}
+	// A peek is never denied: it reports what the Store's last answer,
+	// projected to now, and the local tokens hold.
 	local := b.tokens.Load()
-	d := Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.remaining.Load(), p.Capacity()),
+	return Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
 		Reset: b.reset(local, now)}
-	if du := b.denyUntil.Load(); du != evicted && now < du && b.tokens.Load() == 0 {
-		d.Allowed = false
-		d.RetryAfter = time.Duration(du - now)
-	}
-	return d
 }
 
 // peekStore answers hits = 0 with a Store peek; it creates no bucket. key
@@ -336,8 +344,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.countLocal(b.basis.Load() - local)
 	m.st.tokensLeased.Add(g.Granted)
 	tokensLeased.AddInt64(g.Granted)
-	b.remaining.Store(g.Remaining)
-	b.resetAt.Store(addTime(max(now, m.nanos()), g.Reset))
+	b.answer(g, max(now, m.nanos()))
 	b.lastLeaseMs = unixMs32(now)
 	switch {
 	case g.Granted > 0:

@@ -125,7 +125,7 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot) error {
 		// Holding its slot orders this after any lease it has in flight.
 		if nb := m.buckets.load(b.key); nb != nil && nb != b {
 			ns := m.claimWait(nb)
-			nb.clearDeny()
+			nb.forget()
 			m.release(nb, ns, nil)
 		}
 	}

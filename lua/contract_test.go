@@ -5,6 +5,7 @@ package lua
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -76,5 +77,93 @@ func TestRedisReturnBoundedByLent(t *testing.T) {
 				t.Fatalf("after returns of 100 by a stranger, and twice by the holder of 4: %+v %v; want 10 remaining", g, err)
 			}
 		})
+	}
+}
+
+// TestRedisDenialPerNeed (issue 9, finding 2) on Redis: burst 2000; take
+// 1000, ask 1500 (denied), then peeks, 1 and 500 are allowed.
+func TestRedisDenialPerNeed(t *testing.T) {
+	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
+	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m := newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
+			p := lease.Policy{Algorithm: alg, Limit: 2000, Period: time.Hour, Burst: 2000}
+			key := uniqueKey(t)
+			steps := []struct {
+				hits    int64
+				allowed bool
+			}{{1000, true}, {1500, false}, {0, true}, {1, true}, {500, true}, {0, true}, {499, true}, {1500, false}, {0, true}}
+			for i, s := range steps {
+				d, err := m.Take(key, p, s.hits)
+				m.Settle()
+				if err != nil || d.Allowed != s.allowed {
+					t.Fatalf("step %d, hits %d: %+v %v, want allowed=%v", i, s.hits, d, err, s.allowed)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisRefundAfterEmptyPrefetch (issue 9, finding 6) on Redis: a
+// prefetch granted nothing keeps the refund bound.
+func TestRedisRefundAfterEmptyPrefetch(t *testing.T) {
+	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
+	var ms [2]*lease.Manager
+	for i := range ms {
+		ms[i] = newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
+	}
+	a, b := ms[0], ms[1]
+	key := uniqueKey(t)
+	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Hour}
+	take := func(m *lease.Manager, hits int64) lease.Decision {
+		t.Helper()
+		d, err := m.Take(key, p, hits)
+		if err != nil || d.Degraded {
+			t.Fatalf("Take(%d): %+v %v", hits, d, err)
+		}
+		m.Settle()
+		return d
+	}
+	take(a, 1) // a leases 13, keeps 12
+	for take(b, 1).Allowed {
+	}
+	if !take(a, 10).Allowed { // 2 left: a prefetch, granted nothing
+		t.Fatal("a's 10 denied")
+	}
+	a.Refund(key, p, 10)
+	if d := take(a, 12); !d.Allowed {
+		t.Fatalf("after refunding 10 of the 12 on hand: %+v, want 12 allowed", d)
+	}
+}
+
+// TestRedisNoSilentOverflow (issue 9, finding 3) on Redis: gcra limit 1 per
+// 8760h, burst 200000 is refused (the TAT cap under-charged: six checks of
+// 100000 all allowed); burst 140 (140 years to refill) is charged exactly.
+func TestRedisNoSilentOverflow(t *testing.T) {
+	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
+	s := newTestStore(t, srv.Addr)
+	m := newManager(t, s, lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
+	for _, alg := range []lease.Algorithm{lease.GCRA, lease.TokenBucket} {
+		p := lease.Policy{Algorithm: alg, Limit: 1, Period: 8760 * time.Hour, Burst: 200000}
+		var fe *lease.FieldError
+		if _, err := s.Lease(context.Background(), uniqueKey(t), p, 100000, 100000, lease.Lessee{}); !errors.As(err, &fe) || fe.Field != "burst" {
+			t.Fatalf("%s: Lease = %v, want a FieldError on burst", alg, err)
+		}
+		p.Burst = 140
+		key := uniqueKey(t)
+		admitted := int64(0)
+		for range 6 {
+			d, err := m.Take(key, p, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted += 100
+			}
+			m.Settle()
+		}
+		if admitted != 100 {
+			t.Fatalf("%s burst 140: admitted %d hits in six checks of 100, want 100", alg, admitted)
+		}
 	}
 }

@@ -8,7 +8,8 @@
 --     (k = count + hits - L), or after the min_interval wait if longer;
 --   - min_interval > 0 and the newest stamp is younger than it: denied,
 --     retry when it is min_interval old;
---   - else allowed, and hits stamps of now are recorded (hits = 0 peeks).
+--   - else allowed, and hits stamps of now are recorded. hits = 0 peeks and
+--     is always allowed.
 --   Remaining = max(0, L - count); Reset = time until the newest stamp
 --   leaves the window (0 when empty).
 --
@@ -31,7 +32,9 @@ if count > 0 then
 end
 
 local allowed, retry = 0, 0
-if hits > limit then
+if hits == 0 then
+  allowed = 1 -- a peek is never denied
+elseif hits > limit then
   retry = pu
 elseif count + hits > limit then
   local k = count + hits - limit

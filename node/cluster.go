@@ -71,6 +71,7 @@ type ClusterConfig struct {
 // decision.
 type cluster struct {
 	n       *Node
+	keyed   bool // a cluster key authenticates members (not Insecure)
 	self    string
 	vnodes  int
 	fwd     *forward.Forwarder
@@ -161,12 +162,14 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	}
 	fcfg := cfg.Forward
 	fcfg.ClusterKey = cfg.ClusterKey
+	fcfg.Self = cfg.Self // owners bound our refunds by what they lent this name
 	timeout := fcfg.Timeout
 	if timeout <= 0 {
 		timeout = forward.DefaultConfig().Timeout
 	}
 	c := &cluster{
 		n:       n,
+		keyed:   len(cfg.ClusterKey) > 0,
 		self:    cfg.Self,
 		vnodes:  cfg.Vnodes,
 		timeout: int64(timeout),

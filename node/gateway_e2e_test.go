@@ -53,8 +53,9 @@ rules:
     match: {path_prefix: /upload/}
 `
 
-// missingKeyRules uses on_missing_key: deny (engine's part of issue 9);
-// the test adds it only when the rules package accepts it.
+// missingKeyRules uses on_missing_key (engine's part of issue 9): deny,
+// and a fallback key source. The test adds them only when the rules
+// package accepts the field, and tests the default (skip) either way.
 const missingKeyRules = `
   - name: tenant-strict
     algorithm: token_bucket
@@ -63,6 +64,13 @@ const missingKeyRules = `
     key: header:X-Tenant
     on_missing_key: deny
     match: {path_prefix: /strict/}
+  - name: user-or-fallback
+    algorithm: token_bucket
+    limit: 2
+    period: 1h
+    key: header:X-User
+    on_missing_key: header:X-Fallback
+    match: {path_prefix: /fallback/}
 `
 
 // TestE2EGateways runs each gateway of deploy/gateways that can run here
@@ -142,12 +150,31 @@ func checkGateway(t *testing.T, name, base string, sl *sluice, app *backend) {
 			t.Fatalf("request %d without a key: %d, want 200 (on_missing_key: skip)", i, r.status)
 		}
 	}
-	if sl.missingDeny {
-		if r := get(t, base+"/strict/x"); r.status != 429 && r.status != 403 && r.status != 400 {
-			t.Errorf("request without X-Tenant under on_missing_key: deny: %d, want a denial", r.status)
+	if sl.missingKey {
+		// deny: 429, and the backend never sees it. (Sluice sends no
+		// Retry-After here: waiting does not bring the key.)
+		before := app.count("/strict/x")
+		if r := get(t, base+"/strict/x"); r.status != 429 {
+			t.Errorf("request without X-Tenant under on_missing_key: deny: %d, want 429", r.status)
+		}
+		if app.count("/strict/x") != before {
+			t.Errorf("a request denied for its missing key reached the backend")
 		}
 		if r := get(t, base+"/strict/x", "X-Tenant", "t1"); r.status != 200 {
 			t.Errorf("request with X-Tenant: %d, want 200", r.status)
+		}
+		// fallback: without X-User, counted under X-Fallback (2 allowed).
+		for i := 1; i <= 3; i++ {
+			want := 200
+			if i == 3 {
+				want = 429
+			}
+			if r := get(t, base+"/fallback/x", "X-Fallback", name); r.status != want {
+				t.Errorf("request %d without X-User, fallback key %s: %d, want %d", i, name, r.status, want)
+			}
+		}
+		if r := get(t, base+"/fallback/x", "X-User", name+"-u", "X-Fallback", name); r.status != 200 {
+			t.Errorf("request with X-User after the fallback key is spent: %d, want 200", r.status)
 		}
 	}
 
@@ -181,9 +208,9 @@ func checkGateway(t *testing.T, name, base string, sl *sluice, app *backend) {
 // sluice is an in-process node serving on a loopback port whose listener
 // counts the bytes it reads.
 type sluice struct {
-	addr        string
-	read        *atomic.Int64
-	missingDeny bool // the rule set has an on_missing_key: deny rule
+	addr       string
+	read       *atomic.Int64
+	missingKey bool // the rule set has the on_missing_key rules
 }
 
 func startSluice(t *testing.T) *sluice {
@@ -219,7 +246,7 @@ func startSluice(t *testing.T) *sluice {
 		mgr.Close()
 		store.Close()
 	})
-	return &sluice{addr: ln.Addr().String(), read: &cl.n, missingDeny: missing}
+	return &sluice{addr: ln.Addr().String(), read: &cl.n, missingKey: missing}
 }
 
 type countingListener struct {

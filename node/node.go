@@ -292,11 +292,14 @@ type Node struct {
 	// cluster, replaced by MembersChanged.
 	routes atomic.Pointer[routes]
 
-	// reload holds the outcome of the last reload, for /readyz.
+	// reload holds the outcome of the last reload, for /readyz, and the
+	// rules of the Envoy RLS configuration (SetRLSRules); its lock also
+	// serializes the rebuilds of the rule table.
 	reload struct {
 		sync.Mutex
 		err  error
 		when time.Time
+		rls  *rules.Set
 	}
 
 	states sync.Pool // of *reqState
@@ -361,10 +364,10 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 // counters; the Manager resets a key whose Policy changed. SetRules clears
 // the last reload error.
 func (n *Node) SetRules(s *rules.Set) {
-	t := n.met.newRuleTable(s)
-	n.rules.Store(t)
-	n.met.rules.Store(int64(len(t.byName)))
 	n.reload.Lock()
+	t := n.met.newRuleTable(s, n.reload.rls)
+	n.rules.Store(t)
+	n.met.rules.Store(int64(s.Len()))
 	n.reload.err = nil
 	n.reload.when = time.Now()
 	n.reload.Unlock()

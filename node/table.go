@@ -40,12 +40,21 @@ type ruleInfo struct {
 	missingKeyHint []byte
 }
 
-func (m *nodeMetrics) newRuleTable(s *rules.Set) *ruleTable {
-	t := &ruleTable{set: s, byName: make(map[string]*ruleInfo)}
-	if s == nil {
-		return t
-	}
+// newRuleTable builds the table of s, the rule set that requests are
+// matched against, plus the rules of extra (the Envoy RLS configuration's,
+// see SetRLSRules), reachable by name only. A name in both keeps s's rule.
+func (m *nodeMetrics) newRuleTable(s, extra *rules.Set) *ruleTable {
+	t := &ruleTable{set: s, byName: make(map[string]*ruleInfo, s.Len()+extra.Len())}
+	m.addRules(t, s)
+	m.addRules(t, extra)
+	return t
+}
+
+func (m *nodeMetrics) addRules(t *ruleTable, s *rules.Set) {
 	for _, r := range s.Rules() {
+		if t.byName[r.Name] != nil {
+			continue
+		}
 		ri := &ruleInfo{
 			rule:   r,
 			name:   r.Name,
@@ -62,7 +71,6 @@ func (m *nodeMetrics) newRuleTable(s *rules.Set) *ruleTable {
 		}
 		t.byName[r.Name] = ri
 	}
-	return t
 }
 
 // get returns the rule named name, or nil.

@@ -49,6 +49,11 @@ type options struct {
 	// dataDir keeps the rules written through the admin API when there
 	// is neither a rule file nor Redis.
 	dataDir string
+	// rlsListen is the gRPC address of the Envoy rate limit service (""
+	// = off); rlsConfig its envoyproxy/ratelimit configuration (file or
+	// directory); rlsHeaders adds the RateLimit headers to its answers.
+	rlsListen, rlsConfig string
+	rlsHeaders           bool
 }
 
 // setting is one flag and its environment variable.
@@ -186,6 +191,22 @@ func settings() []setting {
 		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
 		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
 			o.dataDir = v
+			return nil
+		}},
+		{"rls-listen", "SLUICE_RLS_LISTEN", "", "gRPC address of the Envoy rate limit service (envoy.service.ratelimit.v3, envoyproxy/ratelimit's API); empty: off", func(o *options, v string) error {
+			o.rlsListen = v
+			return nil
+		}},
+		{"rls-config", "SLUICE_RLS_CONFIG", "", "envoyproxy/ratelimit YAML configuration, a file or a directory of files (one domain each), reloaded when it changes (checked every -rules-poll)", func(o *options, v string) error {
+			o.rlsConfig = v
+			return nil
+		}},
+		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.rlsHeaders = b
 			return nil
 		}},
 		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {

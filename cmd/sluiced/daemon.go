@@ -61,6 +61,7 @@ type daemon struct {
 	mgr        *lease.Manager
 	node       *node.Node
 	rl         *reloader
+	rls        *rlsDaemon // nil without -rls-listen
 	ln         net.Listener
 	served     chan error
 	cluster    *member.Cluster // nil on a single node
@@ -116,6 +117,11 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		return nil, fmt.Errorf("cannot load rules: %w", err)
 	}
 	undo = append(undo, d.node.CloseRules)
+
+	if err := d.startRLS(o); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { d.rls.stop() })
 
 	if o.clustered() {
 		if err := o.checkClusterKey(); err != nil {
@@ -190,6 +196,7 @@ func (d *daemon) stop(graceful bool) error {
 			errs = append(errs, fmt.Errorf("cannot return leases: %w", err))
 		}
 	}
+	d.rls.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := d.node.Shutdown(ctx); err != nil {

@@ -92,6 +92,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		defer close(reloaded)
 		d.rl.loop(ctx, o.rulesPoll, hup)
 	}()
+	rlsReloaded := make(chan struct{})
+	go func() {
+		defer close(rlsReloaded)
+		d.rls.loop(ctx, o.rulesPoll)
+	}()
 
 	code := 0
 	select {
@@ -103,6 +108,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	cancel()
 	<-reloaded
+	<-rlsReloaded
 	if err := d.stop(true); err != nil {
 		log.Error("shutdown", "err", err)
 		code = 1

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,14 +28,10 @@ type result struct {
 	trace  []string
 }
 
-// runID makes keys unique per process, execs unique per run.
-var (
-	runID   = newRunID()
-	execSeq atomic.Int64
-)
-
+// newRunID makes the keys of one exec unique, so that execs can share a
+// Redis server.
 func newRunID() string {
-	var b [4]byte
+	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
@@ -59,7 +54,7 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	now := h.Now().UnixNano()
 	start := (now/dayNs+2)*dayNs + int64(startOffset)
 	h.Advance(time.Duration(start - now))
-	prefix := fmt.Sprintf("mt:%s:%d:%d:", runID, sc.seed, execSeq.Add(1))
+	prefix := fmt.Sprintf("mt:%s:%d:", newRunID(), sc.seed)
 	md := newModel(sc, prefix)
 	md.safetyOnly = sc.safetyOnly
 	md.setNow(h.Now())

@@ -113,7 +113,11 @@ func (md *model) setNow(t time.Time) {
 
 // at writes a time relative to the run's start.
 func (md *model) at(t int64) string {
-	return "t+" + time.Duration(t-md.start).String()
+	d := time.Duration(t - md.start)
+	if d < 0 {
+		return "t-" + (-d).String()
+	}
+	return "t+" + d.String()
 }
 
 func (md *model) takeViolation() string {

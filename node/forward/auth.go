@@ -18,6 +18,10 @@ import (
 // package doc, "Authentication").
 const AuthHeader = "X-Sluice-Auth"
 
+// FromHeader carries the sender's member name (covered by the signature):
+// the owner bounds the peer's refunds by what it lent that name.
+const FromHeader = "X-Sluice-From"
+
 // ReplyAuthHeader carries the owner's signature of its reply.
 const ReplyAuthHeader = "X-Sluice-Reply-Auth"
 
@@ -102,13 +106,14 @@ func (s *signer) finish(st *macState, dst, body []byte) []byte {
 	return dst
 }
 
-// requestMAC is HMAC(key, context | method | path | ts | nonce | body),
-// each field length-prefixed, appended to dst.
-func (s *signer) requestMAC(dst []byte, method, path string, ts int64, nonce *[NonceLen]byte, body []byte) []byte {
+// requestMAC is HMAC(key, context | method | path | from | ts | nonce |
+// body), each field length-prefixed, appended to dst.
+func (s *signer) requestMAC(dst []byte, method, path, from string, ts int64, nonce *[NonceLen]byte, body []byte) []byte {
 	st := s.states.Get().(*macState)
 	st.buf = appendField(st.buf[:0], requestContext)
 	st.buf = appendField(st.buf, method)
 	st.buf = appendField(st.buf, path)
+	st.buf = appendField(st.buf, from)
 	st.buf = append(st.buf, 8)
 	st.buf = binary.BigEndian.AppendUint64(st.buf, uint64(ts))
 	st.buf = appendField(st.buf, nonce[:])
@@ -134,13 +139,13 @@ func newNonce() (n [NonceLen]byte) {
 
 // appendAuth appends the value of AuthHeader for a request signed at ts
 // (Unix milliseconds) with nonce: "<ts>.<hex nonce>.<hex MAC>".
-func (s *signer) appendAuth(dst []byte, method, path string, ts int64, nonce *[NonceLen]byte, body []byte) []byte {
+func (s *signer) appendAuth(dst []byte, method, path, from string, ts int64, nonce *[NonceLen]byte, body []byte) []byte {
 	dst = strconv.AppendInt(dst, ts, 10)
 	dst = append(dst, '.')
 	dst = hex.AppendEncode(dst, nonce[:])
 	dst = append(dst, '.')
 	var mac [sha256.Size]byte
-	return hex.AppendEncode(dst, s.requestMAC(mac[:0], method, path, ts, nonce, body))
+	return hex.AppendEncode(dst, s.requestMAC(mac[:0], method, path, from, ts, nonce, body))
 }
 
 // errReplyAuth means a reply's signature is missing or wrong: the sender
@@ -205,19 +210,19 @@ func parseAuth(v []byte) (parsedAuth, error) {
 	return a, nil
 }
 
-// verify checks a request's AuthHeader value against its method, path
-// and body, and its timestamp against now and window. It returns the
+// verify checks a request's AuthHeader value against its method, path,
+// FromHeader value and body, and its timestamp against now and window. It returns the
 // parsed header (for the nonce check and the reply) and, on failure, an
 // error wrapping ErrAuth; a request correctly signed but outside the
 // window fails with errStale, and skew is how far its timestamp is from
 // now. It is pure: the nonce cache is the caller's.
-func (s *signer) verify(hdr []byte, method, path string, body []byte, now time.Time, window time.Duration) (a parsedAuth, skew time.Duration, err error) {
+func (s *signer) verify(hdr []byte, method, path, from string, body []byte, now time.Time, window time.Duration) (a parsedAuth, skew time.Duration, err error) {
 	a, err = parseAuth(hdr)
 	if err != nil {
 		return a, 0, err
 	}
 	var mac [sha256.Size]byte
-	if !hmac.Equal(s.requestMAC(mac[:0], method, path, a.ts, &a.nonce, body), a.mac[:]) {
+	if !hmac.Equal(s.requestMAC(mac[:0], method, path, from, a.ts, &a.nonce, body), a.mac[:]) {
 		return a, 0, errSignature
 	}
 	skew = now.Sub(time.UnixMilli(a.ts))

@@ -19,7 +19,7 @@ var testKey = []byte("0123456789abcdef")
 // t, with a fresh nonce.
 func signAt(key []byte, method, path string, t time.Time, body []byte) string {
 	n := newNonce()
-	return string(newSigner(key).appendAuth(nil, method, path, t.UnixMilli(), &n, body))
+	return string(newSigner(key).appendAuth(nil, method, path, "", t.UnixMilli(), &n, body))
 }
 
 // flip changes the digit at i of s to another digit.
@@ -116,7 +116,7 @@ func TestHandlerReplay(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
 	d := &echoDecider{}
 	s := startServer(t, NewHandler(HandlerConfig{ClusterKey: testKey, Now: clock.Now}, d))
-	body, _ := AppendBatch(nil, []Item{{Op: OpRefund, Rule: "day", Key: "victim", Hits: 100}})
+	body, _ := AppendBatch(nil, []Item{{Op: OpCheck, Rule: "day", Key: "victim", Hits: 1}})
 	auth := signAt(testKey, "POST", Path, clock.Now(), body)
 	if status, got := post(t, s.addr, "POST", auth, body); status != 200 {
 		t.Fatalf("first: %d %s", status, got)

@@ -77,6 +77,24 @@
 // wrong, so an attacker on the path cannot turn a denial into an
 // admission either. Comparisons are constant-time (hmac.Equal).
 //
+// Requests also carry X-Sluice-From, the sender's member name
+// ([Config.Self]), covered by the signature.
+//
+// # What the owner accepts
+//
+// The handler answers with an item error, without passing them to the
+// [Decider], the items whose rule or key the public API would refuse
+// (control characters such as newlines and NUL, invalid UTF-8: api.ValidName
+// and api.ValidKey), and the refunds beyond what this node lent the
+// sender: for every allowed check with hits it remembers, per sender
+// (X-Sluice-From, or the peer's IP address without one) and rule and key,
+// the hits charged, for one to two [HandlerConfig.RefundWindow] (10s); a
+// refund gives back at most what remains of that and is cut down or
+// refused beyond it (sluice_forward_refused_items_total{reason=
+// "refund_over_lent"}, sluice_forward_refused_refund_hits_total). So a
+// peer, even one holding the key, cannot refund what it was never lent;
+// the lease Store bounds the Manager's own returns in the same way.
+//
 // The link is not encrypted: an observer sees rules, keys and decisions
 // (run the internal endpoint on a private network, or behind TLS). A
 // cluster without a key (node: ClusterConfig.Insecure) sends and accepts

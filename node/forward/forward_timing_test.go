@@ -160,8 +160,8 @@ func BenchmarkSignVerify(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				nonce := newNonce()
-				hdr = sig.appendAuth(hdr[:0], "POST", Path, now.UnixMilli(), &nonce, body)
-				a, _, err := sig.verify(hdr, "POST", Path, body, now, DefaultWindow)
+				hdr = sig.appendAuth(hdr[:0], "POST", Path, "", now.UnixMilli(), &nonce, body)
+				a, _, err := sig.verify(hdr, "POST", Path, "", body, now, DefaultWindow)
 				if added++; added == DefaultMaxNonces { // a full window's worth: start afresh
 					nonces, added = newNonceCache(DefaultWindow, DefaultMaxNonces), 0
 				}

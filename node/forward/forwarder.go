@@ -50,6 +50,11 @@ type Config struct {
 	// request is signed with it and every reply must be (see the package
 	// doc). Empty sends unsigned requests.
 	ClusterKey []byte
+	// Self is this node's member name, sent (and signed) as the sender of
+	// every request: owners bound its refunds by what they lent to that
+	// name. At most MaxMemberLen bytes. Empty sends none (owners then
+	// account by the connection's IP address).
+	Self string
 	// MaxConnsPerPeer bounds the requests in flight to one peer. Zero
 	// means 4.
 	MaxConnsPerPeer int
@@ -103,6 +108,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("forward: backoff: must be ≥ 0, got %s", c.Backoff)
 	case c.MaxConnsPerPeer < 0:
 		return fmt.Errorf("forward: max_conns_per_peer: must be ≥ 0, got %d", c.MaxConnsPerPeer)
+	case len(c.Self) > MaxMemberLen:
+		return fmt.Errorf("forward: self: longer than %d bytes", MaxMemberLen)
 	case c.QueueLen < 0:
 		return fmt.Errorf("forward: queue_len: must be ≥ 0, got %d", c.QueueLen)
 	}
@@ -316,6 +323,7 @@ func (f *Forwarder) RemovePeer(addr string) {
 	f.mu.Unlock()
 	if ok {
 		p.close()
+		dropPeerMetrics(addr)
 	}
 }
 
@@ -652,8 +660,11 @@ func (p *peer) send(b *batch) {
 	var nonce [NonceLen]byte
 	if p.f.sig != nil {
 		nonce = newNonce()
-		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, time.Now().UnixMilli(), &nonce, b.body)
+		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, time.Now().UnixMilli(), &nonce, b.body)
 		req.Header.SetBytesV(AuthHeader, b.auth)
+	}
+	if p.f.cfg.Self != "" {
+		req.Header.Set(FromHeader, p.f.cfg.Self)
 	}
 	req.SetBodyRaw(b.body)
 

@@ -102,18 +102,18 @@ func FuzzVerify(f *testing.F) {
 	refund, _ := AppendBatch(nil, []Item{{Op: OpRefund, Rule: "day", Key: "victim", Hits: 600}})
 	for _, b := range [][]byte{nil, body, refund} {
 		n := [NonceLen]byte{1, 2, 3}
-		f.Add(sig.appendAuth(nil, "POST", Path, now.UnixMilli(), &n, b), b, uint(0), byte(0))
-		f.Add(sig.appendAuth(nil, "POST", Path, now.UnixMilli(), &n, b), b, uint(len(b)/2), byte(1))
+		f.Add(sig.appendAuth(nil, "POST", Path, "", now.UnixMilli(), &n, b), b, uint(0), byte(0))
+		f.Add(sig.appendAuth(nil, "POST", Path, "", now.UnixMilli(), &n, b), b, uint(len(b)/2), byte(1))
 	}
 	f.Add([]byte("1795000000000.00000000000000000000000000000000.0000000000000000000000000000000000000000000000000000000000000000"), body, uint(3), byte(0x80))
 	f.Add([]byte("not a signature"), []byte{}, uint(0), byte(0))
 	f.Fuzz(func(t *testing.T, hdr, body []byte, pos uint, x byte) {
 		// Arbitrary input: never a panic, and never accepted unless it is
 		// exactly what the key signs.
-		a, _, err := sig.verify(hdr, "POST", Path, body, now, DefaultWindow)
+		a, _, err := sig.verify(hdr, "POST", Path, "", body, now, DefaultWindow)
 		if err == nil {
 			var mac [32]byte
-			if !bytes.Equal(sig.requestMAC(mac[:0], "POST", Path, a.ts, &a.nonce, body), a.mac[:]) {
+			if !bytes.Equal(sig.requestMAC(mac[:0], "POST", Path, "", a.ts, &a.nonce, body), a.mac[:]) {
 				t.Fatal("accepted a request whose MAC does not match")
 			}
 		} else if !errors.Is(err, ErrAuth) {
@@ -121,8 +121,8 @@ func FuzzVerify(f *testing.F) {
 		}
 		// Sign body, then modify it: refused.
 		n := newNonce()
-		good := sig.appendAuth(nil, "POST", Path, now.UnixMilli(), &n, body)
-		if _, _, err := sig.verify(good, "POST", Path, body, now, DefaultWindow); err != nil {
+		good := sig.appendAuth(nil, "POST", Path, "", now.UnixMilli(), &n, body)
+		if _, _, err := sig.verify(good, "POST", Path, "", body, now, DefaultWindow); err != nil {
 			t.Fatalf("a correctly signed request is refused: %v", err)
 		}
 		mod := append([]byte(nil), body...)
@@ -131,20 +131,20 @@ func FuzzVerify(f *testing.F) {
 		} else {
 			mod = append(mod, x) // or a byte more
 		}
-		if _, _, err := sig.verify(good, "POST", Path, mod, now, DefaultWindow); !errors.Is(err, errSignature) {
+		if _, _, err := sig.verify(good, "POST", Path, "", mod, now, DefaultWindow); !errors.Is(err, errSignature) {
 			t.Fatalf("a modified body is not refused: %v", err)
 		}
 		if len(body) > 0 {
-			if _, _, err := sig.verify(good, "POST", Path, body[:len(body)-1], now, DefaultWindow); !errors.Is(err, errSignature) {
+			if _, _, err := sig.verify(good, "POST", Path, "", body[:len(body)-1], now, DefaultWindow); !errors.Is(err, errSignature) {
 				t.Fatalf("a truncated body is not refused: %v", err)
 			}
 		}
-		if _, _, err := sig.verify(good, "POST", Path+"x", body, now, DefaultWindow); !errors.Is(err, errSignature) {
+		if _, _, err := sig.verify(good, "POST", Path+"x", "", body, now, DefaultWindow); !errors.Is(err, errSignature) {
 			t.Fatalf("another path is not refused: %v", err)
 		}
 		hmod := append([]byte(nil), good...)
 		hmod[pos%uint(len(hmod))] ^= x | 1
-		if _, _, err := sig.verify(hmod, "POST", Path, body, now, DefaultWindow); err == nil {
+		if _, _, err := sig.verify(hmod, "POST", Path, "", body, now, DefaultWindow); err == nil {
 			t.Fatalf("a modified header %q is accepted", hmod)
 		}
 	})
@@ -159,7 +159,7 @@ func FuzzHandler(f *testing.F) {
 	open := NewHandler(HandlerConfig{}, &echoDecider{})
 	body, _ := AppendBatch(nil, []Item{{Op: OpCheck, Rule: "per-key", Key: "user-42", Hits: 1}, {Op: OpRefund, Rule: "r", Key: "k", Hits: 3}})
 	n := [NonceLen]byte{}
-	f.Add(newSigner([]byte("another key 0123")).appendAuth(nil, "POST", Path, time.Now().UnixMilli(), &n, body), body)
+	f.Add(newSigner([]byte("another key 0123")).appendAuth(nil, "POST", Path, "", time.Now().UnixMilli(), &n, body), body)
 	f.Add([]byte{}, body)
 	f.Add([]byte("1.2.3"), []byte{Version, 1, 1, 1, 'r', 1, 'k', 1})
 	f.Add([]byte{}, []byte{Version, 0xff, 0xff, 0xff, 0xff, 0x0f})

@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/node/api"
+
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -43,6 +45,14 @@ type HandlerConfig struct {
 	MaxNonces int
 	// MaxItems bounds the items of one batch. Zero means MaxItems (4096).
 	MaxItems int
+	// RefundWindow is how long this node remembers what it lent a peer
+	// for an allowed check (see DefaultRefundWindow): a refund from that
+	// peer gives back at most what it was lent for that rule and key in
+	// the last one to two windows. Zero means DefaultRefundWindow (10s).
+	RefundWindow time.Duration
+	// MaxLoans bounds the remembered loans per RefundWindow. Zero means
+	// DefaultMaxLoans.
+	MaxLoans int
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// Logger receives the (rate-limited) clock-skew warnings. Nil means
@@ -57,14 +67,23 @@ const skewLogEvery = 10 * time.Second
 type handlerState struct {
 	items   []Item
 	results []Result
-	out     []byte
-	raw     [sha256.Size]byte // the reply's MAC
-	mac     []byte            // hex of raw
+	// sub and subRes are the items passed to the Decider when some are
+	// answered without it (invalid, or refunds beyond what was lent), and
+	// idx their indexes in items.
+	sub    []Item
+	subRes []Result
+	idx    []int
+	out    []byte
+	raw    [sha256.Size]byte // the reply's MAC
+	mac    []byte            // hex of raw
 }
 
 // NewHandler returns the handler of POST /internal/v1/batch: it checks the
 // request's signature, decodes the batch, has d decide it and writes the
-// reply (signed too). It answers 405 to other methods, 401 to a missing,
+// reply (signed too). Items whose rule or key the public API would refuse
+// (see [validItem]) and refunds beyond what this node lent the sender for
+// that rule and key are answered with an error without reaching d (a
+// refund partly covered is cut down to what was lent). It answers 405 to other methods, 401 to a missing,
 // wrong, stale or replayed signature, 503 when the nonce cache is full,
 // 413 to a body over MaxBodyBytes or MaxItems, and 400 with a message
 // naming the item and field to a malformed body. It does not look at the
@@ -93,6 +112,15 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		log = slog.Default()
 	}
 	nonces := newNonceCache(window, maxNonces)
+	refundWindow := cfg.RefundWindow
+	if refundWindow <= 0 {
+		refundWindow = DefaultRefundWindow
+	}
+	maxLoans := cfg.MaxLoans
+	if maxLoans <= 0 {
+		maxLoans = DefaultMaxLoans
+	}
+	lent := newLoans(refundWindow, maxLoans)
 	var lastSkewLog atomic.Int64 // Unix nanoseconds of the last warning
 	pool := sync.Pool{New: func() any { return new(handlerState) }}
 	return func(ctx *fasthttp.RequestCtx) {
@@ -113,7 +141,8 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			t := now()
 			var skew time.Duration
 			var err error
-			auth, skew, err = sig.verify(ctx.Request.Header.Peek(AuthHeader), b2s(ctx.Method()), b2s(ctx.Path()), body, t, window)
+			auth, skew, err = sig.verify(ctx.Request.Header.Peek(AuthHeader), b2s(ctx.Method()), b2s(ctx.Path()),
+				b2s(ctx.Request.Header.Peek(FromHeader)), body, t, window)
 			if err == nil {
 				err = nonces.add(&auth.nonce, t)
 			}
@@ -156,7 +185,11 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		}
 		st.results = grow(st.results, len(st.items))
 		clear(st.results)
-		plans := d.DecideBatch(st.items, st.results)
+		peer := b2s(ctx.Request.Header.Peek(FromHeader))
+		if peer == "" || len(peer) > MaxMemberLen {
+			peer = string(ctx.RemoteIP().To16()) // unsigned: account by address
+		}
+		plans := st.decide(d, lent, peer, now())
 		st.out, err = AppendReply(st.out[:0], st.results, plans)
 		if err != nil {
 			// The plans are out of bounds: answer the items anyway.
@@ -179,3 +212,84 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 
 // b2s views b as a string (valid while b is).
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// errRefundOverLent answers a refund of hits this node did not lend the
+// sender (for that rule and key, in the last RefundWindow).
+const errRefundOverLent = "refund: more than this node lent to the peer for this rule and key"
+
+// validItem says what is wrong with an item's rule or key by the public
+// API's rules (api.ValidName, api.ValidKey: no control characters such as
+// newlines or NUL, valid UTF-8), or "" when it is valid. The wire format
+// bounds lengths already.
+func validItem(it *Item) string {
+	switch {
+	case !api.ValidName(it.Rule):
+		return "rule: may hold only A-Z a-z 0-9 _ . -"
+	case !api.ValidKey(it.Key):
+		return "key: must be valid UTF-8 without control characters"
+	}
+	return ""
+}
+
+// decide answers st.items: it validates them and bounds refunds by what
+// lent remembers for peer, has d decide the rest, and records what the
+// allowed checks charged as lent to peer.
+func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Time) []shard.Plan {
+	items, results := st.items, st.results
+	skip := 0
+	lent.mu.Lock()
+	for i := range items {
+		it, res := &items[i], &results[i]
+		if msg := validItem(it); msg != "" {
+			res.Error = msg
+			skip++
+			refusedItems[refuseInvalid].Inc()
+			continue
+		}
+		if it.Op != OpRefund || it.Hits == 0 {
+			continue
+		}
+		got := lent.take(loanKey{peer, it.Rule, it.Key}, it.Hits, now)
+		if got < it.Hits {
+			refusedItems[refuseRefund].Inc()
+			refusedRefundHits.Add(int(it.Hits - got))
+		}
+		if got == 0 {
+			res.Error = errRefundOverLent
+			skip++
+			continue
+		}
+		it.Hits = got
+	}
+	lent.mu.Unlock()
+
+	var plans []shard.Plan
+	if skip == 0 {
+		plans = d.DecideBatch(items, results)
+	} else if skip < len(items) {
+		st.sub, st.subRes, st.idx = st.sub[:0], grow(st.subRes, len(items)-skip), st.idx[:0]
+		for i := range items {
+			if results[i].Error == "" {
+				st.sub = append(st.sub, items[i])
+				st.idx = append(st.idx, i)
+			}
+		}
+		clear(st.subRes)
+		plans = d.DecideBatch(st.sub, st.subRes)
+		for j, i := range st.idx {
+			results[i] = st.subRes[j]
+		}
+		clear(st.sub)
+		clear(st.subRes)
+	}
+
+	lent.mu.Lock()
+	for i := range items {
+		it, res := &items[i], &results[i]
+		if it.Op == OpCheck && it.Hits > 0 && res.Allowed && res.Error == "" {
+			lent.lend(loanKey{peer, it.Rule, it.Key}, it.Hits, now)
+		}
+	}
+	lent.mu.Unlock()
+	return plans
+}

@@ -24,6 +24,23 @@ var (
 	}
 )
 
+// Items a handler answers with an error without deciding them, by reason,
+// and the hits of refunds beyond what was lent (refused).
+var (
+	refusedItems = [numRefuses]*metrics.Counter{
+		refuseInvalid: metrics.NewCounter(`sluice_forward_refused_items_total{reason="invalid"}`),
+		refuseRefund:  metrics.NewCounter(`sluice_forward_refused_items_total{reason="refund_over_lent"}`),
+	}
+	refusedRefundHits = metrics.NewCounter(`sluice_forward_refused_refund_hits_total`)
+)
+
+// Reasons a handler refuses an item.
+const (
+	refuseInvalid = iota // a rule or key the public API refuses
+	refuseRefund         // a refund (partly) beyond what was lent
+	numRefuses
+)
+
 // Reasons a handler refuses a request.
 const (
 	rejectMethod = iota
@@ -46,13 +63,31 @@ type peerMetrics struct {
 	unavailable *metrics.Counter // items answered with ErrPeerUnavailable
 }
 
+// peerMetricNames are the per-peer metrics' names, without labels.
+var peerMetricNames = [...]string{
+	`sluice_forward_items_total`,
+	`sluice_forward_requests_total`,
+	`sluice_forward_failed_requests_total`,
+	`sluice_forward_unavailable_items_total`,
+}
+
 func newPeerMetrics(addr string) peerMetrics {
 	l := `{peer="` + labelSafe(addr) + `"}`
 	return peerMetrics{
-		items:       metrics.GetOrCreateCounter(`sluice_forward_items_total` + l),
-		requests:    metrics.GetOrCreateCounter(`sluice_forward_requests_total` + l),
-		failures:    metrics.GetOrCreateCounter(`sluice_forward_failed_requests_total` + l),
-		unavailable: metrics.GetOrCreateCounter(`sluice_forward_unavailable_items_total` + l),
+		items:       metrics.GetOrCreateCounter(peerMetricNames[0] + l),
+		requests:    metrics.GetOrCreateCounter(peerMetricNames[1] + l),
+		failures:    metrics.GetOrCreateCounter(peerMetricNames[2] + l),
+		unavailable: metrics.GetOrCreateCounter(peerMetricNames[3] + l),
+	}
+}
+
+// dropPeerMetrics unregisters addr's per-peer series, so that peers that
+// come and go (pod churn) do not grow /metrics forever. A peer that comes
+// back starts its counters from zero, which rate() handles as a reset.
+func dropPeerMetrics(addr string) {
+	l := `{peer="` + labelSafe(addr) + `"}`
+	for _, n := range peerMetricNames {
+		metrics.UnregisterMetric(n + l)
 	}
 }
 

@@ -33,13 +33,7 @@ import (
 func TestE2EDashboard(t *testing.T) {
 	chrome := chromiumPath(t)
 	root := repoRoot(t)
-	out := os.Getenv("E2E_OUT")
-	if out == "" {
-		out = filepath.Join(root, "bench", "results", "tmp-e2e")
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	out := outDir(t, root)
 
 	const token = "e2e-dashboard-token"
 	node := startSluiced(t, root, token)
@@ -194,6 +188,20 @@ func TestE2EDashboard(t *testing.T) {
 	for _, m := range console.errors() {
 		t.Errorf("browser console: %s", m)
 	}
+}
+
+// outDir is where screenshots go: $E2E_OUT, by default
+// bench/results/tmp-e2e/ (ignored by git).
+func outDir(t *testing.T, root string) string {
+	t.Helper()
+	out := os.Getenv("E2E_OUT")
+	if out == "" {
+		out = filepath.Join(root, "bench", "results", "tmp-e2e")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // save writes a screenshot into out and logs its path.
@@ -370,32 +378,53 @@ const e2eRules = `rules:
 
 // sluiced is a running sluiced process.
 type sluiced struct {
-	base   string
+	base   string // http://addr
+	addr   string
 	client *http.Client
 }
 
-// startSluiced builds sluiced and starts it on a free loopback port with
-// the admin token and a data dir (rules written through the admin API),
-// and writes e2eRules through the API; it is stopped (SIGTERM) at the
-// test's end.
-func startSluiced(t *testing.T, root, token string) *sluiced {
+// buildSluiced builds ./cmd/sluiced into a temporary directory.
+func buildSluiced(t *testing.T, root string) string {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "sluiced")
+	bin := filepath.Join(t.TempDir(), "sluiced")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/sluiced")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/sluiced: %v\n%s", err, out)
 	}
-	data := filepath.Join(dir, "data")
+	return bin
+}
+
+// freeAddr returns a loopback address with a free TCP port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "-listen", addr, "-data-dir", data, "-admin-token", token, "-log-level", "warn")
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startSluiced builds sluiced and starts it on a free loopback port with
+// the admin token and a data dir (rules written through the admin API),
+// and writes e2eRules through the API.
+func startSluiced(t *testing.T, root, token string) *sluiced {
+	t.Helper()
+	s := launch(t, buildSluiced(t, root), token, "-data-dir", filepath.Join(t.TempDir(), "data"))
+	s.putRules(t, token, e2eRules)
+	return s
+}
+
+// launch starts bin on a free loopback port with the admin token and
+// args, and waits until it is ready (/readyz: rules loaded and, in a
+// cluster, joined). It is stopped (SIGTERM) at the test's end.
+func launch(t *testing.T, bin, token string, args ...string) *sluiced {
+	t.Helper()
+	addr := freeAddr(t)
+	var logs syncBuffer
+	args = append([]string{"-listen", addr, "-admin-token", token, "-log-level", "warn"}, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -411,10 +440,10 @@ func startSluiced(t *testing.T, root, token string) *sluiced {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("sluiced's log:\n%s", logs.String())
+			t.Logf("log of sluiced %v:\n%s", args, logs.String())
 		}
 	})
-	s := &sluiced{base: "http://" + addr, client: &http.Client{Timeout: 10 * time.Second}}
+	s := &sluiced{base: "http://" + addr, addr: addr, client: &http.Client{Timeout: 10 * time.Second}}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
@@ -426,7 +455,6 @@ func startSluiced(t *testing.T, root, token string) *sluiced {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				s.putRules(t, token, e2eRules)
 				return s
 			}
 		}
@@ -435,6 +463,24 @@ func startSluiced(t *testing.T, root, token string) *sluiced {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's two writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // check sends one check and returns its status.
@@ -452,6 +498,14 @@ func (s *sluiced) check(t *testing.T, rule, key string) int {
 // checks sends n checks of rule over keys keys, as one batch.
 func (s *sluiced) checks(t *testing.T, rule string, n, keys int) {
 	t.Helper()
+	if err := s.batch(rule, "k", n, keys); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// batch sends n checks of rule over keys keys named prefix0, prefix1...,
+// as one batch.
+func (s *sluiced) batch(rule, prefix string, n, keys int) error {
 	type check struct {
 		Rule string `json:"rule"`
 		Key  string `json:"key"`
@@ -460,18 +514,19 @@ func (s *sluiced) checks(t *testing.T, rule string, n, keys int) {
 		Checks []check `json:"checks"`
 	}
 	for i := range n {
-		body.Checks = append(body.Checks, check{rule, fmt.Sprintf("k%d", i%keys)})
+		body.Checks = append(body.Checks, check{rule, fmt.Sprintf("%s%d", prefix, i%keys)})
 	}
 	b, _ := json.Marshal(body)
 	resp, err := s.client.Post(s.base+"/v1/checks", "application/json", bytes.NewReader(b))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("POST /v1/checks: %d", resp.StatusCode)
+		return fmt.Errorf("POST /v1/checks: %d", resp.StatusCode)
 	}
+	return nil
 }
 
 // putRules replaces the node's rules with the rule file yml.
@@ -488,5 +543,111 @@ func (s *sluiced) putRules(t *testing.T, token, yml string) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("PUT /v1/rules: %d %s", resp.StatusCode, b)
+	}
+}
+
+const clusterRules = `rules:
+  - name: api
+    algorithm: token_bucket
+    limit: 1000000
+    period: 1s
+    hot: {threshold: 50, split: 0}
+  - name: demo
+    algorithm: fixed_window
+    limit: 5
+    period: 1h
+`
+
+// TestE2EDashboardCluster opens the dashboard of one node of a real
+// three-node cluster (memberlist on loopback, a cluster key, the rules
+// from a file): it shows the three members alive with each one's Store
+// state (the node asked its peers for their figures with the caller's
+// token), the decisions of the whole cluster, the rules read-only (their
+// source is a file), and a key made hot by traffic in the hot keys and
+// splits. The screenshot is dashboard-cluster.png.
+func TestE2EDashboardCluster(t *testing.T) {
+	chrome := chromiumPath(t)
+	root := repoRoot(t)
+	out := outDir(t, root)
+	bin := buildSluiced(t, root)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte(clusterRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const token = "e2e-cluster-token"
+	const key = "MDEyMzQ1Njc4OWFiY2RlZg==" // 16 bytes, base64
+	seed := freeAddr(t)
+	common := []string{"-rules", rules, "-cluster-key", key}
+	var nodes []*sluiced
+	for i, name := range []string{"n1", "n2", "n3"} {
+		args := append([]string{"-node-name", name}, common...)
+		if i == 0 {
+			args = append(args, "-gossip", seed)
+		} else {
+			args = append(args, "-gossip", freeAddr(t), "-join", seed)
+		}
+		nodes = append(nodes, launch(t, bin, token, args...))
+	}
+
+	// Denials on every node, counted by the node that answered each.
+	for _, n := range nodes {
+		for range 7 {
+			n.check(t, "demo", "shared")
+		}
+	}
+
+	// One key far above its rule's hot threshold (50 checks/s), sent to
+	// every node until the test ends (bounded in count).
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 600 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = nodes[i%len(nodes)].batch("api", "hot-tenant-", 200, 1)
+			time.Sleep(20 * time.Millisecond) // pacing: about 10k checks/s, not a wait for a result
+		}
+	}()
+	t.Cleanup(func() { close(stop); wg.Wait() })
+
+	ctx := newBrowser(t, chrome)
+	console := watchConsole(t, ctx)
+	step(t, ctx, "open n1's dashboard with the token",
+		chromedp.EmulateViewport(1280, 800),
+		chromedp.Navigate(nodes[0].base+"/ui/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.ID("app")),
+	)
+	poll(t, ctx, "three members alive, each with its Store state",
+		`document.querySelectorAll('#members tbody tr').length === 3 && `+
+			`Array.from(document.querySelectorAll('#members tbody tr')).every((tr) => tr.textContent.includes('alive') && tr.textContent.includes('closed'))`)
+	poll(t, ctx, "the cluster's denials of demo (3 nodes × 2)",
+		`(() => { const r = document.querySelector('tr.rule-row[data-rule="demo"] .spark rect.denied'); return r !== null && Number(document.getElementById('total-denied').textContent) >= 6; })()`)
+	poll(t, ctx, "rules read-only (from a file)",
+		`!document.getElementById('rules-note').hidden && document.querySelector('button[data-edit]') === null`)
+	poll(t, ctx, "the hot key split",
+		`Array.from(document.querySelectorAll('#hotkeys tr')).some((tr) => tr.querySelector('td.key') && `+
+			`tr.querySelector('td.key').textContent === 'api:hot-tenant-0' && ['n1', 'n2', 'n3'].every((n) => tr.textContent.includes(n)))`)
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{}) // for the cleanup's close
+
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.scrollTo(0, 0)`)); err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	save(t, out, "dashboard-cluster.png", shot)
+	for _, m := range console.errors() {
+		t.Errorf("browser console: %s", m)
 	}
 }

@@ -377,6 +377,7 @@
     box.replaceChildren(
       el('div', { class: 'breaker', id: 'breaker' }, el('i', { class: 'dot ' + cls }), 'Breaker ' + st.breaker,
         el('span', { class: 'muted', text: words[st.breaker] || '' })),
+      el('h3', { text: 'This node' }),
       el('div', { class: 'kv' },
         el('span', { text: 'Active keys' }), el('span', { text: fmt(st.active_keys) }),
         el('span', { text: 'Checks that waited for the Store' }), el('span', { text: fmt(st.store_decisions) }),
@@ -401,7 +402,7 @@
       if (n && n.ok && n.store) store = n.store.breaker;
       else if (n && !n.ok) store = 'no answer';
       return el('tr', null,
-        el('td', null, x.name, x.name === m.self ? el('span', { class: 'muted', text: ' (here)' }) : null),
+        el('td', { class: 'nowrap' }, x.name, x.name === m.self ? el('span', { class: 'muted', text: ' (here)' }) : null),
         el('td', { class: 'key', text: x.http_addr || '–' }),
         el('td', null, el('span', { class: 'state' }, el('i', { class: 'dot ' + cls }), x.state)),
         el('td', { text: store, title: n && n.error ? n.error : null }),

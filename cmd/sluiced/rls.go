@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/sluicehq/sluice/node/rls"
+)
+
+// rlsDaemon is the Envoy rate limit service of a daemon (-rls-listen):
+// the gRPC server, its listener and the reloader of -rls-config.
+type rlsDaemon struct {
+	srv    *rls.Server
+	ln     net.Listener
+	rl     *rls.Reloader // nil without -rls-config
+	served chan error
+}
+
+// startRLS starts the Envoy rate limit service when -rls-listen is set:
+// the configuration must load, or the daemon does not start.
+func (d *daemon) startRLS(o options) error {
+	if o.rlsListen == "" {
+		if o.rlsConfig != "" {
+			return fmt.Errorf("-rls-config (SLUICE_RLS_CONFIG) needs -rls-listen (SLUICE_RLS_LISTEN)")
+		}
+		return nil
+	}
+	srv := rls.NewServer(rls.ServerConfig{
+		Engine:          d.node,
+		Metrics:         d.node.MetricsSet(),
+		Logger:          d.log,
+		ResponseHeaders: o.rlsHeaders,
+	})
+	r := &rlsDaemon{srv: srv, served: make(chan error, 1)}
+	if o.rlsConfig != "" {
+		r.rl = rls.NewReloader(srv, o.rlsConfig)
+		if err := r.rl.Load(); err != nil {
+			return fmt.Errorf("cannot load the rate limit configuration: %w", err)
+		}
+	} else {
+		d.log.Warn("-rls-listen without -rls-config: every rate limit call is answered UNAVAILABLE")
+	}
+	ln, err := net.Listen("tcp", o.rlsListen)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s (-rls-listen): %w", o.rlsListen, err)
+	}
+	r.ln = ln
+	d.rls = r
+	d.log.Info("envoy rate limit service listening", "addr", ln.Addr().String(), "config", o.rlsConfig)
+	go func() { r.served <- srv.Serve(ln) }()
+	return nil
+}
+
+// loop reloads -rls-config every poll when its files changed, until ctx
+// ends.
+func (r *rlsDaemon) loop(ctx context.Context, poll time.Duration) {
+	if r == nil || r.rl == nil {
+		return
+	}
+	r.rl.Run(ctx, poll)
+}
+
+// stop stops the gRPC server, letting calls in flight finish within
+// shutdownTimeout.
+func (r *rlsDaemon) stop() {
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	r.srv.Close(ctx)
+	<-r.served
+}

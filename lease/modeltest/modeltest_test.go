@@ -1,0 +1,123 @@
+package modeltest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// The harness must fail on a broken Store: each mutant below breaks one
+// side of the contract, and Run must report it, shrunk, with its replay
+// command. (The real Managers and Stores are tested by lease and lua's
+// TestModel.)
+
+// capture is a testing.TB that records Errorf instead of failing.
+type capture struct {
+	*testing.T
+	mu   sync.Mutex
+	errs []string
+}
+
+func (c *capture) Errorf(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func harness(wrap func(lease.Store) lease.Store) Harness {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return Harness{
+		NewStore: func(testing.TB) lease.Store {
+			return wrap(lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1}))
+		},
+		Now: clk.Now, Advance: clk.Advance, Package: "./lease/modeltest/",
+	}
+}
+
+// overGrant grants one token more than the Store did whenever the caller
+// wanted more: tokens made up.
+type overGrant struct{ lease.Store }
+
+func (s overGrant) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	g, err := s.Store.Lease(ctx, key, p, want, need, to)
+	if err == nil && g.Granted > 0 && g.Granted < want {
+		g.Granted++
+	}
+	return g, err
+}
+
+// stingy denies every lease that needs more than half of what is left.
+type stingy struct{ lease.Store }
+
+func (s stingy) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	if need > 1 {
+		peek, err := s.Store.Lease(ctx, key, p, 0, 0, lease.Lessee{})
+		if err == nil && need > peek.Remaining/2 {
+			return lease.Grant{Remaining: peek.Remaining, Wait: time.Second, Reset: peek.Reset}, nil
+		}
+	}
+	return s.Store.Lease(ctx, key, p, want, need, to)
+}
+
+// lenientLog admits a sliding_log check one over the limit.
+type lenientLog struct{ lease.Store }
+
+func (s lenientLog) Log(ctx context.Context, key string, p lease.Policy, hits int64) (lease.Result, error) {
+	p.Limit++
+	return s.Store.Log(ctx, key, p, hits)
+}
+
+func TestHarnessFailsOnBrokenStores(t *testing.T) {
+	cases := []struct {
+		name  string
+		wrap  func(lease.Store) lease.Store
+		algs  []lease.Algorithm
+		safe  bool
+		wants string
+	}{
+		{"over-grant", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.TokenBucket}, true, "more than burst"},
+		{"over-grant/window", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.FixedWindow}, true, "more than the limit"},
+		{"stingy", func(s lease.Store) lease.Store { return stingy{s} }, []lease.Algorithm{lease.GCRA}, false, "denial unjustified"},
+		{"lenient-log", func(s lease.Store) lease.Store { return lenientLog{s} }, []lease.Algorithm{lease.SlidingLog}, true, "over the limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ct := &capture{T: t}
+			Run(ct, harness(c.wrap), Options{Seeds: 30, Steps: 150, Holders: 1, Algorithms: c.algs, SafetyOnly: c.safe})
+			if len(ct.errs) != 1 {
+				t.Fatalf("Run reported %d failures on a broken Store, want 1", len(ct.errs))
+			}
+			msg := ct.errs[0]
+			for _, want := range []string{c.wants, "minimal reproduction", "FAILS at op", "replay: SLUICE_MODEL_SEED="} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("the report lacks %q:\n%s", want, msg)
+				}
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("report:\n%s", msg)
+			}
+		})
+	}
+}

@@ -1,0 +1,98 @@
+// Package rls is Sluice's Envoy rate limit service: a gRPC server of
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (the API of
+// envoyproxy/ratelimit, served with google.golang.org/grpc and the types
+// of go-control-plane) and the loader of envoyproxy/ratelimit's YAML
+// configuration, read unchanged. It owns the configuration (parsing,
+// validation, matching a request's descriptors to limits), the call
+// (statuses, headers, metrics) and the reload of the files; decisions are
+// the node's (see Engine): the same rules, leases and cluster routing as
+// HTTP checks.
+//
+// # Configuration
+//
+// A file, or every *.yaml/*.yml file of a directory (one domain per file;
+// a domain in two files is refused):
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: message_type
+//	    value: marketing
+//	    descriptors:
+//	      - key: to_number            # no value: each number counted apart
+//	        rate_limit: {unit: day, requests_per_unit: 5}
+//	  - key: to_number
+//	    rate_limit:
+//	      unit: day                   # second minute hour day week month(30d) year(365d)
+//	      requests_per_unit: 100      # 0 denies every request
+//	      name: per-number            # for replaces
+//	      replaces: [{name: other}]   # a matched limit named "other" is dropped
+//	      unlimited: false            # true: always OK, limit_remaining 2^32-1
+//	      algorithm: fixed_window     # Sluice extension: sliding_window, token_bucket, gcra, sliding_log
+//	    shadow_mode: false            # count, but always answer OK
+//	    detailed_metric: false        # metrics per value of a key-only descriptor
+//
+// Matching follows envoyproxy/ratelimit: a request descriptor's entries
+// walk down the tree, at each level the exact key and value first, then a
+// value ending in '*' as a prefix, then the key alone; only the descriptor
+// reached by the last entry applies (a descriptor with a limit but more
+// request entries than levels does not match). Each configured limit that
+// counts is a Sluice rule (fixed_window by default: envoy's windows are
+// aligned on the Unix epoch, as Sluice's), named "rls." plus a readable
+// part of the domain and path and a hash (see the metric
+// sluice_checks_total{rule}); its counter key is the request entries'
+// values, so a key-only descriptor counts each value apart.
+//
+// Invalid configurations are refused whole with a [*ConfigError] naming the
+// file, line, domain, descriptor path and field; a reload that fails keeps
+// the last good configuration.
+//
+// # Calls
+//
+// Statuses come back in descriptor order with current_limit (with its
+// name), limit_remaining and duration_until_reset; overall_code is
+// OVER_LIMIT when any non-shadow status is. A descriptor without a
+// configured limit, or whose limit is replaced, is OK without
+// current_limit. Hits are the request's hits_addend (0 means 1), or the
+// descriptor's own hits_addend when set (0 peeks). With
+// ServerConfig.ResponseHeaders, response_headers_to_add carries the
+// headers of the status with the least remaining: RateLimit-Limit,
+// RateLimit-Remaining, RateLimit-Reset (envoyproxy/ratelimit's names) and
+// RateLimit-Policy, RateLimit (draft-ietf-httpapi-ratelimit-headers, as
+// Sluice's HTTP answers).
+//
+// Charging, chosen to give the codes envoyproxy/ratelimit gives for fixed
+// windows: envoyproxy/ratelimit adds every descriptor's hits to its
+// counter, whether or not that descriptor or another one is over limit.
+// So each descriptor is decided on its own (a denied descriptor does not
+// refund the others, unlike a multi-rule HTTP check), and a denied
+// descriptor whose window still had some room (a hits_addend larger than
+// what was left) takes what was left, so that later requests in the window
+// are denied as envoy's over-full counter denies them. Hits of a denied
+// request beyond the limit are not recorded (Sluice never stores more than
+// the limit); for fixed windows the codes are the same.
+//
+// Bad requests (no domain, no descriptors, an entry without a key, more
+// than MaxDescriptors descriptors or MaxEntries entries, oversized keys,
+// values or hits_addend) are answered INVALID_ARGUMENT with a message
+// naming the field; the server never panics on input. Messages are
+// bounded to 256 KiB.
+//
+// Not supported: the per-request limit override of a descriptor (its
+// limit field is ignored), envoyproxy/ratelimit's global shadow mode,
+// MERGE_DOMAIN_CONFIG and the xDS configuration source.
+//
+// # Metrics
+//
+// Per domain and descriptor, like envoyproxy/ratelimit's statistics:
+// sluice_rls_total_hits, sluice_rls_over_limit, sluice_rls_near_limit and
+// sluice_rls_shadow_mode, labelled {domain, descriptor} (descriptor is
+// envoy's KEY_VALUE path; with detailed_metric the request's values, for at
+// most 10000 series). Plus sluice_rls_config_loads_total and
+// sluice_rls_config_errors_total. The server also serves the gRPC health
+// service (grpc.health.v1), SERVING once a configuration is loaded.
+//
+// # Concurrency
+//
+// A Server is safe for concurrent use; SetConfig swaps the configuration
+// atomically. A Config is immutable. A Reloader is used from one goroutine.
+package rls

@@ -1,0 +1,461 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/cespare/xxhash/v2"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// Engine is what the server needs from the node (node.Node implements it):
+// install the rules that count the configured limits next to the node's
+// own, and decide batches of requests through the node's rules, leases and
+// cluster routing (each descriptor is a request of its own: no
+// descriptor's denial refunds another's).
+type Engine interface {
+	SetRLSRules(s *rules.Set)
+	Decide(ctx context.Context, b *node.Batch)
+}
+
+// Bounds on requests: a request past them is answered INVALID_ARGUMENT.
+const (
+	MaxDomainLen      = 256
+	MaxDescriptors    = 64
+	MaxEntries        = 32
+	MaxEntryKeyLen    = 256
+	MaxEntryValueLen  = 4096
+	MaxHitsAddend     = 1 << 32
+	maxRecvMsgSize    = 256 << 10
+	maxDetailedSeries = 10000
+)
+
+// ServerConfig configures a Server. The zero value of each field means the
+// default in its comment.
+type ServerConfig struct {
+	// Engine decides; required.
+	Engine Engine
+	// Metrics receives the per-descriptor metrics. Nil means a new set
+	// (see Server.Metrics).
+	Metrics *metrics.Set
+	// Logger: nil means slog.Default().
+	Logger *slog.Logger
+	// ResponseHeaders adds the RateLimit headers of the most restrictive
+	// status to response_headers_to_add (envoyproxy/ratelimit's
+	// LIMIT_RESPONSE_HEADERS_ENABLED). False means none.
+	ResponseHeaders bool
+	// NearLimitRatio is the share of a limit past which hits count as
+	// near_limit. Zero means 0.8, envoyproxy/ratelimit's default.
+	NearLimitRatio float64
+	// Now is the clock for the durations of limits that never reach the
+	// engine (requests_per_unit 0). Nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the Envoy rate limit service. It is safe for concurrent use;
+// SetConfig may be called at any time (the configuration is swapped
+// atomically; calls in flight finish with the one they started with).
+type Server struct {
+	cfg    ServerConfig
+	log    *slog.Logger
+	conf   atomic.Pointer[Config]
+	grpc   *grpc.Server
+	health *health.Server
+	met    *statsSet
+	states sync.Pool // of *callState
+
+	closeOnce sync.Once
+}
+
+// NewServer returns a Server with no configuration: until SetConfig every
+// call is answered UNAVAILABLE and the health service says NOT_SERVING.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewSet()
+	}
+	if cfg.NearLimitRatio <= 0 || cfg.NearLimitRatio > 1 {
+		cfg.NearLimitRatio = 0.8
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, met: newStatsSet(cfg.Metrics)}
+	s.states.New = func() any { return &callState{} }
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize))
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	return s
+}
+
+// SetConfig installs c: its rules in the engine first, then c itself.
+func (s *Server) SetConfig(c *Config) {
+	s.cfg.Engine.SetRLSRules(c.Rules())
+	s.conf.Store(c)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Config returns the configuration in use, or nil.
+func (s *Server) Config() *Config { return s.conf.Load() }
+
+// Serve serves gRPC on ln until Close.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.grpc.Serve(ln)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Close stops serving: calls in flight may finish until ctx ends, then
+// connections are closed. It is idempotent.
+func (s *Server) Close(ctx context.Context) {
+	s.closeOnce.Do(func() {
+		s.health.Shutdown()
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpc.Stop()
+			<-done
+		}
+	})
+}
+
+// callState is the scratch space of one call, pooled.
+type callState struct {
+	limits  []*Limit
+	entries []*entry // the matched entry of each descriptor (for detailed stats)
+	hits    []int64
+	req     []int // per descriptor: its request in batch, -1 when none
+	batch   node.Batch
+	drain   node.Batch
+	key     []byte // appendKey's buffer
+}
+
+func (s *Server) getState(n int) *callState {
+	st := s.states.Get().(*callState)
+	st.limits = growClear(st.limits, n)
+	st.entries = growClear(st.entries, n)
+	st.hits = growClear(st.hits, n)
+	st.req = growClear(st.req, n)
+	st.batch.Reset()
+	st.drain.Reset()
+	return st
+}
+
+func (s *Server) putState(st *callState) {
+	st.batch.Reset()
+	st.drain.Reset()
+	s.states.Put(st)
+}
+
+func growClear[T any](v []T, n int) []T {
+	if cap(v) < n {
+		return make([]T, n)
+	}
+	v = v[:n]
+	clear(v)
+	return v
+}
+
+// ShouldRateLimit answers one request: a status per descriptor, in order,
+// and OVER_LIMIT overall when any descriptor is over its limit.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	c := s.conf.Load()
+	if c == nil {
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
+	}
+	top := c.domains[req.Domain]
+	ds := req.Descriptors
+	st := s.getState(len(ds))
+	defer s.putState(st)
+	reqHits := int64(req.HitsAddend)
+	if reqHits == 0 {
+		reqHits = 1
+	}
+
+	// Match each descriptor to its limit.
+	var replaced map[string]bool
+	for i, d := range ds {
+		e := match(top, d)
+		if e == nil || e.limit == nil {
+			continue
+		}
+		st.entries[i], st.limits[i] = e, e.limit
+		for _, r := range e.limit.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+		st.hits[i] = reqHits
+		if h := d.GetHitsAddend(); h != nil {
+			st.hits[i] = int64(h.GetValue())
+		}
+	}
+	// A limit named in another matched limit's replaces is not applied
+	// (and not charged).
+	for i, l := range st.limits {
+		if l != nil && l.Name != "" && replaced[l.Name] {
+			st.limits[i] = nil
+		}
+	}
+
+	// Decide the limits that count, each descriptor a request of its own.
+	for i, l := range st.limits {
+		st.req[i] = -1
+		if l == nil || l.Rule == "" {
+			continue
+		}
+		st.key = appendKey(st.key[:0], ds[i])
+		st.batch.Add(l.Rule, string(st.key), st.hits[i])
+		st.req[i] = st.batch.End()
+	}
+	if len(st.batch.Requests) > 0 {
+		s.cfg.Engine.Decide(ctx, &st.batch)
+		if err := s.drainDenied(ctx, st); err != nil {
+			return nil, err
+		}
+	}
+
+	// Statuses in descriptor order.
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	var tightest *rlsv3.RateLimitResponse_DescriptorStatus
+	for i := range ds {
+		l := st.limits[i]
+		ss := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = ss
+		if l == nil {
+			continue
+		}
+		stats := s.met.of(l, st.entries[i], ds[i])
+		hits := st.hits[i]
+		stats.totalHits.Add(int(hits))
+		if l.Unlimited {
+			ss.LimitRemaining = math.MaxUint32
+			continue
+		}
+		ss.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		var over bool
+		if l.Rule == "" { // requests_per_unit 0
+			over = hits > 0
+			ss.DurationUntilReset = durationpb.New(windowLeft(s.cfg.Now(), l.Period))
+		} else {
+			q := &st.batch.Requests[st.req[i]]
+			if q.Err != nil {
+				return nil, status.Error(codes.Internal, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
+			}
+			it := &st.batch.ItemsOf(st.req[i])[0]
+			d := &it.Decision
+			if d.Unavailable {
+				return nil, status.Error(codes.Unavailable, "the rate limit store is unavailable (descriptors["+strconv.Itoa(i)+"])")
+			}
+			over = !d.Allowed
+			if !over {
+				ss.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+				s.countNear(stats, l, d.Remaining, hits)
+			}
+			ss.DurationUntilReset = durationpb.New(d.Reset)
+		}
+		if over {
+			stats.overLimit.Add(int(hits))
+			if l.Shadow {
+				stats.shadowMode.Add(int(hits))
+			} else {
+				ss.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		if tightest == nil || ss.LimitRemaining < tightest.LimitRemaining {
+			tightest = ss
+		}
+	}
+	if s.cfg.ResponseHeaders && tightest != nil {
+		resp.ResponseHeadersToAdd = rateLimitHeaders(tightest)
+	}
+	return resp, nil
+}
+
+// drainDenied makes a denied descriptor count as envoyproxy/ratelimit
+// counts it. There, every hit is added to the window's counter, allowed or
+// not, so a request of 5 hits denied with 3 left leaves the window over its
+// limit: every later request in the window is denied. Sluice charges
+// nothing for a denial, so the 3 left are taken here; later requests are
+// then denied too, as with envoy (fixed windows).
+func (s *Server) drainDenied(ctx context.Context, st *callState) error {
+	for qi := range st.batch.Requests {
+		q := &st.batch.Requests[qi]
+		if q.Err != nil {
+			continue
+		}
+		it := &st.batch.ItemsOf(qi)[0]
+		if it.Decided && !it.Decision.Allowed && !it.Decision.Unavailable && it.Decision.Remaining > 0 && it.Hits > it.Decision.Remaining {
+			st.drain.Add(it.Rule, it.Key, it.Decision.Remaining)
+			st.drain.End()
+		}
+	}
+	if len(st.drain.Requests) > 0 {
+		s.cfg.Engine.Decide(ctx, &st.drain)
+	}
+	return nil
+}
+
+// countNear adds to near_limit the hits of an allowed check past the near
+// threshold, as envoyproxy/ratelimit does.
+func (s *Server) countNear(stats *descStats, l *Limit, remaining, hits int64) {
+	limit := int64(l.RequestsPerUnit)
+	after := limit - max(remaining, 0)
+	before := after - hits
+	near := int64(math.Floor(float64(limit) * s.cfg.NearLimitRatio))
+	if after > near {
+		stats.nearLimit.Add(int(after - max(near, before)))
+	}
+}
+
+// windowLeft is the time until the end of the current window of period
+// (windows aligned on the Unix epoch, as envoyproxy/ratelimit's).
+func windowLeft(now time.Time, period time.Duration) time.Duration {
+	p := period.Nanoseconds()
+	return time.Duration(p - now.UnixNano()%p)
+}
+
+// match finds the configured descriptor for d, envoyproxy/ratelimit's way:
+// entry by entry down the tree (exact value, else a wildcard prefix, else
+// key only, with no backtracking); only the descriptor reached by the last
+// entry can apply (its limit may be nil).
+func match(top *level, d *ratelimitv3.RateLimitDescriptor) *entry {
+	l := top
+	entries := d.GetEntries()
+	for i, en := range entries {
+		e := l.lookup(en.GetKey(), en.GetValue())
+		if e == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return e
+		}
+		if e.children == nil {
+			return nil
+		}
+		l = e.children
+	}
+	return nil
+}
+
+// validate refuses requests past the bounds, naming the field.
+func validate(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.GetDomain() == "":
+		return errors.New("domain: required")
+	case len(req.GetDomain()) > MaxDomainLen:
+		return fmt.Errorf("domain: longer than %d bytes", MaxDomainLen)
+	case len(req.GetDescriptors()) == 0:
+		return errors.New("descriptors: at least one is required")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return fmt.Errorf("descriptors: more than %d", MaxDescriptors)
+	}
+	for i, d := range req.GetDescriptors() {
+		es := d.GetEntries()
+		switch {
+		case len(es) == 0:
+			return fmt.Errorf("descriptors[%d].entries: at least one is required", i)
+		case len(es) > MaxEntries:
+			return fmt.Errorf("descriptors[%d].entries: more than %d", i, MaxEntries)
+		}
+		for k, e := range es {
+			switch {
+			case e.GetKey() == "":
+				return fmt.Errorf("descriptors[%d].entries[%d].key: required", i, k)
+			case len(e.GetKey()) > MaxEntryKeyLen:
+				return fmt.Errorf("descriptors[%d].entries[%d].key: longer than %d bytes", i, k, MaxEntryKeyLen)
+			case len(e.GetValue()) > MaxEntryValueLen:
+				return fmt.Errorf("descriptors[%d].entries[%d].value: longer than %d bytes", i, k, MaxEntryValueLen)
+			}
+		}
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > MaxHitsAddend {
+			return fmt.Errorf("descriptors[%d].hits_addend: more than %d", i, uint64(MaxHitsAddend))
+		}
+	}
+	return nil
+}
+
+// appendKey appends the counter key of d within its limit's rule: the
+// entries' values, each followed by '|', with '\' and '|' escaped by a
+// '\' (so that no two descriptors share a key), shortened to
+// api.MaxKeyLen as node/rules shortens keys: the first bytes, '#', and
+// the xxhash of the whole key in hex.
+func appendKey(dst []byte, d *ratelimitv3.RateLimitDescriptor) []byte {
+	start := len(dst)
+	for _, e := range d.GetEntries() {
+		v := e.GetValue()
+		for i := 0; i < len(v); i++ {
+			if v[i] == '|' || v[i] == '\\' {
+				dst = append(dst, '\\')
+			}
+			dst = append(dst, v[i])
+		}
+		dst = append(dst, '|')
+	}
+	if len(dst)-start <= api.MaxKeyLen {
+		return dst
+	}
+	h := xxhash.Sum64(dst[start:])
+	dst = dst[:start+api.MaxKeyLen-17]
+	dst = append(dst, '#')
+	return fmt.Appendf(dst, "%016x", h)
+}
+
+// rateLimitHeaders are the headers of status s: envoyproxy/ratelimit's
+// (RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset) and Sluice's
+// draft-ietf-httpapi-ratelimit-headers pair (RateLimit-Policy, RateLimit).
+func rateLimitHeaders(s *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	l := s.GetCurrentLimit()
+	window := int64(unitPeriods[l.GetUnit()] / time.Second)
+	reset := int64(math.Ceil(s.GetDurationUntilReset().AsDuration().Seconds()))
+	name := l.GetName()
+	if name == "" {
+		name = "rls"
+	}
+	q := strconv.FormatUint(uint64(l.GetRequestsPerUnit()), 10)
+	r := strconv.FormatUint(uint64(s.GetLimitRemaining()), 10)
+	t := strconv.FormatInt(reset, 10)
+	return []*corev3.HeaderValue{
+		{Key: "RateLimit-Limit", Value: q},
+		{Key: "RateLimit-Remaining", Value: r},
+		{Key: "RateLimit-Reset", Value: t},
+		{Key: "RateLimit-Policy", Value: strconv.Quote(name) + ";q=" + q + ";w=" + strconv.FormatInt(window, 10)},
+		{Key: "RateLimit", Value: strconv.Quote(name) + ";r=" + r + ";t=" + t},
+	}
+}

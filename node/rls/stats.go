@@ -1,0 +1,101 @@
+package rls
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/VictoriaMetrics/metrics"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// descStats are the counters of one domain and descriptor, named like
+// envoyproxy/ratelimit's statistics (ratelimit.service.rate_limit.DOMAIN.
+// KEY_VALUE.STAT):
+//
+//	sluice_rls_total_hits{domain="messaging",descriptor="message_type_marketing.to_number"}
+//	sluice_rls_over_limit{...}   hits denied (including shadow-mode ones)
+//	sluice_rls_near_limit{...}   allowed hits past NearLimitRatio of the limit
+//	sluice_rls_shadow_mode{...}  hits a shadow_mode limit let through
+type descStats struct {
+	totalHits, overLimit, nearLimit, shadowMode *metrics.Counter
+}
+
+// statsSet makes descStats in a metrics.Set. Counters live as long as the
+// set: a descriptor removed by a reload keeps its last counts.
+type statsSet struct {
+	set               *metrics.Set
+	loads, loadErrors *metrics.Counter
+	mu                struct {
+		sync.Mutex
+		detailed map[string]*descStats // detailed_metric series, bounded
+	}
+}
+
+func newStatsSet(set *metrics.Set) *statsSet {
+	s := &statsSet{set: set}
+	s.loads = set.GetOrCreateCounter("sluice_rls_config_loads_total")
+	s.loadErrors = set.GetOrCreateCounter("sluice_rls_config_errors_total")
+	s.mu.detailed = map[string]*descStats{}
+	return s
+}
+
+// of returns the counters of limit l matched by entry e for descriptor d:
+// the limit's own, or with detailed_metric on a key-only or wildcard
+// descriptor, the series of the request's values (at most
+// maxDetailedSeries of them; later ones share the limit's).
+func (s *statsSet) of(l *Limit, e *entry, d *ratelimitv3.RateLimitDescriptor) *descStats {
+	if e != nil && e.detailed && e.value != d.GetEntries()[len(d.GetEntries())-1].GetValue() {
+		var b strings.Builder
+		for i, en := range d.GetEntries() {
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(en.GetKey())
+			b.WriteByte('_')
+			b.WriteString(en.GetValue())
+		}
+		name := b.String()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if ds := s.mu.detailed[l.Domain+"\x00"+name]; ds != nil {
+			return ds
+		}
+		if len(s.mu.detailed) < maxDetailedSeries {
+			ds := s.make(l.Domain, name)
+			s.mu.detailed[l.Domain+"\x00"+name] = ds
+			return ds
+		}
+	}
+	if ds := l.stats.Load(); ds != nil {
+		return ds
+	}
+	ds := s.make(l.Domain, l.StatKey)
+	l.stats.Store(ds)
+	return ds
+}
+
+func (s *statsSet) make(domain, key string) *descStats {
+	labels := fmt.Sprintf(`{domain="%s",descriptor="%s"}`, labelValue(domain), labelValue(key))
+	return &descStats{
+		totalHits:  s.set.GetOrCreateCounter("sluice_rls_total_hits" + labels),
+		overLimit:  s.set.GetOrCreateCounter("sluice_rls_over_limit" + labels),
+		nearLimit:  s.set.GetOrCreateCounter("sluice_rls_near_limit" + labels),
+		shadowMode: s.set.GetOrCreateCounter("sluice_rls_shadow_mode" + labels),
+	}
+}
+
+// labelValue makes s safe inside a quoted label value: printable ASCII
+// without '"' and '\', others replaced by '_' (and at most 512 bytes).
+func labelValue(s string) string {
+	b := []byte(s)
+	if len(b) > 512 {
+		b = b[:512]
+	}
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
