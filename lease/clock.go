@@ -12,41 +12,83 @@ import (
 // deny-until, and the end of a windowed lease (set 1ms early, which covers
 // one tick of lag), never to decide how many tokens exist.
 //
+// The ticker sleeps when nobody reads the clock for coarseIdleTicks ticks
+// (an idle node must not wake 1000 times a second: about 2% of a core);
+// Nanos then answers 0, the reader asks time.Now, and the read wakes the
+// ticker for the next ones.
+//
 // Nanos is safe for concurrent use. Stop must be called exactly once, by
 // the clock's owner.
 type coarseClock struct {
 	ns   atomic.Int64
+	used atomic.Bool // read since the ticker last looked
+	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
 }
 
 // coarseTick is the coarse clock's resolution: well under the smallest
 // Decision duration anyone reports (milliseconds), cheap enough to keep
-// (about 1000 wake-ups per second per Manager).
+// while checks arrive (about 1000 wake-ups per second per Manager).
 const coarseTick = time.Millisecond
 
+// coarseIdleTicks is how many ticks without a read put the ticker to
+// sleep: 100ms at the default tick.
+const coarseIdleTicks = 100
+
 func startCoarseClock(tick time.Duration) *coarseClock {
-	c := &coarseClock{stop: make(chan struct{}), done: make(chan struct{})}
+	c := &coarseClock{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	c.ns.Store(time.Now().UnixNano())
-	go func() {
-		defer close(c.done)
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-c.stop:
-				return
-			case now := <-t.C:
-				c.ns.Store(now.UnixNano())
-			}
-		}
-	}()
+	go c.run(tick)
 	return c
 }
 
+func (c *coarseClock) run(tick time.Duration) {
+	defer close(c.done)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	idle := 0
+	for {
+		select {
+		case <-c.stop:
+			return
+		case now := <-t.C:
+			if c.used.Swap(false) {
+				idle = 0
+			} else if idle++; idle >= coarseIdleTicks {
+				c.ns.Store(0) // readers ask time.Now and wake us
+				t.Stop()
+				select {
+				case <-c.stop:
+					return
+				case <-c.wake:
+				}
+				idle = 0
+				now = time.Now()
+				t.Reset(tick)
+			}
+			c.ns.Store(now.UnixNano())
+		}
+	}
+}
+
 // Nanos returns the time, at most one tick old, in Unix nanoseconds, or 0
-// once the clock is stopped (its reader then asks time.Now).
-func (c *coarseClock) Nanos() int64 { return c.ns.Load() }
+// while the ticker sleeps or once the clock is stopped (its reader then
+// asks time.Now).
+func (c *coarseClock) Nanos() int64 {
+	ns := c.ns.Load()
+	if ns == 0 {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+		return 0
+	}
+	if !c.used.Load() {
+		c.used.Store(true)
+	}
+	return ns
+}
 
 // Stop ends the ticker goroutine and waits for it.
 func (c *coarseClock) Stop() {

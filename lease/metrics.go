@@ -35,7 +35,7 @@ var resultNames = [numResults]string{"ok", "error", "timeout", "rejected", "canc
 
 var (
 	storeCalls   [numOps][numResults]*metrics.Counter
-	storeLatency [numOps]*metrics.Histogram
+	storeLatency [numOps]*metrics.PrometheusHistogram
 
 	// breakerState is the number of open (1) and half-open (0.5 each)
 	// breakers of the process: 0 when every Store is healthy.
@@ -57,11 +57,16 @@ var (
 	activeKeys        = metrics.GetOrCreateGauge(`sluice_lease_active_keys`, nil)
 )
 
+// storeBuckets are the le buckets of sluice_store_call_duration_seconds:
+// a healthy Redis on the LAN answers in 0.1–1ms; the timeout is 50ms by
+// default.
+var storeBuckets = []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1}
+
 func init() {
 	for op := range numOps {
 		for r := range numResults {
 			storeCalls[op][r] = metrics.GetOrCreateCounter(`sluice_store_calls_total{op="` + opNames[op] + `",result="` + resultNames[r] + `"}`)
 		}
-		storeLatency[op] = metrics.GetOrCreateHistogram(`sluice_store_call_duration_seconds{op="` + opNames[op] + `"}`)
+		storeLatency[op] = metrics.GetOrCreatePrometheusHistogramExt(`sluice_store_call_duration_seconds{op="`+opNames[op]+`"}`, storeBuckets)
 	}
 }

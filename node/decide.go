@@ -509,6 +509,8 @@ func decisionOf(d lease.Decision, shadow bool, mode lease.FailureMode) int {
 		return decDenied
 	case d.Degraded && mode == lease.FailOpen:
 		return decDegraded
+	case d.Degraded:
+		return decLocal
 	}
 	return decAllowed
 }

@@ -465,7 +465,9 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 }
 
 // readyz answers 200 once a rule set is loaded (503 before), with the rule
-// count and the last reload error, if any.
+// count, the last reload error, if any, and the state of the Store's
+// breaker. An open breaker does not make the node unready: checks are
+// still answered (local rules enforce from memory).
 func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	t := n.rules.Load()
 	var body struct {
@@ -474,7 +476,13 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 		Joined          bool   `json:"joined"`
 		LastReloadError string `json:"last_reload_error,omitempty"`
 		LastReload      string `json:"last_reload,omitempty"`
+		Store           struct {
+			// State is the breaker's: closed (healthy), open (failing:
+			// rules follow on_store_failure) or half-open (probing).
+			State string `json:"state"`
+		} `json:"store"`
 	}
+	body.Store.State = n.mgr.Stats().Breaker.String()
 	n.reload.Lock()
 	if n.reload.err != nil {
 		body.LastReloadError = n.reload.err.Error()

@@ -45,7 +45,10 @@ import (
 // deleted a minute ago still shows its history). In a cluster (the
 // default scope) the node also asks every live peer for its ?scope=node
 // answer, at once, waiting at most StatsFanout, passing on the caller's
-// Authorization header; "rules" is then the sum over the nodes that
+// Authorization header (only in a cluster with a cluster key: without one
+// anyone may join and would be sent the admin token, so peers are asked
+// without it and answer only if they let this node in without a token);
+// "rules" is then the sum over the nodes that
 // answered, "nodes" lists each member with its Store state or its error,
 // and "partial" is true when one did not answer.
 
@@ -144,6 +147,8 @@ type statsRule struct {
 	ShadowDenied []uint64 `json:"shadow_denied"`
 	Unavailable  []uint64 `json:"unavailable"`
 	Degraded     []uint64 `json:"degraded"`
+	// LocalFallback is allowed from node memory with the Store down.
+	LocalFallback []uint64 `json:"local_fallback"`
 }
 
 func newStatsRule(name string, n int) statsRule {
@@ -151,7 +156,7 @@ func newStatsRule(name string, n int) statsRule {
 		Rule:    name,
 		Allowed: make([]uint64, n), Denied: make([]uint64, n),
 		ShadowDenied: make([]uint64, n), Unavailable: make([]uint64, n),
-		Degraded: make([]uint64, n),
+		Degraded: make([]uint64, n), LocalFallback: make([]uint64, n),
 	}
 }
 
@@ -166,6 +171,8 @@ func (s *statsRule) row(d int) []uint64 {
 		return s.ShadowDenied
 	case decUnavailable:
 		return s.Unavailable
+	case decLocal:
+		return s.LocalFallback
 	}
 	return s.Degraded
 }
@@ -417,7 +424,12 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 	body := n.stat.local()
 	if scope != "node" {
 		if peers := n.statsPeers(); len(peers) > 0 {
-			auth := slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+			// The caller's token goes only to members the cluster key
+			// authenticated: in an insecure cluster anyone may join.
+			var auth []byte
+			if n.cl.keyed {
+				auth = slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+			}
 			c, cancel := context.WithTimeout(ctx, StatsFanout) // ends too at Shutdown
 			n.stat.merge(c, &body, peers, auth)
 			cancel()

@@ -323,6 +323,7 @@ func (f *Forwarder) RemovePeer(addr string) {
 	f.mu.Unlock()
 	if ok {
 		p.close()
+		dropPeerMetrics(addr)
 	}
 }
 

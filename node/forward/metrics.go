@@ -63,13 +63,31 @@ type peerMetrics struct {
 	unavailable *metrics.Counter // items answered with ErrPeerUnavailable
 }
 
+// peerMetricNames are the per-peer metrics' names, without labels.
+var peerMetricNames = [...]string{
+	`sluice_forward_items_total`,
+	`sluice_forward_requests_total`,
+	`sluice_forward_failed_requests_total`,
+	`sluice_forward_unavailable_items_total`,
+}
+
 func newPeerMetrics(addr string) peerMetrics {
 	l := `{peer="` + labelSafe(addr) + `"}`
 	return peerMetrics{
-		items:       metrics.GetOrCreateCounter(`sluice_forward_items_total` + l),
-		requests:    metrics.GetOrCreateCounter(`sluice_forward_requests_total` + l),
-		failures:    metrics.GetOrCreateCounter(`sluice_forward_failed_requests_total` + l),
-		unavailable: metrics.GetOrCreateCounter(`sluice_forward_unavailable_items_total` + l),
+		items:       metrics.GetOrCreateCounter(peerMetricNames[0] + l),
+		requests:    metrics.GetOrCreateCounter(peerMetricNames[1] + l),
+		failures:    metrics.GetOrCreateCounter(peerMetricNames[2] + l),
+		unavailable: metrics.GetOrCreateCounter(peerMetricNames[3] + l),
+	}
+}
+
+// dropPeerMetrics unregisters addr's per-peer series, so that peers that
+// come and go (pod churn) do not grow /metrics forever. A peer that comes
+// back starts its counters from zero, which rate() handles as a reset.
+func dropPeerMetrics(addr string) {
+	l := `{peer="` + labelSafe(addr) + `"}`
+	for _, n := range peerMetricNames {
+		metrics.UnregisterMetric(n + l)
 	}
 }
 
