@@ -19,8 +19,9 @@ import (
 // Live per-rule figures for the dashboard: GET /v1/stats (admin).
 //
 // A statsRing keeps, for every rule, the checks of each decision
-// (allowed, denied, shadow_denied, unavailable, degraded) in StatsBuckets
-// buckets of StatsBucket (30 × 10 s: the last five minutes). It is fed by
+// (allowed, denied, shadow_denied, unavailable, degraded, local_fallback)
+// in StatsBuckets buckets of StatsBucket (30 × 10 s: the last five
+// minutes). It is fed by
 // sampling the per-rule counters the check path already keeps
 // (sluice_checks_total): the node's sampler goroutine reads them every
 // statsSampleEvery, and every /v1/stats request reads them once more so
@@ -34,7 +35,7 @@ import (
 //
 //	{"self":"node-a","bucket_ms":10000,"start_ms":1764000000000,"now_ms":1764000295123,
 //	 "rules":[{"rule":"per-key","allowed":[30 counts],"denied":[...],"shadow_denied":[...],
-//	           "unavailable":[...],"degraded":[...]}],
+//	           "unavailable":[...],"degraded":[...],"local_fallback":[...]}],
 //	 "store":{"breaker":"closed","active_keys":12,...},
 //	 "nodes":[{"name":"node-a","ok":true,"store":{...}}]}
 //
