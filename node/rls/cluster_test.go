@@ -91,7 +91,7 @@ func TestClusterRouting(t *testing.T) {
 	user := ""
 	for i := range 1000 {
 		u := "u" + strconv.Itoa(i)
-		if nodes["a"].n.Owner(rule+":"+u+"|") == "b" {
+		if nodes["a"].n.Owner(rule+":"+u) == "b" {
 			user = u
 			break
 		}

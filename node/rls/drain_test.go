@@ -66,8 +66,8 @@ func TestDrainDenied(t *testing.T) {
 	if len(e.asked) != 2 || len(e.asked[1]) != 1 {
 		t.Fatalf("engine calls %v, want the decisions then one drain of one item", e.asked)
 	}
-	if it := e.asked[1][0]; it.Key != "a|" || it.Hits != 3 {
-		t.Errorf("drain took %d hits of %q, want 3 of \"a|\"", it.Hits, it.Key)
+	if it := e.asked[1][0]; it.Key != "a" || it.Hits != 3 {
+		t.Errorf("drain took %d hits of %q, want 3 of \"a\"", it.Hits, it.Key)
 	}
 	// Each descriptor was its own request: none refunds another.
 	if first := e.asked[0]; len(first) != 3 || first[0].Hits != 5 {
