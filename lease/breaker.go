@@ -21,8 +21,9 @@ type BreakerConfig struct {
 	// gets srtt + 4·rttvar of the round trips seen so far (the TCP
 	// retransmission timeout, RFC 6298), times two, between MinTimeout and
 	// Timeout: a fast Store fails over quickly, a steadily slow one keeps
-	// the room it needs. Zero means Timeout/4; a value ≥ Timeout turns
-	// adaptation off.
+	// the room it needs. Returns (no check waits for them) always get
+	// Timeout. Zero means Timeout/2; a value ≥ Timeout turns adaptation
+	// off.
 	MinTimeout time.Duration
 	// Failures is the number of consecutive failed round trips (errors or
 	// timeouts, not the caller's own context ending) that open the
@@ -49,7 +50,7 @@ type BreakerConfig struct {
 
 // DefaultBreakerConfig returns the defaults: a 50ms timeout at most (a
 // rate-limit check must stay fast; a healthy Redis answers in well under
-// 1ms), adapting down to 12.5ms, 5 consecutive failed round trips (one
+// 1ms), adapting down to 25ms, 5 consecutive failed round trips (one
 // slow call or a lost packet does not flip a whole node into its failure
 // mode) and a 1s cool-down (one probe per second is no load on a
 // recovering Redis).
@@ -63,7 +64,7 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 		c.Timeout = d.Timeout
 	}
 	if c.MinTimeout <= 0 {
-		c.MinTimeout = c.Timeout / 4
+		c.MinTimeout = c.Timeout / 2
 	}
 	c.MinTimeout = min(c.MinTimeout, c.Timeout)
 	if c.Failures <= 0 {
@@ -455,6 +456,11 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 		return zero, err
 	}
 	timeout := b.Timeout()
+	if op == opReturn {
+		// No check waits for a return, and a return that times out
+		// loses its tokens (under-admission): it gets the maximum.
+		timeout = b.cfg.Timeout
+	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
 	v, err := f(cctx)
