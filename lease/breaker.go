@@ -46,6 +46,10 @@ type BreakerConfig struct {
 	// Logger receives one line per state change, with its cause. Nil
 	// means slog.Default(). A Manager sets it to its own.
 	Logger *slog.Logger
+	// OnClose, if set, is called when the breaker closes again (the Store
+	// is back), with the breaker's lock held: it must not block or call
+	// the breaker. A Manager starts its reconciliation from it.
+	OnClose func()
 }
 
 // DefaultBreakerConfig returns the defaults: a 50ms timeout at most (a
@@ -327,6 +331,9 @@ func (b *Breaker) setState(s BreakerState, why string) {
 		b.cfg.Logger.Warn("store breaker opened", attrs...)
 	case s == BreakerClosed:
 		b.cfg.Logger.Info("store breaker closed", append(attrs, "open_for", b.cfg.Now().Sub(b.mu.openedAt).String())...)
+		if b.cfg.OnClose != nil {
+			b.cfg.OnClose()
+		}
 	default:
 		// The probe cycle of a continuing outage: one line a cool-down.
 		b.cfg.Logger.Info("store breaker", attrs...)

@@ -86,12 +86,18 @@ func newTestCluster(t testing.TB, rules string) *testCluster {
 }
 
 // fastMembership makes failure detection and reconnection quick enough
-// for tests (memberlist's LAN defaults take about five seconds).
+// for tests (memberlist's LAN defaults take about five seconds): a dead
+// node is declared so in about a second. Not quicker: with a 50ms probe
+// timeout and a suspicion of ~100ms, a live node on a loaded machine
+// (-race, load average 20 on 2 cores) was declared dead now and then, the
+// ring changed mid-test, and non-owners decided (seen as
+// TestClusterAccuracy's "non-owner leased" and TestClusterHotKey's
+// splits that ended and restarted).
 func fastMembership(c *member.Config) {
-	c.ProbeInterval = 100 * time.Millisecond
-	c.ProbeTimeout = 50 * time.Millisecond
+	c.ProbeInterval = 200 * time.Millisecond
+	c.ProbeTimeout = 200 * time.Millisecond
 	c.GossipInterval = 50 * time.Millisecond
-	c.SuspicionMult = 2
+	c.SuspicionMult = 4
 	c.TCPTimeout = time.Second
 	c.JoinRetryMin = 50 * time.Millisecond
 	c.JoinRetryMax = 300 * time.Millisecond
