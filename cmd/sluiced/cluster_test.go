@@ -94,7 +94,7 @@ func newTestCluster(t testing.TB, rules string) *testCluster {
 // TestClusterAccuracy's "non-owner leased" and TestClusterHotKey's
 // splits that ended and restarted).
 func fastMembership(c *member.Config) {
-	c.ProbeInterval = 200 * time.Millisecond
+	c.ProbeInterval = 250 * time.Millisecond
 	c.ProbeTimeout = 200 * time.Millisecond
 	c.GossipInterval = 50 * time.Millisecond
 	c.SuspicionMult = 4
