@@ -112,7 +112,12 @@
 // never denied), or (b) tokens it could use are lent: to another holder
 // (at most that holder's lease, until it spends, returns or loses them),
 // or to its own holder but spent and not yet settled (at most one lease,
-// until that holder's next call or its loan's end). A crash costs the
+// until that holder's next call or its loan's end), or (c) the Store
+// denied the key: until its Wait plus at most Config.Horizon, a check
+// whose hits the projection covers still waits for a batch
+// (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
+// that a saturated key costs a Store call per batch, not per token. A
+// crash costs the
 // crashed holder's lent tokens: they count as spent at exp_h (at most TTL
 // after its last call; Config.LeaseTTL, 1 minute by default), and the
 // bucket refills from there; nothing stays lost.

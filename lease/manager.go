@@ -17,20 +17,29 @@ import (
 // check's need, at most the capacity); only
 // one lease call per key is in flight, and other checks of the key wait
 // for it. When a check leaves fewer than LowWater × the last grant, the
-// Manager leases again in the background. When the Store grants nothing,
-// the key is denied locally, without Store calls, until the time the
-// Store said a batch will be available (RetryAfter; for token_bucket and
-// gcra, up to a horizon later, so that the next lease finds up to
-// MinLeaseShare of the capacity instead of one token); a check bigger than
-// the one the Store denied asks the Store, which knows its longer wait.
+// Manager leases again in the background. A check the local tokens
+// cannot cover is judged on its own hits against the Store's last answer
+// projected to now (the refill since, see bucket.coverAt): if that cannot
+// cover it, it is denied locally, without a Store call, with RetryAfter
+// the time it will; otherwise the Manager asks the Store. After the Store
+// denied a key, checks also wait for a batch (token_bucket and gcra: up to
+// a horizon longer, so that the next lease finds up to MinLeaseShare of
+// the capacity instead of one token). hits = 0 peeks and is never denied.
+// Tokens are lent (see "Lent tokens" in the package doc): every lease call
+// says how many this Manager still holds, a grant is dated from when its
+// call was sent, token_bucket and gcra tokens are spent only within
+// LeaseTTL of that (renewed in the background past half of it), and only
+// one Store call per key is in flight, so what the Manager says it holds
+// is exact.
 // Leased tokens of fixed_window and sliding_window are spent only in the
 // window they were granted in; those left at its end are dropped. Keys
 // unchecked for Idle give their tokens back and are dropped; so do keys
 // whose policy changed (the new policy starts fresh) and keys passed to
 // ReturnKeys.
 // Refund puts tokens back into the local bucket, never above what the
-// last lease left on hand (a refund racing with a background lease may be
-// refused: under-admission of a few hits, never over-admission).
+// Store lends this Manager (Grant.Lent of its last answer; a grant of
+// nothing leaves it): a refund racing with a lease call may be clipped
+// (under-admission of a few hits, never over-admission).
 //
 // The exact algorithms (sliding_log, concurrency) make one Store call per
 // check.
@@ -77,8 +86,9 @@ type Manager struct {
 		sync.Mutex
 		m map[Policy]*Policy
 	}
-	// inflight holds the lease slot of every bucket that has a Store call
-	// in flight (sync lease, prefetch or return).
+	// inflight holds the lease slot of every key that has a Store call in
+	// flight (sync lease, prefetch or return), by key: one per key, also
+	// across a bucket and the one that replaced it.
 	inflight struct {
 		sync.Mutex
 		m map[string]*slot // by key

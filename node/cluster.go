@@ -71,6 +71,7 @@ type ClusterConfig struct {
 // decision.
 type cluster struct {
 	n       *Node
+	keyed   bool // a cluster key authenticates members (not Insecure)
 	self    string
 	vnodes  int
 	fwd     *forward.Forwarder
@@ -168,6 +169,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	}
 	c := &cluster{
 		n:       n,
+		keyed:   len(cfg.ClusterKey) > 0,
 		self:    cfg.Self,
 		vnodes:  cfg.Vnodes,
 		timeout: int64(timeout),

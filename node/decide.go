@@ -109,6 +109,7 @@ type Batch struct {
 	Requests []Request
 
 	open  int32  // the first item of the request not yet ended
+	exact int32  // resolved exact (not leased) items: 0 skips that phase
 	keys  []byte // the counter keys of the items (see counterKey)
 	local []int32
 	// groups: per peer, the items of a phase (or the refunds) sent to it.
@@ -123,7 +124,7 @@ func (b *Batch) Reset() {
 	b.Items = b.Items[:0]
 	clear(b.Requests)
 	b.Requests = b.Requests[:0]
-	b.open = 0
+	b.open, b.exact = 0, 0
 	b.keys = b.keys[:0]
 	b.local = b.local[:0]
 	b.resetGroups()
@@ -152,7 +153,7 @@ func (b *Batch) ItemsOf(i int) []Item {
 
 // Decide decides every request of b (items added after the last End form
 // one more request) and sets each request's verdict and each item's
-// decision. Requests are decided as if one after another, in order, with
+// decision. Decide a filled Batch once; Reset it before filling it again. Requests are decided as if one after another, in order, with
 // the Store calls of the batch overlapped (see batchTake) and, in a
 // cluster, one forwarding call per peer and phase; within a request, every
 // rule must allow, and when one denies the hits charged to the others are
@@ -171,8 +172,7 @@ func (n *Node) decide(ctx context.Context, t *ruleTable, b *Batch) {
 		b.End()
 	}
 	for qi := range b.Requests {
-		q := &b.Requests[qi]
-		q.Status, q.Rep, q.Degraded, q.Err, q.ErrItem, q.denied = 0, -1, false, nil, -1, false
+		q := &b.Requests[qi] // as End made it: Decide runs once per filled Batch
 		if t == nil {
 			q.Err = ErrNotReady
 			continue
@@ -189,7 +189,9 @@ func (n *Node) decide(ctx context.Context, t *ruleTable, b *Batch) {
 		return
 	}
 	n.phase(ctx, r, b, true)
-	n.phase(ctx, r, b, false)
+	if b.exact > 0 {
+		n.phase(ctx, r, b, false)
+	}
 	n.refund(ctx, b)
 	for qi := range b.Requests {
 		if q := &b.Requests[qi]; q.Err == nil {
@@ -212,11 +214,12 @@ func (n *Node) decideSingle(r *routes, b *Batch) bool {
 	if !it.peek && n.peer(r, it.ckey) != "" {
 		return false
 	}
-	n.decideLocal(b, q.lo)
-	n.servedHere(it)
-	if q.Err == nil {
-		b.combine(q)
+	if err := n.decideOne(it); err != nil {
+		q.Err, q.ErrItem = err, int(q.lo)
+		return true
 	}
+	n.servedHere(it)
+	b.combine(q)
 	return true
 }
 
@@ -236,8 +239,8 @@ func (n *Node) servedHere(it *Item) {
 // counter key; an unknown rule, or hits on a concurrency rule, is an
 // error naming the field "rule".
 func (b *Batch) resolve(t *ruleTable, i, qi int32) error {
-	it := &b.Items[i]
-	it.Decided, it.Decision, it.charged, it.owner, it.req, it.peek = false, lease.Decision{}, false, "", qi, false
+	it := &b.Items[i] // as Add made it
+	it.req = qi
 	ri := t.get(it.Rule)
 	if ri == nil {
 		return fieldError("rule", "unknown rule "+strconv.Quote(it.Rule))
@@ -250,6 +253,9 @@ func (b *Batch) resolve(t *ruleTable, i, qi int32) error {
 	}
 	it.ri = ri
 	it.Policy = ri.rule.PolicyFor(it.Key)
+	if !it.Policy.Algorithm.Leased() {
+		b.exact++
+	}
 	it.ckey = b.counterKey(ri.prefix, it.Key)
 	return nil
 }

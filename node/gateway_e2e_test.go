@@ -154,8 +154,9 @@ func checkGateway(t *testing.T, name, base string, sl *sluice, app *backend) {
 		// deny: 429, and the backend never sees it. (Sluice sends no
 		// Retry-After here: waiting does not bring the key.)
 		before := app.count("/strict/x")
-		if r := get(t, base+"/strict/x"); r.status != 429 {
-			t.Errorf("request without X-Tenant under on_missing_key: deny: %d, want 429", r.status)
+		if r := get(t, base+"/strict/x"); r.status != 429 || r.hdr.Get("X-Sluice-Missing-Key") != "header:X-Tenant" {
+			t.Errorf("request without X-Tenant under on_missing_key: deny: %d, X-Sluice-Missing-Key %q; want 429 naming header:X-Tenant",
+				r.status, r.hdr.Get("X-Sluice-Missing-Key"))
 		}
 		if app.count("/strict/x") != before {
 			t.Errorf("a request denied for its missing key reached the backend")

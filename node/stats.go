@@ -19,8 +19,9 @@ import (
 // Live per-rule figures for the dashboard: GET /v1/stats (admin).
 //
 // A statsRing keeps, for every rule, the checks of each decision
-// (allowed, denied, shadow_denied, unavailable, degraded) in StatsBuckets
-// buckets of StatsBucket (30 × 10 s: the last five minutes). It is fed by
+// (allowed, denied, shadow_denied, unavailable, degraded, local_fallback)
+// in StatsBuckets buckets of StatsBucket (30 × 10 s: the last five
+// minutes). It is fed by
 // sampling the per-rule counters the check path already keeps
 // (sluice_checks_total): the node's sampler goroutine reads them every
 // statsSampleEvery, and every /v1/stats request reads them once more so
@@ -34,7 +35,7 @@ import (
 //
 //	{"self":"node-a","bucket_ms":10000,"start_ms":1764000000000,"now_ms":1764000295123,
 //	 "rules":[{"rule":"per-key","allowed":[30 counts],"denied":[...],"shadow_denied":[...],
-//	           "unavailable":[...],"degraded":[...]}],
+//	           "unavailable":[...],"degraded":[...],"local_fallback":[...]}],
 //	 "store":{"breaker":"closed","active_keys":12,...},
 //	 "nodes":[{"name":"node-a","ok":true,"store":{...}}]}
 //
@@ -45,7 +46,10 @@ import (
 // deleted a minute ago still shows its history). In a cluster (the
 // default scope) the node also asks every live peer for its ?scope=node
 // answer, at once, waiting at most StatsFanout, passing on the caller's
-// Authorization header; "rules" is then the sum over the nodes that
+// Authorization header (only in a cluster with a cluster key: without one
+// anyone may join and would be sent the admin token, so peers are asked
+// without it and answer only if they let this node in without a token);
+// "rules" is then the sum over the nodes that
 // answered, "nodes" lists each member with its Store state or its error,
 // and "partial" is true when one did not answer.
 
@@ -421,7 +425,12 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 	body := n.stat.local()
 	if scope != "node" {
 		if peers := n.statsPeers(); len(peers) > 0 {
-			auth := slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+			// The caller's token goes only to members the cluster key
+			// authenticated: in an insecure cluster anyone may join.
+			var auth []byte
+			if n.cl.keyed {
+				auth = slices.Clone(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+			}
 			c, cancel := context.WithTimeout(ctx, StatsFanout) // ends too at Shutdown
 			n.stat.merge(c, &body, peers, auth)
 			cancel()

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/member"
 )
@@ -376,5 +378,55 @@ func TestUIFiles(t *testing.T) {
 	}
 	if r := tn.do("POST", "/ui/", "x"); r.status != 405 {
 		t.Errorf("POST /ui/: %d, want 405", r.status)
+	}
+}
+
+// TestStatsTokenToPeers: a clustered node passes the caller's admin token
+// on to its peers only when a cluster key authenticates the members; in
+// an insecure cluster anyone may join, so the token is not sent.
+func TestStatsTokenToPeers(t *testing.T) {
+	for _, keyed := range []bool{true, false} {
+		// The peer records the Authorization header it was sent.
+		got := make(chan string, 1)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+			select {
+			case got <- string(ctx.Request.Header.Peek("Authorization")):
+			default:
+			}
+			ctx.SetBodyString(`{"bucket_ms":10000}`)
+		}}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Shutdown() })
+
+		n := guardNode(t, Config{AdminToken: "tok"})
+		cfg := ClusterConfig{Self: "a", Insecure: !keyed}
+		if keyed {
+			cfg.ClusterKey = []byte("0123456789abcdef")
+		}
+		if err := n.EnableCluster(cfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.CloseCluster() })
+		n.SetMembership(&staticMembership{ready: true, view: []member.Member{
+			{Name: "a", State: member.StateAlive},
+			{Name: "b", HTTPAddr: ln.Addr().String(), State: member.StateAlive},
+		}})
+		status, _, _ := serveGuard(t, n, "GET", "/v1/stats", "", "127.0.0.1", "Bearer tok")
+		if status != 200 {
+			t.Fatalf("keyed %v: GET /v1/stats: %d", keyed, status)
+		}
+		var auth string
+		select {
+		case auth = <-got:
+		default:
+			t.Fatalf("keyed %v: the peer was not asked", keyed)
+		}
+		if want := map[bool]string{true: "Bearer tok", false: ""}[keyed]; auth != want {
+			t.Errorf("keyed %v: the peer was sent Authorization %q, want %q", keyed, auth, want)
+		}
 	}
 }

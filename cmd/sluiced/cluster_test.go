@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,6 +64,8 @@ type testCluster struct {
 	// started next and add flags to theirs.
 	hot  func(*hot.Config)
 	args []string
+	// tls: the nodes serve HTTPS (useTLS).
+	tls bool
 }
 
 func newTestCluster(t testing.TB, rules string) *testCluster {
@@ -83,6 +87,22 @@ func newTestCluster(t testing.TB, rules string) *testCluster {
 		tc.http.CloseIdleConnections()
 	})
 	return tc
+}
+
+// scheme is the URL scheme of the nodes' HTTP API: https once useTLS was
+// called.
+func (tc *testCluster) scheme() string {
+	if tc.tls {
+		return "https"
+	}
+	return "http"
+}
+
+// useTLS makes the test client speak TLS, trusting roots (the nodes
+// started next must get -tls-cert... in tc.args).
+func (tc *testCluster) useTLS(roots *x509.CertPool) {
+	tc.http.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: roots}
+	tc.tls = true
 }
 
 // fastMembership makes failure detection and reconnection quick enough
@@ -155,7 +175,7 @@ func (tc *testCluster) start(name string, seeds ...*testNode) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.base = "http://" + n.d.ln.Addr().String()
+	n.base = tc.scheme() + "://" + n.d.ln.Addr().String()
 	tc.nodes = append(tc.nodes, n)
 	return n
 }

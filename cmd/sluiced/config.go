@@ -33,13 +33,16 @@ type options struct {
 	insecureCluster bool
 	// internalWindow: the acceptance window of signed internal requests.
 	internalWindow time.Duration
-	adminToken     string
-	metricsToken   string
-	leaseHorizon   time.Duration
-	leaseIdle      time.Duration
-	storeTimeout   time.Duration
-	rulesPoll      time.Duration
-	logLevel       slog.Level
+	// tlsCert, tlsKey: serve (and forward) over TLS; tlsCA: the roots
+	// peers' certificates must chain to (empty: the system's).
+	tlsCert, tlsKey, tlsCA string
+	adminToken             string
+	metricsToken           string
+	leaseHorizon           time.Duration
+	leaseIdle              time.Duration
+	storeTimeout           time.Duration
+	rulesPoll              time.Duration
+	logLevel               slog.Level
 	// hotSplit: split hot keys over the cluster (false: detect and show
 	// them in /v1/hotkeys, never split).
 	hotSplit bool
@@ -174,6 +177,18 @@ func settings() []setting {
 				return errors.New("want true or false")
 			}
 			o.insecureCluster = b
+			return nil
+		}},
+		{"tls-cert", "SLUICE_TLS_CERT", "", "PEM certificate (chain) file: serve the HTTP API and the internal endpoint over TLS, and forward to peers over TLS (every node of a cluster must use TLS); with -tls-key", func(o *options, v string) error {
+			o.tlsCert = v
+			return nil
+		}},
+		{"tls-key", "SLUICE_TLS_KEY", "", "PEM private key file of -tls-cert", func(o *options, v string) error {
+			o.tlsKey = v
+			return nil
+		}},
+		{"tls-ca", "SLUICE_TLS_CA", "", "PEM CA file that peers' certificates must chain to (a cluster CA; certificates need IP SANs of the nodes' HTTP addresses); empty: the system's roots", func(o *options, v string) error {
+			o.tlsCA = v
 			return nil
 		}},
 		{"internal-window", "SLUICE_INTERNAL_WINDOW", "30s", "how far a signed internal request's timestamp may be from this node's clock (either way); beyond it the request is refused and the clock skew logged", durationSetter(func(o *options) *time.Duration { return &o.internalWindow })},
@@ -325,6 +340,12 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	})
 	if err := o.checkClusterKey(); err != nil {
 		return o, err
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return o, errors.New("-tls-cert (SLUICE_TLS_CERT) and -tls-key (SLUICE_TLS_KEY) go together: set both or neither")
+	}
+	if o.tlsCA != "" && o.tlsCert == "" {
+		return o, errors.New("-tls-ca (SLUICE_TLS_CA) needs -tls-cert and -tls-key")
 	}
 	return o, nil
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -95,9 +98,16 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	d.mgr = lease.NewManager(d.store, mcfg)
 	undo = append(undo, func() { d.mgr.Close() })
 
+	srvTLS, peerTLS, err := loadTLS(o)
+	if err != nil {
+		return nil, err
+	}
 	d.ln, err = net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s: %w", o.listen, err)
+	}
+	if srvTLS != nil {
+		d.ln = tls.NewListener(d.ln, srvTLS)
 	}
 	undo = append(undo, func() { d.ln.Close() })
 	d.name = o.nodeName
@@ -135,6 +145,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		hcfg.CapacityShare = o.hotCapacityShare
 		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster, AuthWindow: o.internalWindow,
 			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
+		ccfg.Forward.TLS = peerTLS
 		if h.forward != nil {
 			h.forward(&ccfg.Forward)
 		}
@@ -170,7 +181,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		d.node.SetMembership(d.cluster)
 	}
 
-	log.Info("listening", "addr", d.ln.Addr().String(), "node", d.name, "rules", o.rules, "store", storeName(o),
+	log.Info("listening", "addr", d.ln.Addr().String(), "tls", srvTLS != nil, "node", d.name, "rules", o.rules, "store", storeName(o),
 		"cluster", o.clustered(), "join", o.join)
 	go func() { d.served <- d.node.Serve(d.ln) }()
 	return d, nil
@@ -214,4 +225,30 @@ func (d *daemon) stop(graceful bool) error {
 		d.closeStore()
 	}
 	return errors.Join(errs...)
+}
+
+// loadTLS reads -tls-cert, -tls-key and -tls-ca: the server's config (nil
+// without TLS) and the config to dial peers with.
+func loadTLS(o options) (srv, peer *tls.Config, err error) {
+	if o.tlsCert == "" {
+		return nil, nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot load -tls-cert/-tls-key: %w", err)
+	}
+	srv = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	peer = &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.tlsCA != "" {
+		pem, err := os.ReadFile(o.tlsCA)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot read -tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("-tls-ca %s: no PEM certificate in it", o.tlsCA)
+		}
+		peer.RootCAs = pool
+	}
+	return srv, peer, nil
 }

@@ -27,6 +27,12 @@
 // (SLUICE_INSECURE_CLUSTER=true) is given, which logs a warning.
 // -node-name defaults to the hostname and the listen port.
 //
+// # TLS
+//
+// With -tls-cert and -tls-key the HTTP API (internal endpoint included)
+// answers HTTPS only, and checks are forwarded to peers over TLS, verified
+// against -tls-ca (a cluster CA) or the system roots.
+//
 // # Shutdown
 //
 // On SIGTERM/SIGINT a member first leaves the cluster (waiting up to 3s

@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/member"
 )
 
 // TestKeylessClusterRefused: a node asked to form or join a cluster
@@ -101,5 +106,74 @@ func TestKeyedClusterRefusesOutsiders(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"a"}) {
 		t.Errorf("a lists %v, want only itself", names)
+	}
+}
+
+// TestForgedRefundsCannotRaiseALimit reproduces issue 10's finding 1 on a
+// keyed two-node cluster: refunds posted to the owner's internal endpoint
+// without the key are refused (401), and even refunds signed with the
+// key (a compromised peer) give back no more than the owner lent that
+// peer for that key. The key then admits its limit, not more.
+func TestForgedRefundsCannotRaiseALimit(t *testing.T) {
+	tc := newTestCluster(t, clusterRules)
+	a := tc.start("node-a")
+	b := tc.start("node-b", a)
+	tc.converge("node-a,node-b", a, b)
+	// A key node-a owns; node-b forwards its checks there.
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "victim-" + strconv.Itoa(i); a.d.node.Owner("per-key:"+k) == "node-a" {
+			key = k
+		}
+	}
+	ownerAddr := a.proxy.Addr() // what peers forward to
+	refund := forward.Item{Op: forward.OpRefund, Rule: "per-key", Key: key, Hits: 600}
+	ctx := context.Background()
+
+	// Without the key: refused before any item is looked at.
+	for _, k := range [][]byte{nil, []byte("fedcba9876543210")} {
+		f := forward.New(forward.Config{ClusterKey: k, Self: "node-b"})
+		_, err := f.Forward(ctx, ownerAddr, refund)
+		f.Close()
+		if !errors.Is(err, forward.ErrPeerUnavailable) || !strings.Contains(err.Error(), "401") {
+			t.Errorf("refund with key %q: %v, want refused with 401", k, err)
+		}
+	}
+
+	// 500 checks at the owner itself (its own gateways), then node-b's 10
+	// checks, forwarded: 10 hits lent to node-b.
+	var first tally
+	tc.spray(500, 8, func() []*testNode { return []*testNode{a} }, func(int) string { return key }, &first)
+	if got := first.get(200); got != 500 {
+		t.Fatalf("admitted %d of the first 500 checks", got)
+	}
+	for range 10 {
+		if code := tc.check(b, key); code != 200 {
+			t.Fatalf("check via node-b: %d", code)
+		}
+	}
+	if st := b.d.node.ForwardStats(); st.Items < 10 {
+		t.Fatalf("node-b forwarded %d items, want its 10 checks", st.Items)
+	}
+	// Signed with the key, as node-b (or pretending to be node-c): 20
+	// rounds of 600 give back node-b's 10 hits once, nothing else.
+	key16, _ := member.ParseClusterKey(testClusterKey)
+	for _, self := range []string{"node-b", "node-c"} {
+		f := forward.New(forward.Config{ClusterKey: key16, Self: self})
+		for range 20 {
+			if _, err := f.Forward(ctx, ownerAddr, refund); err != nil {
+				t.Fatalf("signed refund as %s: %v", self, err)
+			}
+		}
+		f.Close()
+	}
+	// 1100 more checks through the owner: the 1000-per-day key admits
+	// what was left (490) plus node-b's 10 refunded hits: 500. (A bound
+	// by the owner's own lease alone would let the refunds give back the
+	// owner's own 500 hits too.)
+	var out tally
+	tc.spray(1100, 8, func() []*testNode { return []*testNode{a} }, func(int) string { return key }, &out)
+	if admitted := out.get(200); admitted > 500 || admitted < 480 {
+		t.Errorf("admitted %d more after forged refunds, want at most 500 (and not far below)", admitted)
 	}
 }

@@ -55,31 +55,31 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	start := (now/dayNs+2)*dayNs + int64(startOffset)
 	h.Advance(time.Duration(start - now))
 	prefix := fmt.Sprintf("mt:%s:%d:", newRunID(), sc.seed)
-	md := newModel(sc, prefix)
+	// Every Manager, crashed ones included, is a holder of the model: a
+	// slot. Manager i is slot i until it crashes.
+	slots := sc.holders
+	for _, o := range ops {
+		if o.kind == opCrash {
+			slots++
+		}
+	}
+	md := newModel(sc, prefix, slots)
 	md.safetyOnly = sc.safetyOnly
 	md.setNow(h.Now())
-	ms := make([]*lease.Manager, sc.holders)
-	for i := range ms {
-		cfg := lease.DefaultConfig()
-		cfg.Now = h.Now
-		cfg.SweepInterval = -1
-		cfg.Idle = idle
-		cfg.BatchWorkers = 1
-		// A loaded machine must not make the Store look failed.
-		cfg.StoreTimeout = time.Minute
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		cfg.Holder = fmt.Sprintf("m%d", i)
-		ms[i] = lease.NewManager(&recorder{Store: store, m: i, md: md, now: h.Now}, cfg)
+	r := &run{h: h, md: md, store: store, slot: make([]int, sc.holders), next: sc.holders}
+	for i := range sc.holders {
+		r.ms = append(r.ms, r.newManager(i, i))
+		r.slot[i] = i
 	}
 	defer func() {
-		for _, m := range ms {
+		for _, m := range append(r.ms, r.crashed...) {
 			_ = m.Close()
 		}
 	}()
 	res := result{}
 	for step, o := range ops {
-		line, err := h.apply(md, ms, o)
-		for _, m := range ms {
+		line, err := r.apply(o)
+		for _, m := range r.ms {
 			m.Settle()
 		}
 		res.steps++
@@ -99,10 +99,51 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	return res
 }
 
+// run is one exec's Managers.
+type run struct {
+	h       Harness
+	md      *model
+	store   lease.Store
+	ms      []*lease.Manager // the live Manager of each index
+	slot    []int            // the model's holder slot of each index
+	crashed []*lease.Manager // abandoned, closed at the end
+	next    int              // the next free slot
+}
+
+// newManager starts Manager i, whose Store calls the model sees as slot's.
+func (r *run) newManager(i, slot int) *lease.Manager {
+	cfg := lease.DefaultConfig()
+	cfg.Now = r.h.Now
+	cfg.SweepInterval = -1
+	cfg.Idle = idle
+	cfg.BatchWorkers = 1
+	// A loaded machine must not make the Store look failed.
+	cfg.StoreTimeout = time.Minute
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Holder = fmt.Sprintf("m%d.%d", i, slot)
+	return lease.NewManager(&recorder{Store: r.store, m: slot, md: r.md, now: r.h.Now}, cfg)
+}
+
 // apply runs one op and checks its outcome; it returns the op's trace line
 // and the first violation ("" if none).
-func (h Harness) apply(md *model, ms []*lease.Manager, o op) (line, violation string) {
+func (r *run) apply(o op) (line, violation string) {
+	h, md := r.h, r.md
+	if o.kind == opCrash {
+		// The Manager stops without returning anything (a crashed
+		// node); a new one with a new holder id takes its place.
+		r.crashed = append(r.crashed, r.ms[o.m])
+		r.slot[o.m] = r.next
+		r.ms[o.m] = r.newManager(o.m, r.next)
+		r.next++
+		return fmt.Sprintf("%s (called m%d in the violations below)", o, r.next-1), ""
+	}
 	line = o.String()
+	// The model knows Managers by slot, the ops by index.
+	ms := make([]*lease.Manager, r.next)
+	for i, m := range r.ms {
+		ms[r.slot[i]] = m
+	}
+	o.m = r.slot[o.m]
 	switch o.kind {
 	case opAdvance:
 		h.Advance(o.d)
@@ -111,9 +152,11 @@ func (h Harness) apply(md *model, ms []*lease.Manager, o op) (line, violation st
 		h.Advance(o.d)
 		md.setNow(h.Now())
 		for i, m := range ms {
-			m.SweepIdle(h.Now())
-			m.Settle()
-			md.swept(i)
+			if m != nil {
+				m.SweepIdle(h.Now())
+				m.Settle()
+				md.swept(i)
+			}
 		}
 	case opSweep:
 		ms[o.m].SweepIdle(h.Now())

@@ -31,6 +31,7 @@ const (
 	opSweep                    // SweepIdle on Manager m now
 	opReturnKeys               // ReturnKeys on Manager m, keeping the keys in keep
 	opRelease                  // Release Manager m's oldest concurrency id of items[0].key
+	opCrash                    // Manager m stops without a word; a new one replaces it
 )
 
 type item struct {
@@ -84,6 +85,8 @@ func (o op) String() string {
 		return fmt.Sprintf("m%d ReturnKeys keeping [%s]", o.m, strings.Join(kept, " "))
 	case opRelease:
 		return fmt.Sprintf("m%d release its oldest id of k%d", o.m, o.items[0].key)
+	case opCrash:
+		return fmt.Sprintf("m%d crashes (returns nothing); a new Manager with a new holder id takes its place", o.m)
 	}
 	return "?"
 }
@@ -221,8 +224,10 @@ func (sc *scenario) randOp(r *rand.Rand) op {
 		return op{kind: opAdvance, d: d}
 	case n < 91:
 		return op{kind: opIdle, d: idle + time.Duration(r.IntN(3000))*time.Millisecond}
-	case n < 95:
+	case n < 94:
 		return op{kind: opSweep, m: m}
+	case n < 95:
+		return op{kind: opCrash, m: m}
 	default:
 		return op{kind: opReturnKeys, m: m, keep: uint8(r.IntN(1 << len(sc.keys)))}
 	}

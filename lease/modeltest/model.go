@@ -70,7 +70,7 @@ type keyModel struct {
 	owned   [][]string // concurrency ids per holder, oldest first
 }
 
-func newModel(sc *scenario, prefix string) *model {
+func newModel(sc *scenario, prefix string, slots int) *model {
 	md := &model{sc: sc, byName: make(map[string]int)}
 	for i, p := range sc.keys {
 		name := fmt.Sprintf("%sk%d", prefix, i)
@@ -78,16 +78,16 @@ func newModel(sc *scenario, prefix string) *model {
 		md.byName[name] = i
 		k := &keyModel{name: fmt.Sprintf("k%d", i), p: p, cap: float64(p.Capacity()),
 			rate:    float64(p.Limit) / float64(p.Period),
-			held:    make([]int64, sc.holders),
-			heldWin: make([]int64, sc.holders),
-			heldExp: make([]int64, sc.holders),
-			lent:    make([]int64, sc.holders),
-			netAdm:  make([]int64, sc.holders),
-			snap:    make([]*snapshot, sc.holders),
-			lastUse: make([]int64, sc.holders),
+			held:    make([]int64, slots),
+			heldWin: make([]int64, slots),
+			heldExp: make([]int64, slots),
+			lent:    make([]int64, slots),
+			netAdm:  make([]int64, slots),
+			snap:    make([]*snapshot, slots),
+			lastUse: make([]int64, slots),
 			counted: make(map[int64]int64),
 			ids:     make(map[string]int64),
-			owned:   make([][]string, sc.holders),
+			owned:   make([][]string, slots),
 		}
 		md.keys = append(md.keys, k)
 	}

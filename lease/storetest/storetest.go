@@ -87,6 +87,11 @@ var cases = []struct {
 	{"errors/wrong_algorithm", wrongAlgorithm},
 	{"errors/invalid_arguments", invalidArguments},
 	{"errors/canceled_context", canceledContext},
+	{"lent/bounded_return", lentBoundedReturn},
+	{"lent/token_bucket_cap", func(e *env) { lentCap(e, lease.TokenBucket) }},
+	{"lent/gcra_cap", func(e *env) { lentCap(e, lease.GCRA) }},
+	{"lent/token_bucket_expiry", func(e *env) { lentExpiry(e, lease.TokenBucket) }},
+	{"lent/gcra_expiry", func(e *env) { lentExpiry(e, lease.GCRA) }},
 	{"policy_change", policyChange},
 	{"concurrent/leased", concurrentLeased},
 	{"concurrent/exact", concurrentExact},
@@ -715,5 +720,75 @@ func concurrentExact(e *env) {
 	}
 	if got := concAllowed.Load(); got != limit {
 		e.t.Errorf("%s: %d goroutines × %d acquires of distinct ids allowed %d, want exactly the limit %d", describe(concp), workers, each, got, limit)
+	}
+}
+
+// lentBoundedReturn: a return gives back at most what the Store lent that
+// holder (in the current window for windowed algorithms), ends the loan,
+// and a holder it lent nothing gets nothing back.
+func lentBoundedReturn(e *env) {
+	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
+		k := e.key()
+		p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour}
+		if alg == lease.FixedWindow || alg == lease.SlidingWindow {
+			p.Period = quietHours(e)
+		}
+		g := e.leaseH(k, p, 4, 4, grantExp{4, 6, 0, anyDur}, "grant 4 to h")
+		if g.Lent != 4 {
+			e.t.Fatalf("%s: Lent = %d after a grant of 4 to a holder that held nothing, want 4", alg, g.Lent)
+		}
+		if err := e.s.Return(e.ctx, k, p, 100, "stranger"); err != nil {
+			e.t.Fatal(err)
+		}
+		e.lease(k, p, 0, 0, grantExp{0, 6, 0, anyDur}, "a return by a holder the Store lent nothing gives nothing back")
+		e.ret(k, p, 100, "h returns 100 of the 4 it was lent")
+		e.lease(k, p, 0, 0, grantExp{0, 10, 0, anyDur}, "only the 4 lent to h came back")
+		e.ret(k, p, 100, "h returns again: its loan ended")
+		e.lease(k, p, 0, 0, grantExp{0, 10, 0, anyDur}, "nothing more")
+	}
+}
+
+// quietHours is a period of whole hours whose current window has at least
+// a minute left (windows are aligned on the epoch).
+func quietHours(e *env) time.Duration {
+	e.t.Helper()
+	g, err := e.s.Lease(e.ctx, e.key(), lease.Policy{Algorithm: lease.FixedWindow, Limit: 1, Period: time.Hour}, 0, 0, lease.Lessee{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if g.Reset > time.Minute {
+		return time.Hour
+	}
+	return 2 * time.Hour // the current 2h window has at least an hour left
+}
+
+// lentCap: tokens lent to a holder count against the burst: the refill
+// stops at capacity − lent until the holder says they are spent (a grant
+// settles min(lent, held)) or gives them back.
+func lentCap(e *env, alg lease.Algorithm) {
+	k := e.key()
+	p := lease.Policy{Algorithm: alg, Limit: 2, Period: ms(200)} // burst 2, a token per 100ms
+	e.leaseH(k, p, 2, 2, grantExp{2, 0, 0, ms(200)}, "h takes the whole burst")
+	e.advance(ms(250))
+	e.lease(k, p, 0, 0, grantExp{0, 0, 0, anyDur}, "250ms later the refill would give 2.5, but h's 2 still count: capped at 2 − 2 = 0")
+	g := e.leaseAs(k, p, 1, 1, lease.Lessee{ID: "h", Held: 1, TTL: time.Hour}, grantExp{0, 0, anyDur, anyDur}, "h holds 1: a grant would settle, but the cap holds until then: nothing available")
+	if g.Lent != 2 {
+		e.t.Fatalf("Lent = %d after a grant of nothing, want 2 (only a grant settles)", g.Lent)
+	}
+	e.ret(k, p, 1, "h gives back the 1 it holds: its loan ends")
+	e.lease(k, p, 0, 0, grantExp{0, 1, 0, anyDur}, "1 back; the token h spent counts as spent now, and refills from here")
+}
+
+// lentExpiry: a loan that ends counts as spent at its expiry; the refill
+// goes on from there (a crashed holder's tokens come back, never lost).
+func lentExpiry(e *env, alg lease.Algorithm) {
+	k := e.key()
+	p := lease.Policy{Algorithm: alg, Limit: 2, Period: ms(200)} // burst 2, a token per 100ms
+	e.leaseAs(k, p, 2, 2, lease.Lessee{ID: "h", TTL: ms(100)}, grantExp{2, 0, 0, ms(200)}, "h takes the whole burst, lent for 100ms")
+	e.advance(ms(250))
+	e.lease(k, p, 0, 0, grantExp{0, 1, 0, anyDur}, "the loan ended at 100ms: from 0 then, 150ms of refill = 1.5 tokens")
+	g := e.leaseAs(k, p, 0, 0, lease.Lessee{ID: "h", TTL: ms(100)}, grantExp{0, 1, 0, anyDur}, "h's peek")
+	if g.Lent != 0 {
+		e.t.Fatalf("Lent = %d after the loan ended, want 0", g.Lent)
 	}
 }

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -50,6 +51,11 @@ type Config struct {
 	// request is signed with it and every reply must be (see the package
 	// doc). Empty sends unsigned requests.
 	ClusterKey []byte
+	// TLS, when not nil, makes requests go over TLS with this config
+	// (owners serve the internal endpoint behind TLS: sluiced -tls-cert).
+	// Peers are dialled by IP address, so their certificates must hold
+	// IP SANs (or set ServerName). Nil sends plain HTTP.
+	TLS *tls.Config
 	// Self is this node's member name, sent (and signed) as the sender of
 	// every request: owners bound its refunds by what they lent to that
 	// name. At most MaxMemberLen bytes. Empty sends none (owners then
@@ -445,6 +451,8 @@ func (f *Forwarder) newPeer(addr string) *peer {
 			// Never retry: the owner may have decided the batch.
 			RetryIf:                       func(*fasthttp.Request) bool { return false },
 			MaxResponseBodySize:           MaxBodyBytes,
+			IsTLS:                         f.cfg.TLS != nil,
+			TLSConfig:                     f.cfg.TLS,
 			DisableHeaderNamesNormalizing: true,
 		},
 	}
@@ -654,8 +662,12 @@ func (p *peer) send(b *batch) {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(Path)
-	req.Header.SetHost(p.addr)
+	if p.f.cfg.TLS != nil {
+		req.SetRequestURI("https://" + p.addr + Path) // the scheme must match the HostClient's
+	} else {
+		req.SetRequestURI(Path)
+		req.Header.SetHost(p.addr)
+	}
 	req.Header.SetContentType(ContentType)
 	var nonce [NonceLen]byte
 	if p.f.sig != nil {

@@ -313,6 +313,24 @@ descriptors:
 			},
 		},
 		{
+			// Counter keys escape '|' and '\': these two descriptors count apart.
+			name: "escaped keys",
+			yml: `
+domain: esc
+descriptors:
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: {unit: hour, requests_per_unit: 1}
+`,
+			steps: []step{
+				{domain: "esc", descs: d1("a=x|y", "b=z"), want: "OK: OK"},
+				{domain: "esc", descs: d1("a=x", "b=y|z"), want: "OK: OK"},
+				{domain: "esc", descs: d1("a=x\\", "b=|z"), want: "OK: OK"},
+				{domain: "esc", descs: d1("a=x|y", "b=z"), want: "OVER: OVER"},
+			},
+		},
+		{
 			name: "units and unknown domain",
 			yml: `
 domain: units

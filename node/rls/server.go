@@ -412,13 +412,17 @@ func validate(req *rlsv3.RateLimitRequest) error {
 }
 
 // appendKey appends the counter key of d within its limit's rule: the
-// entries' values, each followed by '|', with '\' and '|' escaped by a
-// '\' (so that no two descriptors share a key), shortened to
-// api.MaxKeyLen as node/rules shortens keys: the first bytes, '#', and
-// the xxhash of the whole key in hex.
+// entries' values in the format of node/rules' counter keys (each value
+// with '\' and '|' escaped by a '\', joined with '|', so that no two
+// descriptors share a key), shortened as there past api.MaxKeyLen: the
+// first 239 bytes, '#', and the 16 hex digits of the xxhash of the whole
+// key.
 func appendKey(dst []byte, d *ratelimitv3.RateLimitDescriptor) []byte {
 	start := len(dst)
-	for _, e := range d.GetEntries() {
+	for i, e := range d.GetEntries() {
+		if i > 0 {
+			dst = append(dst, '|')
+		}
 		v := e.GetValue()
 		for i := 0; i < len(v); i++ {
 			if v[i] == '|' || v[i] == '\\' {
@@ -426,7 +430,6 @@ func appendKey(dst []byte, d *ratelimitv3.RateLimitDescriptor) []byte {
 			}
 			dst = append(dst, v[i])
 		}
-		dst = append(dst, '|')
 	}
 	if len(dst)-start <= api.MaxKeyLen {
 		return dst

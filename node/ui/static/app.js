@@ -12,6 +12,7 @@
   const DECISIONS = [
     // stacking order of the chart, bottom first
     { key: 'allowed', cls: 'allowed', label: 'allowed' },
+    { key: 'local_fallback', cls: 'local', label: 'allowed locally (Store down)' },
     { key: 'shadow_denied', cls: 'shadow', label: 'shadow denied' },
     { key: 'degraded', cls: 'degraded', label: 'degraded' },
     { key: 'unavailable', cls: 'unavailable', label: 'unavailable' },
@@ -318,15 +319,15 @@
     // totals: the last minute (6 buckets, the current one partial) and 5 minutes
     const last = Math.max(0, n - 6);
     const a1 = sum(data.allowed, last), d1 = sum(data.denied, last);
-    const a5 = sum(data.allowed), d5 = sum(data.denied);
-    const other1 = sum(data.degraded, last) + sum(data.unavailable, last);
+    const all5 = DECISIONS.reduce((a, x) => a + sum(data[x.key]), 0);
+    const other1 = sum(data.degraded, last) + sum(data.unavailable, last) + sum(data.local_fallback, last);
     const pct = (d, a) => (a + d) ? (100 * d / (a + d)).toFixed(1) + '%' : '–';
     $('totals').replaceChildren(
       el('div', null, el('b', { id: 'total-allowed', text: fmt(a1) }), el('span', { text: 'allowed, last minute' })),
       el('div', null, el('b', { id: 'total-denied', text: fmt(d1) }), el('span', { text: '429s, last minute' })),
-      el('div', null, el('b', { text: pct(d1, a1) }), el('span', { text: 'denied share, last minute' })),
-      el('div', null, el('b', { text: fmt(other1) }), el('span', { text: 'degraded or 503, last minute' })),
-      el('div', null, el('b', { id: 'total-5m', text: fmt(a5 + d5) }), el('span', { text: 'decisions, 5 minutes' })),
+      el('div', null, el('b', { text: pct(d1, a1) }), el('span', { text: 'denied share' })),
+      el('div', null, el('b', { text: fmt(other1) }), el('span', { text: 'Store down, last minute', title: 'allowed locally, degraded or 503 while the Store was unreachable' })),
+      el('div', null, el('b', { id: 'total-5m', text: fmt(all5) }), el('span', { text: 'decisions, 5 minutes' })),
     );
   }
 
@@ -344,7 +345,7 @@
     const d = series(name);
     const n = d.allowed.length;
     const W = 120, H = 26;
-    const tot = d.allowed.map((v, i) => v + d.denied[i] + d.degraded[i] + d.unavailable[i] + d.shadow_denied[i]);
+    const tot = d.allowed.map((_, i) => DECISIONS.reduce((a, x) => a + d[x.key][i], 0));
     const max = Math.max(1, ...tot);
     const bw = W / n;
     const g = svg('svg', { class: 'spark', viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', 'aria-hidden': 'true' });

@@ -1,0 +1,76 @@
+package rls_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/rls"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// scriptedEngine is an Engine (our seam) whose decisions a test scripts:
+// each Decide call answers its items with the next entry of answers and
+// records what it was asked.
+type scriptedEngine struct {
+	answers [][]lease.Decision
+	asked   [][]node.Item
+}
+
+func (e *scriptedEngine) SetRLSRules(*rules.Set) {}
+
+func (e *scriptedEngine) Decide(_ context.Context, b *node.Batch) {
+	call := len(e.asked)
+	e.asked = append(e.asked, append([]node.Item(nil), b.Items...))
+	for i := range b.Items {
+		d := lease.Decision{Allowed: true}
+		if call < len(e.answers) && i < len(e.answers[call]) {
+			d = e.answers[call][i]
+		}
+		b.Items[i].Decided, b.Items[i].Decision = true, d
+		b.Requests[i].Status = 200
+		if !d.Allowed {
+			b.Requests[i].Status = 429
+		}
+	}
+}
+
+// TestDrainDenied: a descriptor denied with room left (hits 5, 3 left)
+// takes those 3, as envoyproxy/ratelimit's counter goes past the limit;
+// one denied with nothing left, or allowed, takes nothing more.
+func TestDrainDenied(t *testing.T) {
+	e := &scriptedEngine{answers: [][]lease.Decision{{
+		{Allowed: false, Remaining: 3, Limit: 10},
+		{Allowed: false, Remaining: 0, Limit: 10},
+		{Allowed: true, Remaining: 4, Limit: 10},
+	}}}
+	srv := rls.NewServer(rls.ServerConfig{Engine: e, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c, err := rls.Parse(rls.Doc{Name: "d.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetConfig(c)
+	resp, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: 5,
+		Descriptors: ds(d1("k=a"), d1("k=b"), d1("k=c"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := codesOf(resp); got != "OVER: OVER OVER OK" {
+		t.Fatalf("codes %s", got)
+	}
+	if len(e.asked) != 2 || len(e.asked[1]) != 1 {
+		t.Fatalf("engine calls %v, want the decisions then one drain of one item", e.asked)
+	}
+	if it := e.asked[1][0]; it.Key != "a" || it.Hits != 3 {
+		t.Errorf("drain took %d hits of %q, want 3 of \"a\"", it.Hits, it.Key)
+	}
+	// Each descriptor was its own request: none refunds another.
+	if first := e.asked[0]; len(first) != 3 || first[0].Hits != 5 {
+		t.Errorf("first call %v", first)
+	}
+}
