@@ -70,10 +70,15 @@
 // token_bucket and gcra, exp_h, when that loan ends.
 //
 //   - A lease call from h says held, the tokens h still holds unspent of
-//     the key when it sends the call. A grant of g sets lent_h =
-//     min(lent_h, held) + g and exp_h = max(exp_h, now + TTL); a call that
-//     grants nothing only renews a running loan (exp_h = max(exp_h, now +
-//     TTL)). Grant.Lent reports lent_h after the call.
+//     the key when it sends the call, and idle, how long since h last spent
+//     one. A grant of g sets lent_h = min(lent_h, held) + g and exp_h =
+//     max(exp_h, now + TTL); a call that grants nothing only renews a
+//     running loan (exp_h = max(exp_h, now + TTL)). Grant.Lent reports
+//     lent_h after the call. The tokens h no longer holds (lent_h − held)
+//     were spent by now − idle: the call sees them as a loan that ended
+//     then, so their refill since is not withheld (crediting from the
+//     grant instead would let a holder that spends late also spend their
+//     refill).
 //   - token_bucket: the refill never passes capacity − Σ lent_h: at every
 //     time t, level(t) + Σ_h lent_h(t) ≤ capacity. A loan that ends at
 //     exp_h counts as spent then, and the refill goes on from where the cap
