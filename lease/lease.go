@@ -114,10 +114,15 @@
 // Under-admission is bounded too. A check is denied only when (a) the
 // Store's last answer, projected to now by the refill since, cannot cover
 // its hits (each check is judged on its own hits; hits = 0 is a peek and
-// never denied), or (b) tokens it could use are lent: to another holder
-// (at most that holder's lease, until it spends, returns or loses them),
-// or to its own holder but spent and not yet settled (at most one lease,
-// until that holder's next call or its loan's end), or (c) the Store
+// never denied), or (b) tokens it could use are lent, to any holder, and
+// not yet reported spent: the Store counts a loan whole until that holder's
+// next lease call reports what it still holds (Held) and since when it
+// spends nothing (Idle), a return ends it, or it ends (at most LeaseTTL
+// after the holder's last call); at most the sum of the holders' leases.
+// Spent tokens reported that way refill from the holder's last spend; a
+// return, and a holder's first lease of a key after its idle sweep dropped
+// the key unreturned, credit from the return or from Idle before the
+// call; or (c) the Store
 // denied the key: until its Wait plus at most Config.Horizon, a check
 // whose hits the projection covers still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
@@ -330,7 +335,8 @@ type Leaser interface {
 	// "Lent tokens" in the package doc).
 	Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error)
 	// Return ends holder's lease of key: it gives back tokens that were
-	// lent to holder and not spent, and holder holds nothing more of key.
+	// lent to holder and not spent (0: none, the loan just ends), and
+	// holder holds nothing more of key.
 	// At most what the Store lent to holder goes back (a return can never
 	// add tokens the Store did not lend); for windowed algorithms only
 	// tokens lent in the current window go back. Returning to a key whose
