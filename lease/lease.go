@@ -129,12 +129,12 @@
 // denied the key: until its Wait plus at most Config.Horizon, a check
 // whose hits the projection covers still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
-// that a saturated key costs a Store call per batch, not per token. A
-// (d) Refund puts back at most what the Store lends the Manager: hits
-// that a later lease call of the same Manager already reported spent
-// (Held) are not refunded (at most the refunded hits).
-// crash costs the
-// crashed holder's lent tokens: they count as spent at exp_h (at most TTL
+// that a saturated key costs a Store call per batch, not per token; or
+// (d) it is a check whose hits were refunded after a later lease call of
+// the same Manager reported them spent (Held): Refund puts back at most
+// what the Store lends the Manager (at most the refunded hits).
+//
+// A crash costs the crashed holder's lent tokens: they count as spent at exp_h (at most TTL
 // after its last call; Config.LeaseTTL, 1 minute by default), and the
 // bucket refills from there; nothing stays lost.
 //
