@@ -134,9 +134,9 @@
 // the same Manager reported them spent (Held): Refund puts back at most
 // what the Store lends the Manager (at most the refunded hits).
 //
-// A crash costs the crashed holder's lent tokens: they count as spent at exp_h (at most TTL
-// after its last call; Config.LeaseTTL, 1 minute by default), and the
-// bucket refills from there; nothing stays lost.
+// A crash costs the crashed holder's lent tokens: they count as spent at
+// exp_h (at most TTL after its last call; Config.LeaseTTL, 1 minute by
+// default), and the bucket refills from there; nothing stays lost.
 //
 // # Arithmetic
 //
