@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -220,7 +222,11 @@ func (st *suite) startNode(name, rules, redisAddr string) (*Process, string, err
 	if err != nil {
 		return nil, "", err
 	}
-	args := []string{"-listen", addr, "-rules", rules, "-gossip", gossip, "-log-level", "warn"}
+	// A cluster (of one) needs a cluster key: a fresh one per node.
+	var key [32]byte
+	_, _ = rand.Read(key[:])
+	args := []string{"-listen", addr, "-rules", rules, "-gossip", gossip, "-log-level", "warn",
+		"-cluster-key", base64.StdEncoding.EncodeToString(key[:])}
 	if redisAddr != "" {
 		args = append(args, "-redis", redisAddr)
 	}

@@ -24,8 +24,9 @@ type TokenBucketState struct {
 }
 
 // level is the number of tokens at t: min(C, Tokens + (t-Updated)*L/P),
-// capped by the loans (loans.capLevel), or C without state.
-func (s *TokenBucketState) level(t int64, pf, lf, cf float64) float64 {
+// capped by the loans as the caller to sees them (loans.effective,
+// loans.capLevel), or C without state.
+func (s *TokenBucketState) level(t int64, pf, lf, cf float64, to Lessee) float64 {
 	if s.Updated == 0 {
 		return cf
 	}
@@ -33,7 +34,8 @@ func (s *TokenBucketState) level(t int64, pf, lf, cf float64) float64 {
 	if elapsed < 0 {
 		elapsed = 0
 	}
-	return s.Loans.capLevel(math.Min(cf, s.Tokens+float64(elapsed)*lf/pf), max(t, s.Updated), pf, lf, cf)
+	t = max(t, s.Updated)
+	return s.Loans.effective(to, t).capLevel(math.Min(cf, s.Tokens+float64(elapsed)*lf/pf), t, pf, lf, cf)
 }
 
 // Lease runs one lease call at now (see the package doc). Wait is
@@ -46,7 +48,7 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	c := p.Capacity()
 	cf := float64(c)
-	tokens := s.level(t, pf, lf, cf)
+	tokens := s.level(t, pf, lf, cf, to)
 	avail := int64(math.Floor(tokens))
 	var g Grant
 	switch {
@@ -81,8 +83,12 @@ func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder strin
 	}
 	t := unixMicros(now)
 	pf, lf, cf := float64(periodMicros(p)), float64(p.Limit), float64(p.Capacity())
-	level := s.level(t, pf, lf, cf)
-	s.Updated = max(s.Updated, t)
+	u := max(s.Updated, t)
+	if s.Loans.lentTo(holder, u) == 0 {
+		return // nothing lent to holder: nothing comes back, nothing changes
+	}
+	level := s.level(t, pf, lf, cf, Lessee{})
+	s.Updated = u
 	ls, back := s.Loans.prune(s.Updated).take(holder, n)
 	s.Loans = ls
 	s.Tokens = math.Min(cf, level+float64(back))
@@ -157,7 +163,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	b := p.Capacity()
 	bf := float64(b)
-	base := max(s.TAT, t, s.Loans.floorTAT(t, pf, lf))
+	base := max(s.TAT, t, s.Loans.effective(to, t).floorTAT(t, pf, lf))
 	d := base - t
 	avail := gcraAvail(d, bf, lf, pf)
 	var g Grant
@@ -190,6 +196,9 @@ func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 	t := unixMicros(now)
 	if s.TAT == 0 || n <= 0 {
 		return
+	}
+	if s.Loans.lentTo(holder, t) == 0 {
+		return // nothing lent to holder: nothing comes back, nothing changes
 	}
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	base := max(s.TAT, t, s.Loans.floorTAT(t, pf, lf))

@@ -163,3 +163,33 @@ func TestNoSilentOverflow(t *testing.T) {
 		}
 	}
 }
+
+// TestSpentLoanRefillsWhileIdle (found by the model harness on the first
+// lent accounting): a Manager that spent its whole loan and went quiet
+// must find the idle spell's refill: the tokens it no longer holds were
+// spent by its last spend (Lessee.Idle), not at its next call. Before,
+// every later check was denied: the stale loan capped the refill at 0 and
+// a denial never settled it.
+func TestSpentLoanRefillsWhileIdle(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, _, clk := testManager(t, nil)
+			p := Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
+			if !mustTake(t, m, "k", p, 100).Allowed {
+				t.Fatal("the burst denied")
+			}
+			for i := range 12 {
+				clk.Advance(10 * time.Second)
+				if d := mustTake(t, m, "k", p, 1); !d.Allowed {
+					t.Fatalf("check %d, %ds after spending the burst: %+v, want allowed", i, 10*(i+1), d)
+				}
+				m.drain()
+			}
+			clk.Advance(10 * time.Second)
+			// 10s at 10/s refill 100, less the 1 of 10s ago: 99 at least.
+			if d := mustTake(t, m, "k", p, 99); !d.Allowed {
+				t.Fatalf("99 after 10s idle: %+v, want allowed", d)
+			}
+		})
+	}
+}

@@ -350,6 +350,14 @@ type Lessee struct {
 	// Between 1ms and MaxLeaseTTL when ID is set; token_bucket and gcra
 	// only (a window's tokens are lent until the window ends).
 	TTL time.Duration
+	// Idle is how long before sending the call ID last spent a token of
+	// key (at most: round it down; 0 when unknown). The tokens lent to ID
+	// that it no longer holds (lent − Held) were spent by then, so the
+	// Store lets them refill from then on instead of from this call:
+	// without it, a holder that spent its whole loan and went quiet would
+	// find the refill of its idle spell withheld. token_bucket and gcra
+	// only.
+	Idle time.Duration
 }
 
 // MaxLeaseTTL bounds Lessee.TTL.

@@ -128,6 +128,27 @@ func (ls loans) take(holder string, n int64) (loans, int64) {
 	return ls[:len(ls)-1], back
 }
 
+// effective is ls as the caller to's call sees it at t: its loan's
+// tokens it no longer holds (lent − Held) were spent by t − Idle, so from
+// then they count like a loan that ended. ls itself is not changed.
+func (ls loans) effective(to Lessee, t int64) loans {
+	if to.ID == "" || to.Idle <= 0 {
+		return ls
+	}
+	i := ls.find(to.ID)
+	if i < 0 || ls[i].Lent <= to.Held {
+		return ls
+	}
+	spent := t - to.Idle.Microseconds()
+	if spent >= ls[i].Expires {
+		return ls
+	}
+	out := make(loans, len(ls), len(ls)+1)
+	copy(out, ls)
+	out[i].Lent = to.Held
+	return append(out, Loan{Lent: ls[i].Lent - to.Held, Expires: spent})
+}
+
 // capLevel caps a refilled level at t by the loans of a token_bucket key
 // (fractional tokens; rate = lf/pf per µs, capacity cf). Before its
 // expiry E a loan is out of the bucket; at E it counts as spent and the

@@ -28,7 +28,9 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		return Decision{Limit: p.Limit, Remaining: b.tokens.Load() + b.remaining.Load(), RetryAfter: p.Period,
 			Reset: b.reset(b.tokens.Load(), now)}, nil
 	}
-	m.touch(b, now)
+	// lastUse is the last spend (checks that spend touch it): how long
+	// this Manager has not spent a token of the key, for the Store.
+	idle := m.idleFor(b, now)
 	// The check's budget for Store calls and waits, in real time (the
 	// Manager's clock may be a test's fake); set when first needed.
 	var deadline time.Time
@@ -36,6 +38,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	for {
 		if m.usable(b, now) {
 			if left, ok := b.tryTake(hits); ok {
+				m.touch(b, now)
 				if !b.spendable(now) {
 					m.renew(b) // past half its TTL: re-lend it in the background
 				}
@@ -98,7 +101,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			ctx, cancel = context.WithDeadline(m.ctx, deadline)
 			defer cancel()
 		}
-		return m.leaseSync(ctx, b, s, p, hits, now), nil
+		return m.leaseSync(ctx, b, s, p, hits, now, idle), nil
 	}
 }
 
@@ -127,7 +130,7 @@ func (m *Manager) waitSlot(s *slot, deadline time.Time) bool {
 
 // leaseSync leases for a check of hits while holding b's slot s, and
 // releases it.
-func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64) Decision {
+func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration) Decision {
 	local := b.tokens.Swap(0)
 	// Tokens of a window that ended, or past their TTL, are dropped: the
 	// Store counted them in that window, or counts them as spent
@@ -138,6 +141,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	}
 	if keep >= hits {
 		b.tokens.Add(keep - hits)
+		m.touch(b, now)
 		m.release(b, s, nil)
 		return b.decision(keep-hits, now)
 	}
@@ -147,7 +151,9 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	m.st.storeDecisions.Add(1)
 	m.st.leases.Add(1)
 	decisionsStore.Inc()
-	g, err := m.store.Lease(ctx, b.key, p, want, need, m.lessee(keep))
+	to := m.lessee(keep)
+	to.Idle = idle
+	g, err := m.store.Lease(ctx, b.key, p, want, need, to)
 	if err != nil {
 		b.tokens.Add(keep)
 		m.release(b, s, err)
@@ -169,6 +175,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		}
 		b.expires.Store(exp)
 		b.tokens.Add(g.Granted + keep - hits)
+		m.touch(b, now)
 		// basis bounds Refund: what the Store lends this Manager, so it
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
@@ -213,8 +220,19 @@ func (m *Manager) renew(b *bucket) {
 	}
 }
 
-// touch records a check at now, to touchMs resolution (most checks only
-// read lastUse).
+// idleFor is how long before now b's key last spent a token here, at
+// most (lastUse is rounded down to whole ms and to touchMs): 0 if unknown.
+func (m *Manager) idleFor(b *bucket, now int64) time.Duration {
+	d := int32(unixMs32(now)-b.lastUse.Load()) - int32(m.touchMs) - 1
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
+// touch records a spend at now, to touchMs resolution (most checks only
+// read lastUse). Checks that spend nothing do not touch: lastUse is also
+// when this Manager last spent a token of the key (Lessee.Idle).
 func (m *Manager) touch(b *bucket, now int64) {
 	if ms := unixMs32(now); ms-b.lastUse.Load() >= m.touchMs {
 		b.lastUse.Store(ms)

@@ -167,3 +167,38 @@ func TestRedisNoSilentOverflow(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisSpentLoanRefillsWhileIdle: lease's TestSpentLoanRefillsWhileIdle
+// on Redis.
+func TestRedisSpentLoanRefillsWhileIdle(t *testing.T) {
+	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
+	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m := newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
+			p := lease.Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
+			key := uniqueKey(t)
+			take := func(hits int64) lease.Decision {
+				t.Helper()
+				d, err := m.Take(key, p, hits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Settle()
+				return d
+			}
+			if !take(100).Allowed {
+				t.Fatal("the burst denied")
+			}
+			for i := range 6 {
+				clock.Advance(10 * time.Second)
+				if d := take(1); !d.Allowed {
+					t.Fatalf("check %d, %ds after spending the burst: %+v, want allowed", i, 10*(i+1), d)
+				}
+			}
+			clock.Advance(10 * time.Second)
+			if d := take(99); !d.Allowed {
+				t.Fatalf("99 after 10s idle: %+v, want allowed", d)
+			}
+		})
+	}
+}

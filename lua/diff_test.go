@@ -51,6 +51,9 @@ func TestMatchesMemoryStore(t *testing.T) {
 		}
 	}
 	var grants, denials, logAllowed, logDenied, acquired int
+	// Lessees: anonymous, or one of two holders with random holdings,
+	// lease TTLs and idle times (the lent accounting).
+	holders := []string{"", "node-a", "node-b/7f3a"}
 	for i := 0; i < 400; i++ {
 		alg := lease.Algorithm(1 + r.IntN(4))
 		p := lease.Policy{Algorithm: alg, Limit: randLimit(), Period: randPeriod()}
@@ -63,7 +66,8 @@ func TestMatchesMemoryStore(t *testing.T) {
 			advance(p.Period)
 			if step > 0 && r.IntN(4) == 0 {
 				n := min(pick(1, 2, capacity/3+1, capacity, r.Int64N(capacity)+1, lease.MaxHits), lease.MaxHits)
-				e1, e2 := rs.Return(ctx, key, p, n, ""), ms.Return(ctx, key, p, n, "")
+				h := holders[r.IntN(len(holders))]
+				e1, e2 := rs.Return(ctx, key, p, n, h), ms.Return(ctx, key, p, n, h)
 				if (e1 == nil) != (e2 == nil) {
 					t.Fatalf("%+v Return(%d): redis %v, memory %v", p, n, e1, e2)
 				}
@@ -71,11 +75,17 @@ func TestMatchesMemoryStore(t *testing.T) {
 			}
 			need := min(pick(0, 1, 1, 2, capacity/2, capacity, capacity+1, r.Int64N(capacity)+1), lease.MaxHits)
 			want := min(lease.MaxHits, need+pick(0, 0, 1, capacity, r.Int64N(capacity)+1))
-			g1, e1 := rs.Lease(ctx, key, p, want, need, lease.Lessee{})
-			g2, e2 := ms.Lease(ctx, key, p, want, need, lease.Lessee{})
+			to := lease.Lessee{ID: holders[r.IntN(len(holders))]}
+			if to.ID != "" {
+				to.Held = min(pick(0, 0, 1, capacity/2, r.Int64N(capacity)+1), lease.MaxHits)
+				to.TTL = time.Duration(pick(1, 100, 1000, 60_000, 3_600_000)) * time.Millisecond
+				to.Idle = time.Duration(pick(0, 0, 1, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
+			}
+			g1, e1 := rs.Lease(ctx, key, p, want, need, to)
+			g2, e2 := ms.Lease(ctx, key, p, want, need, to)
 			if (e1 == nil) != (e2 == nil) || g1 != g2 {
-				t.Fatalf("%+v, step %d at %v: Lease(want=%d, need=%d):\n  redis:  %+v %v\n  memory: %+v %v",
-					p, step, clock.Now().Format(time.RFC3339Nano), want, need, g1, e1, g2, e2)
+				t.Fatalf("%+v, step %d at %v: Lease(want=%d, need=%d, %+v):\n  redis:  %+v %v\n  memory: %+v %v",
+					p, step, clock.Now().Format(time.RFC3339Nano), want, need, to, g1, e1, g2, e2)
 			}
 			switch {
 			case g1.Granted > 0:

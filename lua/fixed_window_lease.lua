@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  hash {w = start of the counted window, unix µs; c = count;
 --          '@'..holder = what the window lent each holder}
--- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us
+-- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us (ttl and idle unused)
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- A count of an older window is 0 (and its loans are gone); a stored

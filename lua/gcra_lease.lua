@@ -8,7 +8,7 @@
 -- prelude.lua and leased.lua.
 --
 -- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans}
--- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us
+-- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- An absent key (or a TAT not after now, with no loans) is a full bucket.
@@ -16,7 +16,7 @@
 -- renews the holder's loan, and expires when the TAT and every loan's
 -- tokens are past.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
-local held, ttl_us = tonumber(ARGV[7]), tonumber(ARGV[8])
+local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local bf = cf
 
 local function avail(d)
@@ -27,7 +27,7 @@ end
 
 local st, ls = read()
 local tat = tonumber(st.t) or 0
-local base = math.max(tat, now, floor_tat(ls, now))
+local base = math.max(tat, now, floor_tat(effective(ls, held, idle_us, now), now))
 local d = base - now
 local a = avail(d)
 

@@ -11,6 +11,9 @@ local tat = tonumber(st.t)
 if not tat or n <= 0 then
   return 0
 end
+if lent_to(ls, holder, now) == 0 then
+  return 0 -- nothing lent to holder: nothing comes back, nothing changes
+end
 local base = math.max(tat, now, floor_tat(ls, now))
 local back
 ls, back = take(prune(ls, now), n)

@@ -3,7 +3,7 @@
 -- which mirror lease/loans.go operation for operation.
 --
 -- ARGV     limit, period_us, capacity, holder, then per script:
---          lease:  want, need, held, ttl_us
+--          lease:  want, need, held, ttl_us, idle_us
 --          return: tokens
 --
 -- A loan is what the Store lent one holder and still counts against the
@@ -107,6 +107,25 @@ local function take(ls, n)
   ls[i] = ls[#ls]
   ls[#ls] = nil
   return ls, back
+end
+
+-- effective is ls as the caller (holding held, idle for idle_us) sees
+-- it at t: the tokens of its loan it no longer holds were spent by t -
+-- idle_us, so from then they count like a loan that ended. ls is not
+-- changed. Mirrors lease's loans.effective.
+local function effective(ls, held, idle_us, t)
+  if holder == '' or idle_us <= 0 then return ls end
+  local i = find(ls, holder)
+  if not i or ls[i].lent <= held then return ls end
+  local spent = t - idle_us
+  if spent >= ls[i].exp then return ls end
+  local out = {}
+  for j, l in ipairs(ls) do
+    out[j] = l
+  end
+  out[i] = {id = ls[i].id, lent = held, exp = ls[i].exp}
+  out[#out + 1] = {id = '', lent = ls[i].lent - held, exp = spent}
+  return out
 end
 
 -- cap_level caps a token_bucket level at t by the loans: at most

@@ -11,7 +11,7 @@
 --
 -- KEYS[1]  hash {w = start of the current window, unix µs; c = cur; p = prev;
 --          '@'..holder = what the current window lent each holder}
--- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us
+-- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us (ttl and idle unused)
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- The key is written only when tokens are granted, and expires two

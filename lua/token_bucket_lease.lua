@@ -6,7 +6,7 @@
 --
 -- KEYS[1]  hash {t = tokens (fractional), u = time of that level, unix µs,
 --          '@'..holder = loans}
--- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us
+-- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- An absent key is a full bucket. The refill is capped by the loans. The
@@ -14,7 +14,7 @@
 -- or when a grant of nothing renews the holder's loan, and expires when
 -- the bucket would be full again with every loan ended.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
-local held, ttl_us = tonumber(ARGV[7]), tonumber(ARGV[8])
+local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local st, ls = read()
 local tokens, updated = cf, 0
@@ -22,7 +22,8 @@ if st.t then
   updated = tonumber(st.u)
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
-  tokens = cap_level(ls, math.min(cf, tonumber(st.t) + elapsed * lf / pf), math.max(now, updated))
+  local t = math.max(now, updated)
+  tokens = cap_level(effective(ls, held, idle_us, t), math.min(cf, tonumber(st.t) + elapsed * lf / pf), t)
 end
 local avail = math.floor(tokens)
 

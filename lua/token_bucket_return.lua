@@ -10,6 +10,9 @@ local st, ls = read()
 if not st.t or n <= 0 then
   return 0
 end
+if lent_to(ls, holder, math.max(tonumber(st.u), now)) == 0 then
+  return 0 -- nothing lent to holder: nothing comes back, nothing changes
+end
 local updated = tonumber(st.u)
 local elapsed = now - updated
 if elapsed < 0 then elapsed = 0 end

@@ -65,6 +65,7 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	}
 	md := newModel(sc, prefix, slots)
 	md.safetyOnly = sc.safetyOnly
+	md.tracing = trace
 	md.setNow(h.Now())
 	r := &run{h: h, md: md, store: store, slot: make([]int, sc.holders), next: sc.holders}
 	for i := range sc.holders {
@@ -78,6 +79,7 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	}()
 	res := result{}
 	for step, o := range ops {
+		md.beginOp()
 		line, err := r.apply(o)
 		for _, m := range r.ms {
 			m.Settle()
@@ -85,6 +87,9 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 		res.steps++
 		if trace {
 			res.trace = append(res.trace, line)
+			for _, c := range md.takeNotes() {
+				res.trace = append(res.trace, "  store: "+c)
+			}
 		}
 		if err == "" {
 			err = md.takeViolation()
@@ -232,11 +237,20 @@ func (r *run) apply(o op) (line, violation string) {
 				break
 			}
 		}
+		// Checks of a key that is in the batch more than once are not
+		// decided in order (TakeMany's doc): only the safety side holds
+		// for them.
+		seen := make(map[int]int)
+		for _, it := range o.items {
+			seen[it.key]++
+		}
 		for i, c := range cs {
 			if violation != "" {
 				break
 			}
-			violation = md.judge(o.m, o.items[i], c.Decision)
+			if seen[o.items[i].key] == 1 {
+				violation = md.judge(o.m, o.items[i], c.Decision)
+			}
 		}
 		if o.refund {
 			for i, c := range cs {
@@ -275,10 +289,12 @@ type recorder struct {
 
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
+	r.md.note("m%d Lease(%s, want %d, need %d, held %d) = granted %d, remaining %d, wait %v, lent %d, err %v",
+		r.m, r.md.short(key), want, need, to.Held, g.Granted, g.Remaining, g.Wait, g.Lent, err)
 	if err == nil && (want > 0 || to.ID != "") {
 		l := loan{lent: -1}
 		if to.ID != "" {
-			l = loan{ttl: to.TTL, lent: g.Lent}
+			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, need: need}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
 	}
@@ -287,6 +303,7 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 
 func (r *recorder) Return(ctx context.Context, key string, p lease.Policy, tokens int64, holder string) error {
 	err := r.Store.Return(ctx, key, p, tokens, holder)
+	r.md.note("m%d Return(%s, %d) err %v", r.m, r.md.short(key), tokens, err)
 	if err == nil {
 		r.md.returned(r.m, key, tokens, r.now())
 	}

@@ -9,8 +9,12 @@ import (
 	"github.com/sluicehq/sluice/lease"
 )
 
-// idle is the Managers' Config.Idle.
-const idle = 10 * time.Second
+// idle is the Managers' Config.Idle; horizon their Config.Horizon (the
+// default).
+const (
+	idle    = 10 * time.Second
+	horizon = 100 * time.Millisecond
+)
 
 // scenario is one seed's test: everything but the outcomes.
 type scenario struct {

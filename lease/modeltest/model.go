@@ -22,6 +22,9 @@ type model struct {
 	now        int64
 	violation  string // found by a recorder callback, reported after the op
 	safetyOnly bool
+	lentKnown  bool // the Store reports loans (Lessee, Grant.Lent)
+	tracing    bool
+	notes      []string // the Store calls of the op, when tracing
 	checks     int
 }
 
@@ -43,6 +46,9 @@ type snapshot struct {
 	c1    int64   // counted in the window
 	own   int64   // the holder's tokens on hand
 	adm   int64   // the holder's net admissions so far
+	// batchUntil: after a Store denial, until when the holder may wait
+	// for a batch rather than ask for a check its projection covers.
+	batchUntil int64
 }
 
 type keyModel struct {
@@ -55,14 +61,17 @@ type keyModel struct {
 	heldWin []int64 // windows: the window the held tokens belong to
 	heldExp []int64 // token_bucket, gcra: when the loan ends (0: never)
 	// lent is what the Store said it lends each holder (Grant.Lent) at
-	// its last call: held tokens and spent ones not yet settled.
-	lent []int64
+	// its last call: held tokens and spent ones not yet settled. settled
+	// is what it should lend by the contract: every call settles the
+	// loan to what the holder says it holds, plus the grant.
+	lent, settled []int64
 	// lost is what the Store counts as spent that no check spent: loans
 	// that expired or ended unspent (token_bucket, gcra). It lowers the
 	// level the denials are judged against, never the safety side.
 	lost    []event
 	netAdm  []int64 // per holder: admitted − refunded
 	snap    []*snapshot
+	opSnaps [][]*snapshot // per holder: its snapshot before the op and those made during it
 	lastUse []int64
 	counted map[int64]int64 // windows: granted − returned per window
 	stamps  []int64         // sliding_log
@@ -82,8 +91,10 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			heldWin: make([]int64, slots),
 			heldExp: make([]int64, slots),
 			lent:    make([]int64, slots),
+			settled: make([]int64, slots),
 			netAdm:  make([]int64, slots),
 			snap:    make([]*snapshot, slots),
+			opSnaps: make([][]*snapshot, slots),
 			lastUse: make([]int64, slots),
 			counted: make(map[int64]int64),
 			ids:     make(map[string]int64),
@@ -120,6 +131,31 @@ func (md *model) at(t int64) string {
 	return "t+" + d.String()
 }
 
+// note records a Store call for the trace.
+func (md *model) note(format string, args ...any) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	if md.tracing {
+		md.notes = append(md.notes, fmt.Sprintf(format, args...))
+	}
+}
+
+func (md *model) takeNotes() []string {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	n := md.notes
+	md.notes = nil
+	return n
+}
+
+// short is a key's name in the trace.
+func (md *model) short(key string) string {
+	if k, ok := md.byName[key]; ok {
+		return md.keys[k].name
+	}
+	return key
+}
+
 func (md *model) takeViolation() string {
 	md.mu.Lock()
 	defer md.mu.Unlock()
@@ -150,17 +186,29 @@ func (k *keyModel) win(t int64) int64 {
 // heldNow is what holder m holds of k at t: windowed tokens die with their
 // window; a loan ends at its expiry, its tokens lost.
 func (k *keyModel) heldNow(m int, t int64) int64 {
-	if k.windowed() && k.held[m] > 0 && k.win(t) != k.heldWin[m] {
-		k.held[m] = 0
+	if k.windowed() && k.win(t) != k.heldWin[m] {
+		k.held[m], k.lent[m], k.settled[m] = 0, 0, 0
 	}
 	if e := k.heldExp[m]; e > 0 && t >= e {
 		if k.held[m] > 0 {
 			k.lose(e, k.held[m], m)
 			k.held[m] = 0
 		}
-		k.lent[m] = 0
+		k.lent[m], k.settled[m] = 0, 0
 	}
 	return k.held[m]
+}
+
+// dropped records that holder m dropped its bucket of k at t: what it
+// held and did not return is gone (the Store counts it as lent until the
+// holder's next call or the loan's end, then as spent).
+func (k *keyModel) dropped(m int, t int64) {
+	if h := k.heldNow(m, t); h > 0 {
+		if !k.windowed() {
+			k.lose(t, h, m)
+		}
+		k.held[m] = 0
+	}
 }
 
 // lose records n tokens the Store counts as spent at t.
@@ -234,6 +282,8 @@ func (k *keyModel) level(t int64) float64 {
 type loan struct {
 	ttl  time.Duration
 	lent int64
+	held int64 // what the holder said it held (Lessee.Held)
+	need int64
 }
 
 // leased records a lease call's answer to holder m.
@@ -258,17 +308,24 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 			k.counted[k.win(now)] += g.Granted
 		}
 	}
-	if !k.windowed() && l.lent >= 0 {
-		// Any call that reports a loan renews it until now + ttl. (What
-		// the Store says it lends is not compared with what m holds:
-		// the admissions of a batch are recorded after it, while its
-		// lease calls are recorded as they happen.)
+	if l.lent >= 0 {
+		// A call renews a running loan until now + ttl. (What m holds
+		// by the model is not compared with what it is lent: the
+		// admissions of a batch are recorded after it, its lease calls
+		// as they happen.)
 		k.lent[m] = l.lent
-		if l.ttl > 0 && l.lent > 0 {
+		k.settled[m] = min(k.settled[m], l.held) + g.Granted
+		md.lentKnown = true
+		if !k.windowed() && l.ttl > 0 && k.lent[m] > 0 {
 			k.heldExp[m] = max(k.heldExp[m], now+int64(l.ttl))
 		}
 	}
 	s := &snapshot{t: now, win: k.win(now), own: k.held[m], adm: k.netAdm[m]}
+	if l.need > 0 && g.Granted == 0 {
+		// A Store denial: the holder may wait for a batch until Wait
+		// plus a horizon (contract clause (c)).
+		s.batchUntil = now + int64(max(g.Wait, time.Millisecond)+horizon)
+	}
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		s.oth = float64(k.heldOthers(m, now))
@@ -277,6 +334,18 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		s.c0, s.c1 = k.counted[s.win-1], k.counted[s.win]
 	}
 	k.snap[m] = s
+	k.opSnaps[m] = append(k.opSnaps[m], s)
+}
+
+// beginOp starts an op: each holder's snapshots so far are the one it has.
+func (md *model) beginOp() {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	for _, k := range md.keys {
+		for m := range k.opSnaps {
+			k.opSnaps[m] = append(k.opSnaps[m][:0], k.snap[m])
+		}
+	}
 }
 
 // returned records tokens that holder m gave back.
@@ -293,7 +362,7 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 		md.fail("%s: m%d returned %d tokens at %s but held %d (tokens made up: over-admission)", k.name, m, tokens, md.at(now), h)
 	}
 	k.held[m] = max(0, k.held[m]-tokens)
-	k.lent[m] = 0
+	k.lent[m], k.settled[m] = 0, 0
 	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
 		// A return ends the loan: what was not returned is spent.
 		k.lose(now, k.held[m], m)
@@ -396,9 +465,16 @@ func (md *model) refunded(m int, it item) {
 		e := &k.events[i]
 		if e.m == m && e.orig == it.hits && !e.refunded {
 			e.refunded = true
-			k.netAdm[m] -= e.hits
-			k.held[m] += e.hits
-			e.hits = 0
+			// A holder never holds more than the Store lends it: hits
+			// spent before its last lease call (which settled them)
+			// stay spent.
+			r := e.hits
+			if md.lentKnown {
+				r = min(r, max(0, k.lent[m]-k.heldNow(m, md.now)))
+			}
+			k.netAdm[m] -= r
+			k.held[m] += r
+			e.hits -= r
 			return
 		}
 	}
@@ -413,48 +489,85 @@ func (md *model) judge(m int, it item, d lease.Decision) string {
 		return ""
 	}
 	own := k.usable(m, now)
-	var avail, proj float64
-	proj = math.Inf(1)
-	s := k.snap[m]
-	slack := 0.0
+	need := float64(h)
+	var avail float64
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		oth := float64(k.heldOthers(m, now))
-		avail = math.Floor(k.level(now)-oth-float64(own)+1e-6) + float64(own)
-		if s != nil {
-			proj = min(k.cap-s.oth, s.avail+k.rate*float64(now-s.t)) - float64(k.netAdm[m]-s.adm)
-			slack = 1
-		}
+		// m's own spent tokens not yet settled (clause (b)): until its
+		// next call.
+		unsettled := float64(max(0, k.settled[m]-k.heldNow(m, now)))
+		avail = math.Floor(k.level(now)-oth-unsettled-float64(own)+1e-6) + float64(own)
 	case lease.FixedWindow:
-		w := k.win(now)
-		avail = float64(k.p.Limit - k.counted[w] + own)
-		if s != nil && s.win == w {
-			proj = float64(k.p.Limit - s.c1 + s.own - (k.netAdm[m] - s.adm))
-		}
+		avail = float64(k.p.Limit - k.counted[k.win(now)] + own)
 	case lease.SlidingWindow:
 		w := k.win(now)
-		weight := 1 - float64(now-w*int64(k.p.Period))/float64(k.p.Period)
-		est := float64(k.counted[w-1])*weight + float64(k.counted[w])
+		est := float64(k.counted[w-1])*k.weight(now) + float64(k.counted[w])
 		avail = math.Floor(float64(k.p.Limit)-est+1e-9) + float64(own) - 1
-		if s != nil {
-			switch s.win {
-			case w:
-				proj = math.Floor(float64(k.p.Limit)-(float64(s.c0)*weight+float64(s.c1))+1e-9) + float64(s.own-(k.netAdm[m]-s.adm))
-			case w - 1:
-				proj = math.Floor(float64(k.p.Limit) - float64(s.c1)*weight + 1e-9)
-			}
-			slack = 1
+	}
+	// The denial is justified by what the holder last heard from the
+	// Store (clause (a)): any answer it had during the op may be the one
+	// it judged by (a batch's items are judged after the batch).
+	snaps := k.opSnaps[m]
+	if len(snaps) == 0 {
+		snaps = []*snapshot{k.snap[m]}
+	}
+	var last *snapshot
+	lowest := math.Inf(1)
+	for _, s := range snaps {
+		proj, slack, batch := k.projection(m, s, now, h)
+		if avail < need+batch || proj < need+slack+batch {
+			return ""
+		}
+		if proj < lowest {
+			lowest, last = proj, s
 		}
 	}
-	if avail >= float64(h) && proj >= float64(h)+slack {
-		why := "it never leased this key (or its bucket was dropped)"
-		if s != nil {
-			why = fmt.Sprintf("its last Store answer (at %s) projected to now covers %.2f", md.at(s.t), proj)
-		}
-		return fmt.Sprintf("%s (%s): m%d denied %d hits at %s, but %.2f are available to it (the model's level, less %d tokens the other holders hold) and %s (denial unjustified)",
-			k.name, describe(k.p), m, h, md.at(now), avail, k.heldOthers(m, now), why)
+	why := "it never leased this key (or its bucket was dropped)"
+	if last != nil {
+		why = fmt.Sprintf("its last Store answer (at %s) projected to now covers %.2f", md.at(last.t), lowest)
 	}
-	return ""
+	return fmt.Sprintf("%s (%s): m%d denied %d hits at %s, but %.2f are available to it (the model's level, less %d tokens the other holders hold) and %s (denial unjustified)",
+		k.name, describe(k.p), m, h, md.at(now), avail, k.heldOthers(m, now), why)
+}
+
+// weight is the previous window's weight in the sliding estimate at t.
+func (k *keyModel) weight(t int64) float64 {
+	return 1 - float64(t-k.win(t)*int64(k.p.Period))/float64(k.p.Period)
+}
+
+// projection is what holder m, which heard s from the Store, can count on
+// at now for a check of h, with the slack the contract gives the check: 1
+// token of rounding where the Store floors, and clause (c)'s batch.
+func (k *keyModel) projection(m int, s *snapshot, now, h int64) (proj, slack, batch float64) {
+	if s == nil {
+		return math.Inf(1), 0, 0
+	}
+	spent := float64(k.netAdm[m] - s.adm)
+	switch k.p.Algorithm {
+	case lease.TokenBucket, lease.GCRA:
+		proj = min(k.cap-s.oth, s.avail+k.rate*float64(now-s.t)) - spent
+		slack = 1
+		if now <= s.batchUntil {
+			// Clause (c): waiting for a batch of
+			// min(MinLeaseShare × capacity − hits, Horizon × rate).
+			batch = max(0, min(math.Ceil(k.cap*lease.DefaultMinLeaseShare)-float64(h), math.Floor(float64(horizon)*k.rate)))
+		}
+	case lease.FixedWindow:
+		proj = math.Inf(1)
+		if s.win == k.win(now) {
+			proj = float64(k.p.Limit-s.c1+s.own) - spent
+		}
+	case lease.SlidingWindow:
+		proj, slack = math.Inf(1), 1
+		switch s.win {
+		case k.win(now):
+			proj = math.Floor(float64(k.p.Limit)-(float64(s.c0)*k.weight(now)+float64(s.c1))+1e-9) + float64(s.own) - spent
+		case k.win(now) - 1:
+			proj = math.Floor(float64(k.p.Limit) - float64(s.c1)*k.weight(now) + 1e-9)
+		}
+	}
+	return proj, slack, batch
 }
 
 // decideLog checks a sliding_log decision against the exact log.
@@ -557,6 +670,7 @@ func (md *model) swept(m int) {
 	for _, k := range md.keys {
 		if md.now-k.lastUse[m] >= int64(idle) {
 			k.snap[m] = nil
+			k.dropped(m, md.now)
 		}
 	}
 }
@@ -568,6 +682,7 @@ func (md *model) returnedKeys(m int, keep uint8) {
 	for i, k := range md.keys {
 		if keep&(1<<i) == 0 {
 			k.snap[m] = nil
+			k.dropped(m, md.now)
 		}
 	}
 }

@@ -224,8 +224,14 @@ func (h Harness) report(t testing.TB, sc *scenario, first result) string {
 			fmt.Fprintf(&b, "  k%d: %s\n", i, describe(k))
 		}
 	}
-	for i, line := range res.trace {
-		fmt.Fprintf(&b, "  %3d. %s\n", i+1, line)
+	n := 0
+	for _, line := range res.trace {
+		if strings.HasPrefix(line, " ") { // a Store call of the op above
+			fmt.Fprintf(&b, "       %s\n", line)
+			continue
+		}
+		n++
+		fmt.Fprintf(&b, "  %3d. %s\n", n, line)
 	}
 	if res.fail != nil {
 		fmt.Fprintf(&b, "  FAILS at op %d: %s\n", res.fail.step+1, res.fail.msg)

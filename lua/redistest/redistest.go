@@ -1,7 +1,10 @@
 // Package redistest starts real redis-server processes for tests: a
 // standalone server (optionally with a frozen wall clock that the test
-// moves, see StartWithClock), a Sentinel, or a 3-master Redis Cluster, each
-// on free loopback ports, with persistence off, stopped in t.Cleanup.
+// moves, see StartWithClock), a Sentinel, a 3-master Redis Cluster, or, for
+// failover tests, a Cluster of 3 masters with one replica each
+// (StartClusterWithReplicas) and a master, replica and Sentinel
+// (StartSentinels), each on free loopback ports, with persistence off,
+// stopped in t.Cleanup.
 //
 // redis-server and redis-cli must be on PATH (and gcc for StartWithClock). When they are missing the
 // test fails with an install hint, unless the environment variable

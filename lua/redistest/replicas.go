@@ -16,7 +16,9 @@ import (
 const failoverTimeout = 30 * time.Second
 
 // ReplicatedCluster is a Redis Cluster of three masters, each with one
-// replica, started by StartClusterWithReplicas.
+// replica, started by StartClusterWithReplicas. Like a *Server's, its
+// methods must not be called concurrently with its Servers' Kill or
+// Restart.
 type ReplicatedCluster struct {
 	// Masters[i] serves a third of the slots; Replicas[i] replicates it.
 	// After a failover the roles change; the slices keep the start roles.

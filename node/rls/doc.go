@@ -87,8 +87,9 @@
 // sluice_rls_total_hits, sluice_rls_over_limit, sluice_rls_near_limit and
 // sluice_rls_shadow_mode, labelled {domain, descriptor} (descriptor is
 // envoy's KEY_VALUE path; with detailed_metric the request's values, for at
-// most 10000 series). Plus sluice_rls_config_loads_total and
-// sluice_rls_config_errors_total. The server also serves the gRPC health
+// most 10000 series). Plus sluice_rls_calls_total{code} (OK, OVER_LIMIT,
+// INVALID_ARGUMENT, UNAVAILABLE, INTERNAL), sluice_rls_config_loads_total
+// and sluice_rls_config_errors_total. The server also serves the gRPC health
 // service (grpc.health.v1), SERVING once a configuration is loaded.
 //
 // # Concurrency

@@ -190,6 +190,23 @@ func growClear[T any](v []T, n int) []T {
 // ShouldRateLimit answers one request: a status per descriptor, in order,
 // and OVER_LIMIT overall when any descriptor is over its limit.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.shouldRateLimit(ctx, req)
+	if err != nil {
+		switch status.Code(err) {
+		case codes.InvalidArgument:
+			s.met.countCall("INVALID_ARGUMENT")
+		case codes.Unavailable:
+			s.met.countCall("UNAVAILABLE")
+		default:
+			s.met.countCall("INTERNAL")
+		}
+	} else {
+		s.met.countCall(resp.OverallCode.String())
+	}
+	return resp, err
+}
+
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

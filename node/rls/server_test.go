@@ -186,6 +186,8 @@ func TestMetrics(t *testing.T) {
 		`sluice_rls_over_limit{domain="messaging",descriptor="message_type_marketing.to_number"} 1`,
 		`sluice_rls_near_limit{domain="messaging",descriptor="message_type_marketing.to_number"} 1`,
 		`sluice_rls_total_hits{domain="messaging",descriptor="to_number_7"} 1`, // detailed_metric
+		`sluice_rls_calls_total{code="OK"} 3`,
+		`sluice_rls_calls_total{code="OVER_LIMIT"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %s", want)

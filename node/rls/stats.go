@@ -26,6 +26,7 @@ type descStats struct {
 type statsSet struct {
 	set               *metrics.Set
 	loads, loadErrors *metrics.Counter
+	calls             map[string]*metrics.Counter // by code (callCodes); read-only after newStatsSet
 	mu                struct {
 		sync.Mutex
 		detailed map[string]*descStats // detailed_metric series, bounded
@@ -36,6 +37,10 @@ func newStatsSet(set *metrics.Set) *statsSet {
 	s := &statsSet{set: set}
 	s.loads = set.GetOrCreateCounter("sluice_rls_config_loads_total")
 	s.loadErrors = set.GetOrCreateCounter("sluice_rls_config_errors_total")
+	s.calls = map[string]*metrics.Counter{}
+	for _, c := range callCodes {
+		s.calls[c] = set.GetOrCreateCounter(`sluice_rls_calls_total{code="` + c + `"}`)
+	}
 	s.mu.detailed = map[string]*descStats{}
 	return s
 }
@@ -82,6 +87,17 @@ func (s *statsSet) make(domain, key string) *descStats {
 		overLimit:  s.set.GetOrCreateCounter("sluice_rls_over_limit" + labels),
 		nearLimit:  s.set.GetOrCreateCounter("sluice_rls_near_limit" + labels),
 		shadowMode: s.set.GetOrCreateCounter("sluice_rls_shadow_mode" + labels),
+	}
+}
+
+// callCodes label sluice_rls_calls_total: the overall code of an answered
+// call, or the gRPC status code of a refused one.
+var callCodes = []string{"OK", "OVER_LIMIT", "INVALID_ARGUMENT", "UNAVAILABLE", "INTERNAL"}
+
+// countCall counts a call by its outcome.
+func (s *statsSet) countCall(code string) {
+	if c := s.calls[code]; c != nil {
+		c.Inc()
 	}
 }
 
