@@ -21,8 +21,9 @@ type BreakerConfig struct {
 	// gets srtt + 4·rttvar of the round trips seen so far (the TCP
 	// retransmission timeout, RFC 6298), times two, between MinTimeout and
 	// Timeout: a fast Store fails over quickly, a steadily slow one keeps
-	// the room it needs. Zero means Timeout/4; a value ≥ Timeout turns
-	// adaptation off.
+	// the room it needs. Returns (no check waits for them) always get
+	// Timeout. Zero means Timeout/2; a value ≥ Timeout turns adaptation
+	// off.
 	MinTimeout time.Duration
 	// Failures is the number of consecutive failed round trips (errors or
 	// timeouts, not the caller's own context ending) that open the
@@ -45,11 +46,15 @@ type BreakerConfig struct {
 	// Logger receives one line per state change, with its cause. Nil
 	// means slog.Default(). A Manager sets it to its own.
 	Logger *slog.Logger
+	// OnClose, if set, is called when the breaker closes again (the Store
+	// is back), with the breaker's lock held: it must not block or call
+	// the breaker. A Manager starts its reconciliation from it.
+	OnClose func()
 }
 
 // DefaultBreakerConfig returns the defaults: a 50ms timeout at most (a
 // rate-limit check must stay fast; a healthy Redis answers in well under
-// 1ms), adapting down to 12.5ms, 5 consecutive failed round trips (one
+// 1ms), adapting down to 25ms, 5 consecutive failed round trips (one
 // slow call or a lost packet does not flip a whole node into its failure
 // mode) and a 1s cool-down (one probe per second is no load on a
 // recovering Redis).
@@ -63,7 +68,7 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 		c.Timeout = d.Timeout
 	}
 	if c.MinTimeout <= 0 {
-		c.MinTimeout = c.Timeout / 4
+		c.MinTimeout = c.Timeout / 2
 	}
 	c.MinTimeout = min(c.MinTimeout, c.Timeout)
 	if c.Failures <= 0 {
@@ -326,6 +331,9 @@ func (b *Breaker) setState(s BreakerState, why string) {
 		b.cfg.Logger.Warn("store breaker opened", attrs...)
 	case s == BreakerClosed:
 		b.cfg.Logger.Info("store breaker closed", append(attrs, "open_for", b.cfg.Now().Sub(b.mu.openedAt).String())...)
+		if b.cfg.OnClose != nil {
+			b.cfg.OnClose()
+		}
 	default:
 		// The probe cycle of a continuing outage: one line a cool-down.
 		b.cfg.Logger.Info("store breaker", attrs...)
@@ -455,6 +463,11 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 		return zero, err
 	}
 	timeout := b.Timeout()
+	if op == opReturn {
+		// No check waits for a return, and a return that times out
+		// loses its tokens (under-admission): it gets the maximum.
+		timeout = b.cfg.Timeout
+	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
 	v, err := f(cctx)

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/fakeclock"
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
-func testBreaker(t *testing.T) (*Breaker, *faultStore, *fakeclock.Clock) {
+func testBreaker(t *testing.T) (*Breaker, *faultStore, *clocktest.Clock) {
 	t.Helper()
-	clk := fakeclock.New()
+	clk := clocktest.New()
 	fs := newFaultStore(clk.Now)
 	b := NewBreaker(fs, BreakerConfig{Timeout: time.Minute, Failures: 3, Cooldown: time.Second, Now: clk.Now, AfterFunc: clk.AfterFunc})
 	t.Cleanup(b.Close)
@@ -120,7 +120,7 @@ func (g *stallStore) Lease(ctx context.Context, key string, p Policy, want, need
 // together are one failed round trip. Before, 10 calls pipelined into one
 // stall counted 10 failures and opened the breaker (finding 1).
 func TestBreakerCountsRoundTripsNotCalls(t *testing.T) {
-	clk := fakeclock.New()
+	clk := clocktest.New()
 	g := &stallStore{Store: NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1}), gate: make(chan struct{})}
 	b := NewBreaker(g, BreakerConfig{Timeout: time.Minute, Failures: 3, Cooldown: time.Second, Now: clk.Now, AfterFunc: clk.AfterFunc})
 	t.Cleanup(b.Close)
@@ -154,7 +154,7 @@ func TestBreakerCountsRoundTripsNotCalls(t *testing.T) {
 // its cause, and none for calls rejected while open (finding 5: an outage
 // with 1,040 rejected calls logged nothing).
 func TestBreakerLogsEachTransitionOnce(t *testing.T) {
-	clk := fakeclock.New()
+	clk := clocktest.New()
 	fs := newFaultStore(clk.Now)
 	var logs logBuffer
 	b := NewBreaker(fs, BreakerConfig{Timeout: time.Minute, Failures: 2, Cooldown: time.Second, Now: clk.Now, AfterFunc: clk.AfterFunc,

@@ -3,6 +3,8 @@ package lease
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // TestLocalDecisionIgnoresStoreDeadline: a FailLocal decision is made from
@@ -56,5 +58,82 @@ func TestCoarseClockSleepsWhenUnread(t *testing.T) {
 	waitFor("wake on a read", func() bool { return c.ns.Load() != 0 })
 	if ns := c.Nanos(); ns == 0 {
 		t.Fatal("an awake clock answered 0")
+	}
+}
+
+// reconcileManager is a Manager on a fault store and the shared fake
+// clock, whose breaker probes in the background on that clock.
+func reconcileManager(t *testing.T) (*Manager, *faultStore, *clocktest.Clock) {
+	t.Helper()
+	clk := clocktest.New()
+	fs := newFaultStore(clk.Now)
+	cfg := DefaultConfig()
+	cfg.Now = clk.Now
+	cfg.SweepInterval = -1
+	cfg.StoreTimeout = time.Minute
+	cfg.Breaker = BreakerConfig{Failures: 1, Cooldown: time.Second, AfterFunc: clk.AfterFunc}
+	m := NewManager(fs, cfg)
+	t.Cleanup(func() { _ = m.Close() })
+	return m, fs, clk
+}
+
+// TestLocalAdmissionsCharged: what a node admits from memory while the
+// Store is down is charged to the Store when it comes back, so the
+// Store's count ends where it would have been without the outage. Before,
+// the Store never saw those hits and the node went over by them once per
+// outage (finding 3). Two ways back: the key's next lease, and the
+// breaker closing on an idle node (background probe), for every key.
+func TestLocalAdmissionsCharged(t *testing.T) {
+	p := Policy{Algorithm: FixedWindow, Limit: 100, Period: time.Hour, OnFailure: FailLocal}
+	for _, tt := range []struct {
+		name string
+		back func(t *testing.T, m *Manager, clk *clocktest.Clock) int64 // hits it took
+	}{
+		{"next lease", func(t *testing.T, m *Manager, clk *clocktest.Clock) int64 {
+			clk.Advance(time.Second) // no background probe: AfterFunc fires, Store is back
+			mustTake(t, m, "k", p, 1)
+			return 1
+		}},
+		{"breaker closes on an idle node", func(t *testing.T, m *Manager, clk *clocktest.Clock) int64 {
+			clk.Advance(time.Second)
+			return 0
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, fs, clk := reconcileManager(t)
+			for range 10 {
+				mustTake(t, m, "k", p, 1)
+			}
+			m.drain()
+			fs.mode.Store(faultError)
+			local, during := 0, 0 // admitted from memory, admitted in all
+			for range 20 {
+				d := mustTake(t, m, "k", p, 1)
+				if d.Allowed {
+					during++ // the first from tokens on hand
+					if d.Degraded {
+						local++
+					}
+				}
+			}
+			if local == 0 {
+				t.Fatal("no local-mode admission while the Store was down")
+			}
+			fs.mode.Store(faultNone)
+			took := tt.back(t, m, clk)
+			m.drain()
+			if m.Stats().Breaker != BreakerClosed {
+				t.Fatalf("breaker %v after the Store came back", m.Stats().Breaker)
+			}
+			held := int64(0)
+			if b := m.buckets.load("k"); b != nil {
+				held = b.tokens.Load()
+			}
+			admitted := int64(10+during) + took
+			if got := fs.available(t, "k", p) + held; got != 100-admitted {
+				t.Errorf("Store has %d (+%d held by the node) after %d admitted (%d locally), want %d in all",
+					got-held, held, admitted, local, 100-admitted)
+			}
+		})
 	}
 }

@@ -101,7 +101,7 @@ type Manager struct {
 	// path skips the lock when there are none.
 	degraded struct {
 		sync.Mutex
-		m sync.Map // *bucket → struct{}
+		m sync.Map // *bucket → *episode
 		n atomic.Int64
 	}
 	// bg tracks the Manager's background goroutines.
@@ -185,6 +185,10 @@ func NewManager(store Store, cfg Config) *Manager {
 	bc.Now = m.nowFn
 	if bc.Logger == nil {
 		bc.Logger = cfg.Logger
+	}
+	if bc.OnClose == nil {
+		// The Store is back: charge what local mode admitted.
+		bc.OnClose = func() { m.goBG(m.reconcileAll) }
 	}
 	if bc.AfterFunc == nil && cfg.Now != nil {
 		// A clock of the caller's (a test's): no real timer for the

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,6 +46,11 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 		return Decision{Limit: p.Limit, RetryAfter: m.store.Config().Cooldown, Unavailable: true}
 	}
 	if hits == 0 || (g.Granted >= hits && g.Granted > 0) {
+		if b != nil && hits > 0 {
+			if e, ok := m.degraded.m.Load(b); ok {
+				e.(*episode).admitted.Add(hits) // charged to the Store when it returns
+			}
+		}
 		return Decision{Allowed: true, Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset, Degraded: true}
 	}
 	return Decision{Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset, RetryAfter: max(g.Wait, time.Millisecond), Degraded: true}
@@ -67,7 +74,7 @@ func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 	if _, ok := m.degraded.m.Load(b); ok || b.denyUntil.Load() == evicted {
 		return
 	}
-	m.degraded.m.Store(b, struct{}{})
+	m.degraded.m.Store(b, &episode{})
 	m.degraded.n.Add(1)
 	level, known := b.storeLevel(m.nanos())
 	if !known || level >= p.Capacity() {
@@ -85,15 +92,85 @@ func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 	}
 }
 
+// episode is a bucket's FailLocal episode.
+type episode struct {
+	// admitted is the hits local mode admitted: the Store never saw
+	// them, and is charged them when the episode ends.
+	admitted atomic.Int64
+}
+
 // endDegraded ends b's FailLocal episode, if any (a lease succeeded, or b
-// left the index).
+// left the index), and charges the Store what it admitted, in the
+// background.
 func (m *Manager) endDegraded(b *bucket) {
+	if n := m.takeEpisode(b); n > 0 {
+		if !m.goBG(func() { m.charge(b.key, *b.pol, n) }) {
+			m.charge(b.key, *b.pol, n)
+		}
+	}
+}
+
+// takeEpisode ends b's episode and returns the hits it admitted.
+func (m *Manager) takeEpisode(b *bucket) int64 {
 	if m.degraded.n.Load() == 0 {
-		return
+		return 0
 	}
 	m.degraded.Lock()
-	if _, ok := m.degraded.m.LoadAndDelete(b); ok {
+	e, ok := m.degraded.m.LoadAndDelete(b)
+	if ok {
 		m.degraded.n.Add(-1)
 	}
 	m.degraded.Unlock()
+	if !ok {
+		return 0
+	}
+	return e.(*episode).admitted.Load()
+}
+
+// reconcileAll ends every FailLocal episode when the Store is back (the
+// breaker closed), charging each key what local mode admitted, with at
+// most ReturnWorkers Store calls at once. Keys checked again meanwhile end
+// theirs with their first lease; each episode is charged once.
+func (m *Manager) reconcileAll() {
+	type charge struct {
+		key string
+		p   Policy
+		n   int64
+	}
+	var todo []charge
+	m.degraded.m.Range(func(k, _ any) bool {
+		b := k.(*bucket)
+		if n := m.takeEpisode(b); n > 0 {
+			todo = append(todo, charge{b.key, *b.pol, n})
+		}
+		return true
+	})
+	if len(todo) == 0 {
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(todo), m.cfg.ReturnWorkers) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
+				m.charge(todo[i].key, todo[i].p, todo[i].n)
+			}
+		})
+	}
+	wg.Wait()
+	m.cfg.Logger.Info("store back: local-mode admissions charged", "keys", len(todo))
+}
+
+// charge takes n tokens of key from the Store for hits local mode
+// admitted (need 0: never refused for lack of tokens; an empty Lessee:
+// spent at once). What the Store no longer had is the outage's excess.
+func (m *Manager) charge(key string, p Policy, n int64) {
+	g, err := m.store.Lease(m.ctx, key, p, n, 0, Lessee{})
+	if err != nil {
+		reconciledTokens[reconcileFailed].AddInt64(n)
+		m.cfg.Logger.Warn("cannot charge the Store for local-mode admissions", "key", key, "hits", n, "err", err)
+		return
+	}
+	reconciledTokens[reconcileCharged].AddInt64(g.Granted)
+	reconciledTokens[reconcileExcess].AddInt64(n - g.Granted)
 }

@@ -31,6 +31,13 @@ const (
 	numResults
 )
 
+// What became of local-mode admissions when the Store came back.
+const (
+	reconcileCharged = iota
+	reconcileExcess
+	reconcileFailed
+)
+
 var resultNames = [numResults]string{"ok", "error", "timeout", "rejected", "canceled"}
 
 var (
@@ -55,6 +62,16 @@ var (
 	tokensReturned    = metrics.GetOrCreateCounter(`sluice_lease_tokens_returned_total`)
 	prefetches        = metrics.GetOrCreateCounter(`sluice_lease_prefetches_total`)
 	activeKeys        = metrics.GetOrCreateGauge(`sluice_lease_active_keys`, nil)
+
+	// reconciledTokens are the hits local mode admitted during Store
+	// outages, by what became of them when the Store came back: charged
+	// to it, beyond what it had left (the outage's excess), or not charged
+	// (the charge failed).
+	reconciledTokens = [...]*metrics.Counter{
+		reconcileCharged: metrics.GetOrCreateCounter(`sluice_lease_reconciled_tokens_total{result="charged"}`),
+		reconcileExcess:  metrics.GetOrCreateCounter(`sluice_lease_reconciled_tokens_total{result="excess"}`),
+		reconcileFailed:  metrics.GetOrCreateCounter(`sluice_lease_reconciled_tokens_total{result="failed"}`),
+	}
 )
 
 // storeBuckets are the le buckets of sluice_store_call_duration_seconds:

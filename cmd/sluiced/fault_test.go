@@ -3,7 +3,9 @@ package main
 // The node rows of the README's "Faults, measured" table: three sluiced
 // processes (default settings, one Redis) under a paced, bounded HTTP load
 // sent to two of them, while the third, which owns the limit key and a
-// third of the other keys, is killed (SIGKILL) or stopped (SIGSTOP) for 5 s.
+// third of the other keys, is killed (SIGKILL) or stopped (SIGSTOP) for 5 s,
+// or while Redis is killed or paused for 5 s (the Redis rows of lua's
+// TestFault again, measured on HTTP answers).
 // Each row is one subtest that prints its figures with -v, for example
 //
 //	go test -count=1 -run 'TestFault/node-sigkill' -v ./cmd/sluiced/
@@ -255,34 +257,51 @@ func TestFault(t *testing.T) {
 		t.Skip("fault rows run when -run names TestFault or SLUICE_FAULTS=1 (see the README's \"Faults, measured\")")
 	}
 	bin := buildSluiced(t)
+	survivorsSee := func(want func(states map[string]string) bool) func(a, b *daemonProc) bool {
+		return func(a, b *daemonProc) bool {
+			sa, _ := memberStates(a)
+			sb, _ := memberStates(b)
+			return want(sa) && want(sb)
+		}
+	}
+	storeClosed := func(a, b *daemonProc) bool {
+		return storeState(a) == "closed" && storeState(b) == "closed"
+	}
 	for _, row := range []struct {
 		name string
-		// fault breaks c; heal ends the fault and returns when it ended.
-		fault func(c *daemonProc)
-		// back reports whether the survivors' view is whole again.
-		back func(states map[string]string) bool
+		// fault breaks c or Redis, and returns when the fault ends.
+		fault func(c *daemonProc, redis *redistest.Server)
+		// back reports whether a and b are whole again.
+		back func(a, b *daemonProc) bool
 	}{
-		{"node-sigkill", func(c *daemonProc) { _ = c.cmd.Process.Kill() },
-			func(s map[string]string) bool { return s["c"] != "" && s["c"] != member.StateAlive }},
-		{"node-sigstop", func(c *daemonProc) {
+		{"node-sigkill", func(c *daemonProc, _ *redistest.Server) { _ = c.cmd.Process.Kill() },
+			survivorsSee(func(s map[string]string) bool { return s["c"] != "" && s["c"] != member.StateAlive })},
+		{"node-sigstop", func(c *daemonProc, _ *redistest.Server) {
 			_ = c.cmd.Process.Signal(syscall.SIGSTOP)
 			time.Sleep(5 * time.Second)
 			_ = c.cmd.Process.Signal(syscall.SIGCONT)
-		}, func(s map[string]string) bool { return s["c"] == member.StateAlive }},
+		}, survivorsSee(func(s map[string]string) bool { return s["c"] == member.StateAlive })},
+		// The Redis rows again, end to end: HTTP answers of three nodes.
+		{"sluiced-redis-kill", func(_ *daemonProc, redis *redistest.Server) {
+			redis.Kill()
+			time.Sleep(5 * time.Second)
+			redis.Restart()
+		}, storeClosed},
+		{"sluiced-redis-pause-5s", func(_ *daemonProc, redis *redistest.Server) {
+			redis.Pause()
+			time.Sleep(5 * time.Second)
+			redis.Resume()
+		}, storeClosed},
 	} {
 		t.Run(row.name, func(t *testing.T) {
-			a, b, c, limKey := startFaultCluster(t, bin)
+			a, b, c, redis, limKey := startFaultCluster(t, bin)
 			l := startNodeLoad(t, []*daemonProc{a, b}, limKey, faultWorkers, faultPairs)
 			l.waitChecks(2 * faultPairs)
 
 			l.phase.Store(1)
-			row.fault(c)
+			row.fault(c, redis)
 			healed := time.Now()
-			waitFault(t, "the survivors to see c's new state", func() bool {
-				sa, _ := memberStates(a)
-				sb, _ := memberStates(b)
-				return row.back(sa) && row.back(sb)
-			})
+			waitFault(t, "a and b whole again", func() bool { return row.back(a, b) })
 			recovery := time.Since(healed)
 			l.phase.Store(2)
 			l.waitChecks(2 * faultPairs)
@@ -291,17 +310,33 @@ func TestFault(t *testing.T) {
 	}
 }
 
+// storeState is the Store breaker's state in p's /readyz ("" when
+// unreachable).
+func storeState(p *daemonProc) string {
+	c := http.Client{Timeout: 2 * time.Second}
+	res, err := c.Get(p.http + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer res.Body.Close()
+	var body struct{ Store struct{ State string } }
+	if json.NewDecoder(res.Body).Decode(&body) != nil {
+		return ""
+	}
+	return body.Store.State
+}
+
 // startFaultCluster starts three sluiced processes a, b, c on one Redis,
-// waits until each sees the three alive, and returns a key of the lim rule
-// that c owns.
-func startFaultCluster(t *testing.T, bin string) (a, b, c *daemonProc, limKey string) {
+// waits until each sees the three alive, and returns them, the Redis and a
+// key of the lim rule that c owns.
+func startFaultCluster(t *testing.T, bin string) (a, b, c *daemonProc, redis *redistest.Server, limKey string) {
 	t.Helper()
-	redis := redistest.Start(t)
+	redis = redistest.StartServer(t)
 	dir := t.TempDir()
 	rulesPath := filepath.Join(dir, "rules.yaml")
 	writeFile(t, rulesPath, faultRules)
 	const key = "MDEyMzQ1Njc4OWFiY2RlZg=="
-	common := []string{"-listen", "127.0.0.1:0", "-rules", rulesPath, "-redis", redis,
+	common := []string{"-listen", "127.0.0.1:0", "-rules", rulesPath, "-redis", redis.Addr,
 		"-gossip", "127.0.0.1:0", "-cluster-key", key}
 	a = startDaemon(t, bin, true, append(common, "-node-name", "a")...)
 	b = startDaemon(t, bin, true, append(common, "-node-name", "b", "-join", a.gossip)...)
@@ -323,7 +358,7 @@ func startFaultCluster(t *testing.T, bin string) (a, b, c *daemonProc, limKey st
 			limKey = k
 		}
 	}
-	return a, b, c, limKey
+	return a, b, c, redis, limKey
 }
 
 // TestFaultOverload is the overload-x2 row: the saturation of three nodes
@@ -337,7 +372,7 @@ func TestFaultOverload(t *testing.T) {
 		t.Skip("fault rows run when -run names TestFault or SLUICE_FAULTS=1 (see the README's \"Faults, measured\")")
 	}
 	bin := buildSluiced(t)
-	a, b, c, limKey := startFaultCluster(t, bin)
+	a, b, c, _, limKey := startFaultCluster(t, bin)
 	nodes := []*daemonProc{a, b, c}
 
 	sat := startNodeLoad(t, nodes, limKey+"-sat", 256, 0)

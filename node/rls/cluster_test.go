@@ -50,7 +50,12 @@ func TestClusterRouting(t *testing.T) {
 		ncfg.Logger = quiet
 		n := node.New(ncfg, mgr)
 		n.SetRules(nil)
-		if err := n.EnableCluster(node.ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef")}); err != nil {
+		// A patient forward: one that times out on a loaded machine is
+		// decided by its sender, which this test would see as a routing
+		// failure (seen under load: "call 3 via a: OVER").
+		ccfg := node.ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef")}
+		ccfg.Forward.Timeout = 10 * time.Second
+		if err := n.EnableCluster(ccfg); err != nil {
 			t.Fatal(err)
 		}
 		hln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,18 +1,18 @@
-package fakeclock_test
+package clocktest_test
 
 import (
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/fakeclock"
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 func TestAdvanceRunsTimersInOrderAtTheirInstant(t *testing.T) {
-	c := fakeclock.New()
+	c := clocktest.New()
 	var got []string
 	at := func(name string) func() {
-		return func() { got = append(got, name+"@"+c.Now().Sub(fakeclock.Epoch).String()) }
+		return func() { got = append(got, name+"@"+c.Now().Sub(clocktest.Epoch).String()) }
 	}
 	c.AfterFunc(3*time.Second, at("c"))
 	c.AfterFunc(time.Second, at("a"))
@@ -32,7 +32,7 @@ func TestAdvanceRunsTimersInOrderAtTheirInstant(t *testing.T) {
 		t.Fatalf("Timers() = %d, want 1", c.Timers())
 	}
 	c.Advance(time.Second)
-	if got[len(got)-1] != "c@3s" || c.Now().Sub(fakeclock.Epoch) != 3500*time.Millisecond {
+	if got[len(got)-1] != "c@3s" || c.Now().Sub(clocktest.Epoch) != 3500*time.Millisecond {
 		t.Fatalf("after 3.5s: %v at %v", got, c.Now())
 	}
 }

@@ -1,4 +1,4 @@
-// Package fakeclock is the one fake clock of Sluice's tests: a time that
+// Package clocktest is the one fake clock of Sluice's tests: a time that
 // moves only when a test advances it, with timers that fire when it
 // passes their deadline. Code under test takes a Now function (and, where
 // it waits, an AfterFunc); tests pass these methods.
@@ -6,7 +6,7 @@
 // A Clock is safe for concurrent use. Timer functions run synchronously
 // inside Advance, in deadline order, without the clock's lock held (they
 // may read the clock or set new timers).
-package fakeclock
+package clocktest
 
 import (
 	"slices"
@@ -52,7 +52,7 @@ func (c *Clock) Now() time.Time {
 // while it runs). A negative d panics: time does not go back.
 func (c *Clock) Advance(d time.Duration) {
 	if d < 0 {
-		panic("fakeclock: Advance with a negative duration")
+		panic("clocktest: Advance with a negative duration")
 	}
 	c.mu.Lock()
 	end := c.now.Add(d)
