@@ -78,7 +78,7 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 // the loans keep at most C. A key without state is a full bucket: nothing
 // to do.
 func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder string) {
-	if s.Updated == 0 || n <= 0 {
+	if s.Updated == 0 || n < 0 {
 		return
 	}
 	t := unixMicros(now)
@@ -194,7 +194,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 // without state is a full bucket: nothing to do.
 func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 	t := unixMicros(now)
-	if s.TAT == 0 || n <= 0 {
+	if s.TAT == 0 || n < 0 {
 		return
 	}
 	if s.Loans.lentTo(holder, t) == 0 {
@@ -288,7 +288,7 @@ func (s *FixedWindowState) Lease(p Policy, now time.Time, want, need int64, to L
 // earlier window are not returned to this one.
 func (s *FixedWindowState) Return(p Policy, now time.Time, n int64, holder string) {
 	ws, count := s.current(unixMicros(now), periodMicros(p))
-	if ws != s.Start || count == 0 || n <= 0 {
+	if ws != s.Start || count == 0 || n < 0 {
 		return
 	}
 	ls, back := s.Loans.take(holder, n)
@@ -390,7 +390,7 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64, to
 // min(n, lent to holder in this window), not below 0.
 func (s *SlidingWindowState) Return(p Policy, now time.Time, n int64, holder string) {
 	ws, prev, cur := s.current(unixMicros(now), periodMicros(p))
-	if ws != s.Start || cur == 0 || n <= 0 {
+	if ws != s.Start || cur == 0 || n < 0 {
 		return
 	}
 	ls, back := s.Loans.take(holder, n)

@@ -70,10 +70,15 @@
 // token_bucket and gcra, exp_h, when that loan ends.
 //
 //   - A lease call from h says held, the tokens h still holds unspent of
-//     the key when it sends the call. A grant of g sets lent_h =
-//     min(lent_h, held) + g and exp_h = max(exp_h, now + TTL); a call that
-//     grants nothing only renews a running loan (exp_h = max(exp_h, now +
-//     TTL)). Grant.Lent reports lent_h after the call.
+//     the key when it sends the call, and idle, how long since h last spent
+//     one. A grant of g sets lent_h = min(lent_h, held) + g and exp_h =
+//     max(exp_h, now + TTL); a call that grants nothing only renews a
+//     running loan (exp_h = max(exp_h, now + TTL)). Grant.Lent reports
+//     lent_h after the call. The tokens h no longer holds (lent_h − held)
+//     were spent by now − idle: the call sees them as a loan that ended
+//     then, so their refill since is not withheld (crediting from the
+//     grant instead would let a holder that spends late also spend their
+//     refill).
 //   - token_bucket: the refill never passes capacity − Σ lent_h: at every
 //     time t, level(t) + Σ_h lent_h(t) ≤ capacity. A loan that ends at
 //     exp_h counts as spent then, and the refill goes on from where the cap
@@ -109,10 +114,15 @@
 // Under-admission is bounded too. A check is denied only when (a) the
 // Store's last answer, projected to now by the refill since, cannot cover
 // its hits (each check is judged on its own hits; hits = 0 is a peek and
-// never denied), or (b) tokens it could use are lent: to another holder
-// (at most that holder's lease, until it spends, returns or loses them),
-// or to its own holder but spent and not yet settled (at most one lease,
-// until that holder's next call or its loan's end), or (c) the Store
+// never denied), or (b) tokens it could use are lent, to any holder, and
+// not yet reported spent: the Store counts a loan whole until that holder's
+// next lease call reports what it still holds (Held) and since when it
+// spends nothing (Idle), a return ends it, or it ends (at most LeaseTTL
+// after the holder's last call); at most the sum of the holders' leases.
+// Spent tokens reported that way refill from the holder's last spend; a
+// return, and a holder's first lease of a key after its idle sweep dropped
+// the key unreturned, credit from the return or from Idle before the
+// call; or (c) the Store
 // denied the key: until its Wait plus at most Config.Horizon, a check
 // whose hits the projection covers still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
@@ -325,7 +335,8 @@ type Leaser interface {
 	// "Lent tokens" in the package doc).
 	Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error)
 	// Return ends holder's lease of key: it gives back tokens that were
-	// lent to holder and not spent, and holder holds nothing more of key.
+	// lent to holder and not spent (0: none, the loan just ends), and
+	// holder holds nothing more of key.
 	// At most what the Store lent to holder goes back (a return can never
 	// add tokens the Store did not lend); for windowed algorithms only
 	// tokens lent in the current window go back. Returning to a key whose

@@ -153,6 +153,13 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	decisionsStore.Inc()
 	to := m.lessee(keep)
 	to.Idle = idle
+	if b.lastLeaseMs == 0 {
+		// The bucket's first lease. A loan of this Manager for the key
+		// can only be left by a bucket the idle sweep dropped without a
+		// return (every other eviction ends the loan): its last spend was
+		// at least Idle before.
+		to.Idle = max(idle, m.cfg.Idle-time.Duration(m.touchMs+1)*time.Millisecond)
+	}
 	g, err := m.store.Lease(ctx, b.key, p, want, need, to)
 	if err != nil {
 		b.tokens.Add(keep)

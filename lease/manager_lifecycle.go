@@ -58,8 +58,8 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		m.endDegraded(old)
 		if !marked {
 			m.release(old, s, nil)
-		} else if !m.goBG(func() { m.returnBucket(context.Background(), old, s) }) {
-			m.returnBucket(m.ctx, old, s)
+		} else if !m.goBG(func() { m.returnBucket(context.Background(), old, s, true) }) {
+			m.returnBucket(m.ctx, old, s, true)
 		}
 		return nb
 	}
@@ -81,17 +81,21 @@ func (m *Manager) goBG(f func()) bool {
 }
 
 // returnBucket gives an evicted bucket's tokens back to the Store and
-// releases s, the key's slot, which the caller holds.
-func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot) error {
+// releases s, the key's slot, which the caller holds. always makes the
+// call even with nothing to give back, to end the loan (a policy change,
+// an ownership move, Close: the last spends may be recent); the idle sweep
+// does not (see below, and leaseSync's first lease of a key).
+func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always bool) error {
 	tokens := b.tokens.Swap(0)
-	m.countLocal(b.basis.Load() - tokens)
+	lent := b.basis.Load()
+	m.countLocal(lent - tokens)
 	b.basis.Store(0)
 	if now := m.nanos(); !m.usable(b, now) {
 		// Tokens of a window that ended (a return would lower the count
 		// of the current window, which never granted them), or past
 		// their TTL (the Store counts them as spent).
 		tokens = 0
-	} else if b.refilled(now) {
+	} else if !always && b.refilled(now) {
 		// The Store said it would be full again by now but for what it
 		// lent this Manager. Not returned: the idle return of a cold key
 		// would double its Store calls (measured: 2.6% → 5.3% script
@@ -103,11 +107,12 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot) error {
 		// than the rest of its burst meanwhile.
 		tokens = 0
 	}
-	// With no tokens on hand no call is made either: the Store counts
-	// what it lent this Manager until the loan ends or this Manager's
-	// next lease of the key settles it.
+	// With no tokens on hand the sweep makes no call either: the Store
+	// counts what it lent this Manager until the loan ends or this
+	// Manager's next lease of the key settles it (that lease says the
+	// tokens were spent at least Idle ago: see leaseSync).
 	var err error
-	if tokens > 0 {
+	if tokens > 0 || (always && lent > 0) {
 		m.st.returns.Add(1)
 		err = m.store.Return(ctx, b.key, *b.pol, tokens, m.cfg.Holder)
 		if err == nil {
@@ -148,8 +153,9 @@ func (m *Manager) evict(b *bucket) bool {
 // evicting is a bucket taken out of the index whose key's slot is held
 // until its return.
 type evicting struct {
-	b *bucket
-	s *slot
+	b      *bucket
+	s      *slot
+	always bool // end the loan even with nothing to give back
 }
 
 // evictHeld evicts b holding its key's slot (waiting for it if wait, else
@@ -165,7 +171,7 @@ func (m *Manager) evictHeld(b *bucket, wait bool) (e evicting, ok bool) {
 		m.release(b, s, nil)
 		return evicting{}, false
 	}
-	return evicting{b, s}, true
+	return evicting{b: b, s: s, always: wait}, true
 }
 
 // returnAll returns the tokens of evicted buckets with at most
@@ -189,7 +195,7 @@ func (m *Manager) returnAll(ctx context.Context, bs []evicting) error {
 				if i >= len(bs) {
 					return
 				}
-				if err := m.returnBucket(ctx, bs[i].b, bs[i].s); err != nil {
+				if err := m.returnBucket(ctx, bs[i].b, bs[i].s, bs[i].always); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err

@@ -249,9 +249,6 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 	if err := CheckReturn(p, tokens, holder); err != nil {
 		return fmt.Errorf("cannot return tokens: %w", err)
 	}
-	if tokens == 0 {
-		return nil
-	}
 	now := m.now()
 	sh := m.shard(key)
 	sh.mu.Lock()

@@ -8,18 +8,20 @@
 -- returns  the tokens given back
 local pu, n = pf, tonumber(ARGV[5])
 local st, ls = read()
-if not st.w or n <= 0 then
+if not st.w or n < 0 then
   return 0
 end
 local count = tonumber(st.c)
 if tonumber(st.w) < now - math.fmod(now, pu) or count == 0 then
   return 0
 end
-local back
-ls, back = take(ls, n)
-if back == 0 then
+if lent_to(ls, holder, -1) == 0 then
   return 0
 end
+local back
+ls, back = take(ls, n)
 redis.call('HDEL', key, '@' .. holder)
-redis.call('HSET', key, 'c', fmt(math.max(0, count - back)))
+if back > 0 then
+  redis.call('HSET', key, 'c', fmt(math.max(0, count - back)))
+end
 return back

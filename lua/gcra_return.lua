@@ -8,7 +8,7 @@
 local n = tonumber(ARGV[5])
 local st, ls = read()
 local tat = tonumber(st.t)
-if not tat or n <= 0 then
+if not tat or n < 0 then
   return 0
 end
 if lent_to(ls, holder, now) == 0 then

@@ -9,18 +9,20 @@
 --          counted in is no longer current, or nothing lent)
 local n = tonumber(ARGV[5])
 local st, ls = read()
-if not st.w or n <= 0 then
+if not st.w or n < 0 then
   return 0
 end
 local cur = tonumber(st.c)
 if tonumber(st.w) < now - math.fmod(now, pf) or cur == 0 then
   return 0
 end
-local back
-ls, back = take(ls, n)
-if back == 0 then
+if lent_to(ls, holder, -1) == 0 then
   return 0
 end
+local back
+ls, back = take(ls, n)
 redis.call('HDEL', key, '@' .. holder)
-redis.call('HSET', key, 'c', fmt(math.max(0, cur - back)))
+if back > 0 then
+  redis.call('HSET', key, 'c', fmt(math.max(0, cur - back)))
+end
 return back

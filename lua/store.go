@@ -217,8 +217,8 @@ func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens i
 	if err := lease.CheckReturn(p, tokens, holder); err != nil {
 		return err
 	}
-	if tokens == 0 || holder == "" {
-		return nil // nothing to give back, or nothing lent
+	if holder == "" {
+		return nil // nothing lent: nothing to give back
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holder, itoa(tokens)}
 	if err := ctx.Err(); err != nil {

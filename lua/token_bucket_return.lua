@@ -7,7 +7,7 @@
 -- returns  the tokens given back
 local n = tonumber(ARGV[5])
 local st, ls = read()
-if not st.t or n <= 0 then
+if not st.t or n < 0 then
   return 0
 end
 if lent_to(ls, holder, math.max(tonumber(st.u), now)) == 0 then

@@ -25,14 +25,29 @@
 //   - concurrency: in flight ≤ limit, and the decision is exactly the
 //     model's (at an expiry instant either answer is accepted).
 //
-// Liveness: hits = 0 is never denied, and a denied check of hits h is
-// justified: the model's level now, less what other holders hold (tokens
-// the Store lent them and they did not spend, return or drop), cannot cover
-// h, or the level the Manager last heard from the Store (at its last lease
-// call for the key, also taken from the model), projected to now, cannot
-// (one token of slack for rounding where the Store floors). What each
-// holder holds is measured, not guessed: every Manager talks to the Store
-// through a recording wrapper.
+// Under-admission: hits = 0 is never denied (concurrency's peek aside),
+// and a denied check of hits h is justified by one of the contract's
+// clauses (the lease package doc): (a) an answer the holder had from the
+// Store, taken from the model at that instant and projected to now, cannot
+// cover h (one token of slack where the Store floors); (b) the model's
+// level now, less what the other holders hold (or the Store still lends
+// them, spent and unsettled), less the holder's own spent and unsettled
+// tokens, cannot cover h; (c) after a Store denial, until its Wait plus a
+// horizon, h plus a batch is not covered. What each holder holds is
+// measured, not guessed: every Manager talks to the Store through a
+// recording wrapper, which also sees each loan's TTL (a loan that ends
+// unspent counts as spent then; a bucket dropped without a return, as
+// spent when dropped). Refunds are bounded by what the Store lends the
+// holder (Grant.Lent), as the Manager documents.
+//
+// # Ops
+//
+// Take and TakeMany (hits 0, 1, a few, many, about and above the
+// capacity, several keys, the same key from several Managers), refunds
+// of what was just admitted, clock jumps from a millisecond to a day,
+// idle spells with the idle sweep, ReturnKeys (ownership moves), and
+// crashes (a Manager stops without returning anything; a new holder
+// replaces it).
 //
 // # Determinism
 //
@@ -42,9 +57,13 @@
 // clock, first moved to the same offset past a day boundary), the
 // Managers run without a sweeper and with one batch worker, and the
 // harness calls Manager.Settle after every op, so that prefetches finish
-// before the next one. A failing seed is replayed with the op list cut
-// down by delta debugging, and the shortest failing sequence is printed
-// with each op's outcome, the seed and the command that replays it.
+// before the next one. (Within one TakeMany, a prefetch may race with the
+// batch's other checks of its key: TakeMany does not order them, so only
+// the safety side is checked for a key that is in a batch twice.) A
+// failing seed is replayed with the op list cut down by delta debugging
+// (keeping the violation's kind), and the shortest failing sequence is
+// printed with each op's outcome and Store calls, the seed and the
+// command that replays it.
 //
 // # Concurrency
 //
