@@ -8,15 +8,16 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The admin guard. Every admin endpoint (rules, members, hot keys, stats,
-// the dashboard) starts with
+// The admin guard. Every admin endpoint (rules, members, hot keys, stats)
+// starts with
 //
 //	if !n.RequireAdmin(ctx) {
 //		return
 //	}
 //
-// so that one function decides who is an administrator. Checks, /healthz
-// and /readyz are never guarded; /metrics is guarded by its own token
+// so that one function decides who is an administrator. Checks, /healthz,
+// /readyz and the dashboard's static files (/ui/: they hold no data; the
+// page sends the token to the guarded endpoints) are never guarded; /metrics is guarded by its own token
 // (Config.MetricsToken) when one is set.
 
 // Errors of the guard (errorStatus maps them).

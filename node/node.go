@@ -36,8 +36,8 @@
 //     five minutes, cluster-wide, and the Store's breaker (stats.go).
 //   - GET /ui/: the dashboard's static files (node/ui); /ui redirects there.
 //   - Admin endpoints (/v1/members, /v1/hotkeys, /v1/stats, the rules
-//     API) start with [Node.RequireAdmin]: a bearer Config.AdminToken, or without one loopback peers only (401 or
-//     403 otherwise). Checks, /healthz and /readyz are never guarded;
+//     API) start with [Node.RequireAdmin]: a bearer Config.AdminToken, or
+//     without one loopback peers only (401 or 403 otherwise). Checks, /healthz and /readyz are never guarded;
 //     /metrics needs Config.MetricsToken when one is set.
 //   - GET /metrics (Prometheus text), /healthz (liveness), /readyz
 //     (readiness: a rule set is loaded and, in a cluster, the node has

@@ -192,7 +192,7 @@ func settings() []setting {
 			return nil
 		}},
 		{"internal-window", "SLUICE_INTERNAL_WINDOW", "30s", "how far a signed internal request's timestamp may be from this node's clock (either way); beyond it the request is refused and the clock skew logged", durationSetter(func(o *options) *time.Duration { return &o.internalWindow })},
-		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats, /ui/); empty: admin from loopback peers only", func(o *options, v string) error {
+		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats); empty: admin from loopback peers only", func(o *options, v string) error {
 			o.adminToken = v
 			return nil
 		}},

@@ -1,6 +1,7 @@
 // Package member owns Sluice's cluster membership: it runs
 // hashicorp/memberlist, carries each node's HTTP address in its node meta,
-// joins the seeds, encrypts gossip with the cluster key, rejoins members
+// joins the seeds, encrypts gossip with the cluster key (required: Start
+// refuses a Config without one unless Config.Insecure), rejoins members
 // after a partition heals, and reports the sorted list of live members on
 // every change so that the node can rebuild its hash ring.
 //
