@@ -60,7 +60,10 @@
 //     Acquire reaps ids whose expiry has passed, then admits the id (scored
 //     now + Period) if fewer than Limit are held; RetryAfter on denial is the
 //     time until the earliest held id expires. Release removes an id (an
-//     unknown id is not an error). Remaining = Limit - held.
+//     unknown id is not an error). Remaining = Limit - held. hits = 0
+//     peeks: it answers whether an Acquire would be admitted now (a
+//     concurrency limit has no amount to report otherwise) and records
+//     nothing; it is the one peek that can be "denied".
 //
 // # Lent tokens
 //
@@ -126,11 +129,14 @@
 // denied the key: until its Wait plus at most Config.Horizon, a check
 // whose hits the projection covers still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
-// that a saturated key costs a Store call per batch, not per token. A
-// crash costs the
-// crashed holder's lent tokens: they count as spent at exp_h (at most TTL
-// after its last call; Config.LeaseTTL, 1 minute by default), and the
-// bucket refills from there; nothing stays lost.
+// that a saturated key costs a Store call per batch, not per token; or
+// (d) it is a check whose hits were refunded after a later lease call of
+// the same Manager reported them spent (Held): Refund puts back at most
+// what the Store lends the Manager (at most the refunded hits).
+//
+// A crash costs the crashed holder's lent tokens: they count as spent at
+// exp_h (at most TTL after its last call; Config.LeaseTTL, 1 minute by
+// default), and the bucket refills from there; nothing stays lost.
 //
 // # Arithmetic
 //
