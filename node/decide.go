@@ -97,7 +97,7 @@ type Request struct {
 func (q *Request) Allowed() bool { return q.Status == fasthttp.StatusOK }
 
 // Batch is one or more requests for Node.Decide, and their results. Fill
-// it with Add and End (or AddRequest), call Decide, read Requests and
+// it with Add and End, call Decide, read Requests and
 // Items; Reset it to reuse it. The zero value is an empty Batch. A Batch
 // is not safe for concurrent use, and must not be copied once used: keep
 // it (for example in a sync.Pool) and Reset it, so that deciding
@@ -153,14 +153,15 @@ func (b *Batch) ItemsOf(i int) []Item {
 
 // Decide decides every request of b (items added after the last End form
 // one more request) and sets each request's verdict and each item's
-// decision. Decide a filled Batch once; Reset it before filling it again. Requests are decided as if one after another, in order, with
-// the Store calls of the batch overlapped (see batchTake) and, in a
-// cluster, one forwarding call per peer and phase; within a request, every
-// rule must allow, and when one denies the hits charged to the others are
-// refunded (see the package doc, "Several rules, one answer"). ctx bounds
-// forwarding to peers (each phase also has the Forwarder's own budget).
-// Decisions are counted in sluice_checks_total; timing them is the
-// caller's part. Decide is safe for concurrent use with distinct Batches.
+// decision. Decide a filled Batch once; Reset it before filling it again.
+// Requests are decided as if one after another, in order, with the Store
+// calls of the batch overlapped and, in a cluster, one forwarding call per
+// peer and phase; within a request, every rule must allow, and when one
+// denies, the hits charged to the others are refunded (see the package
+// doc, "Several rules, one answer"). ctx bounds forwarding to peers (each
+// phase also has the Forwarder's own budget). Decisions are counted in
+// sluice_checks_total; timing them is the caller's part. Decide is safe
+// for concurrent use with distinct Batches.
 func (n *Node) Decide(ctx context.Context, b *Batch) {
 	n.decide(ctx, n.rules.Load(), b)
 }
