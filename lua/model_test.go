@@ -17,8 +17,11 @@ import (
 // SLUICE_MODEL_TIME=10m (make fuzz).
 func TestModel(t *testing.T) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	store := newTestStore(t, srv.Addr)
 	h := modeltest.Harness{
-		NewStore: func(t testing.TB) lease.Store { return newTestStore(t, srv.Addr) },
+		// One client for every run (a run's keys are its own): a long
+		// run must not open a connection per seed.
+		NewStore: func(testing.TB) lease.Store { return store },
 		Now:      clock.Now,
 		Advance:  clock.Advance,
 		Package:  "./lua/",

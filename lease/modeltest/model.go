@@ -65,6 +65,7 @@ type keyModel struct {
 	// is what it should lend by the contract: every call settles the
 	// loan to what the holder says it holds, plus the grant.
 	lent, settled []int64
+	dropPending   []bool // a bucket was dropped with its loan running
 	// lost is what the Store counts as spent that no check spent: loans
 	// that expired or ended unspent (token_bucket, gcra). It lowers the
 	// level the denials are judged against, never the safety side.
@@ -86,19 +87,20 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 		md.names = append(md.names, name)
 		md.byName[name] = i
 		k := &keyModel{name: fmt.Sprintf("k%d", i), p: p, cap: float64(p.Capacity()),
-			rate:    float64(p.Limit) / float64(p.Period),
-			held:    make([]int64, slots),
-			heldWin: make([]int64, slots),
-			heldExp: make([]int64, slots),
-			lent:    make([]int64, slots),
-			settled: make([]int64, slots),
-			netAdm:  make([]int64, slots),
-			snap:    make([]*snapshot, slots),
-			opSnaps: make([][]*snapshot, slots),
-			lastUse: make([]int64, slots),
-			counted: make(map[int64]int64),
-			ids:     make(map[string]int64),
-			owned:   make([][]string, slots),
+			rate:        float64(p.Limit) / float64(p.Period),
+			held:        make([]int64, slots),
+			heldWin:     make([]int64, slots),
+			heldExp:     make([]int64, slots),
+			lent:        make([]int64, slots),
+			settled:     make([]int64, slots),
+			dropPending: make([]bool, slots),
+			netAdm:      make([]int64, slots),
+			snap:        make([]*snapshot, slots),
+			opSnaps:     make([][]*snapshot, slots),
+			lastUse:     make([]int64, slots),
+			counted:     make(map[int64]int64),
+			ids:         make(map[string]int64),
+			owned:       make([][]string, slots),
 		}
 		md.keys = append(md.keys, k)
 	}
@@ -189,25 +191,26 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 	if k.windowed() && k.win(t) != k.heldWin[m] {
 		k.held[m], k.lent[m], k.settled[m] = 0, 0, 0
 	}
-	if e := k.heldExp[m]; e > 0 && t >= e {
-		if k.held[m] > 0 {
-			k.lose(e, k.held[m], m)
-			k.held[m] = 0
-		}
-		k.lent[m], k.settled[m] = 0, 0
+	if e := k.heldExp[m]; e > 0 && t >= e && max(k.held[m], k.settled[m]) > 0 {
+		// A loan that ends counts as spent then, all of it: its spent
+		// tokens lose their refill since they were spent (a crash
+		// costs the crashed holder's loan, contract clause (b)).
+		k.lose(e, max(k.held[m], k.settled[m]), m)
+		k.held[m], k.lent[m], k.settled[m] = 0, 0, 0
+		k.dropPending[m] = false
 	}
 	return k.held[m]
 }
 
-// dropped records that holder m dropped its bucket of k at t: what it
-// held and did not return is gone (the Store counts it as lent until the
-// holder's next call or the loan's end, then as spent).
+// dropped records that holder m dropped its bucket of k at t without a
+// return: the Store counts its loan as lent until the holder's next call,
+// which (a new bucket: held 0, idle 0) ends all of it then, or until the
+// loan's end (contract clause (b)).
 func (k *keyModel) dropped(m int, t int64) {
-	if h := k.heldNow(m, t); h > 0 {
-		if !k.windowed() {
-			k.lose(t, h, m)
-		}
-		k.held[m] = 0
+	k.heldNow(m, t)
+	k.held[m] = 0
+	if !k.windowed() && k.settled[m] > 0 {
+		k.dropPending[m] = true
 	}
 }
 
@@ -314,6 +317,10 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// admissions of a batch are recorded after it, its lease calls
 		// as they happen.)
 		k.lent[m] = l.lent
+		if k.dropPending[m] {
+			k.lose(now, max(0, k.settled[m]-l.held), m)
+			k.dropPending[m] = false
+		}
 		k.settled[m] = min(k.settled[m], l.held) + g.Granted
 		md.lentKnown = true
 		if !k.windowed() && l.ttl > 0 && k.lent[m] > 0 {
@@ -361,8 +368,15 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 	if h := k.heldNow(m, now); tokens > h {
 		md.fail("%s: m%d returned %d tokens at %s but held %d (tokens made up: over-admission)", k.name, m, tokens, md.at(now), h)
 	}
+	if !k.windowed() && k.settled[m] > tokens {
+		// A return ends the loan: what was lent and not returned counts
+		// as spent now.
+		k.lose(now, k.settled[m]-tokens, m)
+		k.held[m] = 0
+	}
 	k.held[m] = max(0, k.held[m]-tokens)
 	k.lent[m], k.settled[m] = 0, 0
+	k.dropPending[m] = false
 	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
 		// A return ends the loan: what was not returned is spent.
 		k.lose(now, k.held[m], m)
