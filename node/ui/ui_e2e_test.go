@@ -26,7 +26,8 @@ import (
 // headless Chromium: a wrong admin token is refused, the right one is kept
 // in sessionStorage only; it sees the rules and live figures of traffic
 // sent to the node, edits a rule's limit and sees the node enforce it,
-// sees an invalid edit's error next to its field, creates and deletes a
+// sees an invalid edit's error next to its field, sees a concurrent
+// change refused (412) without losing the form, creates and deletes a
 // rule, finds nothing wider than its card at 1280×800 and no error in the
 // browser's console, and saves screenshots (their paths are logged) under
 // $E2E_OUT, by default bench/results/tmp-e2e/ (ignored by git).
@@ -123,6 +124,27 @@ func TestE2EDashboard(t *testing.T) {
 
 	step(t, ctx, "cancel the edit", chromedp.Click(chromedp.CSS(`.editor button.cancel`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)))
+
+	// A concurrent change: another admin writes login while its form is
+	// open; Save is refused (412), nothing is overwritten, the form keeps
+	// its values, and a second Save applies them.
+	step(t, ctx, "open login's form and change its limit",
+		chromedp.Click(chromedp.CSS(`button[data-edit="login"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.editor [data-field="limit"]`)),
+		chromedp.SetValue(chromedp.CSS(`.editor [data-field="limit"]`), "4"),
+	)
+	node.putRule(t, token, "login", `{"algorithm":"sliding_log","limit":6,"period":"1m","key":"ip","on_store_failure":"closed"}`)
+	step(t, ctx, "save", chromedp.Click(chromedp.CSS(`.editor button.save`)))
+	poll(t, ctx, "the conflict message", `document.querySelector('.editor .form-error').textContent.includes('changed since')`)
+	if got := node.ruleLimit(t, token, "login"); got != 6 {
+		t.Errorf("login's limit after the refused save: %d, want the other admin's 6", got)
+	}
+	step(t, ctx, "save again",
+		chromedp.Click(chromedp.CSS(`.editor button.save`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)))
+	if got := node.ruleLimit(t, token, "login"); got != 4 {
+		t.Errorf("login's limit after saving again: %d, want 4", got)
+	}
 
 	// A new rule through the form, then deleted (two clicks).
 	step(t, ctx, "create a rule",
@@ -271,8 +293,8 @@ func watchConsole(t *testing.T, ctx context.Context) *consoleLog {
 // errors are the messages that are errors or warnings: exceptions,
 // console.error and console.warn calls, and the browser's own errors
 // (CSP violations, failed loads). The expected entries of the network
-// log, the answers to the wrong token (403) and to the invalid edit (400),
-// are left out.
+// log, the answers to the wrong token (403), the invalid edit (400) and
+// the concurrent change (412), are left out.
 func (c *consoleLog) errors() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -283,8 +305,8 @@ func (c *consoleLog) errors() []string {
 		default:
 			continue
 		}
-		if m.Source == "network" && strings.Contains(m.URL, "/v1/rules/") && strings.Contains(m.Text, "400") {
-			continue // the invalid edit
+		if m.Source == "network" && strings.Contains(m.URL, "/v1/rules/") && (strings.Contains(m.Text, "400") || strings.Contains(m.Text, "412")) {
+			continue // the invalid edit, the concurrent change
 		}
 		if m.Source == "network" && strings.Contains(m.URL, "/v1/stats") && strings.Contains(m.Text, "403") {
 			continue // the wrong token
@@ -544,6 +566,43 @@ func (s *sluiced) putRules(t *testing.T, token, yml string) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("PUT /v1/rules: %d %s", resp.StatusCode, b)
 	}
+}
+
+// putRule writes one rule (JSON) through the admin API, as another
+// admin would.
+func (s *sluiced) putRule(t *testing.T, token, name, rule string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", s.base+"/v1/rules/"+name, strings.NewReader(rule))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT /v1/rules/%s: %d %s", name, resp.StatusCode, b)
+	}
+}
+
+// ruleLimit reads a rule's limit through the admin API.
+func (s *sluiced) ruleLimit(t *testing.T, token, name string) int64 {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.base+"/v1/rules/"+name, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Limit int64 `json:"limit"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/rules/%s: %d %v", name, resp.StatusCode, err)
+	}
+	return r.Limit
 }
 
 const clusterRules = `rules:

@@ -38,6 +38,7 @@
     editing: null, // null: no editor; '': a new rule; else the rule's name
     selected: '', // the chart's rule ('' = all)
     ids: 0, // editor input ids
+    rulesShown: '', // what the rules table shows, to skip needless rebuilds
     focusEditor: false,
   };
 
@@ -208,6 +209,10 @@
     } else {
       state.rulesError = 'Cannot read /v1/rules: ' + r.error;
     }
+    // Rebuild the table only when something changed: a rebuild under the
+    // pointer or a click is needless churn.
+    const key = JSON.stringify([state.rulesAPI, state.rulesError, state.rulesVersion, state.rulesSource, state.rules]);
+    if (key === state.rulesShown) return;
     renderRules();
   }
 
@@ -465,6 +470,7 @@
   }
 
   function renderRules() {
+    state.rulesShown = JSON.stringify([state.rulesAPI, state.rulesError, state.rulesVersion, state.rulesSource, state.rules]);
     renderHealth();
     const box = $('rules');
     const note = $('rules-note');
@@ -685,7 +691,7 @@
       await reloadRules();
       return;
     }
-    answerError(form, r, name);
+    await answerError(form, r, name);
   }
 
   async function remove(btn, form, rule) {
@@ -703,10 +709,10 @@
       await reloadRules();
       return;
     }
-    answerError(form, r, rule.name);
+    await answerError(form, r, rule.name);
   }
 
-  function answerError(form, r, name) {
+  async function answerError(form, r, name) {
     const f = r.data && r.data.field;
     const span = r.status === 400 ? errorSpan(form, f, name) : null;
     if (span) {
@@ -720,8 +726,10 @@
     }
     let msg = r.error || ('HTTP ' + r.status);
     if (r.status === 412) {
-      msg = 'The rules changed since they were read: the form keeps your values; review and save again.';
-      refreshVersion();
+      // Read the new version first, so that the next Save can succeed.
+      await refreshVersion();
+      msg = 'The rules changed since they were read (now version ' + state.rulesVersion +
+        '): the form keeps your values; review them and save again.';
     } else if (f) {
       msg += ' (' + f + ')';
     }
