@@ -65,6 +65,9 @@ type keyModel struct {
 	// is what it should lend by the contract: every call settles the
 	// loan to what the holder says it holds, plus the grant.
 	lent, settled []int64
+	// credit is a holder's unsettled spent tokens as its last call (one
+	// that granted nothing) counted them: spent at credit.t.
+	credit []event
 	// lost is what the Store counts as spent that no check spent: loans
 	// that expired or ended unspent (token_bucket, gcra). It lowers the
 	// level the denials are judged against, never the safety side.
@@ -93,6 +96,7 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			heldExp: make([]int64, slots),
 			lent:    make([]int64, slots),
 			settled: make([]int64, slots),
+			credit:  make([]event, slots),
 			netAdm:  make([]int64, slots),
 			snap:    make([]*snapshot, slots),
 			opSnaps: make([][]*snapshot, slots),
@@ -197,6 +201,7 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 		// costs the crashed holder's loan, contract clause (b)).
 		k.lose(e, max(k.held[m], k.settled[m]), m)
 		k.held[m], k.lent[m], k.settled[m] = 0, 0, 0
+		k.credit[m] = event{}
 	}
 	return k.held[m]
 }
@@ -250,19 +255,33 @@ func (k *keyModel) heldOthers(m int, t int64) int64 {
 // level is the token_bucket/gcra bucket at t of the actual admissions
 // and the lost loans (full at the start): what has not been admitted,
 // including what holders hold.
-func (k *keyModel) level(t int64) float64 {
+func (k *keyModel) level(t int64) float64 { return k.levelWith(t, event{}) }
+
+// levelWith is level with one more spend, extra (none if extra.hits is 0).
+func (k *keyModel) levelWith(t int64, extra event) float64 {
 	for m := range k.held {
 		k.heldNow(m, t) // loans that ended are lost
+	}
+	lost := k.lost
+	if extra.hits > 0 {
+		lost = append([]event(nil), k.lost...)
+		i := len(lost)
+		for i > 0 && lost[i-1].t > extra.t {
+			i--
+		}
+		lost = append(lost, event{})
+		copy(lost[i+1:], lost[i:])
+		lost[i] = extra
 	}
 	lvl := k.cap
 	last := int64(math.MinInt64)
 	i, j := 0, 0
-	for i < len(k.events) || j < len(k.lost) {
+	for i < len(k.events) || j < len(lost) {
 		var e event
-		if j >= len(k.lost) || (i < len(k.events) && k.events[i].t <= k.lost[j].t) {
+		if j >= len(lost) || (i < len(k.events) && k.events[i].t <= lost[j].t) {
 			e, i = k.events[i], i+1
 		} else {
-			e, j = k.lost[j], j+1
+			e, j = lost[j], j+1
 		}
 		if last != math.MinInt64 {
 			lvl = min(k.cap, lvl+k.rate*float64(e.t-last))
@@ -315,16 +334,25 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// admissions of a batch are recorded after it, its lease calls
 		// as they happen.)
 		k.lent[m] = l.lent
+		k.credit[m] = event{}
 		if !k.windowed() {
-			// The Store's view (contract clause (b)): the loan counts
-			// whole until this call, which takes what the holder no
-			// longer holds as spent at its last spend (now − idle):
-			// refill is credited from then, not from each spend.
+			// The Store's view (contract clauses (b), (d)): the loan
+			// counts whole until a call takes what the holder no longer
+			// holds as spent at its last spend (now − idle): refill is
+			// credited from then, not from each spend. Only a grant
+			// settles it; a call that grants nothing credits it for
+			// itself (and the holder's next check) only.
 			if u := k.settled[m] - l.held; u > 0 {
-				k.lose(now-int64(l.idle), u, m)
+				if g.Granted > 0 {
+					k.lose(now-int64(l.idle), u, m)
+				} else {
+					k.credit[m] = event{t: now - int64(l.idle), hits: u, m: m}
+				}
 			}
 		}
-		k.settled[m] = min(k.settled[m], l.held) + g.Granted
+		if g.Granted > 0 {
+			k.settled[m] = min(k.settled[m], l.held) + g.Granted
+		}
 		md.lentKnown = true
 		if !k.windowed() && l.ttl > 0 && k.lent[m] > 0 {
 			k.heldExp[m] = max(k.heldExp[m], now+int64(l.ttl))
@@ -339,7 +367,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		s.oth = float64(k.heldOthers(m, now))
-		s.avail = k.level(now) - s.oth
+		s.avail = k.levelWith(now, k.credit[m]) - s.oth
 	case lease.FixedWindow, lease.SlidingWindow:
 		s.c0, s.c1 = k.counted[s.win-1], k.counted[s.win]
 	}
@@ -379,6 +407,7 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 	}
 	k.held[m] = max(0, k.held[m]-tokens)
 	k.lent[m], k.settled[m] = 0, 0
+	k.credit[m] = event{}
 	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
 		// A return ends the loan: what was not returned is spent.
 		k.lose(now, k.held[m], m)
@@ -516,8 +545,13 @@ func (md *model) judge(m int, it item, d lease.Decision) string {
 		oth := float64(k.heldOthers(m, now))
 		// m's own spent tokens not yet settled (clause (b)): until its
 		// next call.
-		unsettled := float64(max(0, k.settled[m]-k.heldNow(m, now)))
-		avail = math.Floor(k.level(now)-oth-unsettled-float64(own)+1e-6) + float64(own)
+		// m's own spent tokens: as its last call credited them, or, after
+		// a grant, lent until its next call.
+		lvl, unsettled := k.level(now), float64(max(0, k.settled[m]-k.heldNow(m, now)))
+		if c := k.credit[m]; c.hits > 0 {
+			lvl, unsettled = k.levelWith(now, c), max(0, unsettled-float64(c.hits))
+		}
+		avail = math.Floor(lvl-oth-unsettled-float64(own)+1e-6) + float64(own)
 	case lease.FixedWindow:
 		avail = float64(k.p.Limit - k.counted[k.win(now)] + own)
 	case lease.SlidingWindow:
