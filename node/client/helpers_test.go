@@ -225,7 +225,7 @@ func newClient(t *testing.T, tc *testCluster, mod func(*client.Config)) *client.
 	t.Helper()
 	cfg := client.DefaultConfig()
 	cfg.Seeds = []string{tc.nodes[0].addr}
-	cfg.Timeout = time.Second // loaded CI machines; failures here are refusals, not timeouts
+	cfg.Timeout = 10 * time.Second // loaded CI machines (1s was seen to time out a 1000-check batch under -race, and the retry made 4 requests of 3); failures here are refusals, not timeouts
 	if mod != nil {
 		mod(&cfg)
 	}
