@@ -13,18 +13,21 @@ import (
 // BreakerConfig configures a [Breaker]. Every field's zero value means its
 // default (see [DefaultBreakerConfig]).
 type BreakerConfig struct {
-	// Timeout is the most a Store call may take: the adaptive timeout never
-	// exceeds it. Zero means 50ms. A Manager sets it to its
+	// Timeout is the least a Store call gets to answer, the configured
+	// timeout. Zero means 50ms. A Manager sets it to its
 	// Config.StoreTimeout.
 	Timeout time.Duration
-	// MinTimeout is the least the adaptive timeout goes down to. Each call
-	// gets srtt + 4·rttvar of the round trips seen so far (the TCP
-	// retransmission timeout, RFC 6298), times two, between MinTimeout and
-	// Timeout: a fast Store fails over quickly, a steadily slow one keeps
-	// the room it needs. Returns (no check waits for them) always get
-	// Timeout. Zero means Timeout/2; a value ≥ Timeout turns adaptation
-	// off.
-	MinTimeout time.Duration
+	// MaxTimeout is the most a Store call gets. Each call gets
+	// 2 × (srtt + 4·rttvar) of the round trips seen so far (the TCP
+	// retransmission timeout, RFC 6298, with a factor of two), between
+	// Timeout and MaxTimeout: adaptation only stretches the timeout, so a
+	// steadily slow Store (+30ms on a 50ms timeout), or a loaded host's
+	// bursty latency, gets the room it needs instead of failing call after
+	// call and opening the breaker, and a Store slower than MaxTimeout
+	// still fails. Returns (no check waits for them) always get
+	// MaxTimeout. Zero means 4 × Timeout; a value ≤ Timeout turns
+	// adaptation off.
+	MaxTimeout time.Duration
 	// Failures is the number of consecutive failed round trips (errors or
 	// timeouts, not the caller's own context ending) that open the
 	// breaker. Calls that were in flight together and failed together
@@ -52,9 +55,10 @@ type BreakerConfig struct {
 	OnClose func()
 }
 
-// DefaultBreakerConfig returns the defaults: a 50ms timeout at most (a
-// rate-limit check must stay fast; a healthy Redis answers in well under
-// 1ms), adapting down to 25ms, 5 consecutive failed round trips (one
+// DefaultBreakerConfig returns the defaults: a 50ms timeout (a rate-limit
+// check must stay fast; a healthy Redis answers in well under 1ms),
+// stretched up to 200ms for a Store that is steadily that slow, 5
+// consecutive failed round trips (one
 // slow call or a lost packet does not flip a whole node into its failure
 // mode) and a 1s cool-down (one probe per second is no load on a
 // recovering Redis).
@@ -67,10 +71,10 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.Timeout <= 0 {
 		c.Timeout = d.Timeout
 	}
-	if c.MinTimeout <= 0 {
-		c.MinTimeout = c.Timeout / 2
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 4 * c.Timeout
 	}
-	c.MinTimeout = min(c.MinTimeout, c.Timeout)
+	c.MaxTimeout = max(c.MaxTimeout, c.Timeout)
 	if c.Failures <= 0 {
 		c.Failures = d.Failures
 	}
@@ -299,7 +303,8 @@ func (b *Breaker) backgroundProbe(gen uint64) {
 	if !ok || !probe {
 		return // a call is probing: its outcome decides
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	timeout := b.Timeout()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	var err error
 	if p, ok := b.store.(Pinger); ok {
 		err = p.Ping(ctx)
@@ -310,7 +315,7 @@ func (b *Breaker) backgroundProbe(gen uint64) {
 	cancel()
 	switch {
 	case err == nil && timedOut:
-		err = fmt.Errorf("probe timed out after %v", b.cfg.Timeout)
+		err = fmt.Errorf("probe timed out after %v", timeout)
 	case err != nil && callerError(err):
 		err = nil // the Store answered
 	}
@@ -395,7 +400,7 @@ func (b *Breaker) record(probe, counted bool, err error, epoch uint64, rtt time.
 // least that): a Store that slows down pushes the timeout up to its
 // maximum instead of failing call after call at a low one.
 func (b *Breaker) observe(err error, rtt time.Duration) {
-	if b.cfg.MinTimeout >= b.cfg.Timeout {
+	if b.cfg.MaxTimeout <= b.cfg.Timeout {
 		return
 	}
 	switch {
@@ -406,7 +411,7 @@ func (b *Breaker) observe(err error, rtt time.Duration) {
 	default:
 		return
 	}
-	b.timeout.Store(int64(b.mu.rtt.timeout(b.cfg.MinTimeout, b.cfg.Timeout)))
+	b.timeout.Store(int64(b.mu.rtt.timeout(b.cfg.Timeout, b.cfg.MaxTimeout)))
 }
 
 // rttEstimator is the smoothed round trip and its mean deviation (RFC
@@ -430,10 +435,10 @@ func (e *rttEstimator) add(r time.Duration) {
 	e.n++
 }
 
-// timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; hi before any sample.
+// timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; lo before any sample.
 func (e *rttEstimator) timeout(lo, hi time.Duration) time.Duration {
 	if e.n == 0 {
-		return hi
+		return lo
 	}
 	return min(max(2*(e.srtt+4*e.rttvar), lo), hi)
 }
@@ -466,7 +471,7 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 	if op == opReturn {
 		// No check waits for a return, and a return that times out
 		// loses its tokens (under-admission): it gets the maximum.
-		timeout = b.cfg.Timeout
+		timeout = b.cfg.MaxTimeout
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()

@@ -203,10 +203,11 @@ func (l *logBuffer) lines() []string {
 }
 
 // TestRTTEstimator: the adaptive timeout is 2 × (srtt + 4·rttvar) within
-// [lo, hi]: a fast Store gets the floor, a steadily slow one the room it
-// needs (up to the maximum), and timeouts push it to the maximum.
+// [lo, hi], lo being the configured timeout: a fast Store keeps it, a
+// steadily slow one gets the room it needs (up to the maximum), and
+// timeouts stretch it to the maximum.
 func TestRTTEstimator(t *testing.T) {
-	const lo, hi = 12500 * time.Microsecond, 50 * time.Millisecond
+	const lo, hi = 50 * time.Millisecond, 200 * time.Millisecond
 	steady := func(r time.Duration, n int) *rttEstimator {
 		var e rttEstimator
 		for range n {
@@ -219,10 +220,10 @@ func TestRTTEstimator(t *testing.T) {
 		e    *rttEstimator
 		want time.Duration
 	}{
-		{"no sample: the maximum", &rttEstimator{}, hi},
-		{"fast Store: the floor", steady(300*time.Microsecond, 100), lo},
-		{"steady 10ms: twice that and a little", steady(10*time.Millisecond, 100), 20 * time.Millisecond},
-		{"steady 30ms: the maximum", steady(30*time.Millisecond, 100), hi},
+		{"no sample: the configured timeout", &rttEstimator{}, lo},
+		{"fast Store: the configured timeout", steady(300*time.Microsecond, 100), lo},
+		{"steady 30ms: twice that", steady(30*time.Millisecond, 100), 60 * time.Millisecond},
+		{"steady 200ms: the maximum", steady(200*time.Millisecond, 100), hi},
 	}
 	for _, tt := range tests {
 		if got := tt.e.timeout(lo, hi); got < tt.want || got > tt.want+time.Millisecond {
@@ -230,11 +231,11 @@ func TestRTTEstimator(t *testing.T) {
 		}
 	}
 	e := steady(300*time.Microsecond, 100)
-	for range 3 {
+	for range 10 {
 		e.add(e.timeout(lo, hi)) // each timeout is a sample of the timeout
 	}
 	if got := e.timeout(lo, hi); got != hi {
-		t.Errorf("after 3 timeouts: %v, want the maximum %v", got, hi)
+		t.Errorf("after 10 timeouts: %v, want the maximum %v", got, hi)
 	}
 }
 

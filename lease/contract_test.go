@@ -149,7 +149,8 @@ func TestNoSilentOverflow(t *testing.T) {
 		if _, err := NewMemoryStore(MemoryStoreConfig{}).Lease(context.Background(), "k", p, 1, 1, Lessee{}); !errors.As(err, &fe) || fe.Field != "burst" {
 			t.Fatalf("%s: Lease = %v, want a FieldError on burst", alg, err)
 		}
-		// 140 years to refill: inside the bound, and exact.
+		// Inside the bounds (140 years to refill; burst × period < 2^52),
+		// and charged exactly.
 		p.Burst = 140
 		admitted := int64(0)
 		for range 6 {
@@ -191,5 +192,33 @@ func TestSpentLoanRefillsWhileIdle(t *testing.T) {
 				t.Fatalf("99 after 10s idle: %+v, want allowed", d)
 			}
 		})
+	}
+}
+
+// TestInexactPoliciesRefused (issue 9, finding 3's audit): gcra and
+// sliding_window policies whose count × time products would leave
+// float64's exact integers are refused, naming the field.
+func TestInexactPoliciesRefused(t *testing.T) {
+	for _, tt := range []struct {
+		p     Policy
+		field string
+	}{
+		{Policy{Algorithm: GCRA, Limit: 1 << 40, Period: time.Second}, "burst"},
+		{Policy{Algorithm: SlidingWindow, Limit: 1_000_000, Period: 24 * time.Hour}, "limit"},
+	} {
+		var fe *FieldError
+		if err := tt.p.Validate(); !errors.As(err, &fe) || fe.Field != tt.field {
+			t.Errorf("%+v: Validate = %v, want a FieldError on %s", tt.p, err, tt.field)
+		}
+	}
+	for _, p := range []Policy{
+		{Algorithm: GCRA, Limit: 1_000_000, Period: time.Hour},
+		{Algorithm: SlidingWindow, Limit: 50_000, Period: 24 * time.Hour},
+		{Algorithm: TokenBucket, Limit: 1 << 40, Period: time.Second},
+		{Algorithm: FixedWindow, Limit: 1 << 40, Period: 24 * time.Hour},
+	} {
+		if err := p.Validate(); err != nil {
+			t.Errorf("%+v: %v, want valid", p, err)
+		}
 	}
 }

@@ -145,11 +145,12 @@
 // Policy.Validate refuses a token_bucket or gcra whose burst × period /
 // limit (the time to refill a whole burst, the most gcra's TAT runs ahead
 // of now) passes 2^52 µs, about 142 years, naming the burst field; there is
-// no cap that would under-charge. Fractional quantities (a token_bucket's
-// level, a sliding window's weight, gcra's d×limit/period) are float64,
-// computed in the same order by both stores; their rounding can move a
-// whole-token boundary only when capacity × period passes 2^53 µs, and
-// then by at most one token. Reported durations saturate at about 292
+// no cap that would under-charge. The products that decide whole tokens
+// are exact too: Validate refuses a gcra whose burst × period (µs), and a
+// sliding_window whose limit × period, passes 2^52 (d × limit and prev ×
+// (period − e) stay exact integers, so their floor and ceil are right).
+// token_bucket's level is a fraction by design (float64, the same
+// operations in both stores); reported durations saturate at about 292
 // years.
 //
 // # Concurrency
@@ -268,9 +269,21 @@ func (p Policy) Validate() error {
 		// (Lua) and int64, with no cap that would under-charge.
 		return &FieldError{Field: "burst", Msg: fmt.Sprintf("burst × period / limit (the time to refill a whole burst) must be at most 2^52µs (about 142 years), got %.3g years",
 			float64(p.Capacity())*p.Period.Hours()/float64(p.Limit)/(365*24))}
+	case p.Algorithm == GCRA && float64(p.Capacity())*float64(p.Period.Microseconds()) > MaxExact:
+		// avail = floor(burst − d × limit/period) with d ≤ burst ×
+		// period/limit: d × limit stays an exact float64 integer.
+		return &FieldError{Field: "burst", Msg: "burst × period must be at most 2^52 tokens·µs for gcra (e.g. 1.2M per hour, 52k per day), so that its arithmetic stays exact in float64; use token_bucket or a shorter period"}
+	case p.Algorithm == SlidingWindow && float64(p.Limit)*float64(p.Period.Microseconds()) > MaxExact:
+		// The previous window's weight ceil(prev × (period − e)/period)
+		// with prev ≤ limit: the product stays an exact float64 integer.
+		return &FieldError{Field: "limit", Msg: "limit × period must be at most 2^52 tokens·µs for sliding_window (e.g. 1.2M per hour, 52k per day), so that its weighted estimate stays exact in float64; use fixed_window or a shorter period"}
 	}
 	return nil
 }
+
+// MaxExact bounds capacity × period (µs) of gcra and sliding_window: their
+// products of a count and a time stay integers float64 holds exactly.
+const MaxExact = 1 << 52
 
 // MaxRefill bounds burst × period / limit of token_bucket and gcra, in µs
 // (about 142 years): see Policy.Validate.

@@ -75,7 +75,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			return m.failure(b, key, p, hits, errBreakerOpen), nil
 		}
 		if deadline.IsZero() {
-			deadline = time.Now().Add(m.cfg.StoreTimeout)
+			deadline = time.Now().Add(m.store.Timeout()) // as long as the call it may wait for
 		}
 		s, owner := m.claim(b)
 		if !owner {

@@ -421,7 +421,7 @@ func TestTwoManagersRefillAccuracy(t *testing.T) {
 func TestBreakerPausedRedisIsOneRoundTrip(t *testing.T) {
 	srv := redistest.StartServer(t)
 	b := lease.NewBreaker(newTestStore(t, srv.Addr), lease.BreakerConfig{
-		Timeout: 300 * time.Millisecond, MinTimeout: 300 * time.Millisecond, Failures: 3, Cooldown: time.Hour,
+		Timeout: 300 * time.Millisecond, MaxTimeout: 300 * time.Millisecond, Failures: 3, Cooldown: time.Hour,
 	})
 	t.Cleanup(b.Close)
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Hour}

@@ -2,11 +2,14 @@ package rls_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node"
@@ -72,5 +75,43 @@ func TestDrainDenied(t *testing.T) {
 	// Each descriptor was its own request: none refunds another.
 	if first := e.asked[0]; len(first) != 3 || first[0].Hits != 5 {
 		t.Errorf("first call %v", first)
+	}
+}
+
+// TestEngineFailures: a Store the rule cannot reach (on_store_failure:
+// closed) is UNAVAILABLE, so that Envoy applies its failure_mode_deny; an
+// engine error is INTERNAL. Neither panics or answers OK.
+func TestEngineFailures(t *testing.T) {
+	c, err := rls.Parse(rls.Doc{Name: "d.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=a")}
+
+	e := &scriptedEngine{answers: [][]lease.Decision{{{Unavailable: true}}}}
+	srv := rls.NewServer(rls.ServerConfig{Engine: e, Logger: quiet})
+	srv.SetConfig(c)
+	if _, err := srv.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
+		t.Errorf("store unavailable: %v, want UNAVAILABLE", err)
+	}
+
+	f := &failingEngine{}
+	srv = rls.NewServer(rls.ServerConfig{Engine: f, Logger: quiet})
+	srv.SetConfig(c)
+	if _, err := srv.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Internal {
+		t.Errorf("engine error: %v, want INTERNAL", err)
+	}
+}
+
+// failingEngine refuses every request, as the node does for a rule it does
+// not know.
+type failingEngine struct{}
+
+func (failingEngine) SetRLSRules(*rules.Set) {}
+
+func (failingEngine) Decide(_ context.Context, b *node.Batch) {
+	for i := range b.Requests {
+		b.Requests[i].Err = errors.New("unknown rule")
 	}
 }
