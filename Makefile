@@ -58,9 +58,12 @@ e2e-deps: deps
 		fi; \
 	fi
 
-## e2e: end-to-end tests against real gateways and tools (TestE2E* behind the e2e build tag).
+## e2e: end-to-end tests against real gateways and tools (TestE2E* behind the e2e build tag),
+## in the packages that have some (building every package's tests would double the time).
 e2e: e2e-deps
-	$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
+	@pkgs=$$(grep -rl --include='*_test.go' '^//go:build e2e' . | xargs -r -n1 dirname | sort -u); \
+	echo "e2e packages:" $$pkgs; \
+	$(GO) test -tags e2e -count=1 -v -run '^TestE2E' $$pkgs
 
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -16,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/node/client"
 )
 
 // testCA is a throw-away certificate authority for TLS tests.
@@ -122,6 +126,21 @@ func TestClusterTLS(t *testing.T) {
 	// node-b: at least some must have been answered over TLS.)
 	if st := b.d.node.ForwardStats(); st.Items == 0 {
 		t.Errorf("node-b forward stats %+v, want items answered by node-a over TLS", st)
+	}
+
+	// The Go client over TLS: it learns the members (with the admin
+	// token's loopback exemption) and sends each check to its owner.
+	cl, err := client.New(client.Config{Seeds: []string{b.d.ln.Addr().String()}, Timeout: 5 * time.Second,
+		TLS: &tls.Config{RootCAs: ca.pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cl.Check(context.Background(), "per-key", "tls-client", 1); err != nil || !r.Allowed {
+		t.Errorf("client check over TLS: %+v, %v", r, err)
 	}
 
 	// Plain HTTP to a TLS node gets no answer.

@@ -76,6 +76,9 @@ func (c *Client) send(ctx context.Context, v *view, first *node, path string, cl
 	cl.req.Header.SetMethod(fasthttp.MethodPost)
 	cl.req.Header.SetContentType("application/json")
 	cl.req.SetRequestURI(path)
+	if c.cfg.TLS != nil {
+		cl.req.URI().SetScheme("https") // the HostClient's
+	}
 	cl.req.SetBodyRaw(cl.body)
 	var errs []error
 	n := first

@@ -233,7 +233,7 @@ func (c *Client) fetchMembers(ctx context.Context, old *view, addr string) (mr M
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + addr + "/v1/members")
+	req.SetRequestURI(c.scheme() + "://" + addr + "/v1/members")
 	req.Header.SetMethod(fasthttp.MethodGet)
 	if c.cfg.AdminToken != "" {
 		req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+c.cfg.AdminToken)
@@ -339,7 +339,17 @@ func (c *Client) hostClient(addr string) *fasthttp.HostClient {
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultUserAgentHeader:      true,
 		RetryIfErr:                    retryIfErr,
+		IsTLS:                         c.cfg.TLS != nil,
+		TLSConfig:                     c.cfg.TLS,
 	}
+}
+
+// scheme is the nodes' URL scheme.
+func (c *Client) scheme() string {
+	if c.cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // retryIfErr lets fasthttp resend a request, once, on a fresh connection

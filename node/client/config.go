@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -51,6 +52,11 @@ type Config struct {
 	// have no token themselves (a client on another host then gets 403
 	// and cannot learn the members).
 	AdminToken string
+	// TLS, when not nil, makes the Client speak HTTPS to the nodes (they
+	// run with sluiced -tls-cert), verifying them with this config. Nodes
+	// are reached at the HTTP addresses they advertise (IP:port), so
+	// their certificates need IP SANs. Nil speaks plain HTTP.
+	TLS *tls.Config
 }
 
 // DefaultConfig returns the defaults described on each Config field, with
