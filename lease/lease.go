@@ -122,10 +122,12 @@
 // next lease call reports what it still holds (Held) and since when it
 // spends nothing (Idle), a return ends it, or it ends (at most LeaseTTL
 // after the holder's last call); at most the sum of the holders' leases.
-// Spent tokens reported that way refill from the holder's last spend; a
-// return, and a holder's first lease of a key after its idle sweep dropped
-// the key unreturned, credit from the return or from Idle before the
-// call; or (c) the Store
+// A call credits the refill of the tokens it reports spent from now −
+// Idle (the holder's last spend, which may be later than some of them);
+// only a grant settles the loan (a call that grants nothing leaves it, so
+// that Refund keeps its bound, (d)); a return credits from the return,
+// and a holder's first lease of a key after its idle sweep dropped the key
+// unreturned from Idle before the call; or (c) the Store
 // denied the key: until its Wait plus at most Config.Horizon, a check
 // whose hits the projection covers still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
