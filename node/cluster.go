@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -71,7 +72,8 @@ type ClusterConfig struct {
 // decision.
 type cluster struct {
 	n       *Node
-	keyed   bool // a cluster key authenticates members (not Insecure)
+	keyed   bool        // a cluster key authenticates members (not Insecure)
+	peerTLS *tls.Config // peers serve HTTPS (ClusterConfig.Forward.TLS); nil: HTTP
 	self    string
 	vnodes  int
 	fwd     *forward.Forwarder
@@ -170,6 +172,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	c := &cluster{
 		n:       n,
 		keyed:   len(cfg.ClusterKey) > 0,
+		peerTLS: cfg.Forward.TLS,
 		self:    cfg.Self,
 		vnodes:  cfg.Vnodes,
 		timeout: int64(timeout),

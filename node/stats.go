@@ -51,7 +51,9 @@ import (
 // without it and answer only if they let this node in without a token);
 // "rules" is then the sum over the nodes that
 // answered, "nodes" lists each member with its Store state or its error,
-// and "partial" is true when one did not answer.
+// and "partial" is true when one did not answer. Peers are asked over
+// HTTPS when the cluster's forwarding does (ClusterConfig.Forward.TLS:
+// sluiced -tls-cert), with the same TLS configuration.
 
 const (
 	// StatsBucket is the width of one /v1/stats bucket.
@@ -295,20 +297,37 @@ type statsState struct {
 	done        chan struct{}
 	wg          sync.WaitGroup
 
-	client *fasthttp.Client // for the peers' /v1/stats
+	// client asks the peers for their /v1/stats, over HTTPS when the
+	// cluster's peers serve it (made at the first fan-out, after
+	// EnableCluster).
+	clientOnce sync.Once
+	client     *fasthttp.Client
+	scheme     string // "http://" or "https://"
 }
 
 func newStatsState(n *Node) *statsState {
 	s := &statsState{
 		n: n, ring: newStatsRing(StatsBucket, StatsBuckets),
 		done: make(chan struct{}),
-		client: &fasthttp.Client{
-			Name: "sluice-stats", NoDefaultUserAgentHeader: true,
-			MaxConnsPerHost: 4, ReadTimeout: StatsFanout, WriteTimeout: StatsFanout,
-		},
 	}
 	s.setClock(time.Now)
 	return s
+}
+
+// peerClient returns the client of the fan-out and the peers' scheme.
+func (s *statsState) peerClient() (*fasthttp.Client, string) {
+	s.clientOnce.Do(func() {
+		s.client = &fasthttp.Client{
+			Name: "sluice-stats", NoDefaultUserAgentHeader: true,
+			MaxConnsPerHost: 4, ReadTimeout: StatsFanout, WriteTimeout: StatsFanout,
+		}
+		s.scheme = "http://"
+		if c := s.n.cl; c != nil && c.peerTLS != nil {
+			s.client.TLSConfig = c.peerTLS
+			s.scheme = "https://"
+		}
+	})
+	return s.client, s.scheme
 }
 
 // setClock makes the ring read the time from now (tests: a fake clock).
@@ -362,7 +381,10 @@ func (s *statsState) close() {
 	s.start.Do(func() {}) // a sampler not yet started never will be
 	s.stop.Do(func() { close(s.done) })
 	s.wg.Wait()
-	s.client.CloseIdleConnections()
+	s.clientOnce.Do(func() {}) // no fan-out after this makes a client
+	if s.client != nil {
+		s.client.CloseIdleConnections()
+	}
 }
 
 // local is this node's own answer.
@@ -494,6 +516,9 @@ func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.
 	sort.Slice(body.Rules, func(i, j int) bool { return body.Rules[i].Rule < body.Rules[j].Rule })
 }
 
+// errStatsClosed means the node is shutting down.
+var errStatsClosed = errors.New("node shutting down")
+
 // errNoHTTPAddr means a member did not announce its HTTP address.
 var errNoHTTPAddr = errors.New("no HTTP address announced")
 
@@ -513,7 +538,11 @@ func (s *statsState) fetch(ctx context.Context, addr string, auth []byte) (stats
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + addr + "/v1/stats?scope=node")
+	client, scheme := s.peerClient()
+	if client == nil {
+		return out, errStatsClosed
+	}
+	req.SetRequestURI(scheme + addr + "/v1/stats?scope=node")
 	req.Header.SetMethod(fasthttp.MethodGet)
 	if len(auth) > 0 {
 		req.Header.SetBytesV(fasthttp.HeaderAuthorization, auth)
@@ -522,7 +551,7 @@ func (s *statsState) fetch(ctx context.Context, addr string, auth []byte) (stats
 	if !ok {
 		dl = time.Now().Add(StatsFanout)
 	}
-	if err := s.client.DoDeadline(req, resp, dl); err != nil {
+	if err := client.DoDeadline(req, resp, dl); err != nil {
 		return out, err
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {

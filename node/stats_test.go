@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -428,5 +433,40 @@ func TestStatsTokenToPeers(t *testing.T) {
 		if want := map[bool]string{true: "Bearer tok", false: ""}[keyed]; auth != want {
 			t.Errorf("keyed %v: the peer was sent Authorization %q, want %q", keyed, auth, want)
 		}
+	}
+}
+
+// TestStatsPeersOverTLS: when the cluster's forwarding uses TLS (sluiced
+// -tls-cert), the fan-out asks the peers over HTTPS with that config.
+func TestStatsPeersOverTLS(t *testing.T) {
+	peer := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/stats" || r.URL.Query().Get("scope") != "node" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, `{"self":"b","bucket_ms":%d,"store":{"breaker":"closed"}}`, StatsBucket.Milliseconds())
+	}))
+	t.Cleanup(peer.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(peer.Certificate())
+
+	n := guardNode(t, Config{})
+	cfg := ClusterConfig{Self: "a", ClusterKey: []byte("0123456789abcdef"), Forward: forward.DefaultConfig()}
+	cfg.Forward.TLS = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if err := n.EnableCluster(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.CloseCluster() })
+	n.SetMembership(&staticMembership{ready: true, view: []member.Member{
+		{Name: "a", State: member.StateAlive},
+		{Name: "b", HTTPAddr: peer.Listener.Addr().String(), State: member.StateAlive},
+	}})
+	status, _, ctx := serveGuard(t, n, "GET", "/v1/stats", "", "127.0.0.1", "")
+	var b statsBody
+	if err := json.Unmarshal(ctx.Response.Body(), &b); status != 200 || err != nil {
+		t.Fatalf("GET /v1/stats: %d %v", status, err)
+	}
+	if len(b.Nodes) != 2 || !b.Nodes[1].OK || b.Partial {
+		t.Errorf("nodes %+v partial %v: want b asked over HTTPS", b.Nodes, b.Partial)
 	}
 }

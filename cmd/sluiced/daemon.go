@@ -146,6 +146,9 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster, AuthWindow: o.internalWindow,
 			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
 		ccfg.Forward.TLS = peerTLS
+		if o.forwardTimeout > 0 {
+			ccfg.Forward.Timeout = o.forwardTimeout
+		}
 		if h.forward != nil {
 			h.forward(&ccfg.Forward)
 		}
