@@ -67,6 +67,14 @@ func TestClusterHotKey(t *testing.T) {
 		t.Errorf("owner %s stats %+v, want 1 split started", owner.name, st)
 	}
 	fwd := map[string]uint64{}
+	epochs := func() (e []uint64) {
+		for _, x := range all {
+			p, _ := x.d.node.Hot().Lookup("per-key:k")
+			e = append(e, p.Epoch)
+		}
+		return e
+	}
+	before := epochs()
 	for _, x := range all {
 		fwd[x.name] = x.d.node.ForwardStats().Items
 	}
@@ -80,8 +88,17 @@ func TestClusterHotKey(t *testing.T) {
 	if admitted > limit || admitted < limit*97/100 {
 		t.Errorf("admitted %d, want within [%d, %d]", admitted, limit*97/100, limit)
 	}
+	// With the same plan throughout, no holder forwards. A membership
+	// flap on a loaded machine (a live node briefly declared dead) makes
+	// the owner announce new holders, and the checks a node takes while
+	// it is left out go to a holder: that is routing doing its job, and
+	// then only the accuracy above is asserted.
+	stable := slices.Equal(before, epochs())
+	if !stable {
+		t.Logf("the split's plan changed during the spray (epochs %v -> %v): forwarding not asserted", before, epochs())
+	}
 	for _, x := range all {
-		if got := x.d.node.ForwardStats().Items - fwd[x.name]; got != 0 {
+		if got := x.d.node.ForwardStats().Items - fwd[x.name]; got != 0 && stable {
 			t.Errorf("%s forwarded %d checks of the split key, want 0", x.name, got)
 		}
 		// A holder asks the Store at least once; it may be granted
