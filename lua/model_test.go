@@ -33,7 +33,8 @@ func TestModel(t *testing.T) {
 		safety  bool
 	}{
 		{"token_bucket/holders=3", []lease.Algorithm{lease.TokenBucket}, 3, true},
-		{"gcra/holders=1", []lease.Algorithm{lease.GCRA}, 1, true},
+		{"gcra/holders=1", []lease.Algorithm{lease.GCRA}, 1, false},
+		{"token_bucket/holders=1", []lease.Algorithm{lease.TokenBucket}, 1, false},
 		{"fixed_window/holders=3", []lease.Algorithm{lease.FixedWindow}, 3, false},
 		{"sliding_window/holders=3", []lease.Algorithm{lease.SlidingWindow}, 3, false},
 		{"exact", []lease.Algorithm{lease.SlidingLog, lease.Concurrency}, 0, false},

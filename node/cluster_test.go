@@ -38,15 +38,33 @@ type clusterNode struct {
 	stop   func()
 }
 
+// patientForward is the forwarding config of the cluster tests: a 10s
+// timeout instead of 50ms. A forward that times out makes its sender
+// decide the check itself while the owner decides it too (both charge the
+// shared Store); under -race on a loaded 2-core machine 50ms was seen to
+// pass, and TestRoutedBatch then found the sender holding the owner's keys
+// and every key charged twice. These tests are about routing, not about
+// slow owners; a stopped owner still fails at once (connection refused).
+var patientForward = forward.Config{Timeout: 10 * time.Second}
+
+// patientManager is lease.DefaultConfig with a 10s Store timeout, for the
+// same reason: a MemoryStore call is not slow, but a goroutine of a loaded
+// -race process can wait longer than 50ms for a core.
+func patientManager() lease.Config {
+	c := lease.DefaultConfig()
+	c.StoreTimeout = 10 * time.Second
+	return c
+}
+
 func newClusterNodes(t *testing.T, store lease.Store, ymls map[string]string) map[string]*clusterNode {
 	t.Helper()
 	nodes := map[string]*clusterNode{}
 	var ms []member.Member
 	for name, yml := range ymls {
-		mgr := lease.NewManager(store, lease.DefaultConfig())
+		mgr := lease.NewManager(store, patientManager())
 		n := New(DefaultConfig(), mgr)
 		n.SetRules(mustParse(t, yml))
-		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef")}); err != nil {
+		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward}); err != nil {
 			t.Fatal(err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

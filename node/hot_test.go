@@ -82,7 +82,7 @@ func newHotCluster(t *testing.T, noSplit bool, yml ...string) *hotCluster {
 	hc.clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	var ms []member.Member
 	for _, name := range []string{"a", "b", "c"} {
-		mgr := lease.NewManager(store, lease.DefaultConfig())
+		mgr := lease.NewManager(store, patientManager())
 		n := New(DefaultConfig(), mgr)
 		n.SetRules(mustParse(t, append(yml, hotRules)[0]))
 		hcfg := hot.Config{
@@ -91,7 +91,7 @@ func newHotCluster(t *testing.T, noSplit bool, yml ...string) *hotCluster {
 			Reannounce: -1,
 			Now:        func() time.Time { return time.Unix(0, hc.clock.Load()) },
 		}
-		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Hot: &hcfg, HotNoSplit: noSplit}); err != nil {
+		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Hot: &hcfg, HotNoSplit: noSplit, Forward: patientForward}); err != nil {
 			t.Fatal(err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -294,7 +294,7 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 	if err == nil && (want > 0 || to.ID != "") {
 		l := loan{lent: -1}
 		if to.ID != "" {
-			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, need: need}
+			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, idle: to.Idle, need: need}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
 	}

@@ -65,7 +65,9 @@ type keyModel struct {
 	// is what it should lend by the contract: every call settles the
 	// loan to what the holder says it holds, plus the grant.
 	lent, settled []int64
-	dropPending   []bool // a bucket was dropped with its loan running
+	// credit is a holder's unsettled spent tokens as its last call (one
+	// that granted nothing) counted them: spent at credit.t.
+	credit []event
 	// lost is what the Store counts as spent that no check spent: loans
 	// that expired or ended unspent (token_bucket, gcra). It lowers the
 	// level the denials are judged against, never the safety side.
@@ -74,6 +76,7 @@ type keyModel struct {
 	snap    []*snapshot
 	opSnaps [][]*snapshot // per holder: its snapshot before the op and those made during it
 	lastUse []int64
+	bucket  []bool          // the holder has a bucket of the key (by the model)
 	counted map[int64]int64 // windows: granted − returned per window
 	stamps  []int64         // sliding_log
 	ids     map[string]int64
@@ -87,20 +90,21 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 		md.names = append(md.names, name)
 		md.byName[name] = i
 		k := &keyModel{name: fmt.Sprintf("k%d", i), p: p, cap: float64(p.Capacity()),
-			rate:        float64(p.Limit) / float64(p.Period),
-			held:        make([]int64, slots),
-			heldWin:     make([]int64, slots),
-			heldExp:     make([]int64, slots),
-			lent:        make([]int64, slots),
-			settled:     make([]int64, slots),
-			dropPending: make([]bool, slots),
-			netAdm:      make([]int64, slots),
-			snap:        make([]*snapshot, slots),
-			opSnaps:     make([][]*snapshot, slots),
-			lastUse:     make([]int64, slots),
-			counted:     make(map[int64]int64),
-			ids:         make(map[string]int64),
-			owned:       make([][]string, slots),
+			rate:    float64(p.Limit) / float64(p.Period),
+			held:    make([]int64, slots),
+			heldWin: make([]int64, slots),
+			heldExp: make([]int64, slots),
+			lent:    make([]int64, slots),
+			settled: make([]int64, slots),
+			credit:  make([]event, slots),
+			netAdm:  make([]int64, slots),
+			snap:    make([]*snapshot, slots),
+			opSnaps: make([][]*snapshot, slots),
+			lastUse: make([]int64, slots),
+			bucket:  make([]bool, slots),
+			counted: make(map[int64]int64),
+			ids:     make(map[string]int64),
+			owned:   make([][]string, slots),
 		}
 		md.keys = append(md.keys, k)
 	}
@@ -197,7 +201,7 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 		// costs the crashed holder's loan, contract clause (b)).
 		k.lose(e, max(k.held[m], k.settled[m]), m)
 		k.held[m], k.lent[m], k.settled[m] = 0, 0, 0
-		k.dropPending[m] = false
+		k.credit[m] = event{}
 	}
 	return k.held[m]
 }
@@ -209,9 +213,7 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 func (k *keyModel) dropped(m int, t int64) {
 	k.heldNow(m, t)
 	k.held[m] = 0
-	if !k.windowed() && k.settled[m] > 0 {
-		k.dropPending[m] = true
-	}
+	k.bucket[m] = false
 }
 
 // lose records n tokens the Store counts as spent at t.
@@ -253,19 +255,33 @@ func (k *keyModel) heldOthers(m int, t int64) int64 {
 // level is the token_bucket/gcra bucket at t of the actual admissions
 // and the lost loans (full at the start): what has not been admitted,
 // including what holders hold.
-func (k *keyModel) level(t int64) float64 {
+func (k *keyModel) level(t int64) float64 { return k.levelWith(t, event{}) }
+
+// levelWith is level with one more spend, extra (none if extra.hits is 0).
+func (k *keyModel) levelWith(t int64, extra event) float64 {
 	for m := range k.held {
 		k.heldNow(m, t) // loans that ended are lost
+	}
+	lost := k.lost
+	if extra.hits > 0 {
+		lost = append([]event(nil), k.lost...)
+		i := len(lost)
+		for i > 0 && lost[i-1].t > extra.t {
+			i--
+		}
+		lost = append(lost, event{})
+		copy(lost[i+1:], lost[i:])
+		lost[i] = extra
 	}
 	lvl := k.cap
 	last := int64(math.MinInt64)
 	i, j := 0, 0
-	for i < len(k.events) || j < len(k.lost) {
+	for i < len(k.events) || j < len(lost) {
 		var e event
-		if j >= len(k.lost) || (i < len(k.events) && k.events[i].t <= k.lost[j].t) {
+		if j >= len(lost) || (i < len(k.events) && k.events[i].t <= lost[j].t) {
 			e, i = k.events[i], i+1
 		} else {
-			e, j = k.lost[j], j+1
+			e, j = lost[j], j+1
 		}
 		if last != math.MinInt64 {
 			lvl = min(k.cap, lvl+k.rate*float64(e.t-last))
@@ -285,7 +301,8 @@ func (k *keyModel) level(t int64) float64 {
 type loan struct {
 	ttl  time.Duration
 	lent int64
-	held int64 // what the holder said it held (Lessee.Held)
+	held int64         // what the holder said it held (Lessee.Held)
+	idle time.Duration // how long since it last spent (Lessee.Idle)
 	need int64
 }
 
@@ -317,11 +334,25 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// admissions of a batch are recorded after it, its lease calls
 		// as they happen.)
 		k.lent[m] = l.lent
-		if k.dropPending[m] {
-			k.lose(now, max(0, k.settled[m]-l.held), m)
-			k.dropPending[m] = false
+		k.credit[m] = event{}
+		if !k.windowed() {
+			// The Store's view (contract clauses (b), (d)): the loan
+			// counts whole until a call takes what the holder no longer
+			// holds as spent at its last spend (now − idle): refill is
+			// credited from then, not from each spend. Only a grant
+			// settles it; a call that grants nothing credits it for
+			// itself (and the holder's next check) only.
+			if u := k.settled[m] - l.held; u > 0 {
+				if g.Granted > 0 {
+					k.lose(now-int64(l.idle), u, m)
+				} else {
+					k.credit[m] = event{t: now - int64(l.idle), hits: u, m: m}
+				}
+			}
 		}
-		k.settled[m] = min(k.settled[m], l.held) + g.Granted
+		if g.Granted > 0 {
+			k.settled[m] = min(k.settled[m], l.held) + g.Granted
+		}
 		md.lentKnown = true
 		if !k.windowed() && l.ttl > 0 && k.lent[m] > 0 {
 			k.heldExp[m] = max(k.heldExp[m], now+int64(l.ttl))
@@ -336,7 +367,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		s.oth = float64(k.heldOthers(m, now))
-		s.avail = k.level(now) - s.oth
+		s.avail = k.levelWith(now, k.credit[m]) - s.oth
 	case lease.FixedWindow, lease.SlidingWindow:
 		s.c0, s.c1 = k.counted[s.win-1], k.counted[s.win]
 	}
@@ -376,7 +407,7 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 	}
 	k.held[m] = max(0, k.held[m]-tokens)
 	k.lent[m], k.settled[m] = 0, 0
-	k.dropPending[m] = false
+	k.credit[m] = event{}
 	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
 		// A return ends the loan: what was not returned is spent.
 		k.lose(now, k.held[m], m)
@@ -411,7 +442,11 @@ func (md *model) decided(m int, it item, d lease.Decision, id string) string {
 	case lease.Concurrency:
 		return md.decideConc(m, k, d, id)
 	}
-	k.lastUse[m] = now
+	// A Manager's idle clock starts with the key's bucket and then
+	// counts spends only.
+	if !k.bucket[m] || d.Allowed {
+		k.lastUse[m], k.bucket[m] = now, true
+	}
 	if !d.Allowed {
 		return ""
 	}
@@ -510,8 +545,13 @@ func (md *model) judge(m int, it item, d lease.Decision) string {
 		oth := float64(k.heldOthers(m, now))
 		// m's own spent tokens not yet settled (clause (b)): until its
 		// next call.
-		unsettled := float64(max(0, k.settled[m]-k.heldNow(m, now)))
-		avail = math.Floor(k.level(now)-oth-unsettled-float64(own)+1e-6) + float64(own)
+		// m's own spent tokens: as its last call credited them, or, after
+		// a grant, lent until its next call.
+		lvl, unsettled := k.level(now), float64(max(0, k.settled[m]-k.heldNow(m, now)))
+		if c := k.credit[m]; c.hits > 0 {
+			lvl, unsettled = k.levelWith(now, c), max(0, unsettled-float64(c.hits))
+		}
+		avail = math.Floor(lvl-oth-unsettled-float64(own)+1e-6) + float64(own)
 	case lease.FixedWindow:
 		avail = float64(k.p.Limit - k.counted[k.win(now)] + own)
 	case lease.SlidingWindow:
@@ -529,7 +569,7 @@ func (md *model) judge(m int, it item, d lease.Decision) string {
 	var last *snapshot
 	lowest := math.Inf(1)
 	for _, s := range snaps {
-		proj, slack, batch := k.projection(m, s, now, h)
+		proj, slack, batch := k.projection(m, s, now, h-own)
 		if avail < need+batch || proj < need+slack+batch {
 			return ""
 		}
@@ -551,9 +591,10 @@ func (k *keyModel) weight(t int64) float64 {
 }
 
 // projection is what holder m, which heard s from the Store, can count on
-// at now for a check of h, with the slack the contract gives the check: 1
-// token of rounding where the Store floors, and clause (c)'s batch.
-func (k *keyModel) projection(m int, s *snapshot, now, h int64) (proj, slack, batch float64) {
+// at now, with the slack the contract gives a check that needs need more
+// tokens than it holds: 1 token of rounding where the Store floors, and
+// clause (c)'s batch.
+func (k *keyModel) projection(m int, s *snapshot, now, need int64) (proj, slack, batch float64) {
 	if s == nil {
 		return math.Inf(1), 0, 0
 	}
@@ -565,7 +606,7 @@ func (k *keyModel) projection(m int, s *snapshot, now, h int64) (proj, slack, ba
 		if now <= s.batchUntil {
 			// Clause (c): waiting for a batch of
 			// min(MinLeaseShare × capacity − hits, Horizon × rate).
-			batch = max(0, min(math.Ceil(k.cap*lease.DefaultMinLeaseShare)-float64(h), math.Floor(float64(horizon)*k.rate)))
+			batch = max(0, min(math.Ceil(k.cap*lease.DefaultMinLeaseShare)-float64(need), math.Floor(float64(horizon)*k.rate)))
 		}
 	case lease.FixedWindow:
 		proj = math.Inf(1)

@@ -81,7 +81,13 @@ func newCluster(t *testing.T, names ...string) *testCluster {
 	tc := &testCluster{t: t}
 	for _, name := range names {
 		store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
-		mgr := lease.NewManager(store, lease.DefaultConfig())
+		// A 10s Store timeout: a MemoryStore call is quick, but on a
+		// loaded 2-core machine under -race a goroutine can wait more
+		// than the default 50ms for a core, and the check would be
+		// decided in the rule's failure mode (not what these tests test).
+		mcfg := lease.DefaultConfig()
+		mcfg.StoreTimeout = 10 * time.Second
+		mgr := lease.NewManager(store, mcfg)
 		n := node.New(node.DefaultConfig(), mgr)
 		n.SetRules(set)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -225,7 +231,12 @@ func newClient(t *testing.T, tc *testCluster, mod func(*client.Config)) *client.
 	t.Helper()
 	cfg := client.DefaultConfig()
 	cfg.Seeds = []string{tc.nodes[0].addr}
-	cfg.Timeout = 10 * time.Second // loaded CI machines (1s was seen to time out a 1000-check batch under -race, and the retry made 4 requests of 3); failures here are refusals, not timeouts
+	// 10s: the failures these tests make are refusals (a stopped node),
+	// never timeouts (a test about a slow node sets its own). A request
+	// that times out is sent again (CheckMany's 1000-check batches took
+	// over 1s under -race on a loaded 2-core machine: TestCheckManyChunks
+	// saw 4 and 5 requests for its 3 batches, or gave up).
+	cfg.Timeout = 10 * time.Second
 	if mod != nil {
 		mod(&cfg)
 	}
