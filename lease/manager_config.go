@@ -43,8 +43,10 @@ type Config struct {
 	// a check leaves fewer local tokens, the Manager leases again in the
 	// background. Zero means 0.25; it must be in (0, 1).
 	LowWater float64
-	// StoreTimeout bounds every Store call, and so what a failing Store can
-	// add to a check. Zero means 50ms. It overrides Breaker.Timeout.
+	// StoreTimeout is the timeout of a Store call, stretched up to
+	// Breaker.MaxTimeout (zero: 4×) for a Store that is steadily slower:
+	// with it, what a failing Store can add to a check. Zero means 50ms.
+	// It overrides Breaker.Timeout.
 	StoreTimeout time.Duration
 	// Breaker configures the breaker around the Store. Zero fields mean
 	// their defaults (5 consecutive failures open it; a probe after 1s).
