@@ -64,6 +64,14 @@ type Config struct {
 	// Local is the Store that FailLocal rules decide from while the Store
 	// is unavailable: this node's memory. Nil means a private MemoryStore.
 	Local Store
+	// UnknownLocalShare is the share of a key's capacity that FailLocal
+	// admits from this node's memory for a key it has no Store level for
+	// (it never leased the key: in a cluster, a key another node owns,
+	// decided here because its forward failed under overload). Nil means
+	// 1, the whole capacity. A node of an N-member cluster returns 1/N:
+	// N nodes deciding such a key at once then admit at most its limit,
+	// where each starting full admitted N times it (finding 4).
+	UnknownLocalShare func() float64
 	// Now is the clock. Nil means time.Now, read through a coarse clock
 	// (1ms resolution) on the fast path. Tests inject a fake clock; the
 	// fast path then calls it on every check.
