@@ -63,7 +63,8 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 // mode continues from there instead of admitting up to a whole extra
 // capacity. Tokens still on hand in b are not counted: the
 // fast path spends them first. A key this node never leased has nothing to
-// go by and starts full. The lock is held across the local calls: they
+// go by and starts at Config.UnknownLocalShare of its capacity (full by
+// default). The lock is held across the local calls: they
 // are this node's memory, and episodes start rarely.
 func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 	if _, ok := m.degraded.m.Load(b); ok {
@@ -77,7 +78,17 @@ func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 	m.degraded.m.Store(b, &episode{})
 	m.degraded.n.Add(1)
 	level, known := b.storeLevel(m.nanos())
-	if !known || level >= p.Capacity() {
+	if !known {
+		if m.cfg.UnknownLocalShare == nil {
+			return // the whole capacity
+		}
+		share := m.cfg.UnknownLocalShare()
+		if !(share < 1) {
+			return
+		}
+		level = int64(float64(p.Capacity()) * max(share, 0))
+	}
+	if level >= p.Capacity() {
 		return
 	}
 	// The local level becomes min(local, Store's): a peek, then a charge
