@@ -42,7 +42,8 @@ func (s *TokenBucketState) level(t int64, pf, lf, cf float64, to Lessee) float64
 // (need - tokens)*P/L, Reset is (C - tokens_after)*P/L (lent tokens
 // counted as spent, as Grant.Reset says). The state is written (Tokens = tokens after
 // the grant, Updated = now, the expired loans dropped, to's loan settled)
-// only when something is granted.
+// when something is granted or to has a running loan (which any call
+// settles).
 func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant {
 	t := unixMicros(now)
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
@@ -65,8 +66,14 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 	default:
 		g.Wait = ceilMillis((float64(need) - tokens) * pf / lf)
 	}
-	if g.Granted == 0 {
-		s.Loans.renew(to, t)
+	if g.Granted == 0 && s.Loans.lentTo(to.ID, t) > 0 {
+		// A call that grants nothing settles the holder's loan too: the
+		// level it saw (with lent − held credited from now − Idle) is
+		// written at now, so the credit is kept, not recomputed from a
+		// later call's Idle; the loan becomes min(lent, held), renewed.
+		s.Tokens = tokens
+		s.Updated = max(s.Updated, t)
+		s.Loans = s.Loans.prune(s.Updated).settle(to, 0, s.Updated, false)
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = int64(math.Floor(tokens))
@@ -180,8 +187,11 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 	default:
 		g.Wait = ceilMillis(float64(d) - (bf-float64(need))*pf/lf)
 	}
-	if g.Granted == 0 {
-		s.Loans.renew(to, t)
+	if g.Granted == 0 && s.Loans.lentTo(to.ID, t) > 0 {
+		// A call that grants nothing settles the holder's loan too (see
+		// TokenBucketState.Lease): the TAT it saw is written.
+		s.TAT = base
+		s.Loans = s.Loans.prune(t).settle(to, 0, t, false)
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = gcraAvail(d, bf, lf, pf)

@@ -75,13 +75,16 @@
 //   - A lease call from h says held, the tokens h still holds unspent of
 //     the key when it sends the call, and idle, how long since h last spent
 //     one. A grant of g sets lent_h = min(lent_h, held) + g and exp_h =
-//     max(exp_h, now + TTL); a call that grants nothing only renews a
-//     running loan (exp_h = max(exp_h, now + TTL)). Grant.Lent reports
-//     lent_h after the call. The tokens h no longer holds (lent_h − held)
-//     were spent by now − idle: the call sees them as a loan that ended
-//     then, so their refill since is not withheld (crediting from the
-//     grant instead would let a holder that spends late also spend their
-//     refill).
+//     max(exp_h, now + TTL). For token_bucket and gcra a call that grants
+//     nothing settles a running loan the same way (g = 0: lent_h =
+//     min(lent_h, held), renewed) and writes the level (TAT) it saw; for
+//     the windows it leaves the loan as it is. Grant.Lent reports lent_h
+//     after the call. The tokens h no longer holds (lent_h − held) were
+//     spent by now − idle: the call sees them as a loan that ended then,
+//     so their refill since is not withheld (crediting from the grant
+//     instead would let a holder that spends late also spend their
+//     refill); the call writes that credit, so it counts once, from the
+//     call, whatever later calls say.
 //   - token_bucket: the refill never passes capacity − Σ lent_h: at every
 //     time t, level(t) + Σ_h lent_h(t) ≤ capacity. A loan that ends at
 //     exp_h counts as spent then, and the refill goes on from where the cap
@@ -123,9 +126,10 @@
 // spends nothing (Idle), a return ends it, or it ends (at most LeaseTTL
 // after the holder's last call); at most the sum of the holders' leases.
 // A call credits the refill of the tokens it reports spent from now −
-// Idle (the holder's last spend, which may be later than some of them);
-// only a grant settles the loan (a call that grants nothing leaves it, so
-// that Refund keeps its bound, (d)); a return credits from the return,
+// Idle (the holder's last spend, which may be later than some of them)
+// and, granted or not, settles the loan (token_bucket, gcra; the
+// windows' loans are settled by grants only, so that Refund keeps its
+// bound, (d)); a return credits from the return,
 // and a holder's first lease of a key after its idle sweep dropped the key
 // unreturned from Idle before the call; or (c) the Store
 // denied the key: until its Wait plus at most Config.Horizon, a check
@@ -325,8 +329,9 @@ type Grant struct {
 	Reset time.Duration
 	// Lent is what the Store lends the call's lessee after the call: the
 	// most it may hold unspent (0 without a Lessee ID). A grant settles it
-	// to min(lent, Held) + Granted; other calls report it unchanged (0 if
-	// the loan expired).
+	// to min(lent, Held) + Granted; for token_bucket and gcra a call that
+	// grants nothing settles it to min(lent, Held); the windows' report
+	// it unchanged (0 if the loan expired).
 	Lent int64
 }
 

@@ -99,22 +99,6 @@ func (ls loans) settle(to Lessee, g, t int64, windowed bool) loans {
 	return ls
 }
 
-// renew extends to's running loan, if any, to t + TTL (never shorter): a
-// call that grants nothing still renews what the holder holds. Its lent
-// stays: tokens spent since the last grant are settled by the next one.
-// Extending a running loan changes no level before t, so the state needs
-// no other write.
-func (ls loans) renew(to Lessee, t int64) bool {
-	if to.ID == "" {
-		return false
-	}
-	if i := ls.find(to.ID); i >= 0 && ls[i].Expires > t {
-		ls[i].Expires = max(ls[i].Expires, t+to.TTL.Microseconds())
-		return true
-	}
-	return false
-}
-
 // take removes holder's loan and returns min(n, its lent): what a return
 // of n may give back.
 func (ls loans) take(holder string, n int64) (loans, int64) {

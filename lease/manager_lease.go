@@ -191,8 +191,9 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		m.release(b, s, nil)
 		return b.decision(left, now)
 	}
-	// Denied: the Store renewed what this Manager holds, if anything; the
-	// consumption since the last grant is measured at the next one.
+	// Denied: the Store renewed what this Manager holds, if anything
+	// (token_bucket, gcra: and settled it to what this call says it
+	// holds; windows: the consumption is measured at the next grant).
 	b.tokens.Add(keep)
 	if g.Lent > 0 && p.Algorithm.refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
@@ -388,8 +389,8 @@ func (m *Manager) prefetchNow(b *bucket) {
 	// The fast path kept spending while we were away, and refunds may
 	// have put tokens back: what is on hand may not pass what the Store
 	// lends (basis, the refund bound). A grant of nothing leaves it as it
-	// was (but for an expired loan): refunds of hits spent before stay
-	// possible.
+	// was for the windows (but for an expired loan): refunds of hits spent
+	// before stay possible; token_bucket and gcra settle it to held.
 	b.tokens.Add(g.Granted)
 	b.settle(g.Lent)
 	switch {

@@ -12,8 +12,8 @@
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- An absent key (or a TAT not after now, with no loans) is a full bucket.
--- The key is written when tokens are granted, or when a grant of nothing
--- renews the holder's loan, and expires when the TAT and every loan's
+-- The key is written when tokens are granted, or when the holder has a
+-- running loan (any call settles and renews it), and expires when the TAT and every loan's
 -- tokens are past.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
 local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -55,7 +55,11 @@ elseif a >= need then
 else
   wait = d - (bf - need) * pf / lf
 end
-if granted == 0 and renew(ls, now, ttl_us) then
-  save() -- only the running loan's expiry moves
+if granted == 0 and lent_to(ls, holder, now) > 0 then
+  -- A call that grants nothing settles the holder's loan too: the TAT it
+  -- saw is written, the loan becomes min(lent, held), renewed.
+  tat = base
+  ls = settle(prune(ls, now), held, 0, now, ttl_us, false)
+  save()
 end
 return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}

@@ -86,18 +86,6 @@ local function settle(ls, held, g, t, ttl_us, windowed)
   return ls
 end
 
--- renew extends holder's running loan to t + ttl (never shorter); true if
--- there was one.
-local function renew(ls, t, ttl_us)
-  if holder == '' then return false end
-  local i = find(ls, holder)
-  if i and ls[i].exp > t then
-    ls[i].exp = math.max(ls[i].exp, t + ttl_us)
-    return true
-  end
-  return false
-end
-
 -- take removes holder's loan and returns what a return of n gives back:
 -- min(n, lent).
 local function take(ls, n)

@@ -10,8 +10,8 @@
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- An absent key is a full bucket. The refill is capped by the loans. The
--- key is written when tokens are granted (and the holder's loan settled),
--- or when a grant of nothing renews the holder's loan, and expires when
+-- key is written when tokens are granted, or when the holder has a running
+-- loan (any call settles and renews it), and expires when
 -- the bucket would be full again with every loan ended.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
 local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -48,8 +48,11 @@ elseif avail >= need then
 else
   wait = (need - tokens) * pf / lf
 end
-if granted == 0 and renew(ls, now, ttl_us) then
-  -- Only the running loan's expiry moves: no level up to now changes.
-  save(tonumber(st.t), updated)
+if granted == 0 and lent_to(ls, holder, now) > 0 then
+  -- A call that grants nothing settles the holder's loan too: the level
+  -- it saw is written at now, the loan becomes min(lent, held), renewed.
+  updated = math.max(updated, now)
+  ls = settle(prune(ls, updated), held, 0, updated, ttl_us, false)
+  save(tokens, updated)
 end
 return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_to(ls, holder, now)}

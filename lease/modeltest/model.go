@@ -337,20 +337,14 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		k.credit[m] = event{}
 		if !k.windowed() {
 			// The Store's view (contract clauses (b), (d)): the loan
-			// counts whole until a call takes what the holder no longer
-			// holds as spent at its last spend (now − idle): refill is
-			// credited from then, not from each spend. Only a grant
-			// settles it; a call that grants nothing credits it for
-			// itself (and the holder's next check) only.
+			// counts whole until a call, granted or not, takes what the
+			// holder no longer holds as spent at its last spend (now −
+			// idle): refill is credited from then, not from each spend.
 			if u := k.settled[m] - l.held; u > 0 {
-				if g.Granted > 0 {
-					k.lose(now-int64(l.idle), u, m)
-				} else {
-					k.credit[m] = event{t: now - int64(l.idle), hits: u, m: m}
-				}
+				k.lose(now-int64(l.idle), u, m)
 			}
 		}
-		if g.Granted > 0 {
+		if g.Granted > 0 || !k.windowed() {
 			k.settled[m] = min(k.settled[m], l.held) + g.Granted
 		}
 		md.lentKnown = true

@@ -763,17 +763,17 @@ func quietHours(e *env) time.Duration {
 }
 
 // lentCap: tokens lent to a holder count against the burst: the refill
-// stops at capacity − lent until the holder says they are spent (a grant
-// settles min(lent, held)) or gives them back.
+// stops at capacity − lent until the holder says they are spent (every
+// call settles min(lent, held)) or gives them back.
 func lentCap(e *env, alg lease.Algorithm) {
 	k := e.key()
 	p := lease.Policy{Algorithm: alg, Limit: 2, Period: ms(200)} // burst 2, a token per 100ms
 	e.leaseH(k, p, 2, 2, grantExp{2, 0, 0, ms(200)}, "h takes the whole burst")
 	e.advance(ms(250))
 	e.lease(k, p, 0, 0, grantExp{0, 0, 0, anyDur}, "250ms later the refill would give 2.5, but h's 2 still count: capped at 2 − 2 = 0")
-	g := e.leaseAs(k, p, 1, 1, lease.Lessee{ID: "h", Held: 1, TTL: time.Hour}, grantExp{0, 0, anyDur, anyDur}, "h holds 1: a grant would settle, but the cap holds until then: nothing available")
-	if g.Lent != 2 {
-		e.t.Fatalf("Lent = %d after a grant of nothing, want 2 (only a grant settles)", g.Lent)
+	g := e.leaseAs(k, p, 1, 1, lease.Lessee{ID: "h", Held: 1, TTL: time.Hour}, grantExp{0, 0, anyDur, anyDur}, "h holds 1 and spent 1 just now (Idle 0): nothing available")
+	if g.Lent != 1 {
+		e.t.Fatalf("Lent = %d after a grant of nothing with Held 1, want 1 (every call settles)", g.Lent)
 	}
 	e.ret(k, p, 1, "h gives back the 1 it holds: its loan ends")
 	e.lease(k, p, 0, 0, grantExp{0, 1, 0, anyDur}, "1 back; the token h spent counts as spent now, and refills from here")
