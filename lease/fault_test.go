@@ -137,3 +137,39 @@ func TestLocalAdmissionsCharged(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownKeyLocalShare: in local mode a node admits only its share of
+// a key it never leased (a key another node owns, decided here because
+// its forward failed): before, it started from a full bucket, and the N
+// nodes of an overloaded cluster each admitted the whole limit (finding
+// 4: 155% of the allowance under 2x saturation). A key it has leased
+// goes on from the Store's level as before.
+func TestUnknownKeyLocalShare(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		share func() float64
+		want  int
+	}{
+		{"default: the whole capacity", nil, 30},
+		{"one node of three", func() float64 { return 1.0 / 3 }, 10},
+		{"a share of 1 or more", func() float64 { return 2 }, 30},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, fs, _ := testManager(t, func(c *Config) {
+				c.UnknownLocalShare = tt.share
+				c.Breaker = BreakerConfig{Failures: 1}
+			})
+			fs.mode.Store(faultError)
+			p := Policy{Algorithm: FixedWindow, Limit: 30, Period: time.Hour, OnFailure: FailLocal}
+			allowed := 0
+			for range 40 {
+				if d := mustTake(t, m, "theirs", p, 1); d.Allowed {
+					allowed++
+				}
+			}
+			if allowed != tt.want {
+				t.Errorf("admitted %d of 40 from memory for a key never leased, want %d", allowed, tt.want)
+			}
+		})
+	}
+}

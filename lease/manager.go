@@ -47,8 +47,10 @@ import (
 // TakeMany decides a batch of checks with their Store calls overlapped.
 //
 // The Store is wrapped in a [Breaker] with Config.StoreTimeout per call,
-// so a failing Store adds at most StoreTimeout to a check (a check that
-// waits for another's lease call shares that budget). When a Store call
+// stretched up to Breaker.MaxTimeout (4 × StoreTimeout) for a Store that is
+// steadily slower, so a failing Store adds at most that to a check (a
+// check that waits for another's lease call shares that budget). What
+// FailLocal admits is charged to the Store when it is back. When a Store call
 // fails, or the breaker is open, the policy's OnFailure decides: FailLocal
 // runs the same math on a private in-memory Store (this node's memory)
 // until the Store answers again, starting each key from the Store's level

@@ -43,8 +43,10 @@ type Config struct {
 	// a check leaves fewer local tokens, the Manager leases again in the
 	// background. Zero means 0.25; it must be in (0, 1).
 	LowWater float64
-	// StoreTimeout bounds every Store call, and so what a failing Store can
-	// add to a check. Zero means 50ms. It overrides Breaker.Timeout.
+	// StoreTimeout is the timeout of a Store call, stretched up to
+	// Breaker.MaxTimeout (zero: 4×) for a Store that is steadily slower:
+	// with it, what a failing Store can add to a check. Zero means 50ms.
+	// It overrides Breaker.Timeout.
 	StoreTimeout time.Duration
 	// Breaker configures the breaker around the Store. Zero fields mean
 	// their defaults (5 consecutive failures open it; a probe after 1s).
@@ -62,6 +64,14 @@ type Config struct {
 	// Local is the Store that FailLocal rules decide from while the Store
 	// is unavailable: this node's memory. Nil means a private MemoryStore.
 	Local Store
+	// UnknownLocalShare is the share of a key's capacity that FailLocal
+	// admits from this node's memory for a key it has no Store level for
+	// (it never leased the key: in a cluster, a key another node owns,
+	// decided here because its forward failed under overload). Nil means
+	// 1, the whole capacity. A node of an N-member cluster returns 1/N:
+	// N nodes deciding such a key at once then admit at most its limit,
+	// where each starting full admitted N times it (finding 4).
+	UnknownLocalShare func() float64
 	// Now is the clock. Nil means time.Now, read through a coarse clock
 	// (1ms resolution) on the fast path. Tests inject a fake clock; the
 	// fast path then calls it on every check.

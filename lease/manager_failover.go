@@ -63,21 +63,46 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 // mode continues from there instead of admitting up to a whole extra
 // capacity. Tokens still on hand in b are not counted: the
 // fast path spends them first. A key this node never leased has nothing to
-// go by and starts full. The lock is held across the local calls: they
+// go by and starts at Config.UnknownLocalShare of its capacity (full by
+// default). The lock is held across the local calls: they
 // are this node's memory, and episodes start rarely.
 func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 	if _, ok := m.degraded.m.Load(b); ok {
-		return // the episode goes on
+		return // the episode goes on, its bucket seeded
+	}
+	if seedWaitHook != nil {
+		seedWaitHook()
 	}
 	m.degraded.Lock()
 	defer m.degraded.Unlock()
 	if _, ok := m.degraded.m.Load(b); ok || b.denyUntil.Load() == evicted {
 		return
 	}
-	m.degraded.m.Store(b, &episode{})
-	m.degraded.n.Add(1)
+	// The episode is published only once the local bucket is seeded:
+	// a check that finds it goes straight to the local bucket, so one
+	// that found it mid-seed could spend the unseeded capacity.
+	defer func() {
+		m.degraded.m.Store(b, &episode{})
+		m.degraded.n.Add(1)
+	}()
+	m.seedLevel(ctx, b, p)
+}
+
+// seedLevel charges the local Store down to the level seedLocal starts
+// b's episode at.
+func (m *Manager) seedLevel(ctx context.Context, b *bucket, p Policy) {
 	level, known := b.storeLevel(m.nanos())
-	if !known || level >= p.Capacity() {
+	if !known {
+		if m.cfg.UnknownLocalShare == nil {
+			return // the whole capacity
+		}
+		share := m.cfg.UnknownLocalShare()
+		if !(share < 1) {
+			return
+		}
+		level = int64(float64(p.Capacity()) * max(share, 0))
+	}
+	if level >= p.Capacity() {
 		return
 	}
 	// The local level becomes min(local, Store's): a peek, then a charge
@@ -91,6 +116,10 @@ func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 		m.cfg.Logger.Warn("cannot seed the local bucket", "key", b.key, "err", err)
 	}
 }
+
+// seedWaitHook, when set (by tests only), runs when a check finds no
+// episode and goes to start one.
+var seedWaitHook func()
 
 // episode is a bucket's FailLocal episode.
 type episode struct {

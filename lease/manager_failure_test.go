@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,6 +261,94 @@ func TestFailLocalSeedConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if got := allowed.Load(); got != 20 {
+		t.Fatalf("allowed %d in local mode with the Store at 20, want 20", got)
+	}
+}
+
+// gatedStore holds the first peek (a Lease of want 0, need 0: how
+// seedLocal reads the local level) until open is closed.
+type gatedStore struct {
+	Store
+	once    sync.Once
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gatedStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
+	if want == 0 && need == 0 {
+		first := false
+		g.once.Do(func() { first = true })
+		if first {
+			close(g.entered)
+			<-g.open
+		}
+	}
+	return g.Store.Lease(ctx, key, p, want, need, to)
+}
+
+// TestFailLocalSeedBeforePublish: a check arriving while another seeds the
+// local bucket waits for the seed. It used to find the episode already
+// published and spend the unseeded local bucket (the whole capacity): the
+// race behind TestFailLocalSeedConcurrent's rare "allowed 100".
+func TestFailLocalSeedBeforePublish(t *testing.T) {
+	clk := newFakeClock()
+	local := &gatedStore{
+		Store:   NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1}),
+		entered: make(chan struct{}),
+		open:    make(chan struct{}),
+	}
+	m, fs, _ := testManager(t, func(c *Config) {
+		c.Now = clk.Now
+		c.Local = local
+	})
+	p := Policy{Algorithm: FixedWindow, Limit: 100, Period: time.Hour, OnFailure: FailLocal}
+	mustTake(t, m, "k", p, 1)
+	m.drain()
+	b := m.buckets.load("k")
+	b.tokens.Store(0)
+	b.remaining.Store(20)
+	fs.mode.Store(faultError)
+
+	// The second check to look for an episode and find none is waiting
+	// for the seed: the fixed code's path.
+	var hooks atomic.Int32
+	waiting := make(chan struct{})
+	seedWaitHook = func() {
+		if hooks.Add(1) == 2 {
+			close(waiting)
+		}
+	}
+	t.Cleanup(func() { seedWaitHook = nil })
+
+	var allowed atomic.Int64
+	take := func() {
+		d, err := m.Take("k", p, 1)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if d.Allowed {
+			allowed.Add(1)
+		}
+	}
+	seeder := make(chan struct{})
+	go func() { defer close(seeder); take() }()
+	<-local.entered // the first check holds the seed mid-way
+	other := make(chan struct{})
+	go func() {
+		defer close(other)
+		for range 150 {
+			take()
+		}
+	}()
+	select {
+	case <-waiting: // waits for the seed (fixed)
+	case <-other: // spent the local bucket meanwhile (the bug)
+	}
+	close(local.open)
+	<-seeder
+	<-other
 	if got := allowed.Load(); got != 20 {
 		t.Fatalf("allowed %d in local mode with the Store at 20, want 20", got)
 	}

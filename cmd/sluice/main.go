@@ -188,6 +188,13 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 			return nil, usagef("%s: %v", fs.Name(), err)
 		}
 		if fs.NArg() == 0 {
+			if f := fs.Lookup("o"); f != nil {
+				if o, ok := f.Value.(*output); ok {
+					if err := checkOutput(o.v, o.formats...); err != nil {
+						return nil, err
+					}
+				}
+			}
 			return pos, nil
 		}
 		pos = append(pos, fs.Arg(0))
@@ -233,10 +240,28 @@ func ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
-// outputFlag adds -o with the allowed formats (the first is the default).
+// outputFlag adds -o with the allowed formats (the first is the default);
+// parse refuses any other format.
 func outputFlag(fs *flag.FlagSet, formats ...string) *string {
-	return fs.String("o", formats[0], "output: "+strings.Join(formats, ", "))
+	o := &output{v: formats[0], formats: formats}
+	fs.Var(o, "o", "output: "+strings.Join(formats, ", "))
+	return &o.v
 }
+
+// output is the value of a command's -o flag and the formats it offers.
+type output struct {
+	v       string
+	formats []string
+}
+
+func (o *output) String() string {
+	if o == nil {
+		return ""
+	}
+	return o.v
+}
+
+func (o *output) Set(s string) error { o.v = s; return nil }
 
 func checkOutput(o string, formats ...string) error {
 	for _, f := range formats {
@@ -271,9 +296,6 @@ func (c *cli) check(args []string) error {
 	o := outputFlag(fs, "table", "json")
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
 		return err
 	}
 	if len(pos) != 2 {
@@ -330,9 +352,6 @@ func (c *cli) rulesGet(args []string) error {
 	o := outputFlag(fs, "table", "yaml", "json")
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := checkOutput(*o, "table", "yaml", "json"); err != nil {
 		return err
 	}
 	if len(pos) > 1 {
@@ -440,9 +459,6 @@ func (c *cli) rulesApply(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
-		return err
-	}
 	if len(pos) > 0 {
 		return usagef("rules apply: unexpected %q (want -f FILE)", pos[0])
 	}
@@ -471,9 +487,6 @@ func (c *cli) rulesDelete(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
-		return err
-	}
 	if len(pos) != 1 {
 		return usagef("rules delete: want NAME")
 	}
@@ -496,9 +509,6 @@ func (c *cli) rulesDiff(args []string) error {
 	o := outputFlag(fs, "table", "json")
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
@@ -552,9 +562,6 @@ func (c *cli) rulesLint(args []string) error {
 	o := outputFlag(fs, "table", "json")
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
 		return err
 	}
 	if len(pos) == 0 {
@@ -623,9 +630,6 @@ func (c *cli) rulesTest(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
-		return err
-	}
 	if len(pos) > 0 {
 		return usagef("rules test: unexpected %q", pos[0])
 	}
@@ -662,9 +666,6 @@ func (c *cli) members(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
-		return err
-	}
 	if len(pos) > 0 {
 		return usagef("members: unexpected %q", pos[0])
 	}
@@ -698,9 +699,6 @@ func (c *cli) hotkeys(args []string) error {
 	o := outputFlag(fs, "table", "json")
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := checkOutput(*o, "table", "json"); err != nil {
 		return err
 	}
 	if len(pos) > 0 {

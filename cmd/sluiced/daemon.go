@@ -95,6 +95,18 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	mcfg.Idle = o.leaseIdle
 	mcfg.StoreTimeout = o.storeTimeout
 	mcfg.Logger = log
+	// A key this node never leased, decided here in local mode (its
+	// forward failed and so did the Store), gets 1/N of its capacity: the
+	// N nodes that may do so at once admit at most its limit.
+	mcfg.UnknownLocalShare = func() float64 {
+		if d.node == nil {
+			return 1
+		}
+		if r := d.node.Ring(); r != nil && r.Len() > 1 {
+			return 1 / float64(r.Len())
+		}
+		return 1
+	}
 	d.mgr = lease.NewManager(d.store, mcfg)
 	undo = append(undo, func() { d.mgr.Close() })
 

@@ -4,6 +4,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,39 +35,91 @@ func fastHot(c *hot.Config) {
 	c.Split = shard.SplitConfig{Cooling: 4 * time.Second}
 }
 
+// hotClock drives the nodes' hot-key loops by hand: their own loop never
+// ticks (Tick 1h) and their clock is a fake one that tick advances by a
+// second, so that a split starts and ends on the test's events, never
+// because a loaded machine (-race, other processes) slowed the spray below
+// the key's threshold for the cooling period (seen with a 100ms tick on
+// the real clock: the split ended and restarted mid-test, Started 3, and
+// the holders forwarded the split key again).
+type hotClock struct {
+	nanos atomic.Int64
+}
+
+func newHotClock() *hotClock {
+	c := &hotClock{}
+	c.nanos.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *hotClock) now() time.Time { return time.Unix(0, c.nanos.Load()) }
+
+// config is a tc.hot: an exact sketch, a 4s cooling period, the clock c,
+// and a re-announcement of the active splits at every tick (gossip is best
+// effort: a holder that missed the start learns it from the next tick).
+func (c *hotClock) config(h *hot.Config) {
+	h.Tick = time.Hour
+	h.TopK = shard.TopKConfig{RateHalfLife: 200 * time.Millisecond}
+	h.Split = shard.SplitConfig{Cooling: 4 * time.Second}
+	h.Reannounce = time.Second
+	h.Now = c.now
+}
+
+// tick advances c by a second and runs one step of every node's loop.
+func (c *hotClock) tick(nodes ...*testNode) {
+	now := time.Unix(0, c.nanos.Add(int64(time.Second)))
+	for _, n := range nodes {
+		n.d.node.Hot().Tick(now)
+	}
+}
+
 // TestClusterHotKey: three sluiced nodes with real gossip and Redis. A key
 // sprayed over all nodes gets hot at its owner, which splits it over the
 // three; every node learns the split and serves the key itself (nothing
 // forwarded), and the cluster still admits between 97% and 100% of the
-// key's limit. When the traffic stops the split ends everywhere.
+// key's limit. When the traffic stops the split ends everywhere. The
+// hot-key loops run on a fake clock that the test ticks (hotClock).
 func TestClusterHotKey(t *testing.T) {
 	tc := newTestCluster(t, hotRules)
-	tc.hot = fastHot
+	clock := newHotClock()
+	tc.hot = clock.config
+	tc.member = steadyMembership
 	a, b, c := tc.startThree()
 	all := []*testNode{a, b, c}
 	owner := tc.byName(a.d.node.Owner("per-key:k"))
+	clock.tick(all...) // opens the sketches' windows
 
 	var out tally
-	// Warm up until every node routes by the split (≤ 20 × 100 checks).
+	// Warm up: 100 checks in one (fake) second is 100/s against a
+	// threshold of 20. Then wait for the event: every node routes by the
+	// split (gossip), ticking again only if the owner did not split.
 	for i := 0; ; i++ {
 		tc.spray(100, 8, func() []*testNode { return all }, func(int) string { return "k" }, &out)
-		n := 0
-		for _, x := range all {
-			if p, ok := x.d.node.Hot().Lookup("per-key:k"); ok && len(p.Holders) == 3 {
-				n++
-			}
-		}
-		if n == 3 {
+		clock.tick(all...)
+		if _, ok := owner.d.node.Hot().Lookup("per-key:k"); ok {
 			break
 		}
-		if i == 20 {
-			t.Fatalf("no split of a key sprayed at 8 parallel checks after %d checks", out.get(200)+out.get(429))
+		if i == 5 {
+			t.Fatalf("no split of a key sprayed at 100 checks a second after %d checks: %s", out.get(200)+out.get(429), owner.d.node.Hot().AppendJSON(nil))
 		}
 	}
-	if st := owner.d.node.Hot().Stats(); st.Started != 1 {
-		t.Errorf("owner %s stats %+v, want 1 split started", owner.name, st)
-	}
+	poll(t, "every node to route by the split", func() bool {
+		for _, x := range all {
+			if p, ok := x.d.node.Hot().Lookup("per-key:k"); !ok || len(p.Holders) != 3 {
+				return false
+			}
+		}
+		return true
+	})
 	fwd := map[string]uint64{}
+	epochs := func() (e []uint64) {
+		for _, x := range all {
+			p, _ := x.d.node.Hot().Lookup("per-key:k")
+			e = append(e, p.Epoch)
+		}
+		return e
+	}
+	before := epochs()
 	for _, x := range all {
 		fwd[x.name] = x.d.node.ForwardStats().Items
 	}
@@ -75,10 +128,20 @@ func TestClusterHotKey(t *testing.T) {
 	if o := out.others(); len(o) > 0 {
 		t.Fatalf("answers other than 200/429: %v", o)
 	}
+	if st := owner.d.node.Hot().Stats(); st.Started != 1 {
+		t.Errorf("owner %s stats %+v, want 1 split started", owner.name, st)
+	}
 	admitted := out.get(200)
 	t.Logf("admitted %d of %d checks, limit %d", admitted, total, limit)
+	tc.healthyStore()
 	if admitted > limit || admitted < limit*97/100 {
 		t.Errorf("admitted %d, want within [%d, %d]", admitted, limit*97/100, limit)
+	}
+	// The plan stays the same throughout (no membership change: no node
+	// fails and steadyMembership does not probe; no tick: the split can
+	// neither end nor be re-planned), so no holder forwards.
+	if after := epochs(); !slices.Equal(before, after) {
+		t.Errorf("the split's plan changed during the spray (epochs %v -> %v)", before, after)
 	}
 	for _, x := range all {
 		if got := x.d.node.ForwardStats().Items - fwd[x.name]; got != 0 {
@@ -103,7 +166,17 @@ func TestClusterHotKey(t *testing.T) {
 			t.Errorf("%s /v1/hotkeys: %d %s", x.name, res.StatusCode, body)
 		}
 	}
-	// Idle: the split ends (rate below 10/s for 4s), on every node.
+	// Idle: one tick closes the window of the spray (the holders' own
+	// checks: the split goes on); then the rate falls below 10/s within
+	// two ticks (half-life 200ms) and stays there for the 4s cooling
+	// period: the owner ends the split (bounded: 20 ticks), once, and
+	// every node learns it.
+	for i := 0; owner.d.node.Hot().Stats().Ended == 0 && i < 20; i++ {
+		clock.tick(all...)
+	}
+	if st := owner.d.node.Hot().Stats(); st.Started != 1 || st.Ended != 1 {
+		t.Errorf("owner %s stats %+v after idle ticks, want 1 split started and ended", owner.name, st)
+	}
 	poll(t, "the split to end everywhere", func() bool {
 		for _, x := range all {
 			if _, ok := x.d.node.Hot().Lookup("per-key:k"); ok {

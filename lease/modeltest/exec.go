@@ -208,6 +208,10 @@ func (r *run) apply(o op) (line, violation string) {
 			v = md.judge(o.m, it, d)
 		}
 		if o.refund && d.Allowed && it.hits > 0 && p.Algorithm.Leased() {
+			// After the prefetch the check may have started: a refund
+			// racing with it may be refused (documented), and the
+			// model could not tell.
+			ms[o.m].Settle()
 			ms[o.m].Refund(md.keyName(it.key), p, it.hits)
 			md.refunded(o.m, it)
 		}
@@ -253,6 +257,7 @@ func (r *run) apply(o op) (line, violation string) {
 			}
 		}
 		if o.refund {
+			ms[o.m].Settle()
 			for i, c := range cs {
 				if c.Decision.Allowed && c.Hits > 0 && c.Policy.Algorithm.Leased() {
 					ms[o.m].Refund(c.Key, c.Policy, c.Hits)

@@ -14,6 +14,8 @@ import (
 const (
 	idle    = 10 * time.Second
 	horizon = 100 * time.Millisecond
+	// touchMs is the resolution of a Manager's idle clock: Idle/100.
+	touchMs = int64(idle / 100 / time.Millisecond)
 )
 
 // scenario is one seed's test: everything but the outcomes.

@@ -46,9 +46,6 @@ type snapshot struct {
 	c1    int64   // counted in the window
 	own   int64   // the holder's tokens on hand
 	adm   int64   // the holder's net admissions so far
-	// batchUntil: after a Store denial, until when the holder may wait
-	// for a batch rather than ask for a check its projection covers.
-	batchUntil int64
 }
 
 type keyModel struct {
@@ -75,12 +72,15 @@ type keyModel struct {
 	netAdm  []int64 // per holder: admitted − refunded
 	snap    []*snapshot
 	opSnaps [][]*snapshot // per holder: its snapshot before the op and those made during it
-	lastUse []int64
-	bucket  []bool          // the holder has a bucket of the key (by the model)
-	counted map[int64]int64 // windows: granted − returned per window
-	stamps  []int64         // sliding_log
-	ids     map[string]int64
-	owned   [][]string // concurrency ids per holder, oldest first
+	lastUse []int64       // per holder: its bucket's idle clock, in ms (the Manager's resolution)
+	// batchUntil: after a Store denial, until when the holder may wait
+	// for a batch rather than ask for a check its projection covers.
+	batchUntil []int64
+	bucket     []bool          // the holder has a bucket of the key (by the model)
+	counted    map[int64]int64 // windows: granted − returned per window
+	stamps     []int64         // sliding_log
+	ids        map[string]int64
+	owned      [][]string // concurrency ids per holder, oldest first
 }
 
 func newModel(sc *scenario, prefix string, slots int) *model {
@@ -90,21 +90,22 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 		md.names = append(md.names, name)
 		md.byName[name] = i
 		k := &keyModel{name: fmt.Sprintf("k%d", i), p: p, cap: float64(p.Capacity()),
-			rate:    float64(p.Limit) / float64(p.Period),
-			held:    make([]int64, slots),
-			heldWin: make([]int64, slots),
-			heldExp: make([]int64, slots),
-			lent:    make([]int64, slots),
-			settled: make([]int64, slots),
-			credit:  make([]event, slots),
-			netAdm:  make([]int64, slots),
-			snap:    make([]*snapshot, slots),
-			opSnaps: make([][]*snapshot, slots),
-			lastUse: make([]int64, slots),
-			bucket:  make([]bool, slots),
-			counted: make(map[int64]int64),
-			ids:     make(map[string]int64),
-			owned:   make([][]string, slots),
+			rate:       float64(p.Limit) / float64(p.Period),
+			held:       make([]int64, slots),
+			heldWin:    make([]int64, slots),
+			heldExp:    make([]int64, slots),
+			lent:       make([]int64, slots),
+			settled:    make([]int64, slots),
+			credit:     make([]event, slots),
+			netAdm:     make([]int64, slots),
+			snap:       make([]*snapshot, slots),
+			opSnaps:    make([][]*snapshot, slots),
+			lastUse:    make([]int64, slots),
+			batchUntil: make([]int64, slots),
+			bucket:     make([]bool, slots),
+			counted:    make(map[int64]int64),
+			ids:        make(map[string]int64),
+			owned:      make([][]string, slots),
 		}
 		md.keys = append(md.keys, k)
 	}
@@ -355,8 +356,9 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	s := &snapshot{t: now, win: k.win(now), own: k.held[m], adm: k.netAdm[m]}
 	if l.need > 0 && g.Granted == 0 {
 		// A Store denial: the holder may wait for a batch until Wait
-		// plus a horizon (contract clause (c)).
-		s.batchUntil = now + int64(max(g.Wait, time.Millisecond)+horizon)
+		// plus a horizon (contract clause (c)), whatever it leases
+		// meanwhile.
+		k.batchUntil[m] = now + int64(max(g.Wait, time.Millisecond)+horizon)
 	}
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
@@ -438,8 +440,8 @@ func (md *model) decided(m int, it item, d lease.Decision, id string) string {
 	}
 	// A Manager's idle clock starts with the key's bucket and then
 	// counts spends only.
-	if !k.bucket[m] || d.Allowed {
-		k.lastUse[m], k.bucket[m] = now, true
+	if ms := now / int64(time.Millisecond); !k.bucket[m] || (d.Allowed && ms-k.lastUse[m] >= touchMs) {
+		k.lastUse[m], k.bucket[m] = ms, true
 	}
 	if !d.Allowed {
 		return ""
@@ -597,7 +599,7 @@ func (k *keyModel) projection(m int, s *snapshot, now, need int64) (proj, slack,
 	case lease.TokenBucket, lease.GCRA:
 		proj = min(k.cap-s.oth, s.avail+k.rate*float64(now-s.t)) - spent
 		slack = 1
-		if now <= s.batchUntil {
+		if now <= k.batchUntil[m] {
 			// Clause (c): waiting for a batch of
 			// min(MinLeaseShare × capacity − hits, Horizon × rate).
 			batch = max(0, min(math.Ceil(k.cap*lease.DefaultMinLeaseShare)-float64(need), math.Floor(float64(horizon)*k.rate)))
@@ -709,15 +711,14 @@ func (md *model) released(key int, id string) {
 	delete(md.keys[key].ids, id)
 }
 
-// swept records an idle sweep of holder m: keys it surely dropped forget
-// what it knew (a key may be dropped up to Idle/100 early: the Manager
-// keeps use times at that resolution; those keep their snapshot, which
-// only makes the check more lenient).
+// swept records an idle sweep of holder m: the keys it dropped (by the
+// Manager's idle clock, which the model keeps at the same resolution)
+// forget what it knew.
 func (md *model) swept(m int) {
 	md.mu.Lock()
 	defer md.mu.Unlock()
 	for _, k := range md.keys {
-		if md.now-k.lastUse[m] >= int64(idle) {
+		if md.now/int64(time.Millisecond)-k.lastUse[m] >= int64(idle/time.Millisecond) {
 			k.snap[m] = nil
 			k.dropped(m, md.now)
 		}

@@ -100,13 +100,13 @@ func StartCluster(t testing.TB) []string {
 func StartClusterServers(t testing.TB) []*Server {
 	t.Helper()
 	requireRedis(t)
-	return startCluster(t, nil, nil)
+	return startCluster(t, nil, nil, "2000")
 }
 
 // startCluster starts a three-master Cluster whose processes get env;
 // wait, if not nil, is called between polls of the Cluster's state
 // instead of sleeping (a frozen clock must move for the Cluster to form).
-func startCluster(t testing.TB, env []string, wait func()) []*Server {
+func startCluster(t testing.TB, env []string, wait func(), nodeTimeoutMs string) []*Server {
 	t.Helper()
 	var servers []*Server
 	var addrs []string
@@ -119,7 +119,7 @@ func startCluster(t testing.TB, env []string, wait func()) []*Server {
 		s := newServer(t, port, dir, []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", nodeTimeoutMs,
 			"--cluster-require-full-coverage", "yes",
 		})
 		s.env = env
