@@ -202,8 +202,8 @@ func leaseOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.T
 		st = new(S)
 	}
 	g := st.Lease(p, now, want, need, to)
-	// A grant, a renewed loan, or (token_bucket, gcra) a loan a call that
-	// granted nothing settled, maybe to 0.
+	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
+	// granting nothing settled, maybe to 0.
 	if g.Granted > 0 || g.Lent > 0 || (e != nil && p.Algorithm.refills()) {
 		sh.save(key, e, p.Algorithm, st, p, t)
 	}
