@@ -392,7 +392,9 @@ func (n *Node) decideLocal(b *Batch, i int32) {
 
 // noteDenied marks the request of item it, just decided, denied when its
 // rule denied it (a shadow rule never denies), so that the requests'
-// denied flags are up to date for the exact phase and the refunds.
+// denied flags are up to date for the exact phase and the refunds. Every
+// place that decides an item in a phase calls it (decideLocal,
+// batchTake.run, collect, shed).
 func (b *Batch) noteDenied(it *Item) {
 	if !it.Decision.Allowed && !it.ri.rule.Shadow {
 		b.Requests[it.req].denied = true

@@ -211,6 +211,7 @@ func (n *Node) shed(b *Batch, i int32) {
 	it.Decided = true
 	it.charged = false
 	it.ri.checks[decShed].Inc()
+	b.noteDenied(it)
 	c.met.shed.Inc()
 }
 
