@@ -102,6 +102,7 @@ func (n *Node) peer(r *routes, ckey string) string {
 func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
 	b.resetGroups()
 	b.local = b.local[:0]
+	peers := len(r.addrs) > 0 // else every item is decided here (see peer)
 	for qi := range b.Requests {
 		q := &b.Requests[qi]
 		q.remote = false
@@ -114,7 +115,7 @@ func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
 				continue
 			}
 			addr := ""
-			if !it.peek {
+			if peers && !it.peek {
 				addr = n.peer(r, it.ckey)
 			}
 			if addr == "" {
@@ -146,14 +147,8 @@ func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
 	if len(b.groups) > 0 {
 		n.collect(b)
 	}
-	for qi := range b.Requests {
-		q := &b.Requests[qi]
-		for i := q.lo; i < q.hi && !q.denied; i++ {
-			if it := &b.Items[i]; it.Decided && !it.Decision.Allowed && !it.ri.rule.Shadow {
-				q.denied = true
-			}
-		}
-	}
+	// Each request's denied flag was set as its items were decided
+	// (Batch.noteDenied).
 }
 
 // collect records the peers' answers of a phase. The items of a peer that
@@ -195,6 +190,7 @@ func (n *Node) collect(b *Batch) {
 				it.owner = g.addr
 			}
 			it.ri.checks[decisionOf(it.Decision, it.ri.rule.Shadow, it.Policy.OnFailure)].Inc()
+			b.noteDenied(it)
 			c.met.forwarded.Inc()
 		}
 	}
@@ -215,6 +211,7 @@ func (n *Node) shed(b *Batch, i int32) {
 	it.Decided = true
 	it.charged = false
 	it.ri.checks[decShed].Inc()
+	b.noteDenied(it)
 	c.met.shed.Inc()
 }
 
