@@ -448,7 +448,7 @@ func overload(t *testing.T, bin string) {
 	recovery := time.Since(ended)
 	for _, p := range nodes {
 		t.Logf("%s: %s", p.http, metricLines(p, "sluice_store_calls_total", "sluice_forward_failed_requests_total",
-			"sluice_routed_items_total", "sluice_store_breaker_transitions_total", `rule="lim"`))
+			"sluice_routed_items_total", "sluice_store_breaker_transitions_total", `rule="lim"`, "sluice_forward_rejected_requests_total", "sluice_forward_late_refunded_items_total"))
 	}
 	// Issue 11's acceptance: overload must not turn into mis-admission.
 	// Only the owner decides the limit key (a forward that fails under

@@ -441,6 +441,7 @@ type batch struct {
 	n       int
 	body    []byte
 	auth    []byte // the AuthHeader value
+	dl      []byte // the DeadlineHeader value
 	results []Result
 }
 
@@ -779,10 +780,12 @@ func (p *peer) send(b *batch) {
 		req.Header.Set(FromHeader, p.f.cfg.Self)
 	}
 	req.SetBodyRaw(b.body)
-
-	var plans []shard.Plan
 	timeout := time.Duration(p.timeout.Load())
 	start := time.Now()
+	b.dl = appendDeadline(b.dl[:0], start, timeout)
+	req.Header.SetBytesV(DeadlineHeader, b.dl)
+
+	var plans []shard.Plan
 	err := p.hc.DoTimeout(req, resp, timeout)
 	busy := isTimeout(err)
 	switch {
