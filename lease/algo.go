@@ -89,6 +89,8 @@ func CheckLease(p Policy, want, need int64, to Lessee) error {
 		return &FieldError{Field: "holder", Msg: fmt.Sprintf("must be at most %d bytes", MaxHolderLen)}
 	case to.Held < 0 || to.Held > MaxHits:
 		return &FieldError{Field: "held", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxHits), to.Held)}
+	case to.SpentBefore < 0 || to.SpentBefore > MaxHits:
+		return &FieldError{Field: "spent_before", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxHits), to.SpentBefore)}
 	case to.Idle < 0 || to.Idle > MaxPeriod:
 		return &FieldError{Field: "idle", Msg: fmt.Sprintf("must be between 0 and %v, got %v", MaxPeriod, to.Idle)}
 	case to.ID != "" && (to.TTL < time.Millisecond || to.TTL > MaxLeaseTTL):

@@ -40,9 +40,10 @@ func (s *TokenBucketState) level(t int64, pf, lf, cf float64, to Lessee) float64
 
 // Lease runs one lease call at now (see the package doc). Wait is
 // (need - tokens)*P/L, Reset is (C - tokens_after)*P/L (lent tokens
-// counted as spent, as Grant.Reset says). The state is written (Tokens = tokens after
-// the grant, Updated = now, the expired loans dropped, to's loan settled)
-// only when something is granted.
+// counted as spent, as Grant.Reset says). The state is written (Tokens =
+// tokens after the grant, Updated = now, the expired loans dropped, to's
+// loan settled, see loans.split) when something is granted or to has a
+// running loan.
 func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant {
 	t := unixMicros(now)
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
@@ -56,17 +57,18 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		g.Wait = ceilMillis(pf)
 	case avail >= need:
 		g.Granted = min(want, avail)
-		if g.Granted > 0 {
-			tokens -= float64(g.Granted)
-			s.Tokens = tokens
-			s.Updated = max(s.Updated, t)
-			s.Loans = s.Loans.prune(s.Updated).settle(to, g.Granted, s.Updated, false)
-		}
 	default:
 		g.Wait = ceilMillis((float64(need) - tokens) * pf / lf)
 	}
-	if g.Granted == 0 {
-		s.Loans.renew(to, t)
+	u := max(s.Updated, t)
+	if sp := s.Loans.split(to, u); g.Granted > 0 || sp.running(s.Loans, u) {
+		// Every call of a holder with a loan settles it: the level it saw
+		// (its spent tokens credited from when they were spent) is
+		// written, so that the credit holds whatever later calls say.
+		keep := sp.keep(s.Loans, u, g.Granted)
+		tokens -= float64(g.Granted)
+		s.Tokens, s.Updated = tokens, u
+		s.Loans = s.Loans.prune(u).settle(to, keep, g.Granted, u, false)
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = int64(math.Floor(tokens))
@@ -172,16 +174,16 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 		g.Wait = ceilMillis(pf)
 	case avail >= need:
 		g.Granted = min(want, avail)
-		if g.Granted > 0 {
-			s.TAT = base + int64(math.Ceil(float64(g.Granted)*pf/lf))
-			s.Loans = s.Loans.prune(t).settle(to, g.Granted, t, false)
-			d = s.TAT - t
-		}
 	default:
 		g.Wait = ceilMillis(float64(d) - (bf-float64(need))*pf/lf)
 	}
-	if g.Granted == 0 {
-		s.Loans.renew(to, t)
+	if sp := s.Loans.split(to, t); g.Granted > 0 || sp.running(s.Loans, t) {
+		// Every call of a holder with a loan settles it (see
+		// TokenBucketState.Lease): the TAT it saw is written.
+		keep := sp.keep(s.Loans, t, g.Granted)
+		s.TAT = base + int64(math.Ceil(float64(g.Granted)*pf/lf))
+		s.Loans = s.Loans.prune(t).settle(to, keep, g.Granted, t, false)
+		d = s.TAT - t
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = gcraAvail(d, bf, lf, pf)
@@ -270,7 +272,7 @@ func (s *FixedWindowState) Lease(p Policy, now time.Time, want, need int64, to L
 				s.Loans = s.Loans[:0] // lent in a window that ended
 			}
 			s.Start, s.Count = ws, count
-			s.Loans = s.Loans.settle(to, g.Granted, t, true)
+			s.Loans = s.Loans.settle(to, s.Loans.held(to), g.Granted, t, true)
 		}
 	default:
 		g.Wait = ceilMillis(end)
@@ -362,7 +364,7 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64, to
 				s.Loans = s.Loans[:0] // lent in a window that ended
 			}
 			s.Start, s.Prev, s.Cur = ws, prev, cur
-			s.Loans = s.Loans.settle(to, g.Granted, t, true)
+			s.Loans = s.Loans.settle(to, s.Loans.held(to), g.Granted, t, true)
 		}
 	default:
 		if room := p.Limit - cur - need; room >= 0 {

@@ -23,12 +23,16 @@ type bucket struct {
 	// is saturated, and a check waits for a batch (see batchWait) on top
 	// of the tokens it needs. evicted marks a bucket that left the index.
 	denyUntil atomic.Int64
-	// remaining and resetAt are the Store's answer at the last lease,
-	// answered when it came (Unix ns). resetAt is 0 until the first
-	// lease (or when the answer is stale: the next check asks).
+	// remaining and resetAt are the Store's answer at the last lease.
+	// resetAt is 0 until the first lease (or when the answer is stale: the
+	// next check asks).
 	remaining atomic.Int64
 	resetAt   atomic.Int64
-	answered  atomic.Int64
+	// aux is one word that two algorithms use apart (the bucket's size is
+	// its memory budget): for fixed_window and sliding_window, when the
+	// Store's last answer came (Unix ns, see answeredAt); for token_bucket
+	// and gcra, kept (see keptSwap).
+	aux atomic.Int64
 	// basis is what the Store lends this Manager of the key as of its last
 	// answer (Grant.Lent): the bound on the tokens on hand, so on Refund,
 	// and the base from which consumption is measured.
@@ -126,7 +130,8 @@ func (b *bucket) tryTake(hits int64) (left int64, ok bool) {
 	}
 }
 
-// refund puts hits back, never above basis; it returns how many it put back.
+// refund puts hits back, never above basis; it returns how many it put
+// back (counted in kept after they are on hand: see keptSwap).
 func (b *bucket) refund(hits int64) int64 {
 	for {
 		t := b.tokens.Load()
@@ -135,6 +140,7 @@ func (b *bucket) refund(hits int64) int64 {
 			return 0
 		}
 		if b.tokens.CompareAndSwap(t, n) {
+			b.keptAdd(n - t)
 			return n - t
 		}
 	}
@@ -245,14 +251,48 @@ func (b *bucket) coverAt(need int64) int64 {
 	if short <= 0 {
 		return 0
 	}
-	return addTime(b.answered.Load(), time.Duration(math.Ceil(float64(short)*float64(p.Period)/float64(p.Limit))))
+	return addTime(b.answeredAt(), time.Duration(math.Ceil(float64(short)*float64(p.Period)/float64(p.Limit))))
 }
 
 // answer records the Store's answer g, received at (Unix ns).
 func (b *bucket) answer(g Grant, at int64) {
 	b.remaining.Store(g.Remaining)
-	b.answered.Store(at)
+	if !b.pol.Algorithm.refills() {
+		b.aux.Store(at)
+	}
 	b.resetAt.Store(addTime(at, g.Reset))
+}
+
+// answeredAt is when the Store's last answer came (Unix ns; windows only).
+func (b *bucket) answeredAt() int64 { return b.aux.Load() }
+
+// kept (token_bucket, gcra) is what this Manager held of the key when it
+// sent its last lease call, plus what the call granted, plus what Refund
+// put back since: the tokens of its loan it may not have spent before
+// that call. The next call reports basis − kept as spent before it
+// (Lessee.SpentBefore). The lease slot's holder takes it (keptSwap) before
+// it reads the tokens on hand for a call, so that a refund in between
+// counts twice (in held and in kept: fewer tokens reported spent), never
+// not at all, and adds held + granted back on the answer (keptAdd), or
+// what it took if the call failed.
+func (b *bucket) keptSwap() int64 { return b.aux.Swap(0) }
+
+// keptAdd adds n to kept (token_bucket, gcra).
+func (b *bucket) keptAdd(n int64) {
+	if b.pol.Algorithm.refills() {
+		b.aux.Add(n)
+	}
+}
+
+// spentBefore is Lessee.SpentBefore for a call of b's key that took kept
+// (keptSwap): what the Store lends this Manager and it had spent before its
+// previous call, not refunded since.
+// (kept < 0, an overflow of refunds that no lease call reset: unknown, 0).
+func (b *bucket) spentBefore(kept int64) int64 {
+	if kept < 0 {
+		return 0
+	}
+	return min(max(b.basis.Load()-kept, 0), MaxHits)
 }
 
 // projected is the Store's whole tokens of b's key at now by its last
@@ -272,7 +312,7 @@ func (b *bucket) projected(now int64) int64 {
 		}
 		return min(max(b.remaining.Load(), 0), c)
 	}
-	since := float64(max(now-b.answered.Load(), 0)) * float64(b.pol.Limit) / float64(b.pol.Period)
+	since := float64(max(now-b.answeredAt(), 0)) * float64(b.pol.Limit) / float64(b.pol.Period)
 	return int64(math.Min(float64(c), float64(max(b.remaining.Load(), 0))+math.Ceil(since)))
 }
 

@@ -155,7 +155,7 @@ func TestLowMark(t *testing.T) {
 }
 
 func TestBucketRefundCap(t *testing.T) {
-	var b bucket
+	b := bucket{pol: &Policy{Algorithm: TokenBucket, Limit: 5, Period: time.Second}}
 	b.tokens.Store(3)
 	b.basis.Store(5)
 	if got := b.refund(1); got != 1 || b.tokens.Load() != 4 {
@@ -163,6 +163,9 @@ func TestBucketRefundCap(t *testing.T) {
 	}
 	if got := b.refund(10); got != 1 || b.tokens.Load() != 5 {
 		t.Fatalf("refund 10 over basis 5: put back %d, tokens %d", got, b.tokens.Load())
+	}
+	if got := b.aux.Load(); got != 2 {
+		t.Fatalf("kept counts the refunds put back: %d, want 2", got)
 	}
 	if left, ok := b.tryTake(5); !ok || left != 0 {
 		t.Fatalf("tryTake 5 of 5: %d %v", left, ok)

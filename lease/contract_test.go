@@ -222,3 +222,37 @@ func TestInexactPoliciesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestDeniedCallSettlesLoan (issue 9, model harness case A, seed 35 of
+// token_bucket/holders=1): token_bucket limit 600/1m burst 100, one
+// Manager. Take 100 and refund it (100 on hand, all lent); take 88: the
+// prefetch (held 12) is denied and reports the 88 spent now; 21.6s later a
+// local take of 1, then a take of 94 (a lease with held 11). Before a call
+// that grants nothing settled the loan in the Store, the 88's credit was
+// recomputed at each call from that call's Idle (0 after the local spend):
+// the 94 was denied with 98 tokens in the bucket, and so was every later
+// check of the key.
+func TestDeniedCallSettlesLoan(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, _, clk := testManager(t, nil)
+			p := Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
+			if !mustTake(t, m, "k", p, 100).Allowed {
+				t.Fatal("the burst denied")
+			}
+			m.Refund("k", p, 100)
+			if !mustTake(t, m, "k", p, 88).Allowed {
+				t.Fatal("88 of 100 on hand denied")
+			}
+			m.drain() // the prefetch: denied, the 88 reported spent now
+			clk.Advance(21600 * time.Millisecond)
+			if !mustTake(t, m, "k", p, 1).Allowed {
+				t.Fatal("1 of 11 on hand denied")
+			}
+			// 21.6s at 10/s refill the 88 spent: 88 + 11 on hand.
+			if d := mustTake(t, m, "k", p, 94); !d.Allowed {
+				t.Fatalf("94 with 88 refilled and 11 on hand: %+v, want allowed", d)
+			}
+		})
+	}
+}

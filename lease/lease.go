@@ -73,15 +73,24 @@
 // token_bucket and gcra, exp_h, when that loan ends.
 //
 //   - A lease call from h says held, the tokens h still holds unspent of
-//     the key when it sends the call, and idle, how long since h last spent
-//     one. A grant of g sets lent_h = min(lent_h, held) + g and exp_h =
-//     max(exp_h, now + TTL); a call that grants nothing only renews a
-//     running loan (exp_h = max(exp_h, now + TTL)). Grant.Lent reports
-//     lent_h after the call. The tokens h no longer holds (lent_h − held)
-//     were spent by now − idle: the call sees them as a loan that ended
-//     then, so their refill since is not withheld (crediting from the
-//     grant instead would let a holder that spends late also spend their
-//     refill).
+//     the key when it sends the call; idle, how long since h last spent
+//     one; and spent_before, how many of what the Store lent h as of h's
+//     previous call h had spent before sending that call and did not
+//     refund since. For token_bucket and gcra the call splits lent_h:
+//     run = min(lent_h, held) are still lent; early = min(spent_before,
+//     lent_h − run) were spent by last_h, h's last spend before its
+//     previous call (that call's now − idle, which the Store keeps with the
+//     loan); late, the rest, were spent by now − idle. The call sees early
+//     and late as loans that ended then, so their refill since is not
+//     withheld (crediting from the call instead would let a holder that
+//     spends late also spend their refill). Every call of h with a running
+//     loan settles it: a grant of g sets lent_h = run + g, a call that
+//     grants nothing lent_h = run + late (h may still refund those); both
+//     set exp_h = max(exp_h, now + TTL) and last_h = now − idle and write
+//     the level (TAT) the call saw, so that the credit holds whatever later
+//     calls say. For the windows a grant sets lent_h = min(lent_h, held) +
+//     g and a call that grants nothing leaves the loan. Grant.Lent reports
+//     lent_h after the call.
 //   - token_bucket: the refill never passes capacity − Σ lent_h: at every
 //     time t, level(t) + Σ_h lent_h(t) ≤ capacity. A loan that ends at
 //     exp_h counts as spent then, and the refill goes on from where the cap
@@ -119,22 +128,27 @@
 // its hits (each check is judged on its own hits; hits = 0 is a peek and
 // never denied), or (b) tokens it could use are lent, to any holder, and
 // not yet reported spent: the Store counts a loan whole until that holder's
-// next lease call reports what it still holds (Held) and since when it
-// spends nothing (Idle), a return ends it, or it ends (at most LeaseTTL
-// after the holder's last call); at most the sum of the holders' leases.
-// A call credits the refill of the tokens it reports spent from now −
-// Idle (the holder's last spend, which may be later than some of them);
-// only a grant settles the loan (a call that grants nothing leaves it, so
-// that Refund keeps its bound, (d)); a return credits from the return,
-// and a holder's first lease of a key after its idle sweep dropped the key
-// unreturned from Idle before the call; or (c) the Store
+// next lease call reports what it still holds (Held), since when it spends
+// nothing (Idle) and what of it it had spent before its previous call
+// (SpentBefore), a return ends it, or it ends (at most LeaseTTL after the
+// holder's last call); at most the sum of the holders' leases. A call
+// credits the refill of the tokens it reports spent from when they were
+// spent as far as the holder can tell: those spent before its previous
+// call from that call's last spend, the others from now − Idle (the
+// holder's last spend, which may be later than some of them); a return
+// credits from the return, and a holder's first lease of a key after its
+// idle sweep dropped the key unreturned from Idle before the call. With
+// several holders, the refill that a holder's spent but unreported tokens
+// held back while another holder's calls updated the key stays lost
+// (those updates wrote the level capped by the loan); or (c) the Store
 // denied the key: until its Wait plus at most Config.Horizon, a check
 // whose hits the projection covers still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
 // that a saturated key costs a Store call per batch, not per token; or
 // (d) it is a check whose hits were refunded after a later lease call of
-// the same Manager reported them spent (Held): Refund puts back at most
-// what the Store lends the Manager (at most the refunded hits).
+// the same Manager that was granted tokens (or, for the windows, any
+// later call) reported them spent: Refund puts back at most what the
+// Store lends the Manager (at most the refunded hits).
 //
 // A crash costs the crashed holder's lent tokens: they count as spent at
 // exp_h (at most TTL after its last call; Config.LeaseTTL, 1 minute by
@@ -325,8 +339,10 @@ type Grant struct {
 	Reset time.Duration
 	// Lent is what the Store lends the call's lessee after the call: the
 	// most it may hold unspent (0 without a Lessee ID). A grant settles it
-	// to min(lent, Held) + Granted; other calls report it unchanged (0 if
-	// the loan expired).
+	// to min(lent, Held) + Granted; for token_bucket and gcra a call that
+	// grants nothing settles it to lent − what the call reports spent
+	// before the lessee's previous call (see "Lent tokens"); the windows'
+	// report it unchanged (0 if the loan expired).
 	Lent int64
 }
 
@@ -382,6 +398,15 @@ type Lessee struct {
 	// Between 1ms and MaxLeaseTTL when ID is set; token_bucket and gcra
 	// only (a window's tokens are lent until the window ends).
 	TTL time.Duration
+	// SpentBefore is how many of the tokens the Store lent ID as of its
+	// previous call of the key ID had spent before sending that call and
+	// has not refunded since (at most: 0 when unknown). The Store counts
+	// them spent from that call's last spend (its now − Idle, which it
+	// keeps with the loan) rather than from this call's: without it, a
+	// holder that keeps spending while the Store denies it would see the
+	// refill of its earlier spends start anew at every call. token_bucket
+	// and gcra only.
+	SpentBefore int64
 	// Idle is how long before sending the call ID last spent a token of
 	// key (at most: round it down; 0 when unknown). The tokens lent to ID
 	// that it no longer holds (lent − Held) were spent by then, so the

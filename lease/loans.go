@@ -13,6 +13,11 @@ type Loan struct {
 	// Expires is when Lent counts as spent (unix µs). Windowed algorithms
 	// keep 0: their loans end with the window.
 	Expires int64
+	// LastSpend is when Holder last spent a token of the key before its
+	// last lease call (that call's now − Idle, unix µs; 0 when unknown):
+	// the tokens its next call reports spent before the last one
+	// (Lessee.SpentBefore) refill from then. token_bucket and gcra only.
+	LastSpend int64
 }
 
 // loans is a key's loans, one per holder, in no particular order. Not
@@ -66,53 +71,43 @@ func (ls loans) prune(t int64) loans {
 	return out
 }
 
-// settle records a grant of g to, at t: the holder's loan becomes
-// min(lent, held) + g, expiring at t + TTL (expires < 0: windowed, 0). The
-// caller has pruned the expired loans. A zero loan is dropped.
-func (ls loans) settle(to Lessee, g, t int64, windowed bool) loans {
+// settle records a call of to at t that granted g: the holder's loan
+// becomes keep + g (keep: what it keeps of the loan before, see split),
+// expiring at max(its expiry, t + TTL) (windowed: 0), and LastSpend
+// becomes t − Idle (the refilling algorithms). The caller has pruned the
+// expired loans. A zero loan is dropped.
+func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
 	if to.ID == "" {
 		return ls
 	}
 	i := ls.find(to.ID)
-	var lent int64
-	if i >= 0 {
-		lent = min(ls[i].Lent, to.Held)
-	}
-	lent += g
-	exp := int64(0)
+	lent := keep + g
+	exp, last := int64(0), int64(0)
 	if !windowed {
-		exp = t + to.TTL.Microseconds()
+		exp, last = t+to.TTL.Microseconds(), t-to.Idle.Microseconds()
 		if i >= 0 {
 			exp = max(exp, ls[i].Expires)
 		}
 	}
 	switch {
 	case i >= 0 && lent > 0:
-		ls[i].Lent, ls[i].Expires = lent, exp
+		ls[i].Lent, ls[i].Expires, ls[i].LastSpend = lent, exp, last
 	case i >= 0:
 		ls[i] = ls[len(ls)-1]
 		ls[len(ls)-1] = Loan{}
 		ls = ls[:len(ls)-1]
 	case lent > 0:
-		ls = append(ls, Loan{Holder: cloneString(to.ID), Lent: lent, Expires: exp})
+		ls = append(ls, Loan{Holder: cloneString(to.ID), Lent: lent, Expires: exp, LastSpend: last})
 	}
 	return ls
 }
 
-// renew extends to's running loan, if any, to t + TTL (never shorter): a
-// call that grants nothing still renews what the holder holds. Its lent
-// stays: tokens spent since the last grant are settled by the next one.
-// Extending a running loan changes no level before t, so the state needs
-// no other write.
-func (ls loans) renew(to Lessee, t int64) bool {
-	if to.ID == "" {
-		return false
+// held is what a windowed grant keeps of to's loan: min(lent, Held).
+func (ls loans) held(to Lessee) int64 {
+	if i := ls.find(to.ID); i >= 0 && to.ID != "" {
+		return min(ls[i].Lent, to.Held)
 	}
-	if i := ls.find(to.ID); i >= 0 && ls[i].Expires > t {
-		ls[i].Expires = max(ls[i].Expires, t+to.TTL.Microseconds())
-		return true
-	}
-	return false
+	return 0
 }
 
 // take removes holder's loan and returns min(n, its lent): what a return
@@ -128,25 +123,77 @@ func (ls loans) take(holder string, n int64) (loans, int64) {
 	return ls[:len(ls)-1], back
 }
 
-// effective is ls as the caller to's call sees it at t: its loan's
-// tokens it no longer holds (lent − Held) were spent by t − Idle, so from
-// then they count like a loan that ended. ls itself is not changed.
+// split is how a call of to at t (token_bucket, gcra) sees to's loan:
+// run, the tokens it still holds (min(lent, Held)); early, those it spent
+// before its previous call and did not refund since (min(SpentBefore,
+// lent − run)), spent by the loan's LastSpend; late, the rest, spent by
+// t − Idle. A call that grants g settles a running loan to run + g; one
+// that grants nothing to run + late, so that the holder may still refund
+// those (Manager.Refund). i is the loan's index, -1 without one.
+type split struct {
+	i                int
+	run, early, late int64
+	earlyAt, lateAt  int64 // when they were spent by (unix µs)
+}
+
+func (ls loans) split(to Lessee, t int64) split {
+	sp := split{i: -1}
+	if to.ID == "" {
+		return sp
+	}
+	if sp.i = ls.find(to.ID); sp.i < 0 {
+		return sp
+	}
+	l := ls[sp.i]
+	sp.run = min(l.Lent, to.Held)
+	sp.early = min(to.SpentBefore, l.Lent-sp.run)
+	sp.late = l.Lent - sp.run - sp.early
+	sp.lateAt = t - to.Idle.Microseconds()
+	sp.earlyAt = sp.lateAt
+	if l.LastSpend > 0 {
+		sp.earlyAt = min(l.LastSpend, sp.lateAt)
+	}
+	return sp
+}
+
+// running reports whether the split loan runs at t (it is settled).
+func (sp split) running(ls loans, t int64) bool { return sp.i >= 0 && ls[sp.i].Expires > t }
+
+// keep is what a call that grants g keeps of the loan (settle): nothing
+// of one that ended; run after a grant; run + late otherwise.
+func (sp split) keep(ls loans, t, g int64) int64 {
+	switch {
+	case !sp.running(ls, t):
+		return 0
+	case g > 0:
+		return sp.run
+	}
+	return sp.run + sp.late
+}
+
+// effective is ls as the caller to's call sees it at t: the tokens of its
+// loan it no longer holds (see split) count from when they were spent
+// like loans that ended then (or at the loan's end, if earlier). ls itself
+// is not changed.
 func (ls loans) effective(to Lessee, t int64) loans {
-	if to.ID == "" || to.Idle <= 0 {
+	sp := ls.split(to, t)
+	if sp.i < 0 || sp.run == ls[sp.i].Lent {
 		return ls
 	}
-	i := ls.find(to.ID)
-	if i < 0 || ls[i].Lent <= to.Held {
-		return ls
-	}
-	spent := t - to.Idle.Microseconds()
-	if spent >= ls[i].Expires {
-		return ls
-	}
-	out := make(loans, len(ls), len(ls)+1)
+	end := min(ls[sp.i].Expires, t)
+	out := make(loans, len(ls), len(ls)+2)
 	copy(out, ls)
-	out[i].Lent = to.Held
-	return append(out, Loan{Lent: ls[i].Lent - to.Held, Expires: spent})
+	out[sp.i].Lent = sp.run
+	for _, part := range [2]Loan{{Lent: sp.early, Expires: sp.earlyAt}, {Lent: sp.late, Expires: sp.lateAt}} {
+		switch {
+		case part.Lent == 0:
+		case part.Expires < end:
+			out = append(out, part)
+		default: // spent now or after the loan ended: no earlier than the loan
+			out[sp.i].Lent += part.Lent
+		}
+	}
+	return out
 }
 
 // capLevel caps a refilled level at t by the loans of a token_bucket key

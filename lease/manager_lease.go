@@ -139,6 +139,10 @@ func (m *Manager) waitSlot(s *slot, deadline time.Time) bool {
 // leaseSync leases for a check of hits while holding b's slot s, and
 // releases it.
 func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration) Decision {
+	kept := int64(0)
+	if p.Algorithm.refills() {
+		kept = b.keptSwap() // before the tokens on hand: see keptSwap
+	}
 	local := b.tokens.Swap(0)
 	// Tokens of a window that ended, or past their TTL, are dropped: the
 	// Store counted them in that window, or counts them as spent
@@ -149,6 +153,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	}
 	if keep >= hits {
 		b.tokens.Add(keep - hits)
+		b.keptAdd(kept)
 		m.touch(b, now)
 		m.release(b, s, nil)
 		return b.decision(keep-hits, now)
@@ -161,6 +166,9 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	decisionsStore.Inc()
 	to := m.lessee(keep)
 	to.Idle = idle
+	if p.Algorithm.refills() {
+		to.SpentBefore = b.spentBefore(kept)
+	}
 	if b.lastLeaseMs == 0 {
 		// The bucket's first lease. A loan of this Manager for the key
 		// can only be left by a bucket the idle sweep dropped without a
@@ -171,10 +179,12 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	g, err := m.store.Lease(ctx, b.key, p, want, need, to)
 	if err != nil {
 		b.tokens.Add(keep)
+		b.keptAdd(kept)
 		m.release(b, s, err)
 		return m.failure(b, b.key, p, hits, err)
 	}
 	m.endDegraded(b)
+	b.keptAdd(keep + g.Granted)
 	// The Store's durations count from its answer, not from now.
 	after := max(now, m.nanos())
 	b.answer(g, after)
@@ -199,8 +209,10 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		m.release(b, s, nil)
 		return b.decision(left, now)
 	}
-	// Denied: the Store renewed what this Manager holds, if anything; the
-	// consumption since the last grant is measured at the next one.
+	// Denied: the Store renewed what this Manager holds, if anything
+	// (token_bucket, gcra: and settled it, keeping what this call reports
+	// spent since the previous one, which may still be refunded; windows:
+	// the consumption is measured at the next grant).
 	b.tokens.Add(keep)
 	if g.Lent > 0 && p.Algorithm.refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
@@ -351,6 +363,10 @@ func (m *Manager) prefetchNow(b *bucket) {
 	}
 	p := *b.pol
 	now := m.nanos()
+	kept := int64(0)
+	if p.Algorithm.refills() {
+		kept = b.keptSwap() // before the tokens on hand: see keptSwap
+	}
 	local := b.tokens.Load()
 	held := local
 	if !m.usable(b, now) {
@@ -367,13 +383,19 @@ func (m *Manager) prefetchNow(b *bucket) {
 	prefetches.Inc()
 	// held may be spent while the call is out: an upper bound, which the
 	// Store may count as lent until the next call settles it.
-	g, err := m.store.Lease(m.ctx, b.key, p, want, need, m.lessee(held))
+	to := m.lessee(held)
+	if p.Algorithm.refills() {
+		to.SpentBefore = b.spentBefore(kept)
+	}
+	g, err := m.store.Lease(m.ctx, b.key, p, want, need, to)
 	if err != nil {
 		// low stays -1: the next sync lease retries, or fails over.
+		b.keptAdd(kept)
 		m.release(b, s, err)
 		return
 	}
 	m.endDegraded(b)
+	b.keptAdd(held + g.Granted)
 	m.countLocal(b.basis.Load() - local)
 	m.st.tokensLeased.Add(g.Granted)
 	tokensLeased.AddInt64(g.Granted)
@@ -395,8 +417,9 @@ func (m *Manager) prefetchNow(b *bucket) {
 	}
 	// The fast path kept spending while we were away, and refunds may
 	// have put tokens back: what is on hand may not pass what the Store
-	// lends (basis, the refund bound). A grant of nothing leaves it as it
-	// was (but for an expired loan): refunds of hits spent before stay
+	// lends (basis, the refund bound). A grant of nothing leaves what this
+	// call reports spent since the previous one lent (for the windows, all
+	// of the loan, but for an expired one): refunds of those hits stay
 	// possible.
 	b.tokens.Add(g.Granted)
 	b.settle(g.Lent)

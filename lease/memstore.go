@@ -202,7 +202,9 @@ func leaseOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.T
 		st = new(S)
 	}
 	g := st.Lease(p, now, want, need, to)
-	if g.Granted > 0 || g.Lent > 0 { // a grant, or a renewed loan
+	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
+	// granting nothing settled, maybe to 0.
+	if g.Granted > 0 || g.Lent > 0 || (e != nil && p.Algorithm.refills()) {
 		sh.save(key, e, p.Algorithm, st, p, t)
 	}
 	return g

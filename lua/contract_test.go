@@ -202,3 +202,42 @@ func TestRedisSpentLoanRefillsWhileIdle(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisDeniedCallSettlesLoan: lease's TestDeniedCallSettlesLoan (the
+// model harness's case A) on Redis: a lease call that grants nothing
+// settles the holder's loan in the Store, so the credit for the tokens it
+// reports spent is kept, not recomputed from a later call's Idle.
+func TestRedisDeniedCallSettlesLoan(t *testing.T) {
+	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
+	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m := newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
+			p := lease.Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
+			key := uniqueKey(t)
+			take := func(hits int64) lease.Decision {
+				t.Helper()
+				d, err := m.Take(key, p, hits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Settle()
+				return d
+			}
+			if !take(100).Allowed {
+				t.Fatal("the burst denied")
+			}
+			m.Refund(key, p, 100)
+			if !take(88).Allowed { // its prefetch (held 12) is denied
+				t.Fatal("88 of 100 on hand denied")
+			}
+			clock.Advance(21600 * time.Millisecond)
+			if !take(1).Allowed {
+				t.Fatal("1 of 11 on hand denied")
+			}
+			// 21.6s at 10/s refill the 88 spent: 88 + 11 on hand.
+			if d := take(94); !d.Allowed {
+				t.Fatalf("94 with 88 refilled and 11 on hand: %+v, want allowed", d)
+			}
+		})
+	}
+}

@@ -52,7 +52,8 @@ func TestMatchesMemoryStore(t *testing.T) {
 	}
 	var grants, denials, logAllowed, logDenied, acquired int
 	// Lessees: anonymous, or one of two holders with random holdings,
-	// lease TTLs and idle times (the lent accounting).
+	// lease TTLs, idle times and spent-before counts (the lent
+	// accounting).
 	holders := []string{"", "node-a", "node-b/7f3a"}
 	for i := 0; i < 400; i++ {
 		alg := lease.Algorithm(1 + r.IntN(4))
@@ -80,6 +81,7 @@ func TestMatchesMemoryStore(t *testing.T) {
 				to.Held = min(pick(0, 0, 1, capacity/2, r.Int64N(capacity)+1), lease.MaxHits)
 				to.TTL = time.Duration(pick(1, 100, 1000, 60_000, 3_600_000)) * time.Millisecond
 				to.Idle = time.Duration(pick(0, 0, 1, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
+				to.SpentBefore = min(pick(0, 0, 1, capacity/2, r.Int64N(capacity)+1), lease.MaxHits)
 			}
 			g1, e1 := rs.Lease(ctx, key, p, want, need, to)
 			g2, e2 := ms.Lease(ctx, key, p, want, need, to)

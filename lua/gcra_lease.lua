@@ -8,15 +8,17 @@
 -- prelude.lua and leased.lua.
 --
 -- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans}
--- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us
+-- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us,
+--          spent_before
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- An absent key (or a TAT not after now, with no loans) is a full bucket.
--- The key is written when tokens are granted, or when a grant of nothing
--- renews the holder's loan, and expires when the TAT and every loan's
--- tokens are past.
+-- The key is written when tokens are granted, or when the holder has a
+-- running loan (every call settles it, see split), and expires when the
+-- TAT and every loan's tokens are past.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
 local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local spent_before = tonumber(ARGV[10])
 local bf = cf
 
 local function avail(d)
@@ -27,35 +29,32 @@ end
 
 local st, ls = read()
 local tat = tonumber(st.t) or 0
-local base = math.max(tat, now, floor_tat(effective(ls, held, idle_us, now), now))
+local sp = split(ls, held, idle_us, spent_before, now)
+local base = math.max(tat, now, floor_tat(effective(ls, sp, now), now))
 local d = base - now
 local a = avail(d)
-
--- save writes the TAT and the loans; the key expires at the later of the
--- TAT and each loan's expiry plus its tokens' worth.
-local function save()
-  local e = tat
-  for _, l in ipairs(ls) do
-    e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
-  end
-  write({'t', string.format('%d', tat)}, ls, ttl(e - now))
-end
 
 local granted, wait = 0, 0
 if need > bf then
   wait = pf
 elseif a >= need then
   granted = math.min(want, a)
-  if granted > 0 then
-    tat = base + math.ceil(granted * pf / lf)
-    ls = settle(prune(ls, now), held, granted, now, ttl_us, false)
-    d = tat - now
-    save()
-  end
 else
   wait = d - (bf - need) * pf / lf
 end
-if granted == 0 and renew(ls, now, ttl_us) then
-  save() -- only the running loan's expiry moves
+if granted > 0 or (sp.i and ls[sp.i].exp > now) then
+  -- Every call of a holder with a loan settles it: the TAT it saw is
+  -- written (see token_bucket_lease.lua).
+  local keep = keep_of(ls, sp, now, granted)
+  tat = base + math.ceil(granted * pf / lf)
+  ls = settle(prune(ls, now), keep, granted, now, ttl_us, idle_us, false)
+  d = tat - now
+  -- The key expires at the later of the TAT and each loan's expiry plus
+  -- its tokens' worth.
+  local e = tat
+  for _, l in ipairs(ls) do
+    e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
+  end
+  write({'t', string.format('%d', tat)}, ls, ttl(e - now))
 end
 return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}

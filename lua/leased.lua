@@ -3,25 +3,30 @@
 -- which mirror lease/loans.go operation for operation.
 --
 -- ARGV     limit, period_us, capacity, holder, then per script:
---          lease:  want, need, held, ttl_us, idle_us
+--          lease:  want, need, held, ttl_us, idle_us, spent_before
 --          return: tokens
 --
 -- A loan is what the Store lent one holder and still counts against the
--- key's capacity: a hash field '@' .. holder = '<lent>,<expiry µs>' (expiry
--- 0 for the windowed algorithms, whose loans end with the window).
+-- key's capacity: a hash field '@' .. holder = '<lent>,<expiry µs>' for
+-- the windowed algorithms (expiry 0: their loans end with the window),
+-- '<lent>,<expiry µs>,<expiry − last spend, µs>' for token_bucket and gcra
+-- (the holder's last spend before its last call, lease.Loan.LastSpend, is
+-- kept as its distance to the expiry: fewer digits).
 local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder = ARGV[4]
 
 -- read returns a hash's plain fields as a table, and its loans as a list of
--- {id, lent, exp}.
+-- {id, lent, exp, last}.
 local function read()
   local h = redis.call('HGETALL', key)
   local st, ls = {}, {}
   for i = 1, #h, 2 do
     local f = h[i]
     if string.byte(f, 1) == 64 then -- '@'
-      local l, e = string.match(h[i + 1], '^(%d+),(%d+)$')
-      ls[#ls + 1] = {id = string.sub(f, 2), lent = tonumber(l), exp = tonumber(e)}
+      local l, e, b = string.match(h[i + 1], '^(%d+),(%d+),?(%d*)$')
+      local last = 0
+      if b ~= '' then last = tonumber(e) - tonumber(b) end
+      ls[#ls + 1] = {id = string.sub(f, 2), lent = tonumber(l), exp = tonumber(e), last = last}
     else
       st[f] = h[i + 1]
     end
@@ -61,41 +66,34 @@ local function prune(ls, t)
   return out
 end
 
--- settle records a grant of g to holder at t: its loan becomes
--- min(lent, held) + g, expiring at max(its expiry, t + ttl) (0 if
--- windowed).
-local function settle(ls, held, g, t, ttl_us, windowed)
+-- settle records a call of holder at t that granted g: its loan becomes
+-- keep + g, expiring at max(its expiry, t + ttl), its last spend t -
+-- idle_us (windowed: expiry and last spend 0). Mirrors loans.settle.
+local function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
   if holder == '' then return ls end
   local i = find(ls, holder)
-  local lent = 0
-  if i then lent = math.min(ls[i].lent, held) end
-  lent = lent + g
-  local exp = 0
+  local lent = keep + g
+  local exp, last = 0, 0
   if not windowed then
-    exp = t + ttl_us
+    exp, last = t + ttl_us, t - idle_us
     if i then exp = math.max(exp, ls[i].exp) end
   end
   if i and lent > 0 then
-    ls[i].lent, ls[i].exp = lent, exp
+    ls[i].lent, ls[i].exp, ls[i].last = lent, exp, last
   elseif i then
     ls[i] = ls[#ls]
     ls[#ls] = nil
   elseif lent > 0 then
-    ls[#ls + 1] = {id = holder, lent = lent, exp = exp}
+    ls[#ls + 1] = {id = holder, lent = lent, exp = exp, last = last}
   end
   return ls
 end
 
--- renew extends holder's running loan to t + ttl (never shorter); true if
--- there was one.
-local function renew(ls, t, ttl_us)
-  if holder == '' then return false end
+-- held_of is what a windowed grant keeps of holder's loan: min(lent, held).
+local function held_of(ls, held)
   local i = find(ls, holder)
-  if i and ls[i].exp > t then
-    ls[i].exp = math.max(ls[i].exp, t + ttl_us)
-    return true
-  end
-  return false
+  if holder == '' or not i then return 0 end
+  return math.min(ls[i].lent, held)
 end
 
 -- take removes holder's loan and returns what a return of n gives back:
@@ -109,22 +107,56 @@ local function take(ls, n)
   return ls, back
 end
 
--- effective is ls as the caller (holding held, idle for idle_us) sees
--- it at t: the tokens of its loan it no longer holds were spent by t -
--- idle_us, so from then they count like a loan that ended. ls is not
--- changed. Mirrors lease's loans.effective.
-local function effective(ls, held, idle_us, t)
-  if holder == '' or idle_us <= 0 then return ls end
-  local i = find(ls, holder)
-  if not i or ls[i].lent <= held then return ls end
-  local spent = t - idle_us
-  if spent >= ls[i].exp then return ls end
+-- split is how the caller (holding held, idle for idle_us, reporting
+-- spent_before) sees its loan at t: {i, run, early, late, early_at,
+-- late_at}, i nil without a loan. Mirrors loans.split.
+local function split(ls, held, idle_us, spent_before, t)
+  local i = nil
+  if holder ~= '' then i = find(ls, holder) end
+  if not i then return {run = 0, early = 0, late = 0} end
+  local l = ls[i]
+  local sp = {i = i}
+  sp.run = math.min(l.lent, held)
+  sp.early = math.min(spent_before, l.lent - sp.run)
+  sp.late = l.lent - sp.run - sp.early
+  sp.late_at = t - idle_us
+  sp.early_at = sp.late_at
+  if l.last > 0 then sp.early_at = math.min(l.last, sp.late_at) end
+  return sp
+end
+
+-- keep is what a call at t that granted g keeps of the split loan
+-- (settle): nothing of one that ended; run after a grant; run + late
+-- otherwise. Mirrors split.keep.
+local function keep_of(ls, sp, t, g)
+  if not sp.i or ls[sp.i].exp <= t then return 0 end
+  if g > 0 then return sp.run end
+  return sp.run + sp.late
+end
+
+-- effective is ls as the caller sees it at t: the tokens of its loan it no
+-- longer holds count from when they were spent (see split) like loans
+-- that ended then, or at the loan's end if earlier. ls is not changed.
+-- Mirrors loans.effective.
+local function effective(ls, sp, t)
+  if not sp.i or sp.run == ls[sp.i].lent then return ls end
+  local l = ls[sp.i]
+  local e = math.min(l.exp, t)
   local out = {}
-  for j, l in ipairs(ls) do
-    out[j] = l
+  for j, x in ipairs(ls) do
+    out[j] = x
   end
-  out[i] = {id = ls[i].id, lent = held, exp = ls[i].exp}
-  out[#out + 1] = {id = '', lent = ls[i].lent - held, exp = spent}
+  local own = {id = l.id, lent = sp.run, exp = l.exp, last = l.last}
+  out[sp.i] = own
+  for _, part in ipairs({{sp.early, sp.early_at}, {sp.late, sp.late_at}}) do
+    if part[1] == 0 then
+      -- nothing
+    elseif part[2] < e then
+      out[#out + 1] = {id = '', lent = part[1], exp = part[2], last = 0}
+    else
+      own.lent = own.lent + part[1]
+    end
+  end
   return out
 end
 
@@ -164,7 +196,11 @@ end
 local function write(st, ls, ttl_ms)
   for _, l in ipairs(ls) do
     st[#st + 1] = '@' .. l.id
-    st[#st + 1] = string.format('%d,%d', l.lent, l.exp)
+    if l.last > 0 then
+      st[#st + 1] = string.format('%d,%d,%d', l.lent, l.exp, l.exp - l.last)
+    else
+      st[#st + 1] = string.format('%d,%d', l.lent, l.exp)
+    end
   end
   redis.call('DEL', key)
   redis.call('HSET', key, unpack(st))

@@ -48,7 +48,7 @@ elseif a >= need then
   if granted > 0 then
     cur = cur + granted
     current = true
-    ls = settle(ls, held, granted, now, 0, true)
+    ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
     write({'w', fmt(ws), 'c', fmt(cur), 'p', fmt(prev)}, ls, ttl(ws + 2 * pf - now))
   end
 else

@@ -72,10 +72,14 @@ type nodeLoad struct {
 	wg     sync.WaitGroup
 
 	issued, answered, fivexx, degraded atomic.Int64
-	admitted, firstLim, lastLim        atomic.Int64
-	phase                              atomic.Int32
-	maxLat                             [3]atomic.Int64
-	seq                                atomic.Int64
+	// shed: 503 answers with a check body (allowed false, Retry-After):
+	// the key's owner, alive, did not answer in time. A local rule
+	// answers no other 503 with a check body.
+	shed                        atomic.Int64
+	admitted, firstLim, lastLim atomic.Int64
+	phase                       atomic.Int32
+	maxLat                      [3]atomic.Int64
+	seq                         atomic.Int64
 }
 
 // startNodeLoad starts workers that each send a pair of checks (a fresh
@@ -147,12 +151,18 @@ func (l *nodeLoad) check(p *daemonProc, rule, key string, lim bool) {
 			break
 		}
 	}
-	if res.StatusCode >= 500 {
+	var d struct {
+		Degraded bool
+		Allowed  *bool
+	}
+	_ = json.Unmarshal(body, &d)
+	switch {
+	case res.StatusCode == http.StatusServiceUnavailable && d.Allowed != nil && !*d.Allowed && res.Header.Get("Retry-After") != "":
+		l.shed.Add(1)
+	case res.StatusCode >= 500:
 		l.fivexx.Add(1)
 		l.t.Logf("%s %s/%s: %d %s", p.http, rule, key, res.StatusCode, body)
 	}
-	var d struct{ Degraded bool }
-	_ = json.Unmarshal(body, &d)
 	if d.Degraded {
 		l.degraded.Add(1)
 	}
@@ -198,12 +208,12 @@ func (l *nodeLoad) report(name string, recovery time.Duration) {
 	t.Logf("fault row: | %s | %d of %d | %d | +%s (max %s, baseline max %s) | %d of %d allowed (%.1f%%) | %s |",
 		name, answered, issued, l.fivexx.Load(), msec(added), msec(fault), msec(base),
 		admitted, allowance, 100*float64(admitted)/float64(allowance), msec(recovery))
-	t.Logf("%d answers degraded", l.degraded.Load())
+	t.Logf("%d answers degraded, %d shed (503 with Retry-After: the owner did not answer in time)", l.degraded.Load(), l.shed.Load())
 	if answered != issued {
 		t.Errorf("%d of %d checks answered", answered, issued)
 	}
 	if n := l.fivexx.Load(); n != 0 {
-		t.Errorf("%d answers 5xx for local rules", n)
+		t.Errorf("%d answers 5xx for local rules, not counting those shed", n)
 	}
 	if excess := admitted - allowance; excess > limRate {
 		t.Errorf("admitted %d of %d allowed: %d over, more than one window (%d)", admitted, allowance, excess, limRate)

@@ -294,12 +294,12 @@ type recorder struct {
 
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
-	r.md.note("m%d Lease(%s, want %d, need %d, held %d) = granted %d, remaining %d, wait %v, lent %d, err %v",
-		r.m, r.md.short(key), want, need, to.Held, g.Granted, g.Remaining, g.Wait, g.Lent, err)
+	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, lent %d, err %v",
+		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Lent, err)
 	if err == nil && (want > 0 || to.ID != "") {
 		l := loan{lent: -1}
 		if to.ID != "" {
-			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, idle: to.Idle, need: need}
+			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
 	}

@@ -65,6 +65,9 @@ type keyModel struct {
 	// credit is a holder's unsettled spent tokens as its last call (one
 	// that granted nothing) counted them: spent at credit.t.
 	credit []event
+	// lastSpend is what the Store keeps with each holder's loan: when it
+	// last spent before its last call (token_bucket, gcra).
+	lastSpend []int64
 	// lost is what the Store counts as spent that no check spent: loans
 	// that expired or ended unspent (token_bucket, gcra). It lowers the
 	// level the denials are judged against, never the safety side.
@@ -97,6 +100,7 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			lent:       make([]int64, slots),
 			settled:    make([]int64, slots),
 			credit:     make([]event, slots),
+			lastSpend:  make([]int64, slots),
 			netAdm:     make([]int64, slots),
 			snap:       make([]*snapshot, slots),
 			opSnaps:    make([][]*snapshot, slots),
@@ -302,9 +306,12 @@ func (k *keyModel) levelWith(t int64, extra event) float64 {
 type loan struct {
 	ttl  time.Duration
 	lent int64
-	held int64         // what the holder said it held (Lessee.Held)
-	idle time.Duration // how long since it last spent (Lessee.Idle)
-	need int64
+	held int64 // what the holder said it held (Lessee.Held)
+	// spentBefore: what it said it spent before its previous call and did
+	// not refund since (Lessee.SpentBefore)
+	spentBefore int64
+	idle        time.Duration // how long since it last spent (Lessee.Idle)
+	need        int64
 }
 
 // leased records a lease call's answer to holder m.
@@ -336,23 +343,38 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// as they happen.)
 		k.lent[m] = l.lent
 		k.credit[m] = event{}
-		if !k.windowed() {
-			// The Store's view (contract clauses (b), (d)): the loan
-			// counts whole until a call takes what the holder no longer
-			// holds as spent at its last spend (now − idle): refill is
-			// credited from then, not from each spend. Only a grant
-			// settles it; a call that grants nothing credits it for
-			// itself (and the holder's next check) only.
-			if u := k.settled[m] - l.held; u > 0 {
-				if g.Granted > 0 {
-					k.lose(now-int64(l.idle), u, m)
-				} else {
-					k.credit[m] = event{t: now - int64(l.idle), hits: u, m: m}
-				}
+		if k.windowed() {
+			if g.Granted > 0 {
+				k.settled[m] = min(k.settled[m], l.held) + g.Granted
 			}
-		}
-		if g.Granted > 0 {
-			k.settled[m] = min(k.settled[m], l.held) + g.Granted
+		} else {
+			// The Store's view (contract clause (b)): the loan counts
+			// whole until a call reports what the holder no longer
+			// holds: what it spent before its previous call (and did not
+			// refund) as spent by that call's last spend, the rest by
+			// this call's (now − idle); refill is credited from then,
+			// not from each spend. A grant settles both; a call that
+			// grants nothing keeps the rest lent (the holder may refund
+			// it) and credits it for itself and its next calls.
+			spent := now - int64(l.idle)
+			run := min(k.settled[m], l.held)
+			early := min(l.spentBefore, k.settled[m]-run)
+			late := k.settled[m] - run - early
+			if early > 0 {
+				at := spent
+				if k.lastSpend[m] != 0 {
+					at = min(at, k.lastSpend[m])
+				}
+				k.lose(at, early, m)
+			}
+			k.settled[m] = run + late + g.Granted
+			if g.Granted > 0 && late > 0 {
+				k.lose(spent, late, m)
+				k.settled[m] -= late
+			} else if late > 0 {
+				k.credit[m] = event{t: spent, hits: late, m: m}
+			}
+			k.lastSpend[m] = spent
 		}
 		md.lentKnown = true
 		if !k.windowed() && l.ttl > 0 && k.lent[m] > 0 {
@@ -526,6 +548,10 @@ func (md *model) refunded(m int, it item) {
 			k.netAdm[m] -= r
 			k.held[m] += r
 			e.hits -= r
+			// The Manager reports refunded tokens as not spent before
+			// its last call (Lessee.SpentBefore): its next call credits
+			// fewer of them from then.
+			k.credit[m].hits = max(0, k.credit[m].hits-r)
 			return
 		}
 	}

@@ -90,6 +90,8 @@ var cases = []struct {
 	{"lent/bounded_return", lentBoundedReturn},
 	{"lent/token_bucket_cap", func(e *env) { lentCap(e, lease.TokenBucket) }},
 	{"lent/gcra_cap", func(e *env) { lentCap(e, lease.GCRA) }},
+	{"lent/token_bucket_spent_before", func(e *env) { lentSpentBefore(e, lease.TokenBucket) }},
+	{"lent/gcra_spent_before", func(e *env) { lentSpentBefore(e, lease.GCRA) }},
 	{"lent/token_bucket_expiry", func(e *env) { lentExpiry(e, lease.TokenBucket) }},
 	{"lent/gcra_expiry", func(e *env) { lentExpiry(e, lease.GCRA) }},
 	{"policy_change", policyChange},
@@ -760,6 +762,28 @@ func quietHours(e *env) time.Duration {
 		return time.Hour
 	}
 	return 2 * time.Hour // the current 2h window has at least an hour left
+}
+
+// lentSpentBefore: a call that grants nothing keeps the tokens the holder
+// reports spent since its previous call lent (it may refund them), and
+// the next call's SpentBefore counts those it did not refund as spent by
+// the previous call's last spend, not by its own.
+func lentSpentBefore(e *env, alg lease.Algorithm) {
+	k := e.key()
+	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Second} // burst 10, a token per 100ms
+	e.leaseH(k, p, 10, 10, grantExp{10, 0, 0, time.Second}, "h takes the whole burst")
+	e.advance(time.Second)
+	h := lease.Lessee{ID: "h", Held: 2, TTL: time.Hour}
+	g := e.leaseAs(k, p, 1, 1, h, grantExp{0, 0, anyDur, anyDur}, "h holds 2 and spent 8 just now (Idle 0): they refill from now, nothing available")
+	if g.Lent != 10 {
+		e.t.Fatalf("Lent = %d after a grant of nothing, want 10 (the 8 spent since the previous call stay lent: h may refund them)", g.Lent)
+	}
+	e.advance(time.Second)
+	h.Held, h.SpentBefore = 1, 8
+	g = e.leaseAs(k, p, 5, 5, h, grantExp{5, 3, 0, anyDur}, "h holds 1, spent 1 just now and the 8 before its previous call: those refilled for a second, 10 − 1 − 1 = 8 available")
+	if g.Lent != 6 {
+		e.t.Fatalf("Lent = %d after a grant of 5 holding 1, want 6", g.Lent)
+	}
 }
 
 // lentCap: tokens lent to a holder count against the burst: the refill

@@ -21,6 +21,17 @@ var (
 	// refused the connection, or answered something other than a valid
 	// reply, or is backing off after such a failure); decide locally.
 	ErrPeerUnavailable = errors.New("peer unavailable")
+	// ErrPeerBusy is wrapped, together with ErrPeerUnavailable, by the
+	// failures that say the owner is up but overloaded: the request timed
+	// out (connecting included), the owner answered 503 or 429, the
+	// peer's queue is full or backed up past the caller's deadline, or
+	// the peer is backing off after such a failure. The owner may still
+	// be deciding its keys, so a caller that decided the items itself
+	// could admit them twice: it should shed them instead (node answers
+	// 503 with Retry-After). Failures without it (connection refused or
+	// reset, a peer removed, a reply that is not valid) say the owner
+	// is not deciding: the caller may decide the items itself.
+	ErrPeerBusy = errors.New("peer busy")
 	// ErrClosed means the Forwarder was closed.
 	ErrClosed = errors.New("forwarder closed")
 )
@@ -232,7 +243,7 @@ func (f *Forwarder) Forward(ctx context.Context, addr string, it Item) (Result, 
 	case <-ctx.Done():
 		// w stays with the peer, which will answer it into the void: it
 		// is not reused.
-		return Result{}, fmt.Errorf("cannot forward to %s: %w", addr, ctx.Err())
+		return Result{}, busyCtxErr(addr, ctx.Err())
 	}
 }
 
@@ -294,7 +305,7 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 				w.err = nil
 				f.waiters.Put(w)
 			}
-			return fmt.Errorf("cannot forward to %s: %w", addr, ctx.Err())
+			return busyCtxErr(addr, ctx.Err())
 		}
 	}
 	off := 0
@@ -308,6 +319,13 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 		f.waiters.Put(w)
 	}
 	return firstErr
+}
+
+// busyCtxErr is the error of a call whose context ended while its items
+// were queued or in flight: the owner is backed up (or still deciding
+// them), so they are shed, not decided by the caller.
+func busyCtxErr(addr string, err error) error {
+	return fmt.Errorf("%w: %w: %s: still queued or in flight when the caller's deadline passed: %w", ErrPeerUnavailable, ErrPeerBusy, addr, err)
 }
 
 // RemovePeer stops the peer's goroutines (waiting for requests in flight,
@@ -410,16 +428,19 @@ func (b *batch) add(w *waiter) {
 
 // peer is one owner: its queue, collector and senders.
 type peer struct {
-	f     *Forwarder
-	addr  string
-	hc    *fasthttp.HostClient
-	q     chan *waiter
-	sem   chan struct{} // one token per request in flight
-	stop  chan struct{}
-	wg    sync.WaitGroup // the collector and the senders
-	down  atomic.Int64   // Unix nanoseconds until which the peer is down; 0: up
-	met   peerMetrics
-	errDn error // the error of items failed while down
+	f    *Forwarder
+	addr string
+	hc   *fasthttp.HostClient
+	q    chan *waiter
+	sem  chan struct{} // one token per request in flight
+	stop chan struct{}
+	wg   sync.WaitGroup // the collector and the senders
+	down atomic.Int64   // Unix nanoseconds until which the peer is down; 0: up
+	busy atomic.Bool    // the failure that marked it down said busy (ErrPeerBusy)
+	met  peerMetrics
+	// errDn and errBusy are the errors of items failed while down, after
+	// a failure without and with ErrPeerBusy.
+	errDn, errBusy error
 
 	mu struct {
 		sync.Mutex
@@ -438,6 +459,8 @@ func (f *Forwarder) newPeer(addr string) *peer {
 		met:  newPeerMetrics(addr),
 		errDn: fmt.Errorf("%w: %s is down (backing off after a failure)",
 			ErrPeerUnavailable, addr),
+		errBusy: fmt.Errorf("%w: %w: %s is backing off after a timeout or an overload answer",
+			ErrPeerUnavailable, ErrPeerBusy, addr),
 		hc: &fasthttp.HostClient{
 			Addr:     addr,
 			Name:     "sluice-forward",
@@ -478,7 +501,7 @@ func (p *peer) isDown() bool {
 func (p *peer) enqueue(w *waiter) error {
 	if p.isDown() {
 		p.fastFail(w.n)
-		return p.errDn
+		return p.downErr()
 	}
 	p.mu.Lock()
 	if p.mu.closed {
@@ -493,7 +516,7 @@ func (p *peer) enqueue(w *waiter) error {
 	default:
 		p.mu.Unlock()
 		p.fastFail(w.n)
-		return fmt.Errorf("%w: %s: queue full", ErrPeerUnavailable, p.addr)
+		return fmt.Errorf("%w: %w: %s: queue full", ErrPeerUnavailable, ErrPeerBusy, p.addr)
 	}
 }
 
@@ -609,7 +632,16 @@ func (p *peer) stopErr() error {
 // failFast fails w without a request: the peer is down.
 func (p *peer) failFast(w *waiter) {
 	p.fastFail(w.n)
-	w.finish(p.errDn)
+	w.finish(p.downErr())
+}
+
+// downErr is the error of an item failed while the peer is down: busy if
+// the failure that marked it down was.
+func (p *peer) downErr() error {
+	if p.busy.Load() {
+		return p.errBusy
+	}
+	return p.errDn
 }
 
 // drain fails pending and every queued waiter after stop. Enqueues have
@@ -682,12 +714,15 @@ func (p *peer) send(b *batch) {
 
 	var plans []shard.Plan
 	err := p.hc.DoTimeout(req, resp, p.f.cfg.Timeout)
+	busy := isTimeout(err)
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
 		msg := resp.Body()
 		if len(msg) > 200 {
 			msg = msg[:200]
 		}
-		err = fmt.Errorf("status %d: %s", resp.StatusCode(), msg)
+		code := resp.StatusCode()
+		busy = code == fasthttp.StatusServiceUnavailable || code == fasthttp.StatusTooManyRequests
+		err = fmt.Errorf("status %d: %s", code, msg)
 	}
 	if err == nil && p.f.sig != nil {
 		err = p.f.sig.verifyReply(resp.Header.Peek(ReplyAuthHeader), &nonce, resp.Body())
@@ -700,12 +735,16 @@ func (p *peer) send(b *batch) {
 	}
 	req.SetBodyRaw(nil)
 	if err != nil {
+		p.busy.Store(busy)
 		p.down.Store(time.Now().Add(p.f.cfg.Backoff).UnixNano())
 		p.f.stats.failures.Add(1)
 		p.met.failures.Inc()
 		p.f.stats.failed.Add(uint64(b.n))
 		p.met.unavailable.Add(b.n)
 		e := fmt.Errorf("%w: %s: %v", ErrPeerUnavailable, p.addr, err)
+		if busy {
+			e = fmt.Errorf("%w: %w: %s: %v", ErrPeerUnavailable, ErrPeerBusy, p.addr, err)
+		}
 		for _, w := range b.ws {
 			w.finish(e)
 		}
@@ -730,4 +769,18 @@ func (p *peer) send(b *batch) {
 	if len(plans) > 0 && p.f.cfg.OnPlans != nil {
 		p.f.cfg.OnPlans(plans)
 	}
+}
+
+// isTimeout reports whether err is a timeout: of the request, or of the
+// connection (fasthttp.ErrDialTimeout; a listener whose accept queue is
+// full drops connections instead of refusing them).
+func isTimeout(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -152,8 +152,8 @@ func TestForwardAuth(t *testing.T) {
 	for name, k := range map[string][]byte{"wrong key": []byte("fedcba9876543210"), "no key": nil} {
 		f := newForwarder(t, Config{ClusterKey: k})
 		_, err := f.Forward(context.Background(), s.addr, it)
-		if !isUnavailable(err) || !strings.Contains(err.Error(), "401") {
-			t.Errorf("%s: error %v, want ErrPeerUnavailable with status 401", name, err)
+		if !isUnavailable(err) || !strings.Contains(err.Error(), "401") || isBusy(err) {
+			t.Errorf("%s: error %v, want ErrPeerUnavailable with status 401, not ErrPeerBusy", name, err)
 		}
 	}
 }
@@ -164,8 +164,8 @@ func TestForwardDeadPeer(t *testing.T) {
 	it := Item{Op: OpCheck, Rule: "r", Key: "k", Hits: 1}
 	start := time.Now()
 	_, err := f.Forward(context.Background(), addr, it)
-	if !isUnavailable(err) {
-		t.Fatalf("error %v, want ErrPeerUnavailable", err)
+	if !isUnavailable(err) || isBusy(err) {
+		t.Fatalf("error %v, want ErrPeerUnavailable, not ErrPeerBusy (a refused connection: nobody decides)", err)
 	}
 	// A hang check, not a timing test: the bound is 20 timeouts.
 	if el := time.Since(start); el > 20*DefaultConfig().Timeout {
@@ -176,8 +176,8 @@ func TestForwardDeadPeer(t *testing.T) {
 	}
 	// Now the peer is down: calls fail without a request.
 	for range 100 {
-		if _, err := f.Forward(context.Background(), addr, it); !isUnavailable(err) {
-			t.Fatalf("error %v, want ErrPeerUnavailable", err)
+		if _, err := f.Forward(context.Background(), addr, it); !isUnavailable(err) || isBusy(err) {
+			t.Fatalf("error %v, want ErrPeerUnavailable, not ErrPeerBusy", err)
 		}
 	}
 	err = f.ForwardMany(context.Background(), addr, []Item{it, it}, make([]Result, 2))
@@ -205,10 +205,10 @@ func TestForwardSlowPeerIsSkipped(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			_, err := f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: fmt.Sprint(i), Hits: 1})
-			if isUnavailable(err) {
+			if isUnavailable(err) && isBusy(err) {
 				unavailable.Add(1)
 			} else {
-				t.Errorf("error %v, want ErrPeerUnavailable", err)
+				t.Errorf("error %v, want ErrPeerUnavailable and ErrPeerBusy (the owner is slow, not gone)", err)
 			}
 		}()
 	}
@@ -219,7 +219,10 @@ func TestForwardSlowPeerIsSkipped(t *testing.T) {
 	// Requests that timed out back the peer off: later calls send nothing.
 	before := s.requests.Load()
 	for range 20 {
-		f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: "k", Hits: 1})
+		_, err := f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: "k", Hits: 1})
+		if !isBusy(err) {
+			t.Fatalf("backing off after a timeout: error %v, want ErrPeerBusy", err)
+		}
 	}
 	if got := s.requests.Load(); got != before {
 		t.Errorf("%d requests to a peer backing off", got-before)
@@ -239,8 +242,8 @@ func TestForwardProbesAfterBackoff(t *testing.T) {
 	})
 	f := newForwarder(t, Config{Backoff: 5 * time.Millisecond})
 	it := Item{Op: OpCheck, Rule: "r", Key: "k1", Hits: 1}
-	if _, err := f.Forward(context.Background(), s.addr, it); !isUnavailable(err) || !strings.Contains(err.Error(), "503") {
-		t.Fatalf("error %v, want ErrPeerUnavailable with 503", err)
+	if _, err := f.Forward(context.Background(), s.addr, it); !isUnavailable(err) || !isBusy(err) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("error %v, want ErrPeerUnavailable and ErrPeerBusy with 503", err)
 	}
 	failing.Store(false)
 	if r := forwardUntilOK(t, f, s.addr, it); r != want(it) {
@@ -472,8 +475,8 @@ func TestForwardQueueFullFailsFast(t *testing.T) {
 	var full int
 	select {
 	case err := <-errs:
-		if !isUnavailable(err) || !strings.Contains(err.Error(), "queue full") {
-			t.Fatalf("error %v, want ErrPeerUnavailable: queue full", err)
+		if !isUnavailable(err) || !isBusy(err) || !strings.Contains(err.Error(), "queue full") {
+			t.Fatalf("error %v, want ErrPeerUnavailable and ErrPeerBusy: queue full", err)
 		}
 		full++
 	case <-time.After(5 * time.Second):
@@ -510,8 +513,8 @@ func TestForwardBadReplies(t *testing.T) {
 			s := startServer(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(tt.body) })
 			f := newForwarder(t, Config{})
 			_, err := f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: "k", Hits: 1})
-			if !isUnavailable(err) || !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("error %v, want ErrPeerUnavailable naming %q", err, tt.msg)
+			if !isUnavailable(err) || isBusy(err) || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("error %v, want ErrPeerUnavailable naming %q, not ErrPeerBusy", err, tt.msg)
 			}
 		})
 	}
