@@ -255,9 +255,12 @@ func (n *Node) send(ctx context.Context, b *Batch) (wait func()) {
 
 func noWait() {}
 
-// forwardBudget bounds one phase's forwarding: the Forwarder's own timeout
-// ends every request sooner, unless a peer's queue is backed up.
-func (c *cluster) forwardBudget() time.Duration { return 2 * time.Duration(c.timeout) }
+// forwardBudget bounds one phase's forwarding: the Forwarder's own
+// (adaptive) timeout ends every request sooner, unless a peer's queue is
+// backed up.
+func (c *cluster) forwardBudget() time.Duration {
+	return c.fwd.MaxTimeout() + time.Duration(c.timeout)
+}
 
 func (c *cluster) forwardGroup(ctx context.Context, g *peerGroup) {
 	g.results = grow(g.results, len(g.items))

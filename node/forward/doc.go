@@ -38,6 +38,25 @@
 // and the next batch probes it again. Requests are never retried: a batch
 // the owner may have decided must not be charged twice.
 //
+// # Late batches
+//
+// Every request carries [DeadlineHeader]: when the sender sent it and its
+// timeout, by the sender's clock. The owner measures each request's lag
+// (how long it queued on the way: its offset, the owner's clock minus the
+// sender's timestamp, minus the smallest offset of that sender's requests
+// in the last 10–20 s, so the clocks' skew cancels out; a lag past 5 s is
+// taken as a clock step and becomes the new reference). A batch whose lag
+// already exceeds the sender's timeout is answered 503 without being
+// decided; one whose decisions end past it (lag + the time deciding) is
+// answered 503 too, and what its allowed checks charged is refunded
+// (OpRefund items given to the [Decider]). The sender sheds such a batch
+// either way: deciding it spent tokens for answers nobody read, which
+// under overload lost 5–10% of a saturated key's limit. Counted in
+// sluice_forward_rejected_requests_total{reason="late"} and
+// sluice_forward_late_refunded_items_total. A sender whose reply arrives
+// just after its timeout (the reply's own trip) still loses that batch's
+// tokens.
+//
 // # Wire format (version 1)
 //
 // Both bodies are binary, content type application/x-sluice-batch.

@@ -51,9 +51,19 @@ type Config struct {
 	// MaxBatch is the most items of one request; a batch that reaches it
 	// is sent at once. Zero means 256; at most MaxItems.
 	MaxBatch int
-	// Timeout bounds one request, connection included: a peer slower than
-	// that is skipped. Zero means 50ms.
+	// Timeout is the least time one request (connection included) is
+	// given before the peer is skipped. Zero means 50ms. Each peer's
+	// timeout adapts to its round trips as TCP's retransmission timeout
+	// does (RFC 6298): 2 × (srtt + 4·rttvar), between Timeout and
+	// MaxTimeout, a timed-out request counting as a round trip of the
+	// timeout it had. So a loaded owner that answers in 100ms gets the
+	// room it needs instead of timing out batch after batch: a batch
+	// that times out may still be decided by the owner, and its items,
+	// shed by the sender, are admissions lost.
 	Timeout time.Duration
+	// MaxTimeout bounds the adaptive timeout. Zero means 4 × Timeout;
+	// below Timeout means Timeout.
+	MaxTimeout time.Duration
 	// Backoff is how long a peer is considered down after a failed
 	// request: its items fail at once with ErrPeerUnavailable. Zero means
 	// 500ms.
@@ -91,8 +101,10 @@ type Config struct {
 //   - FlushInterval 200µs and MaxBatch 256 (DESIGN): at a few thousand
 //     forwarded checks per second a batch still holds several items, and
 //     200µs is small next to a gateway's own network hop.
-//   - Timeout 50ms, the Store's call timeout: a dead owner never costs a
-//     check more than a Store failure would.
+//   - Timeout 50ms, the Store's call timeout, stretching up to MaxTimeout
+//     200ms (4 × Timeout, as the Store's) when the peer's round trips
+//     are that slow: a dead owner never costs a check more than a Store
+//     failure would.
 //   - Backoff 500ms: a dead peer costs one timed-out batch per half
 //     second until memberlist removes it from the ring (a few seconds),
 //     and a peer that only paused is tried again soon.
@@ -121,6 +133,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("forward: max_batch: must be between 0 and %d, got %d", MaxItems, c.MaxBatch)
 	case c.Timeout < 0:
 		return fmt.Errorf("forward: timeout: must be ≥ 0, got %s", c.Timeout)
+	case c.MaxTimeout < 0:
+		return fmt.Errorf("forward: max_timeout: must be ≥ 0, got %s", c.MaxTimeout)
 	case c.Backoff < 0:
 		return fmt.Errorf("forward: backoff: must be ≥ 0, got %s", c.Backoff)
 	case c.MaxConnsPerPeer < 0:
@@ -145,6 +159,10 @@ func (c *Config) fill() {
 	if c.Timeout <= 0 {
 		c.Timeout = d.Timeout
 	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 4 * c.Timeout
+	}
+	c.MaxTimeout = max(c.MaxTimeout, c.Timeout)
 	if c.Backoff <= 0 {
 		c.Backoff = d.Backoff
 	}
@@ -198,6 +216,11 @@ func New(cfg Config) *Forwarder {
 	f.batches.New = func() any { return new(batch) }
 	return f
 }
+
+// MaxTimeout is the longest a request may wait for its peer's answer
+// (Config.MaxTimeout after defaults): callers bounding a forward by a
+// deadline should leave at least that much.
+func (f *Forwarder) MaxTimeout() time.Duration { return f.cfg.MaxTimeout }
 
 // Stats returns the Forwarder's counters.
 func (f *Forwarder) Stats() Stats {
@@ -418,6 +441,7 @@ type batch struct {
 	n       int
 	body    []byte
 	auth    []byte // the AuthHeader value
+	dl      []byte // the DeadlineHeader value
 	results []Result
 }
 
@@ -437,7 +461,13 @@ type peer struct {
 	wg   sync.WaitGroup // the collector and the senders
 	down atomic.Int64   // Unix nanoseconds until which the peer is down; 0: up
 	busy atomic.Bool    // the failure that marked it down said busy (ErrPeerBusy)
-	met  peerMetrics
+	// timeout is the current request timeout in nanoseconds, from rtt.
+	timeout atomic.Int64
+	rtt     struct {
+		sync.Mutex
+		est rttEstimator
+	}
+	met peerMetrics
 	// errDn and errBusy are the errors of items failed while down, after
 	// a failure without and with ErrPeerBusy.
 	errDn, errBusy error
@@ -479,9 +509,48 @@ func (f *Forwarder) newPeer(addr string) *peer {
 			DisableHeaderNamesNormalizing: true,
 		},
 	}
+	p.timeout.Store(int64(timeout))
 	p.wg.Add(1)
 	go p.collect()
 	return p
+}
+
+// observe adds a round trip to the peer's estimate and sets its timeout.
+func (p *peer) observe(rtt time.Duration) {
+	p.rtt.Lock()
+	p.rtt.est.add(rtt)
+	t := p.rtt.est.timeout(p.f.cfg.Timeout, p.f.cfg.MaxTimeout)
+	p.rtt.Unlock()
+	p.timeout.Store(int64(t))
+}
+
+// rttEstimator is the smoothed round trip and its mean deviation (RFC
+// 6298, alpha 1/8, beta 1/4). Pure: samples are passed in.
+type rttEstimator struct {
+	srtt, rttvar time.Duration
+	n            int
+}
+
+func (e *rttEstimator) add(r time.Duration) {
+	if e.n == 0 {
+		e.srtt, e.rttvar = r, r/2
+	} else {
+		d := e.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		e.rttvar += (d - e.rttvar) / 4
+		e.srtt += (r - e.srtt) / 8
+	}
+	e.n++
+}
+
+// timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; lo before any sample.
+func (e *rttEstimator) timeout(lo, hi time.Duration) time.Duration {
+	if e.n == 0 {
+		return lo
+	}
+	return min(max(2*(e.srtt+4*e.rttvar), lo), hi)
 }
 
 // isDown reports whether the peer is backing off.
@@ -711,10 +780,20 @@ func (p *peer) send(b *batch) {
 		req.Header.Set(FromHeader, p.f.cfg.Self)
 	}
 	req.SetBodyRaw(b.body)
+	timeout := time.Duration(p.timeout.Load())
+	start := time.Now()
+	b.dl = appendDeadline(b.dl[:0], start, timeout)
+	req.Header.SetBytesV(DeadlineHeader, b.dl)
 
 	var plans []shard.Plan
-	err := p.hc.DoTimeout(req, resp, p.f.cfg.Timeout)
+	err := p.hc.DoTimeout(req, resp, timeout)
 	busy := isTimeout(err)
+	switch {
+	case err == nil:
+		p.observe(time.Since(start))
+	case busy:
+		p.observe(timeout)
+	}
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
 		msg := resp.Body()
 		if len(msg) > 200 {
