@@ -160,16 +160,15 @@ func TestForwardAuth(t *testing.T) {
 
 func TestForwardDeadPeer(t *testing.T) {
 	addr := closedAddr(t)
-	f := newForwarder(t, Config{Timeout: 50 * time.Millisecond, Backoff: time.Hour})
+	// An hour's timeout: a refused connection must fail at once, not
+	// when the timeout ends (that would hang the test, whatever the
+	// machine's load: a bound on the elapsed time is a wall-clock
+	// threshold that a stalled, loaded machine can pass).
+	f := newForwarder(t, Config{Timeout: time.Hour, Backoff: time.Hour})
 	it := Item{Op: OpCheck, Rule: "r", Key: "k", Hits: 1}
-	start := time.Now()
 	_, err := f.Forward(context.Background(), addr, it)
 	if !isUnavailable(err) || isBusy(err) {
 		t.Fatalf("error %v, want ErrPeerUnavailable, not ErrPeerBusy (a refused connection: nobody decides)", err)
-	}
-	// A hang check, not a timing test: the bound is 20 timeouts.
-	if el := time.Since(start); el > 20*DefaultConfig().Timeout {
-		t.Errorf("a refused connection took %s", el)
 	}
 	if st := f.Stats(); st.Failures != 1 || st.Failed != 1 || st.FastFails != 0 {
 		t.Errorf("stats %+v after one failed request", st)
