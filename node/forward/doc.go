@@ -54,8 +54,8 @@
 // under overload lost 5–10% of a saturated key's limit. Counted in
 // sluice_forward_rejected_requests_total{reason="late"} and
 // sluice_forward_late_refunded_items_total. And the sender keeps waiting
-// for a reply after its callers had the timeout (up to 5 × MaxTimeout, at
-// least a second, holding that connection): when a late reply comes, it
+// for a reply after its callers had the timeout (a second more, holding
+// that connection): when a late reply comes, it
 // sends the owner a refund of every check the owner allowed in it (the
 // callers shed them), counted in the same metric. A reply later than that
 // still loses the batch's tokens (errs towards admitting less).

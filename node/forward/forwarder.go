@@ -352,8 +352,9 @@ func busyCtxErr(addr string, err error) error {
 }
 
 // RemovePeer stops the peer's goroutines (waiting for requests in flight,
-// at most 5 × MaxTimeout and one refund, while a late reply may come) and fails the calls still queued with
-// ErrPeerUnavailable. A later Forward to addr starts it afresh.
+// at most the timeout plus a second for a late reply, and one refund) and
+// fails the calls still queued with ErrPeerUnavailable. A later Forward to
+// addr starts it afresh.
 func (f *Forwarder) RemovePeer(addr string) {
 	f.mu.Lock()
 	old := *f.peers.Load()
@@ -776,7 +777,7 @@ func (p *peer) send(b *batch) {
 	var plans []shard.Plan
 	var err error
 	var busy bool
-	b.results, plans, busy, err = p.do(b, b.body, b.n, start, timeout, p.lateLimit())
+	b.results, plans, busy, err = p.do(b, b.body, b.n, start, timeout, timeout+lateWait)
 	if !timer.Stop() {
 		<-fired
 	}
@@ -819,9 +820,9 @@ func (p *peer) send(b *batch) {
 	}
 }
 
-// lateLimit is how long a request waits for a late reply (to refund what
-// it allowed): 5 × MaxTimeout, at least a second.
-func (p *peer) lateLimit() time.Duration { return max(5*p.f.cfg.MaxTimeout, time.Second) }
+// lateWait is how long a request keeps waiting for a reply after its
+// callers had the timeout, to refund what a late reply allowed.
+const lateWait = time.Second
 
 // fail marks the peer down (busy or not) and fails b's callers with err.
 // b stays the caller's.
