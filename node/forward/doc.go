@@ -53,9 +53,12 @@
 // either way: deciding it spent tokens for answers nobody read, which
 // under overload lost 5–10% of a saturated key's limit. Counted in
 // sluice_forward_rejected_requests_total{reason="late"} and
-// sluice_forward_late_refunded_items_total. A sender whose reply arrives
-// just after its timeout (the reply's own trip) still loses that batch's
-// tokens.
+// sluice_forward_late_refunded_items_total. And the sender keeps waiting
+// for a reply after its callers had the timeout (a second more, holding
+// that connection): when a late reply comes, it
+// sends the owner a refund of every check the owner allowed in it (the
+// callers shed them), counted in the same metric. A reply later than that
+// still loses the batch's tokens (errs towards admitting less).
 //
 // # Wire format (version 1)
 //

@@ -352,8 +352,9 @@ func busyCtxErr(addr string, err error) error {
 }
 
 // RemovePeer stops the peer's goroutines (waiting for requests in flight,
-// at most Timeout) and fails the calls still queued with
-// ErrPeerUnavailable. A later Forward to addr starts it afresh.
+// at most the timeout plus a second for a late reply, and one refund) and
+// fails the calls still queued with ErrPeerUnavailable. A later Forward to
+// addr starts it afresh.
 func (f *Forwarder) RemovePeer(addr string) {
 	f.mu.Lock()
 	old := *f.peers.Load()
@@ -749,7 +750,11 @@ func (p *peer) putBatch(b *batch) {
 }
 
 // send is one request: it sends b, fans the results out and releases its
-// slot.
+// slot. The callers wait for the peer's current timeout; the request
+// itself waits up to lateLimit, so that when the owner's reply comes after
+// the callers were failed (and shed their checks), what it allowed is
+// refunded to it: the owner decided a batch nobody read, and without the
+// refund those tokens were spent for nothing.
 func (p *peer) send(b *batch) {
 	defer p.wg.Done()
 	defer func() { <-p.sem }()
@@ -758,78 +763,43 @@ func (p *peer) send(b *batch) {
 	for _, w := range b.ws {
 		b.body = append(b.body, w.enc...)
 	}
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	if p.f.cfg.TLS != nil {
-		req.SetRequestURI("https://" + p.addr + Path) // the scheme must match the HostClient's
-	} else {
-		req.SetRequestURI(Path)
-		req.Header.SetHost(p.addr)
-	}
-	req.Header.SetContentType(ContentType)
-	var nonce [NonceLen]byte
-	if p.f.sig != nil {
-		nonce = newNonce()
-		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, time.Now().UnixMilli(), &nonce, b.body)
-		req.Header.SetBytesV(AuthHeader, b.auth)
-	}
-	if p.f.cfg.Self != "" {
-		req.Header.Set(FromHeader, p.f.cfg.Self)
-	}
-	req.SetBodyRaw(b.body)
 	timeout := time.Duration(p.timeout.Load())
 	start := time.Now()
-	b.dl = appendDeadline(b.dl[:0], start, timeout)
-	req.Header.SetBytesV(DeadlineHeader, b.dl)
-
+	var finished atomic.Bool // the callers have their answer
+	fired := make(chan struct{})
+	timer := time.AfterFunc(timeout, func() {
+		defer close(fired)
+		if finished.CompareAndSwap(false, true) {
+			p.observe(timeout)
+			p.fail(b, true, fmt.Errorf("no answer within %s", timeout))
+		}
+	})
 	var plans []shard.Plan
-	err := p.hc.DoTimeout(req, resp, timeout)
-	busy := isTimeout(err)
-	switch {
-	case err == nil:
-		p.observe(time.Since(start))
-	case busy:
-		p.observe(timeout)
+	var err error
+	var busy bool
+	b.results, plans, busy, err = p.do(b, b.body, b.n, start, timeout, timeout+lateWait)
+	if !timer.Stop() {
+		<-fired
 	}
-	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
-		msg := resp.Body()
-		if len(msg) > 200 {
-			msg = msg[:200]
+	if !finished.CompareAndSwap(false, true) {
+		// The callers were failed at the timeout (the callback finished
+		// them and counted the failure).
+		if err == nil {
+			p.refundLate(b)
 		}
-		code := resp.StatusCode()
-		busy = code == fasthttp.StatusServiceUnavailable || code == fasthttp.StatusTooManyRequests
-		err = fmt.Errorf("status %d: %s", code, msg)
-	}
-	if err == nil && p.f.sig != nil {
-		err = p.f.sig.verifyReply(resp.Header.Peek(ReplyAuthHeader), &nonce, resp.Body())
-	}
-	if err == nil {
-		b.results, plans, err = DecodeReply(b.results, nil, resp.Body())
-		if err == nil && len(b.results) != b.n {
-			err = fmt.Errorf("%d results for %d items", len(b.results), b.n)
-		}
-	}
-	req.SetBodyRaw(nil)
-	if err != nil {
-		p.busy.Store(busy)
-		p.down.Store(time.Now().Add(p.f.cfg.Backoff).UnixNano())
-		p.f.stats.failures.Add(1)
-		p.met.failures.Inc()
-		p.f.stats.failed.Add(uint64(b.n))
-		p.met.unavailable.Add(b.n)
-		e := fmt.Errorf("%w: %s: %v", ErrPeerUnavailable, p.addr, err)
-		if busy {
-			e = fmt.Errorf("%w: %w: %s: %v", ErrPeerUnavailable, ErrPeerBusy, p.addr, err)
-		}
-		for _, w := range b.ws {
-			w.finish(e)
-		}
+		clear(b.results)
 		p.putBatch(b)
 		return
 	}
+	if err != nil {
+		if busy {
+			p.observe(timeout)
+		}
+		p.fail(b, busy, err)
+		p.putBatch(b)
+		return
+	}
+	p.observe(time.Since(start))
 	if p.down.Load() != 0 {
 		p.down.Store(0)
 	}
@@ -848,6 +818,115 @@ func (p *peer) send(b *batch) {
 	if len(plans) > 0 && p.f.cfg.OnPlans != nil {
 		p.f.cfg.OnPlans(plans)
 	}
+}
+
+// lateWait is how long a request keeps waiting for a reply after its
+// callers had the timeout, to refund what a late reply allowed.
+const lateWait = time.Second
+
+// fail marks the peer down (busy or not) and fails b's callers with err.
+// b stays the caller's.
+func (p *peer) fail(b *batch, busy bool, err error) {
+	p.busy.Store(busy)
+	p.down.Store(time.Now().Add(p.f.cfg.Backoff).UnixNano())
+	p.f.stats.failures.Add(1)
+	p.met.failures.Inc()
+	p.f.stats.failed.Add(uint64(b.n))
+	p.met.unavailable.Add(b.n)
+	e := fmt.Errorf("%w: %s: %v", ErrPeerUnavailable, p.addr, err)
+	if busy {
+		e = fmt.Errorf("%w: %w: %s: %v", ErrPeerUnavailable, ErrPeerBusy, p.addr, err)
+	}
+	for _, w := range b.ws {
+		w.finish(e)
+	}
+}
+
+// do sends body (a batch of n items) and returns the owner's results
+// (decoded into b's buffer... passed as results) and plans. sent and budget
+// are what DeadlineHeader says (when the callers' wait began, and how long
+// it is); limit bounds the request. busy reports a failure that says the
+// owner is up but overloaded (see ErrPeerBusy).
+func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit time.Duration) (results []Result, plans []shard.Plan, busy bool, err error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	if p.f.cfg.TLS != nil {
+		req.SetRequestURI("https://" + p.addr + Path) // the scheme must match the HostClient's
+	} else {
+		req.SetRequestURI(Path)
+		req.Header.SetHost(p.addr)
+	}
+	req.Header.SetContentType(ContentType)
+	var nonce [NonceLen]byte
+	if p.f.sig != nil {
+		nonce = newNonce()
+		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, time.Now().UnixMilli(), &nonce, body)
+		req.Header.SetBytesV(AuthHeader, b.auth)
+	}
+	if p.f.cfg.Self != "" {
+		req.Header.Set(FromHeader, p.f.cfg.Self)
+	}
+	b.dl = appendDeadline(b.dl[:0], sent, budget)
+	req.Header.SetBytesV(DeadlineHeader, b.dl)
+	req.SetBodyRaw(body)
+	defer req.SetBodyRaw(nil)
+
+	err = p.hc.DoTimeout(req, resp, limit)
+	busy = isTimeout(err)
+	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
+		msg := resp.Body()
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+		code := resp.StatusCode()
+		busy = code == fasthttp.StatusServiceUnavailable || code == fasthttp.StatusTooManyRequests
+		err = fmt.Errorf("status %d: %s", code, msg)
+	}
+	if err == nil && p.f.sig != nil {
+		err = p.f.sig.verifyReply(resp.Header.Peek(ReplyAuthHeader), &nonce, resp.Body())
+	}
+	if err == nil {
+		results, plans, err = DecodeReply(b.results, nil, resp.Body())
+		if err == nil && len(results) != n {
+			err = fmt.Errorf("%d results for %d items", len(results), n)
+		}
+	}
+	return results, plans, busy, err
+}
+
+// refundLate sends the owner refunds of the checks of b that it allowed
+// (b.results) after b's callers were failed: they shed those checks, so
+// the hits the owner charged go back. A refund that fails is lost (errs
+// towards admitting less).
+func (p *peer) refundLate(b *batch) {
+	items, err := decodeBatch(nil, b.body, false)
+	if err != nil || len(items) != len(b.results) {
+		return
+	}
+	var refunds []Item
+	for i := range items {
+		it, r := &items[i], &b.results[i]
+		if it.Op == OpCheck && it.Hits > 0 && r.Allowed && !r.Degraded && r.Error == "" {
+			refunds = append(refunds, Item{Op: OpRefund, Rule: it.Rule, Key: it.Key, Hits: it.Hits})
+		}
+	}
+	if len(refunds) == 0 {
+		return
+	}
+	body, err := AppendBatch(nil, refunds)
+	if err != nil {
+		return
+	}
+	saved := b.results
+	b.results = nil // do decodes into it: keep the batch's
+	now := time.Now()
+	if _, _, _, err := p.do(b, body, len(refunds), now, p.f.cfg.MaxTimeout, p.f.cfg.MaxTimeout); err == nil {
+		lateRefunds.Add(len(refunds))
+	}
+	b.results = saved
 }
 
 // isTimeout reports whether err is a timeout: of the request, or of the

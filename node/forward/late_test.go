@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +149,52 @@ func TestHandlerRefundsBatchesDecidedLate(t *testing.T) {
 	}
 	if strings.Join(refunds, ",") != "k1,k2,k3" {
 		t.Errorf("refunded %v, want the 3 allowed checks", refunds)
+	}
+}
+
+// refundSignal decides like echoDecider and sends every refund it gets.
+type refundSignal struct {
+	echoDecider
+	refunds chan Item
+}
+
+func (d *refundSignal) DecideBatch(items []Item, results []Result) []shard.Plan {
+	d.echoDecider.DecideBatch(items, results)
+	for _, it := range items {
+		if it.Op == OpRefund {
+			d.refunds <- Item{Op: it.Op, Rule: strings.Clone(it.Rule), Key: strings.Clone(it.Key), Hits: it.Hits}
+		}
+	}
+	return nil
+}
+
+// TestForwardRefundsLateReplies: when the owner's reply comes after the
+// callers were failed at the timeout (they shed the checks), the sender
+// gives back what the owner allowed: a refund of each allowed check. Before,
+// those tokens were spent for answers nobody read. No timing: the owner
+// answers only once the caller has had its error.
+func TestForwardRefundsLateReplies(t *testing.T) {
+	d := &refundSignal{refunds: make(chan Item, 4)}
+	h := NewHandler(HandlerConfig{}, d)
+	release := make(chan struct{})
+	s := startServer(t, func(ctx *fasthttp.RequestCtx) {
+		if bytes.Contains(ctx.PostBody(), []byte("late")) {
+			<-release
+		}
+		h(ctx)
+	})
+	f := newForwarder(t, Config{Timeout: 20 * time.Millisecond, Backoff: time.Millisecond})
+	_, err := f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: "late", Hits: 2})
+	close(release)
+	if !isBusy(err) {
+		t.Fatalf("error %v, want ErrPeerBusy (the owner answers late)", err)
+	}
+	select {
+	case r := <-d.refunds:
+		if r.Key != "late" || r.Hits != 2 {
+			t.Errorf("refund %+v, want 2 hits of key late", r)
+		}
+	case <-time.After(10 * time.Second): // a hang bound, not a timing
+		t.Fatal("the late reply's allowed check was not refunded")
 	}
 }
