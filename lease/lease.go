@@ -86,9 +86,9 @@
 //     spends late also spend their refill). Every call of h with a running
 //     loan settles it: a grant of g sets lent_h = run + g, a call that
 //     grants nothing lent_h = run + late (h may still refund those); both
-//     set exp_h = max(exp_h, now + TTL) and last_h = now − idle and write
-//     the level (TAT) the call saw, so that the credit holds whatever later
-//     calls say. For the windows a grant sets lent_h = min(lent_h, held) +
+//     set exp_h = max(exp_h, now + TTL) and last_h = now − idle, and the
+//     parts they settle become ended loans (below), so that their credit
+//     holds whatever later calls say. For the windows a grant sets lent_h = min(lent_h, held) +
 //     g and a call that grants nothing leaves the loan. Grant.Lent reports
 //     lent_h after the call.
 //   - token_bucket: the refill never passes capacity − Σ lent_h: at every
@@ -150,15 +150,15 @@
 // did meanwhile, unless the key had more than 3 ended loans still capping
 // it: the oldest one's cap, applied to the stored level for good, counts
 // the tokens lent at its time as spent then (at most those, until the
-// bucket is full again); or (c) the Store
-// denied the key: until its Wait plus at most Config.Horizon, a check
-// whose hits the projection covers still waits for a batch
+// bucket is full again); or (c) the Store denied the key: until its Wait
+// plus at most Config.Horizon, a check whose hits the projection covers
+// still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
 // that a saturated key costs a Store call per batch, not per token; or
 // (d) it is a check whose hits were refunded after a later lease call of
-// the same Manager that was granted tokens (or, for the windows, any
-// later call) reported them spent: Refund puts back at most what the
-// Store lends the Manager (at most the refunded hits).
+// the same Manager that was granted tokens reported them spent: Refund
+// puts back at most what the Store lends the Manager (at most the
+// refunded hits).
 //
 // A crash costs the crashed holder's lent tokens: they count as spent at
 // exp_h (at most TTL after its last call; Config.LeaseTTL, 1 minute by

@@ -244,17 +244,27 @@ func (ls loans) retire(t int64) loans {
 
 // trim drops the ended loans (no Holder) that no longer cap anything at
 // t, oldest first (the smaller first among equal times, so that the order
-// of ls does not matter): binding(l, A(E)) false, so that they never will (the
-// stored level refills past them: see the package doc); and while more than
+// of ls does not matter): binding(l, A(E)) false, so that they never will
+// (the stored level refills past them: see the package doc). It merges
+// the ended loans of the same time (they cap the same), and while more than
 // maxEnded remain, hands the oldest to bake, which applies its cap to the
 // stored level (or TAT) for good, and drops it.
 func (ls loans) trim(t int64, binding func(l Loan, a int64) bool, bake func(l Loan, a int64)) loans {
+	for i := 0; i < len(ls); i++ {
+		for j := i + 1; j < len(ls); j++ {
+			if ls[i].Holder == "" && ls[j].Holder == "" && ls[i].Expires == ls[j].Expires {
+				ls[i].Lent += ls[j].Lent
+				ls = ls.remove(j)
+				j--
+			}
+		}
+	}
 	for {
 		oldest, n := -1, 0
 		for i, l := range ls {
 			if l.Holder == "" {
 				n++
-				if o := ls[max(oldest, 0)]; oldest < 0 || l.Expires < o.Expires || (l.Expires == o.Expires && l.Lent < o.Lent) {
+				if oldest < 0 || l.Expires < ls[oldest].Expires {
 					oldest = i
 				}
 			}
@@ -271,10 +281,15 @@ func (ls loans) trim(t int64, binding func(l Loan, a int64) bool, bake func(l Lo
 		default:
 			return ls
 		}
-		ls[oldest] = ls[len(ls)-1]
-		ls[len(ls)-1] = Loan{}
-		ls = ls[:len(ls)-1]
+		ls = ls.remove(oldest)
 	}
+}
+
+// remove removes ls[i] (the last loan takes its place).
+func (ls loans) remove(i int) loans {
+	ls[i] = ls[len(ls)-1]
+	ls[len(ls)-1] = Loan{}
+	return ls[:len(ls)-1]
 }
 
 // capLevel caps a refilled level at t by the loans of a token_bucket key

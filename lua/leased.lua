@@ -216,18 +216,30 @@ end
 local max_ended = 3
 
 -- trim drops the ended loans that no longer cap anything at t, oldest
--- first (the smaller first among equal times), and while more than
+-- first; merges the ended loans of the same time; and while more than
 -- max_ended remain hands the oldest to bake and drops it. binding(l, a)
 -- and bake(l, a) get the loan and A(its expiry). Mirrors loans.trim.
 local function trim(ls, binding, bake)
+  local i = 1
+  while i <= #ls do
+    local j = i + 1
+    while j <= #ls do
+      if ls[i].id == '' and ls[j].id == '' and ls[i].exp == ls[j].exp then
+        ls[i].lent = ls[i].lent + ls[j].lent
+        ls[j] = ls[#ls]
+        ls[#ls] = nil
+      else
+        j = j + 1
+      end
+    end
+    i = i + 1
+  end
   while true do
     local oldest, n = nil, 0
-    for i, l in ipairs(ls) do
+    for k, l in ipairs(ls) do
       if l.id == '' then
         n = n + 1
-        if not oldest or l.exp < ls[oldest].exp or (l.exp == ls[oldest].exp and l.lent < ls[oldest].lent) then
-          oldest = i
-        end
+        if not oldest or l.exp < ls[oldest].exp then oldest = k end
       end
     end
     if not oldest then return ls end
