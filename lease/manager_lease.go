@@ -79,8 +79,12 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		}
 		s, owner := m.claim(b)
 		if !owner {
-			// Another check (or a prefetch) is leasing for this key: wait
-			// for it rather than stampede, within this check's budget.
+			// Another check (or a prefetch, or a return) is leasing for
+			// this key: wait for it rather than stampede, within this
+			// check's budget.
+			if slotWaitHook != nil {
+				slotWaitHook(b.key)
+			}
 			if !m.waitSlot(s, deadline) {
 				return m.failure(b, key, p, hits, errStoreSlow), nil
 			}
@@ -104,6 +108,10 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		return m.leaseSync(ctx, b, s, p, hits, now, idle), nil
 	}
 }
+
+// slotWaitHook, when set (by tests only), runs when a check finds its
+// key's slot taken and is about to wait for it.
+var slotWaitHook func(key string)
 
 var errStoreSlow = fmt.Errorf("%w: a lease in flight for the key did not finish in time", ErrStoreUnavailable)
 

@@ -55,7 +55,8 @@ type ClusterConfig struct {
 	// Forward configures the Forwarder that sends checks to their owners;
 	// its ClusterKey is set from ClusterKey. Zero fields mean
 	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
-	// timeout after which the node decides itself).
+	// timeout stretching up to 100ms on a slow owner, after which the
+	// items are shed: see the package doc, "Cluster"; sluiced sets 250ms).
 	Forward forward.Config
 	// Hot configures hot-key detection and splitting (see node/hot); its
 	// Self is set from Self, a nil Threshold reads the rules' hot
@@ -78,7 +79,10 @@ type cluster struct {
 	vnodes  int
 	fwd     *forward.Forwarder
 	timeout int64 // the Forwarder's timeout in nanoseconds
-	handler fasthttp.RequestHandler
+	// shedRetry is the retry-after of a shed item: the Forwarder's
+	// back-off, after which the owner is tried again.
+	shedRetry time.Duration
+	handler   fasthttp.RequestHandler
 
 	// membership, once set by SetMembership, answers Ready and View.
 	membership atomic.Pointer[membershipBox]
@@ -123,9 +127,11 @@ func (r *routes) peerFor(ckey, self string) string {
 // clusterMetrics count where routed items were decided.
 type clusterMetrics struct {
 	// forwarded: items answered by their owner; fallback: items this node
-	// decided because their owner did not answer (or did not know the
-	// rule); local: items this node owns; refunds: refunds sent to owners.
-	forwarded, fallback, local, refunds *metrics.Counter
+	// decided because their owner could not be reached (or did not know
+	// the rule); shed: items answered 503 because their owner, alive, did
+	// not answer in time; local: items this node owns; refunds: refunds
+	// sent to owners.
+	forwarded, fallback, shed, local, refunds *metrics.Counter
 	// served: checks peers forwarded that this node decided.
 	served *metrics.Counter
 	// handoffs: completed handoff passes (returns of moved keys).
@@ -169,16 +175,21 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	if timeout <= 0 {
 		timeout = forward.DefaultConfig().Timeout
 	}
+	shedRetry := fcfg.Backoff
+	if shedRetry <= 0 {
+		shedRetry = forward.DefaultConfig().Backoff
+	}
 	c := &cluster{
-		n:       n,
-		keyed:   len(cfg.ClusterKey) > 0,
-		peerTLS: cfg.Forward.TLS,
-		self:    cfg.Self,
-		vnodes:  cfg.Vnodes,
-		timeout: int64(timeout),
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		n:         n,
+		keyed:     len(cfg.ClusterKey) > 0,
+		peerTLS:   cfg.Forward.TLS,
+		self:      cfg.Self,
+		vnodes:    cfg.Vnodes,
+		timeout:   int64(timeout),
+		shedRetry: shedRetry,
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	if err := c.newHot(cfg); err != nil {
 		return fmt.Errorf("%w: Hot: %v", ErrClusterConfig, err)
@@ -193,6 +204,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	c.met = clusterMetrics{
 		forwarded: n.met.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),
 		fallback:  n.met.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
+		shed:      n.met.set.NewCounter(`sluice_routed_items_total{decided_by="none_shed"}`),
 		local:     n.met.set.NewCounter(`sluice_routed_items_total{decided_by="self"}`),
 		refunds:   n.met.set.NewCounter(`sluice_routed_refunds_total`),
 		served:    n.met.set.NewCounter(`sluice_routed_items_served_total`),

@@ -58,6 +58,7 @@ const (
 	decUnavailable  // the Store was down and the rule fails closed
 	decDegraded     // the Store was down; allowed by an open rule
 	decLocal        // the Store was down; allowed from node memory (a local rule)
+	decShed         // the owner, alive, did not answer in time: answered 503 (see route.go)
 	numDecisions
 )
 
@@ -68,6 +69,7 @@ var decisionNames = [numDecisions]string{
 	decUnavailable:  "unavailable",
 	decDegraded:     "degraded",
 	decLocal:        "local_fallback",
+	decShed:         "shed",
 }
 
 // nodeMetrics are one Node's metrics. They live in the Node's own

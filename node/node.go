@@ -10,8 +10,9 @@
 // # Endpoints
 //
 //   - POST /v1/check, GET /v1/check?rule=&key=&hits=: one check. 200
-//     allowed, 429 denied, 503 when a rule whose on_store_failure is closed
-//     cannot reach the Store.
+//     allowed, 429 denied, 503 (with Retry-After) when a rule whose
+//     on_store_failure is closed cannot reach the Store, or when the key's
+//     owner, alive, is overloaded (shed: see "Cluster").
 //   - POST /v1/checks: up to api.MaxBatch checks, answered in order with 200;
 //     a bad item is answered inline as {"error","field":"checks[i].x"}.
 //   - /v1/auth and /v1/auth/* (any method): forward-auth for nginx
@@ -129,12 +130,38 @@
 // ring.Owner(counter key), the key node/client routes by too. Items this
 // node owns go to its Manager; the others go to their owner through a
 // per-peer forward.Forwarder queue (flushed every 200µs or at 256 items),
-// and the owner decides them with its own rules and Manager. A peer that
-// does not answer in time, or does not know the rule, is skipped: the
-// item is decided here by leasing from the shared Store, so a dead peer
-// never becomes an error (with Redis this stays within the accuracy
-// contract; with per-node memory stores it admits up to one limit per
-// node while the owner is unreachable). A batch, or a request matching
+// and the owner decides them with its own rules and Manager.
+//
+// When a forward fails, what happens depends on whether the owner may
+// still be deciding the key (route.go, collect):
+//   - the owner is alive (membership lists it) but overloaded: the request
+//     timed out, the owner answered 503 or 429, the peer's queue is full,
+//     or the Forwarder is backing off after one of those
+//     (forward.ErrPeerBusy). The item is shed: answered 503 with
+//     Retry-After (the Forwarder's back-off, 500ms; a batch item is
+//     allowed:false with retry_after_ms, an RLS request is UNAVAILABLE),
+//     counted in sluice_checks_total{decision="shed"},
+//     sluice_routed_items_total{decided_by="none_shed"} and /v1/stats'
+//     "shed". This node does not decide it: the owner keeps deciding the
+//     key's other checks from its lease and local state, and a second
+//     decider (this node leasing from the Store, or in local mode from
+//     1/N of the limit while the Store fails too) is how overload turned
+//     into over-admission (finding 4 of issue 11: 104–155% of the limit
+//     with three nodes past saturation);
+//   - the owner cannot be deciding it: it refused the connection (its
+//     process is gone and membership has not noticed yet), membership
+//     marked it dead or left while the forward was failing, it answered
+//     something other than a valid reply (another cluster key), or it
+//     answered the item with an error (a rule it does not know yet). The
+//     item is decided here by leasing from the shared Store, so a dead
+//     peer never becomes an error (with Redis this stays within the
+//     accuracy contract; with per-node memory stores it admits up to one
+//     limit per node while the owner is unreachable), and the ring
+//     changes once membership sees the failure.
+//
+// DESIGN says "a peer that times out is skipped: the sender decides"; a
+// timeout is now shed instead (above), because a peer that times out
+// under load is still deciding. A batch, or a request matching
 // several rules, sends each peer its items in one call, all peers at
 // once, while this node decides its own; refunds of a denied request go
 // back to where the hits were charged. /v1/acquire and /v1/release are

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -20,9 +21,12 @@ import (
 // holder of its hot-key split): items this node owns are decided by its
 // Manager while each peer's items go to that peer in one ForwardMany call,
 // all peers concurrently, so a batch costs one forwarding round trip per
-// phase, not one per item. An item whose owner does not answer in time
-// (forward.ErrPeerUnavailable), or answers with an item error (a rule it
-// does not know yet), is decided here by leasing from the shared Store.
+// phase, not one per item. An item whose owner, still a member, does not
+// answer in time or says it is overloaded (forward.ErrPeerBusy) is shed
+// (answered 503, see shed); one whose owner cannot be reached (refused the
+// connection, left the ring) or answers with an item error (a rule it does
+// not know yet) is decided here by leasing from the shared Store (see the
+// package doc, "Cluster").
 // Hits charged to items of a denied request are refunded where they were
 // charged: here with Manager.Refund, at the owner with an OpRefund item.
 
@@ -98,6 +102,7 @@ func (n *Node) peer(r *routes, ckey string) string {
 func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
 	b.resetGroups()
 	b.local = b.local[:0]
+	peers := len(r.addrs) > 0 // else every item is decided here (see peer)
 	for qi := range b.Requests {
 		q := &b.Requests[qi]
 		q.remote = false
@@ -110,7 +115,7 @@ func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
 				continue
 			}
 			addr := ""
-			if !it.peek {
+			if peers && !it.peek {
 				addr = n.peer(r, it.ckey)
 			}
 			if addr == "" {
@@ -142,24 +147,34 @@ func (n *Node) phase(ctx context.Context, r *routes, b *Batch, leased bool) {
 	if len(b.groups) > 0 {
 		n.collect(b)
 	}
-	for qi := range b.Requests {
-		q := &b.Requests[qi]
-		for i := q.lo; i < q.hi && !q.denied; i++ {
-			if it := &b.Items[i]; it.Decided && !it.Decision.Allowed && !it.ri.rule.Shadow {
-				q.denied = true
-			}
-		}
-	}
+	// Each request's denied flag was set as its items were decided
+	// (Batch.noteDenied).
 }
 
-// collect records the peers' answers of a phase; the items of a peer that
-// did not answer, or answered with an item error, are decided here.
+// collect records the peers' answers of a phase. The items of a peer that
+// membership still lists as alive and that did not answer in time or said
+// it is overloaded (forward.ErrPeerBusy) are shed (see shed); those of a
+// peer that could not be reached (refused the connection, left the ring
+// meanwhile, answered an invalid reply) or that answered with an item
+// error are decided here.
 func (n *Node) collect(b *Batch) {
 	c := n.cl
+	var r *routes // loaded at the first failure
 	for gi := range b.groups {
 		g := &b.groups[gi]
+		shed := false
+		if g.err != nil && errors.Is(g.err, forward.ErrPeerBusy) {
+			if r == nil {
+				r = n.routes.Load()
+			}
+			shed = r.alive(g.addr)
+		}
 		for j, i := range g.idx {
 			res := &g.results[j]
+			if shed {
+				n.shed(b, i)
+				continue
+			}
 			if g.err != nil || res.Error != "" {
 				n.decideLocal(b, i)
 				c.met.fallback.Inc()
@@ -175,9 +190,40 @@ func (n *Node) collect(b *Batch) {
 				it.owner = g.addr
 			}
 			it.ri.checks[decisionOf(it.Decision, it.ri.rule.Shadow, it.Policy.OnFailure)].Inc()
+			b.noteDenied(it)
 			c.met.forwarded.Inc()
 		}
 	}
+}
+
+// shed answers item i as shed: denied and unavailable (503 with
+// Retry-After, as a closed rule with the Store down), retry after the
+// Forwarder's back-off. Nothing was charged here; the owner may have
+// charged it (a timed-out batch it decided late), which errs towards
+// admitting less.
+func (n *Node) shed(b *Batch, i int32) {
+	it := &b.Items[i]
+	if b.Requests[it.req].Err != nil {
+		return
+	}
+	c := n.cl
+	it.Decision = lease.Decision{Limit: it.Policy.Limit, RetryAfter: c.shedRetry, Unavailable: true}
+	it.Decided = true
+	it.charged = false
+	it.ri.checks[decShed].Inc()
+	b.noteDenied(it)
+	c.met.shed.Inc()
+}
+
+// alive reports whether addr is the HTTP address of a member of the ring:
+// membership still calls it alive.
+func (r *routes) alive(addr string) bool {
+	for _, a := range r.addrs {
+		if a == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // send forwards every group of b, each from its own goroutine unless it
@@ -209,9 +255,12 @@ func (n *Node) send(ctx context.Context, b *Batch) (wait func()) {
 
 func noWait() {}
 
-// forwardBudget bounds one phase's forwarding: the Forwarder's own timeout
-// ends every request sooner, unless a peer's queue is backed up.
-func (c *cluster) forwardBudget() time.Duration { return 2 * time.Duration(c.timeout) }
+// forwardBudget bounds one phase's forwarding: the Forwarder's own
+// (adaptive) timeout ends every request sooner, unless a peer's queue is
+// backed up.
+func (c *cluster) forwardBudget() time.Duration {
+	return c.fwd.MaxTimeout() + time.Duration(c.timeout)
+}
 
 func (c *cluster) forwardGroup(ctx context.Context, g *peerGroup) {
 	g.results = grow(g.results, len(g.items))

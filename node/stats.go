@@ -152,6 +152,9 @@ type statsRule struct {
 	Degraded     []uint64 `json:"degraded"`
 	// LocalFallback is allowed from node memory with the Store down.
 	LocalFallback []uint64 `json:"local_fallback"`
+	// Shed is answered 503 because the key's owner, alive, did not
+	// answer in time (overload; see the node package doc).
+	Shed []uint64 `json:"shed"`
 }
 
 func newStatsRule(name string, n int) statsRule {
@@ -160,6 +163,7 @@ func newStatsRule(name string, n int) statsRule {
 		Allowed: make([]uint64, n), Denied: make([]uint64, n),
 		ShadowDenied: make([]uint64, n), Unavailable: make([]uint64, n),
 		Degraded: make([]uint64, n), LocalFallback: make([]uint64, n),
+		Shed: make([]uint64, n),
 	}
 }
 
@@ -176,6 +180,8 @@ func (s *statsRule) row(d int) []uint64 {
 		return s.Unavailable
 	case decLocal:
 		return s.LocalFallback
+	case decShed:
+		return s.Shed
 	}
 	return s.Degraded
 }

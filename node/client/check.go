@@ -117,6 +117,12 @@ func (c *Client) send(ctx context.Context, v *view, first *node, path string, cl
 		}
 		c.markDown(n)
 		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+		if !notSent(err) {
+			// The node may have read the request and decided it (a
+			// timeout, a connection lost mid-exchange): sending it to
+			// another node would charge it twice.
+			return nil, fmt.Errorf("cannot send to %s (not sent again: it may have been decided): %w", n.addr, err)
+		}
 		cl.skip = append(cl.skip, n)
 		n = nil
 	}
@@ -124,6 +130,19 @@ func (c *Client) send(ctx context.Context, v *view, first *node, path string, cl
 		return nil, ErrNoNodes
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNoNodes, errors.Join(errs...))
+}
+
+// notSent reports whether err says the request never reached the node:
+// the connection could not be made (refused, unreachable, dial timeout).
+// Only such a request is sent to another node. (fasthttp itself resends,
+// once, a request whose kept-alive connection the node had closed: see
+// retryIfErr.)
+func notSent(err error) bool {
+	if errors.Is(err, fasthttp.ErrDialTimeout) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 func isTimeout(err error) bool {

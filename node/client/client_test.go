@@ -273,11 +273,54 @@ func TestHungNodeTimesOut(t *testing.T) {
 			break
 		}
 	}
+	// The hung owner may have read the check: it is not sent again
+	// elsewhere (it would be charged twice), the timeout is the answer.
+	if res, err := c.Check(testCtx(t), "per-key", k, 1); err == nil {
+		t.Fatalf("Check with a hung owner: %+v, want the timeout", res)
+	}
+	if keys, _ := takeAll(tc); len(keys["node-a"])+len(keys["node-b"]) != 0 {
+		t.Errorf("the timed-out check was sent again: %v", keys)
+	}
+	// The owner is marked down: its keys go to the other nodes.
 	for range 3 {
 		res, err := c.Check(testCtx(t), "per-key", k, 1)
 		if err != nil || !res.Allowed {
-			t.Fatalf("Check with a hung owner: %+v, %v", res, err)
+			t.Fatalf("Check with a hung owner marked down: %+v, %v", res, err)
 		}
+	}
+}
+
+// TestTimedOutCheckChargedOnce: a node that answers after the client's
+// timeout may still decide (charge) the check, so the client returns the
+// timeout instead of sending the check to another node, which would charge
+// it a second time. Fails before: the check reached both nodes.
+func TestTimedOutCheckChargedOnce(t *testing.T) {
+	tc := newCluster(t, "node-a", "node-b")
+	c := newClient(t, tc, func(cfg *client.Config) {
+		cfg.Timeout = 50 * time.Millisecond
+		cfg.DownBackoff = time.Hour
+	})
+	gate := make(chan struct{})
+	for _, n := range tc.nodes {
+		n.gate.Store(&gate)
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gate)
+		}
+	}
+	t.Cleanup(release)
+	takeAll(tc)
+	_, err := c.Check(testCtx(t), "per-key", "slow", 1)
+	release() // the late answer: the node decides now
+	if err == nil {
+		t.Fatal("Check answered although every node answers after the timeout")
+	}
+	keys, _ := takeAll(tc)
+	if got := len(keys["node-a"]) + len(keys["node-b"]); got != 1 {
+		t.Errorf("the check reached the nodes %d times, want once: %v", got, keys)
 	}
 }
 

@@ -19,7 +19,9 @@ type Config struct {
 	Seeds []string
 	// Timeout bounds each HTTP request (a context deadline, when sooner,
 	// wins). Zero means 100ms: a node answers in well under a millisecond,
-	// so a request still unanswered after 100ms is better sent elsewhere.
+	// so a node still silent after 100ms is marked down (later requests
+	// go elsewhere). The timed-out request itself returns its error: the
+	// node may have decided it.
 	Timeout time.Duration
 	// RefreshInterval is how often the member list is fetched again. Zero
 	// means 5s: membership changes are rare, and failures trigger an early

@@ -24,16 +24,19 @@
 // # Failures
 //
 // A node whose request fails at the transport level (refused, reset,
-// timed out) is marked down for Config.DownBackoff, the member list is
-// refreshed in the background, and the request is sent again to another
-// live node (at most Config.MaxAttempts attempts in all; when every node
-// has been tried, one is tried again), which forwards it to the owner or
-// decides it itself. A timeout of the caller's own context deadline does
-// not mark the node down. While the owner is down its keys go to
-// the other nodes, round-robin. A check that timed out may have been
-// counted by the node that timed out: a retry then charges it twice, which
-// errs on the side of under-admission, never over. An Acquire retried that
-// way may hold a slot that nobody releases until its TTL.
+// timed out) is marked down for Config.DownBackoff and the member list is
+// refreshed in the background. The request is sent again to another live
+// node (at most Config.MaxAttempts attempts in all; when every node has
+// been tried, one is tried again), which forwards it to the owner or
+// decides it itself, only when it never reached the node: the connection
+// could not be made (refused, dial timeout). A request that timed out, or
+// whose connection broke after it was written, may have been decided by
+// the node: it is not sent again (that charged a slow check twice, and an
+// Acquire could hold a slot nobody releases), and the error is returned.
+// (fasthttp resends, once, a request whose kept-alive connection the node
+// had already closed.) A timeout of the caller's own context deadline does
+// not mark the node down. While the owner is down its keys go to the other
+// nodes, round-robin.
 //
 // HTTP answers are never retried: 200 and 429 are decisions; 400 comes back
 // as a *api.FieldError naming the field (errors.Is(err, api.ErrInvalid));

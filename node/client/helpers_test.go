@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,9 @@ type testNode struct {
 	n    *node.Node
 	srv  *fasthttp.Server
 	ln   net.Listener
+	// gate, when set, holds every check request (after recording it)
+	// until it is closed: a node that answers late.
+	gate atomic.Pointer[chan struct{}]
 
 	mu struct {
 		sync.Mutex
@@ -99,6 +103,9 @@ func newCluster(t *testing.T, names ...string) *testCluster {
 		h := n.Handler()
 		tn.srv = &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 			tn.record(ctx)
+			if g := tn.gate.Load(); g != nil && string(ctx.Path()) != "/v1/members" {
+				<-*g
+			}
 			if string(ctx.Path()) == "/v1/members" {
 				tc.serveMembers(ctx)
 				return

@@ -25,12 +25,40 @@
 //
 // A peer that does not answer within [Config.Timeout] (50ms), refuses the
 // connection, or answers anything but a valid reply is skipped: every item
-// of the batch fails with [ErrPeerUnavailable] and the caller decides it
-// itself by leasing from the Store, so a dead peer never becomes an error
-// for the gateway. The peer is then marked down for [Config.Backoff]:
-// items for it fail at once, without a request, until the back-off ends
+// of the batch fails with [ErrPeerUnavailable]. Failures that say the peer
+// is up but overloaded (a timeout, 503 or 429, a full queue, the caller's
+// deadline passing while queued) wrap [ErrPeerBusy] too: the owner may
+// still decide those items, so the node sheds them (503) rather than
+// decide them a second time. The others (connection refused or reset, an
+// invalid reply) mean the owner is not deciding: the node decides the
+// items itself by leasing from the Store, so a dead peer never becomes an
+// error for the gateway. The peer is then marked down for [Config.Backoff]:
+// items for it fail at once, without a request (with the error of the
+// failure that marked it down, busy or not), until the back-off ends
 // and the next batch probes it again. Requests are never retried: a batch
 // the owner may have decided must not be charged twice.
+//
+// # Late batches
+//
+// Every request carries [DeadlineHeader]: when the sender sent it and its
+// timeout, by the sender's clock. The owner measures each request's lag
+// (how long it queued on the way: its offset, the owner's clock minus the
+// sender's timestamp, minus the smallest offset of that sender's requests
+// in the last 10–20 s, so the clocks' skew cancels out; a lag past 5 s is
+// taken as a clock step and becomes the new reference). A batch whose lag
+// already exceeds the sender's timeout is answered 503 without being
+// decided; one whose decisions end past it (lag + the time deciding) is
+// answered 503 too, and what its allowed checks charged is refunded
+// (OpRefund items given to the [Decider]). The sender sheds such a batch
+// either way: deciding it spent tokens for answers nobody read, which
+// under overload lost 5–10% of a saturated key's limit. Counted in
+// sluice_forward_rejected_requests_total{reason="late"} and
+// sluice_forward_late_refunded_items_total. And the sender keeps waiting
+// for a reply after its callers had the timeout (a second more, holding
+// that connection): when a late reply comes, it
+// sends the owner a refund of every check the owner allowed in it (the
+// callers shed them), counted in the same metric. A reply later than that
+// still loses the batch's tokens (errs towards admitting less).
 //
 // # Wire format (version 1)
 //

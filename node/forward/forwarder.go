@@ -21,6 +21,17 @@ var (
 	// refused the connection, or answered something other than a valid
 	// reply, or is backing off after such a failure); decide locally.
 	ErrPeerUnavailable = errors.New("peer unavailable")
+	// ErrPeerBusy is wrapped, together with ErrPeerUnavailable, by the
+	// failures that say the owner is up but overloaded: the request timed
+	// out (connecting included), the owner answered 503 or 429, the
+	// peer's queue is full or backed up past the caller's deadline, or
+	// the peer is backing off after such a failure. The owner may still
+	// be deciding its keys, so a caller that decided the items itself
+	// could admit them twice: it should shed them instead (node answers
+	// 503 with Retry-After). Failures without it (connection refused or
+	// reset, a peer removed, a reply that is not valid) say the owner
+	// is not deciding: the caller may decide the items itself.
+	ErrPeerBusy = errors.New("peer busy")
 	// ErrClosed means the Forwarder was closed.
 	ErrClosed = errors.New("forwarder closed")
 )
@@ -40,9 +51,19 @@ type Config struct {
 	// MaxBatch is the most items of one request; a batch that reaches it
 	// is sent at once. Zero means 256; at most MaxItems.
 	MaxBatch int
-	// Timeout bounds one request, connection included: a peer slower than
-	// that is skipped. Zero means 50ms.
+	// Timeout is the least time one request (connection included) is
+	// given before the peer is skipped. Zero means 50ms. Each peer's
+	// timeout adapts to its round trips as TCP's retransmission timeout
+	// does (RFC 6298): 2 × (srtt + 4·rttvar), between Timeout and
+	// MaxTimeout, a timed-out request counting as a round trip of the
+	// timeout it had. So a loaded owner that answers in 100ms gets the
+	// room it needs instead of timing out batch after batch: a batch
+	// that times out may still be decided by the owner, and its items,
+	// shed by the sender, are admissions lost.
 	Timeout time.Duration
+	// MaxTimeout bounds the adaptive timeout. Zero means 2 × Timeout;
+	// below Timeout means Timeout.
+	MaxTimeout time.Duration
 	// Backoff is how long a peer is considered down after a failed
 	// request: its items fail at once with ErrPeerUnavailable. Zero means
 	// 500ms.
@@ -80,8 +101,12 @@ type Config struct {
 //   - FlushInterval 200µs and MaxBatch 256 (DESIGN): at a few thousand
 //     forwarded checks per second a batch still holds several items, and
 //     200µs is small next to a gateway's own network hop.
-//   - Timeout 50ms, the Store's call timeout: a dead owner never costs a
-//     check more than a Store failure would.
+//   - Timeout 50ms, the Store's call timeout, stretching up to MaxTimeout
+//     100ms (2 × Timeout) when the peer's round trips are that slow. An
+//     owner whose Store fails waits up to the Store's longest call before
+//     it answers (in local mode): a sender whose timeout is shorter sheds
+//     checks the owner would have answered, so sluiced sets 250ms, above
+//     the Store's 4 × 50ms.
 //   - Backoff 500ms: a dead peer costs one timed-out batch per half
 //     second until memberlist removes it from the ring (a few seconds),
 //     and a peer that only paused is tried again soon.
@@ -110,6 +135,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("forward: max_batch: must be between 0 and %d, got %d", MaxItems, c.MaxBatch)
 	case c.Timeout < 0:
 		return fmt.Errorf("forward: timeout: must be ≥ 0, got %s", c.Timeout)
+	case c.MaxTimeout < 0:
+		return fmt.Errorf("forward: max_timeout: must be ≥ 0, got %s", c.MaxTimeout)
 	case c.Backoff < 0:
 		return fmt.Errorf("forward: backoff: must be ≥ 0, got %s", c.Backoff)
 	case c.MaxConnsPerPeer < 0:
@@ -134,6 +161,10 @@ func (c *Config) fill() {
 	if c.Timeout <= 0 {
 		c.Timeout = d.Timeout
 	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 2 * c.Timeout
+	}
+	c.MaxTimeout = max(c.MaxTimeout, c.Timeout)
 	if c.Backoff <= 0 {
 		c.Backoff = d.Backoff
 	}
@@ -188,6 +219,11 @@ func New(cfg Config) *Forwarder {
 	return f
 }
 
+// MaxTimeout is the longest a request may wait for its peer's answer
+// (Config.MaxTimeout after defaults): callers bounding a forward by a
+// deadline should leave at least that much.
+func (f *Forwarder) MaxTimeout() time.Duration { return f.cfg.MaxTimeout }
+
 // Stats returns the Forwarder's counters.
 func (f *Forwarder) Stats() Stats {
 	return Stats{
@@ -232,7 +268,7 @@ func (f *Forwarder) Forward(ctx context.Context, addr string, it Item) (Result, 
 	case <-ctx.Done():
 		// w stays with the peer, which will answer it into the void: it
 		// is not reused.
-		return Result{}, fmt.Errorf("cannot forward to %s: %w", addr, ctx.Err())
+		return Result{}, busyCtxErr(addr, ctx.Err())
 	}
 }
 
@@ -294,7 +330,7 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 				w.err = nil
 				f.waiters.Put(w)
 			}
-			return fmt.Errorf("cannot forward to %s: %w", addr, ctx.Err())
+			return busyCtxErr(addr, ctx.Err())
 		}
 	}
 	off := 0
@@ -310,9 +346,17 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 	return firstErr
 }
 
+// busyCtxErr is the error of a call whose context ended while its items
+// were queued or in flight: the owner is backed up (or still deciding
+// them), so they are shed, not decided by the caller.
+func busyCtxErr(addr string, err error) error {
+	return fmt.Errorf("%w: %w: %s: still queued or in flight when the caller's deadline passed: %w", ErrPeerUnavailable, ErrPeerBusy, addr, err)
+}
+
 // RemovePeer stops the peer's goroutines (waiting for requests in flight,
-// at most Timeout) and fails the calls still queued with
-// ErrPeerUnavailable. A later Forward to addr starts it afresh.
+// at most the timeout plus a second for a late reply, and one refund) and
+// fails the calls still queued with ErrPeerUnavailable. A later Forward to
+// addr starts it afresh.
 func (f *Forwarder) RemovePeer(addr string) {
 	f.mu.Lock()
 	old := *f.peers.Load()
@@ -400,6 +444,7 @@ type batch struct {
 	n       int
 	body    []byte
 	auth    []byte // the AuthHeader value
+	dl      []byte // the DeadlineHeader value
 	results []Result
 }
 
@@ -410,16 +455,25 @@ func (b *batch) add(w *waiter) {
 
 // peer is one owner: its queue, collector and senders.
 type peer struct {
-	f     *Forwarder
-	addr  string
-	hc    *fasthttp.HostClient
-	q     chan *waiter
-	sem   chan struct{} // one token per request in flight
-	stop  chan struct{}
-	wg    sync.WaitGroup // the collector and the senders
-	down  atomic.Int64   // Unix nanoseconds until which the peer is down; 0: up
-	met   peerMetrics
-	errDn error // the error of items failed while down
+	f    *Forwarder
+	addr string
+	hc   *fasthttp.HostClient
+	q    chan *waiter
+	sem  chan struct{} // one token per request in flight
+	stop chan struct{}
+	wg   sync.WaitGroup // the collector and the senders
+	down atomic.Int64   // Unix nanoseconds until which the peer is down; 0: up
+	busy atomic.Bool    // the failure that marked it down said busy (ErrPeerBusy)
+	// timeout is the current request timeout in nanoseconds, from rtt.
+	timeout atomic.Int64
+	rtt     struct {
+		sync.Mutex
+		est rttEstimator
+	}
+	met peerMetrics
+	// errDn and errBusy are the errors of items failed while down, after
+	// a failure without and with ErrPeerBusy.
+	errDn, errBusy error
 
 	mu struct {
 		sync.Mutex
@@ -438,6 +492,8 @@ func (f *Forwarder) newPeer(addr string) *peer {
 		met:  newPeerMetrics(addr),
 		errDn: fmt.Errorf("%w: %s is down (backing off after a failure)",
 			ErrPeerUnavailable, addr),
+		errBusy: fmt.Errorf("%w: %w: %s is backing off after a timeout or an overload answer",
+			ErrPeerUnavailable, ErrPeerBusy, addr),
 		hc: &fasthttp.HostClient{
 			Addr:     addr,
 			Name:     "sluice-forward",
@@ -456,9 +512,48 @@ func (f *Forwarder) newPeer(addr string) *peer {
 			DisableHeaderNamesNormalizing: true,
 		},
 	}
+	p.timeout.Store(int64(timeout))
 	p.wg.Add(1)
 	go p.collect()
 	return p
+}
+
+// observe adds a round trip to the peer's estimate and sets its timeout.
+func (p *peer) observe(rtt time.Duration) {
+	p.rtt.Lock()
+	p.rtt.est.add(rtt)
+	t := p.rtt.est.timeout(p.f.cfg.Timeout, p.f.cfg.MaxTimeout)
+	p.rtt.Unlock()
+	p.timeout.Store(int64(t))
+}
+
+// rttEstimator is the smoothed round trip and its mean deviation (RFC
+// 6298, alpha 1/8, beta 1/4). Pure: samples are passed in.
+type rttEstimator struct {
+	srtt, rttvar time.Duration
+	n            int
+}
+
+func (e *rttEstimator) add(r time.Duration) {
+	if e.n == 0 {
+		e.srtt, e.rttvar = r, r/2
+	} else {
+		d := e.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		e.rttvar += (d - e.rttvar) / 4
+		e.srtt += (r - e.srtt) / 8
+	}
+	e.n++
+}
+
+// timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; lo before any sample.
+func (e *rttEstimator) timeout(lo, hi time.Duration) time.Duration {
+	if e.n == 0 {
+		return lo
+	}
+	return min(max(2*(e.srtt+4*e.rttvar), lo), hi)
 }
 
 // isDown reports whether the peer is backing off.
@@ -478,7 +573,7 @@ func (p *peer) isDown() bool {
 func (p *peer) enqueue(w *waiter) error {
 	if p.isDown() {
 		p.fastFail(w.n)
-		return p.errDn
+		return p.downErr()
 	}
 	p.mu.Lock()
 	if p.mu.closed {
@@ -493,7 +588,7 @@ func (p *peer) enqueue(w *waiter) error {
 	default:
 		p.mu.Unlock()
 		p.fastFail(w.n)
-		return fmt.Errorf("%w: %s: queue full", ErrPeerUnavailable, p.addr)
+		return fmt.Errorf("%w: %w: %s: queue full", ErrPeerUnavailable, ErrPeerBusy, p.addr)
 	}
 }
 
@@ -609,7 +704,16 @@ func (p *peer) stopErr() error {
 // failFast fails w without a request: the peer is down.
 func (p *peer) failFast(w *waiter) {
 	p.fastFail(w.n)
-	w.finish(p.errDn)
+	w.finish(p.downErr())
+}
+
+// downErr is the error of an item failed while the peer is down: busy if
+// the failure that marked it down was.
+func (p *peer) downErr() error {
+	if p.busy.Load() {
+		return p.errBusy
+	}
+	return p.errDn
 }
 
 // drain fails pending and every queued waiter after stop. Enqueues have
@@ -648,7 +752,11 @@ func (p *peer) putBatch(b *batch) {
 }
 
 // send is one request: it sends b, fans the results out and releases its
-// slot.
+// slot. The callers wait for the peer's current timeout; the request
+// itself waits up to lateLimit, so that when the owner's reply comes after
+// the callers were failed (and shed their checks), what it allowed is
+// refunded to it: the owner decided a batch nobody read, and without the
+// refund those tokens were spent for nothing.
 func (p *peer) send(b *batch) {
 	defer p.wg.Done()
 	defer func() { <-p.sem }()
@@ -657,61 +765,43 @@ func (p *peer) send(b *batch) {
 	for _, w := range b.ws {
 		b.body = append(b.body, w.enc...)
 	}
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	if p.f.cfg.TLS != nil {
-		req.SetRequestURI("https://" + p.addr + Path) // the scheme must match the HostClient's
-	} else {
-		req.SetRequestURI(Path)
-		req.Header.SetHost(p.addr)
-	}
-	req.Header.SetContentType(ContentType)
-	var nonce [NonceLen]byte
-	if p.f.sig != nil {
-		nonce = newNonce()
-		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, time.Now().UnixMilli(), &nonce, b.body)
-		req.Header.SetBytesV(AuthHeader, b.auth)
-	}
-	if p.f.cfg.Self != "" {
-		req.Header.Set(FromHeader, p.f.cfg.Self)
-	}
-	req.SetBodyRaw(b.body)
-
+	timeout := time.Duration(p.timeout.Load())
+	start := time.Now()
+	var finished atomic.Bool // the callers have their answer
+	fired := make(chan struct{})
+	timer := time.AfterFunc(timeout, func() {
+		defer close(fired)
+		if finished.CompareAndSwap(false, true) {
+			p.observe(timeout)
+			p.fail(b, true, fmt.Errorf("no answer within %s", timeout))
+		}
+	})
 	var plans []shard.Plan
-	err := p.hc.DoTimeout(req, resp, p.f.cfg.Timeout)
-	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
-		msg := resp.Body()
-		if len(msg) > 200 {
-			msg = msg[:200]
-		}
-		err = fmt.Errorf("status %d: %s", resp.StatusCode(), msg)
+	var err error
+	var busy bool
+	b.results, plans, busy, err = p.do(b, b.body, b.n, start, timeout, timeout+lateWait)
+	if !timer.Stop() {
+		<-fired
 	}
-	if err == nil && p.f.sig != nil {
-		err = p.f.sig.verifyReply(resp.Header.Peek(ReplyAuthHeader), &nonce, resp.Body())
-	}
-	if err == nil {
-		b.results, plans, err = DecodeReply(b.results, nil, resp.Body())
-		if err == nil && len(b.results) != b.n {
-			err = fmt.Errorf("%d results for %d items", len(b.results), b.n)
+	if !finished.CompareAndSwap(false, true) {
+		// The callers were failed at the timeout (the callback finished
+		// them and counted the failure).
+		if err == nil {
+			p.refundLate(b)
 		}
-	}
-	req.SetBodyRaw(nil)
-	if err != nil {
-		p.down.Store(time.Now().Add(p.f.cfg.Backoff).UnixNano())
-		p.f.stats.failures.Add(1)
-		p.met.failures.Inc()
-		p.f.stats.failed.Add(uint64(b.n))
-		p.met.unavailable.Add(b.n)
-		e := fmt.Errorf("%w: %s: %v", ErrPeerUnavailable, p.addr, err)
-		for _, w := range b.ws {
-			w.finish(e)
-		}
+		clear(b.results)
 		p.putBatch(b)
 		return
 	}
+	if err != nil {
+		if busy {
+			p.observe(timeout)
+		}
+		p.fail(b, busy, err)
+		p.putBatch(b)
+		return
+	}
+	p.observe(time.Since(start))
 	if p.down.Load() != 0 {
 		p.down.Store(0)
 	}
@@ -730,4 +820,127 @@ func (p *peer) send(b *batch) {
 	if len(plans) > 0 && p.f.cfg.OnPlans != nil {
 		p.f.cfg.OnPlans(plans)
 	}
+}
+
+// lateWait is how long a request keeps waiting for a reply after its
+// callers had the timeout, to refund what a late reply allowed.
+const lateWait = time.Second
+
+// fail marks the peer down (busy or not) and fails b's callers with err.
+// b stays the caller's.
+func (p *peer) fail(b *batch, busy bool, err error) {
+	p.busy.Store(busy)
+	p.down.Store(time.Now().Add(p.f.cfg.Backoff).UnixNano())
+	p.f.stats.failures.Add(1)
+	p.met.failures.Inc()
+	p.f.stats.failed.Add(uint64(b.n))
+	p.met.unavailable.Add(b.n)
+	e := fmt.Errorf("%w: %s: %v", ErrPeerUnavailable, p.addr, err)
+	if busy {
+		e = fmt.Errorf("%w: %w: %s: %v", ErrPeerUnavailable, ErrPeerBusy, p.addr, err)
+	}
+	for _, w := range b.ws {
+		w.finish(e)
+	}
+}
+
+// do sends body (a batch of n items) and returns the owner's results
+// (decoded into b's buffer... passed as results) and plans. sent and budget
+// are what DeadlineHeader says (when the callers' wait began, and how long
+// it is); limit bounds the request. busy reports a failure that says the
+// owner is up but overloaded (see ErrPeerBusy).
+func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit time.Duration) (results []Result, plans []shard.Plan, busy bool, err error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	if p.f.cfg.TLS != nil {
+		req.SetRequestURI("https://" + p.addr + Path) // the scheme must match the HostClient's
+	} else {
+		req.SetRequestURI(Path)
+		req.Header.SetHost(p.addr)
+	}
+	req.Header.SetContentType(ContentType)
+	var nonce [NonceLen]byte
+	if p.f.sig != nil {
+		nonce = newNonce()
+		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, time.Now().UnixMilli(), &nonce, body)
+		req.Header.SetBytesV(AuthHeader, b.auth)
+	}
+	if p.f.cfg.Self != "" {
+		req.Header.Set(FromHeader, p.f.cfg.Self)
+	}
+	b.dl = appendDeadline(b.dl[:0], sent, budget)
+	req.Header.SetBytesV(DeadlineHeader, b.dl)
+	req.SetBodyRaw(body)
+	defer req.SetBodyRaw(nil)
+
+	err = p.hc.DoTimeout(req, resp, limit)
+	busy = isTimeout(err)
+	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
+		msg := resp.Body()
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+		code := resp.StatusCode()
+		busy = code == fasthttp.StatusServiceUnavailable || code == fasthttp.StatusTooManyRequests
+		err = fmt.Errorf("status %d: %s", code, msg)
+	}
+	if err == nil && p.f.sig != nil {
+		err = p.f.sig.verifyReply(resp.Header.Peek(ReplyAuthHeader), &nonce, resp.Body())
+	}
+	if err == nil {
+		results, plans, err = DecodeReply(b.results, nil, resp.Body())
+		if err == nil && len(results) != n {
+			err = fmt.Errorf("%d results for %d items", len(results), n)
+		}
+	}
+	return results, plans, busy, err
+}
+
+// refundLate sends the owner refunds of the checks of b that it allowed
+// (b.results) after b's callers were failed: they shed those checks, so
+// the hits the owner charged go back. A refund that fails is lost (errs
+// towards admitting less).
+func (p *peer) refundLate(b *batch) {
+	items, err := decodeBatch(nil, b.body, false)
+	if err != nil || len(items) != len(b.results) {
+		return
+	}
+	var refunds []Item
+	for i := range items {
+		it, r := &items[i], &b.results[i]
+		if it.Op == OpCheck && it.Hits > 0 && r.Allowed && !r.Degraded && r.Error == "" {
+			refunds = append(refunds, Item{Op: OpRefund, Rule: it.Rule, Key: it.Key, Hits: it.Hits})
+		}
+	}
+	if len(refunds) == 0 {
+		return
+	}
+	body, err := AppendBatch(nil, refunds)
+	if err != nil {
+		return
+	}
+	saved := b.results
+	b.results = nil // do decodes into it: keep the batch's
+	now := time.Now()
+	if _, _, _, err := p.do(b, body, len(refunds), now, p.f.cfg.MaxTimeout, p.f.cfg.MaxTimeout); err == nil {
+		lateRefunds.Add(len(refunds))
+	}
+	b.results = saved
+}
+
+// isTimeout reports whether err is a timeout: of the request, or of the
+// connection (fasthttp.ErrDialTimeout; a listener whose accept queue is
+// full drops connections instead of refusing them).
+func isTimeout(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

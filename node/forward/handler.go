@@ -121,6 +121,7 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		maxLoans = DefaultMaxLoans
 	}
 	lent := newLoans(refundWindow, maxLoans)
+	late := newLateness()
 	var lastSkewLog atomic.Int64 // Unix nanoseconds of the last warning
 	pool := sync.Pool{New: func() any { return new(handlerState) }}
 	return func(ctx *fasthttp.RequestCtx) {
@@ -183,13 +184,38 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			clear(st.items)
 			return
 		}
-		st.results = grow(st.results, len(st.items))
-		clear(st.results)
 		peer := b2s(ctx.Request.Header.Peek(FromHeader))
 		if peer == "" || len(peer) > MaxMemberLen {
 			peer = string(ctx.RemoteIP().To16()) // unsigned: account by address
 		}
-		plans := st.decide(d, lent, peer, now())
+		t := now()
+		var lag, budget time.Duration
+		hasDeadline := false
+		if dl := ctx.Request.Header.Peek(DeadlineHeader); len(dl) > 0 {
+			if lag, budget, hasDeadline = late.check(peer, dl, t); hasDeadline && lag > budget {
+				// The sender has given up on this batch: deciding it
+				// would spend tokens for answers nobody reads.
+				clear(st.items)
+				rejected(rejectLate)
+				ctx.Error("forward: late: queued "+lag.Round(time.Millisecond).String()+
+					" past the sender's timeout of "+budget.String()+"; not decided", fasthttp.StatusServiceUnavailable)
+				return
+			}
+		}
+		st.results = grow(st.results, len(st.items))
+		clear(st.results)
+		// decidedLate: the decisions end after the sender's timeout (a
+		// batch of cold keys waiting on the Store, a starved CPU): the
+		// sender sheds the batch's checks, so what they charged is
+		// refunded instead of spent for nothing.
+		decidedLate := func() bool { return hasDeadline && lag+now().Sub(t) > budget }
+		plans, undone := st.decide(d, lent, peer, t, decidedLate)
+		if undone {
+			clear(st.items)
+			rejected(rejectLate)
+			ctx.Error("forward: late: decided after the sender's timeout of "+budget.String()+"; refunded", fasthttp.StatusServiceUnavailable)
+			return
+		}
 		st.out, err = AppendReply(st.out[:0], st.results, plans)
 		if err != nil {
 			// The plans are out of bounds: answer the items anyway.
@@ -233,8 +259,10 @@ func validItem(it *Item) string {
 
 // decide answers st.items: it validates them and bounds refunds by what
 // lent remembers for peer, has d decide the rest, and records what the
-// allowed checks charged as lent to peer.
-func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Time) []shard.Plan {
+// allowed checks charged as lent to peer. If late reports true once they
+// are decided, it refunds what the allowed checks charged instead (d
+// decides OpRefund items for them) and reports undone.
+func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Time, late func() bool) (plans []shard.Plan, undone bool) {
 	items, results := st.items, st.results
 	skip := 0
 	lent.mu.Lock()
@@ -263,7 +291,6 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 	}
 	lent.mu.Unlock()
 
-	var plans []shard.Plan
 	if skip == 0 {
 		plans = d.DecideBatch(items, results)
 	} else if skip < len(items) {
@@ -283,6 +310,25 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 		clear(st.subRes)
 	}
 
+	if late() {
+		st.sub, st.subRes = st.sub[:0], st.subRes[:0]
+		for i := range items {
+			// A degraded decision took nothing from a leased bucket: it
+			// is never refunded.
+			if it, res := &items[i], &results[i]; it.Op == OpCheck && it.Hits > 0 && res.Allowed && !res.Degraded && res.Error == "" {
+				st.sub = append(st.sub, Item{Op: OpRefund, Rule: it.Rule, Key: it.Key, Hits: it.Hits})
+			}
+		}
+		if len(st.sub) > 0 {
+			st.subRes = grow(st.subRes, len(st.sub))
+			clear(st.subRes)
+			d.DecideBatch(st.sub, st.subRes)
+			lateRefunds.Add(len(st.sub))
+			clear(st.sub)
+			clear(st.subRes)
+		}
+		return nil, true
+	}
 	lent.mu.Lock()
 	for i := range items {
 		it, res := &items[i], &results[i]
@@ -291,5 +337,5 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 		}
 	}
 	lent.mu.Unlock()
-	return plans
+	return plans, false
 }

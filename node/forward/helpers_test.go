@@ -170,3 +170,5 @@ func ownGoroutinesNow(peers []*peer) string {
 }
 
 func isUnavailable(err error) bool { return errors.Is(err, ErrPeerUnavailable) }
+
+func isBusy(err error) bool { return errors.Is(err, ErrPeerBusy) }

@@ -21,6 +21,7 @@ var (
 		rejectNonceCacheFull: metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="nonce_cache_full"}`),
 		rejectTooLarge:       metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="too_large"}`),
 		rejectMalformed:      metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="malformed"}`),
+		rejectLate:           metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="late"}`),
 	}
 )
 
@@ -32,6 +33,9 @@ var (
 		refuseRefund:  metrics.NewCounter(`sluice_forward_refused_items_total{reason="refund_over_lent"}`),
 	}
 	refusedRefundHits = metrics.NewCounter(`sluice_forward_refused_refund_hits_total`)
+	// lateRefunds: allowed checks of batches decided after their sender's
+	// timeout, refunded (see lateness).
+	lateRefunds = metrics.NewCounter(`sluice_forward_late_refunded_items_total`)
 )
 
 // Reasons a handler refuses an item.
@@ -50,6 +54,7 @@ const (
 	rejectNonceCacheFull
 	rejectTooLarge
 	rejectMalformed
+	rejectLate // arrived after the sender's timeout (see lateness)
 	numRejects
 )
 

@@ -305,6 +305,15 @@ func TestOnChangeIsSerialAndSorted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer z.Close()
+	// The first call is the view when it is delivered (Start's doc): z
+	// alone only if nobody joined before it. Wait for it, an event, before
+	// starting the others; without the wait a late first delivery (a
+	// loaded machine) was "[a z]", the test failing on scheduling.
+	waitFor(t, "z's first onChange", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(views) > 0, "no call yet"
+	})
 	zn := &node{Cluster: z}
 	var others []*node
 	for _, name := range []string{"m", "b", "k", "a"} {
