@@ -204,7 +204,7 @@ func settings() []setting {
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
-		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", "50ms", "timeout of one forwarding request to a key's owner (the least: it stretches up to 4× on an owner whose round trips are slower); past it the checks are shed (503 with Retry-After)", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
+		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", "250ms", "timeout of one forwarding request to a key's owner (the least: it stretches up to 2× on an owner whose round trips are slower); past it the checks are shed (503 with Retry-After). Keep it above the Store's longest call (4 × -store-timeout), so that an owner waiting on a failing Store still answers", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
 		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
 		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
 			o.dataDir = v

@@ -12,9 +12,12 @@ package main
 //
 // They take about 10–20 s each, so they run only when -run names TestFault
 // or SLUICE_FAULTS=1 is set. What must hold whatever the machine's load is
-// asserted (every check answered, no 5xx for the local rules, at most one
-// window over the limit, the cluster back within a generous bound); the
-// figures are logged.
+// asserted (every check answered, no 5xx for the local rules except shed
+// checks, counted apart, at most one window over the limit, the cluster
+// back within a generous bound); the figures are logged. overload-x2 also
+// asserts issue 11's acceptance, the limit key admitted within [97%, 100%]
+// of the allowance, which a swamped machine can fail (late answers waste
+// tokens): it stays out of make test.
 
 import (
 	"encoding/json"
@@ -380,7 +383,8 @@ func startFaultCluster(t *testing.T, bin string) (a, b, c *daemonProc, redis *re
 // then pairs of checks arrive open-loop at that rate (twice the checks)
 // for 5 s, each sent at once; an arrival that finds 1024 pairs in flight
 // is dropped by the generator and counted. The load generator shares the
-// machine with the nodes and Redis.
+// machine with the nodes and Redis. Saturation counts decided checks, not
+// shed ones (fast 503s).
 func overload(t *testing.T, bin string) {
 	a, b, c, _, limKey := startFaultCluster(t, bin)
 	nodes := []*daemonProc{a, b, c}

@@ -61,7 +61,7 @@ type Config struct {
 	// that times out may still be decided by the owner, and its items,
 	// shed by the sender, are admissions lost.
 	Timeout time.Duration
-	// MaxTimeout bounds the adaptive timeout. Zero means 4 × Timeout;
+	// MaxTimeout bounds the adaptive timeout. Zero means 2 × Timeout;
 	// below Timeout means Timeout.
 	MaxTimeout time.Duration
 	// Backoff is how long a peer is considered down after a failed
@@ -102,9 +102,11 @@ type Config struct {
 //     forwarded checks per second a batch still holds several items, and
 //     200µs is small next to a gateway's own network hop.
 //   - Timeout 50ms, the Store's call timeout, stretching up to MaxTimeout
-//     200ms (4 × Timeout, as the Store's) when the peer's round trips
-//     are that slow: a dead owner never costs a check more than a Store
-//     failure would.
+//     100ms (2 × Timeout) when the peer's round trips are that slow. An
+//     owner whose Store fails waits up to the Store's longest call before
+//     it answers (in local mode): a sender whose timeout is shorter sheds
+//     checks the owner would have answered, so sluiced sets 250ms, above
+//     the Store's 4 × 50ms.
 //   - Backoff 500ms: a dead peer costs one timed-out batch per half
 //     second until memberlist removes it from the ring (a few seconds),
 //     and a peer that only paused is tried again soon.
@@ -160,7 +162,7 @@ func (c *Config) fill() {
 		c.Timeout = d.Timeout
 	}
 	if c.MaxTimeout == 0 {
-		c.MaxTimeout = 4 * c.Timeout
+		c.MaxTimeout = 2 * c.Timeout
 	}
 	c.MaxTimeout = max(c.MaxTimeout, c.Timeout)
 	if c.Backoff <= 0 {
@@ -843,10 +845,11 @@ func (p *peer) fail(b *batch, busy bool, err error) {
 }
 
 // do sends body (a batch of n items) and returns the owner's results
-// (decoded into b's buffer... passed as results) and plans. sent and budget
-// are what DeadlineHeader says (when the callers' wait began, and how long
-// it is); limit bounds the request. busy reports a failure that says the
-// owner is up but overloaded (see ErrPeerBusy).
+// (decoded into b.results' array) and plans. sent and budget are what
+// DeadlineHeader says (when the callers' wait began, and how long it is);
+// limit bounds the request. busy reports a failure that says the owner is
+// up but overloaded (see ErrPeerBusy). It uses b's auth and deadline
+// buffers.
 func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit time.Duration) (results []Result, plans []shard.Plan, busy bool, err error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()

@@ -12,8 +12,8 @@ import (
 // trips are passed in.
 func TestAdaptiveTimeout(t *testing.T) {
 	f := newForwarder(t, Config{Timeout: 50 * time.Millisecond})
-	if got := f.MaxTimeout(); got != 200*time.Millisecond {
-		t.Fatalf("MaxTimeout %s, want 4 × Timeout", got)
+	if got := f.MaxTimeout(); got != 100*time.Millisecond {
+		t.Fatalf("MaxTimeout %s, want 2 × Timeout", got)
 	}
 	p, err := f.peer(closedAddr(t))
 	if err != nil {
@@ -32,14 +32,14 @@ func TestAdaptiveTimeout(t *testing.T) {
 	for range 20 { // a loaded owner answering in 60ms
 		p.observe(60 * time.Millisecond)
 	}
-	if c := cur(); c <= 60*time.Millisecond || c > 200*time.Millisecond {
-		t.Errorf("timeout %s after 60ms round trips, want above 60ms, at most 200ms", c)
+	if c := cur(); c <= 60*time.Millisecond || c > 100*time.Millisecond {
+		t.Errorf("timeout %s after 60ms round trips, want above 60ms, at most 100ms", c)
 	}
 	for range 50 { // timing out at whatever the timeout is
 		p.observe(cur())
 	}
-	if cur() != 200*time.Millisecond {
-		t.Errorf("timeout %s after timeouts, want MaxTimeout (200ms)", cur())
+	if cur() != 100*time.Millisecond {
+		t.Errorf("timeout %s after timeouts, want MaxTimeout (100ms)", cur())
 	}
 	for range 200 { // the owner recovers
 		p.observe(time.Millisecond)
