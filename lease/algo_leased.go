@@ -23,19 +23,25 @@ type TokenBucketState struct {
 	Loans loans
 }
 
-// level is the number of tokens at t: min(C, Tokens + (t-Updated)*L/P),
-// capped by the loans as the caller to sees them (loans.effective,
-// loans.capLevel), or C without state.
+// raw is the stored level refilled to t: min(C, Tokens + (t-Updated)*L/P),
+// or C without state.
+func (s *TokenBucketState) raw(t int64, pf, lf, cf float64) float64 {
+	if s.Updated == 0 {
+		return cf
+	}
+	return math.Min(cf, s.Tokens+float64(max(t-s.Updated, 0))*lf/pf)
+}
+
+// level is the number of tokens at t: raw, capped by the loans as the
+// caller to sees them (loans.effective, loans.capLevel), or C without
+// state.
 func (s *TokenBucketState) level(t int64, pf, lf, cf float64, to Lessee) float64 {
 	if s.Updated == 0 {
 		return cf
 	}
-	elapsed := t - s.Updated
-	if elapsed < 0 {
-		elapsed = 0
-	}
+	raw := s.raw(t, pf, lf, cf)
 	t = max(t, s.Updated)
-	return s.Loans.effective(to, t).capLevel(math.Min(cf, s.Tokens+float64(elapsed)*lf/pf), t, pf, lf, cf)
+	return s.Loans.effective(to, t).capLevel(raw, t, pf, lf, cf)
 }
 
 // Lease runs one lease call at now (see the package doc). Wait is
@@ -67,8 +73,13 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		// written, so that the credit holds whatever later calls say.
 		keep := sp.keep(s.Loans, u, g.Granted)
 		tokens -= float64(g.Granted)
-		s.Tokens, s.Updated = tokens, u
-		s.Loans = s.Loans.prune(u).settle(to, keep, g.Granted, u, false)
+		// The stored level is the refill less the grants: the running
+		// loans cap it when read, the ended ones too until trim drops
+		// them (or bakes their cap in).
+		s.Tokens = s.raw(t, pf, lf, cf) - float64(g.Granted)
+		s.Updated = u
+		s.Loans = s.Loans.settling(to, u, g.Granted > 0).retire(u).settle(to, keep, g.Granted, u, false)
+		s.trim(u, pf, lf, cf)
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = int64(math.Floor(tokens))
@@ -76,9 +87,19 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 	return g
 }
 
-// Return ends holder's loan at now: tokens = level + min(n, lent), which
-// the loans keep at most C. A key without state is a full bucket: nothing
-// to do.
+// trim drops the ended loans that no longer cap the level at u, and caps
+// the stored level for good by the oldest ones past maxEnded (see
+// loans.trim).
+func (s *TokenBucketState) trim(u int64, pf, lf, cf float64) {
+	cap := func(l Loan, a int64) float64 { return cf - float64(a) + float64(u-l.Expires)*lf/pf }
+	s.Loans = s.Loans.trim(u, func(l Loan, a int64) bool { return cap(l, a) < cf },
+		func(l Loan, a int64) { s.Tokens = math.Min(s.Tokens, cap(l, a)) })
+}
+
+// Return ends holder's loan at now: min(n, lent) tokens go back to the
+// stored level (at most C), the rest of the loan counts as spent now (an
+// ended loan, see loans.retire). A key without state is a full bucket:
+// nothing to do.
 func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder string) {
 	if s.Updated == 0 || n < 0 {
 		return
@@ -89,11 +110,10 @@ func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder strin
 	if s.Loans.lentTo(holder, u) == 0 {
 		return // nothing lent to holder: nothing comes back, nothing changes
 	}
-	level := s.level(t, pf, lf, cf, Lessee{})
-	s.Updated = u
-	ls, back := s.Loans.prune(s.Updated).take(holder, n)
-	s.Loans = ls
-	s.Tokens = math.Min(cf, level+float64(back))
+	raw := s.raw(t, pf, lf, cf)
+	ls, back := s.Loans.end(holder, n, u)
+	s.Tokens, s.Updated, s.Loans = math.Min(cf, raw+float64(back)), u, ls.retire(u)
+	s.trim(u, pf, lf, cf)
 }
 
 // expiry is when the bucket is full again with no further calls (unix
@@ -181,9 +201,13 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 		// Every call of a holder with a loan settles it (see
 		// TokenBucketState.Lease): the TAT it saw is written.
 		keep := sp.keep(s.Loans, t, g.Granted)
-		s.TAT = base + int64(math.Ceil(float64(g.Granted)*pf/lf))
-		s.Loans = s.Loans.prune(t).settle(to, keep, g.Granted, t, false)
-		d = s.TAT - t
+		cost := int64(math.Ceil(float64(g.Granted) * pf / lf))
+		// The stored TAT is the grants' (see TokenBucketState.Lease):
+		// the loans' floors apply when read.
+		s.TAT = max(s.TAT, t) + cost
+		s.Loans = s.Loans.settling(to, t, g.Granted > 0).retire(t).settle(to, keep, g.Granted, t, false)
+		s.trim(t, pf, lf)
+		d = base + cost - t
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = gcraAvail(d, bf, lf, pf)
@@ -191,9 +215,17 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 	return g
 }
 
-// Return ends holder's loan at now: TAT = max(t, base - floor(n'*P/L)),
-// n' = min(n, lent), base = the TAT with the loans' floor applied. A key
-// without state is a full bucket: nothing to do.
+// trim is TokenBucketState.trim for the TAT.
+func (s *GCRAState) trim(t int64, pf, lf float64) {
+	floor := func(l Loan, a int64) int64 { return l.Expires + int64(math.Ceil(float64(a)*pf/lf)) }
+	s.Loans = s.Loans.trim(t, func(l Loan, a int64) bool { return floor(l, a) > t },
+		func(l Loan, a int64) { s.TAT = max(s.TAT, floor(l, a)) })
+}
+
+// Return ends holder's loan at now: TAT = max(t, max(TAT, t) −
+// floor(n'*P/L)), n' = min(n, lent); the rest of the loan counts as spent
+// now (an ended loan). A key without state is a full bucket: nothing to
+// do.
 func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 	t := unixMicros(now)
 	if s.TAT == 0 || n < 0 {
@@ -203,13 +235,13 @@ func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 		return // nothing lent to holder: nothing comes back, nothing changes
 	}
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
-	base := max(s.TAT, t, s.Loans.floorTAT(t, pf, lf))
-	ls, back := s.Loans.prune(t).take(holder, n)
-	s.Loans = ls
+	base := max(s.TAT, t)
+	ls, back := s.Loans.end(holder, n, t)
 	if back > 0 {
 		base -= min(int64(math.Floor(float64(back)*pf/lf)), base-t)
 	}
-	s.TAT = base
+	s.TAT, s.Loans = base, ls.retire(t)
+	s.trim(t, pf, lf)
 }
 
 // expiry is when the key is full with no further calls: the TAT, or

@@ -256,3 +256,47 @@ func TestDeniedCallSettlesLoan(t *testing.T) {
 		})
 	}
 }
+
+// TestReportedSpendRefillsAfterOtherHolder (issue 9, the model harness's
+// cases B/D, seed 1000000 of token_bucket/holders=3): token_bucket limit
+// 600/1m burst 100, two Managers (LowWater 0.01: no prefetch). b spends 17 and goes
+// quiet; a takes 1 (a lease of 13). 10s later a takes 82: the Store grants
+// it the 70 it lacks while b's 17, spent 10s ago, are still lent to b.
+// b's next check (10 hits) reports them spent 10s ago: they refilled long
+// since, 18 tokens are left. Before, a's call wrote the level capped by
+// b's loan (100 − 17 − 12 − 70, plus the refill of a's spent 1: 1 token),
+// and b was denied until the bucket refilled.
+func TestReportedSpendRefillsAfterOtherHolder(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := newFakeClock()
+			store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+			t.Cleanup(func() { _ = store.Close() })
+			var ms [2]*Manager
+			for i := range ms {
+				cfg := DefaultConfig()
+				cfg.Now, cfg.SweepInterval, cfg.StoreTimeout, cfg.LowWater = clk.Now, -1, time.Minute, 0.01
+				ms[i] = NewManager(store, cfg)
+				t.Cleanup(func() { _ = ms[i].Close() })
+			}
+			a, b := ms[0], ms[1]
+			p := Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
+			take := func(m *Manager, hits int64) Decision {
+				t.Helper()
+				d := mustTake(t, m, "k", p, hits)
+				m.drain()
+				return d
+			}
+			if !take(b, 17).Allowed || !take(a, 1).Allowed {
+				t.Fatal("the first checks denied")
+			}
+			clk.Advance(10 * time.Second)
+			if d := take(a, 82); !d.Allowed {
+				t.Fatalf("a's 82 with 12 on hand and 70 in the bucket: %+v", d)
+			}
+			if d := take(b, 10); !d.Allowed {
+				t.Fatalf("b's 10 with 18 in the bucket: %+v, want allowed", d)
+			}
+		})
+	}
+}

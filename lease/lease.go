@@ -86,16 +86,24 @@
 //     spends late also spend their refill). Every call of h with a running
 //     loan settles it: a grant of g sets lent_h = run + g, a call that
 //     grants nothing lent_h = run + late (h may still refund those); both
-//     set exp_h = max(exp_h, now + TTL) and last_h = now − idle and write
-//     the level (TAT) the call saw, so that the credit holds whatever later
-//     calls say. For the windows a grant sets lent_h = min(lent_h, held) +
+//     set exp_h = max(exp_h, now + TTL) and last_h = now − idle, and the
+//     parts they settle become ended loans (below), so that their credit
+//     holds whatever later calls say. For the windows a grant sets lent_h = min(lent_h, held) +
 //     g and a call that grants nothing leaves the loan. Grant.Lent reports
 //     lent_h after the call.
 //   - token_bucket: the refill never passes capacity − Σ lent_h: at every
 //     time t, level(t) + Σ_h lent_h(t) ≤ capacity. A loan that ends at
 //     exp_h counts as spent then, and the refill goes on from where the cap
 //     held it. gcra: the same, as a floor on the TAT: TAT ≥ now + Σ lent_h
-//     × Period/Limit.
+//     × Period/Limit. The Store keeps the level as the refill less the
+//     grants (the TAT as the grants') and applies the caps when it reads
+//     it: those of the running loans, and those of the loans that ended
+//     (the tokens a call reports spent, as of when they were spent; a loan
+//     that expired or was returned, as of its end), which it keeps while
+//     they still cap the level, at most 3 per key (beyond, the oldest
+//     one's cap is applied to the stored level for good). So a holder's
+//     spent tokens that another holder's call finds still lent hold the
+//     level back only until they are reported.
 //   - fixed_window, sliding_window: a grant already counts in its window,
 //     so lent_h does not cap anything; it lives in the window (a new
 //     window starts with no loans) and bounds returns.
@@ -137,18 +145,20 @@
 // call from that call's last spend, the others from now − Idle (the
 // holder's last spend, which may be later than some of them); a return
 // credits from the return, and a holder's first lease of a key after its
-// idle sweep dropped the key unreturned from Idle before the call. With
-// several holders, the refill that a holder's spent but unreported tokens
-// held back while another holder's calls updated the key stays lost
-// (those updates wrote the level capped by the loan); or (c) the Store
-// denied the key: until its Wait plus at most Config.Horizon, a check
-// whose hits the projection covers still waits for a batch
+// idle sweep dropped the key unreturned from Idle before the call. Once
+// reported, spent tokens hold nothing back, whatever other holders' calls
+// did meanwhile, unless the key had more than 3 ended loans still capping
+// it: the oldest one's cap, applied to the stored level for good, counts
+// the tokens lent at its time as spent then (at most those, until the
+// bucket is full again); or (c) the Store denied the key: until its Wait
+// plus at most Config.Horizon, a check whose hits the projection covers
+// still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
 // that a saturated key costs a Store call per batch, not per token; or
 // (d) it is a check whose hits were refunded after a later lease call of
-// the same Manager that was granted tokens (or, for the windows, any
-// later call) reported them spent: Refund puts back at most what the
-// Store lends the Manager (at most the refunded hits).
+// the same Manager that was granted tokens reported them spent: Refund
+// puts back at most what the Store lends the Manager (at most the
+// refunded hits).
 //
 // A crash costs the crashed holder's lent tokens: they count as spent at
 // exp_h (at most TTL after its last call; Config.LeaseTTL, 1 minute by

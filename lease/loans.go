@@ -58,19 +58,6 @@ func (ls loans) after(e int64) int64 {
 	return a
 }
 
-// prune drops the loans that have expired at t (their tokens count as
-// spent).
-func (ls loans) prune(t int64) loans {
-	out := ls[:0]
-	for _, l := range ls {
-		if l.Expires > t {
-			out = append(out, l)
-		}
-	}
-	clear(ls[len(out):])
-	return out
-}
-
 // settle records a call of to at t that granted g: the holder's loan
 // becomes keep + g (keep: what it keeps of the loan before, see split),
 // expiring at max(its expiry, t + TTL) (windowed: 0), and LastSpend
@@ -108,6 +95,23 @@ func (ls loans) held(to Lessee) int64 {
 		return min(ls[i].Lent, to.Held)
 	}
 	return 0
+}
+
+// end ends holder's loan at t by a return of n: min(n, lent) goes back
+// (returned), the rest counts as spent at t (an ended loan).
+func (ls loans) end(holder string, n, t int64) (_ loans, back int64) {
+	i := ls.find(holder)
+	if i < 0 || holder == "" {
+		return ls, 0
+	}
+	back = min(n, ls[i].Lent)
+	if rest := ls[i].Lent - back; rest > 0 {
+		ls[i] = Loan{Lent: rest, Expires: min(ls[i].Expires, t)}
+		return ls, back
+	}
+	ls[i] = ls[len(ls)-1]
+	ls[len(ls)-1] = Loan{}
+	return ls[:len(ls)-1], back
 }
 
 // take removes holder's loan and returns min(n, its lent): what a return
@@ -196,6 +200,98 @@ func (ls loans) effective(to Lessee, t int64) loans {
 	return out
 }
 
+// settling is ls as a write at t that settles to's loan (see split)
+// leaves it: the part the loan keeps runs until its expiry; the parts it
+// settles (early, and late after a grant) become ended loans (no Holder),
+// spent when they were, at t at the latest, or at the loan's expiry if
+// earlier. ls itself is not changed.
+func (ls loans) settling(to Lessee, t int64, granted bool) loans {
+	sp := ls.split(to, t)
+	if sp.i < 0 || sp.run == ls[sp.i].Lent {
+		return ls
+	}
+	end := min(ls[sp.i].Expires, t)
+	out := make(loans, len(ls), len(ls)+2)
+	copy(out, ls)
+	out[sp.i].Lent = sp.run
+	if sp.early > 0 {
+		out = append(out, Loan{Lent: sp.early, Expires: min(sp.earlyAt, end)})
+	}
+	switch {
+	case sp.late == 0:
+	case granted || !sp.running(ls, t):
+		out = append(out, Loan{Lent: sp.late, Expires: min(sp.lateAt, end)})
+	default:
+		out[sp.i].Lent += sp.late // kept lent
+	}
+	return out
+}
+
+// maxEnded bounds the ended loans a key keeps (see trim).
+const maxEnded = 3
+
+// retire turns the holders' loans that ended by t into ended loans (no
+// Holder): tokens spent by their Expires, which keep capping the level
+// (capLevel, floorTAT) until trim drops them.
+func (ls loans) retire(t int64) loans {
+	for i := range ls {
+		if ls[i].Holder != "" && ls[i].Expires <= t {
+			ls[i] = Loan{Lent: ls[i].Lent, Expires: ls[i].Expires}
+		}
+	}
+	return ls
+}
+
+// trim drops the ended loans (no Holder) that no longer cap anything at
+// t, oldest first (the smaller first among equal times, so that the order
+// of ls does not matter): binding(l, A(E)) false, so that they never will
+// (the stored level refills past them: see the package doc). It merges
+// the ended loans of the same time (they cap the same), and while more than
+// maxEnded remain, hands the oldest to bake, which applies its cap to the
+// stored level (or TAT) for good, and drops it.
+func (ls loans) trim(t int64, binding func(l Loan, a int64) bool, bake func(l Loan, a int64)) loans {
+	for i := 0; i < len(ls); i++ {
+		for j := i + 1; j < len(ls); j++ {
+			if ls[i].Holder == "" && ls[j].Holder == "" && ls[i].Expires == ls[j].Expires {
+				ls[i].Lent += ls[j].Lent
+				ls = ls.remove(j)
+				j--
+			}
+		}
+	}
+	for {
+		oldest, n := -1, 0
+		for i, l := range ls {
+			if l.Holder == "" {
+				n++
+				if oldest < 0 || l.Expires < ls[oldest].Expires {
+					oldest = i
+				}
+			}
+		}
+		if oldest < 0 {
+			return ls
+		}
+		l := ls[oldest]
+		a := ls.after(l.Expires)
+		switch {
+		case !binding(l, a):
+		case n > maxEnded:
+			bake(l, a)
+		default:
+			return ls
+		}
+		ls = ls.remove(oldest)
+	}
+}
+
+// remove removes ls[i] (the last loan takes its place).
+func (ls loans) remove(i int) loans {
+	ls[i] = ls[len(ls)-1]
+	ls[len(ls)-1] = Loan{}
+	return ls[:len(ls)-1]
+}
+
 // capLevel caps a refilled level at t by the loans of a token_bucket key
 // (fractional tokens; rate = lf/pf per µs, capacity cf). Before its
 // expiry E a loan is out of the bucket; at E it counts as spent and the
@@ -212,12 +308,11 @@ func (ls loans) capLevel(level float64, t int64, pf, lf, cf float64) float64 {
 
 // fullIn is how long after t (µs) a token_bucket or gcra key whose level
 // is full in d µs (by refill alone) is full with its loans counted: every
-// running loan must expire and its tokens refill after it.
+// running loan must expire and its tokens refill after it, and every
+// ended one stop capping the level.
 func (ls loans) fullIn(d float64, t int64, pf, lf float64) float64 {
 	for _, l := range ls {
-		if l.Expires > t {
-			d = math.Max(d, float64(l.Expires-t)+float64(ls.after(l.Expires))*pf/lf)
-		}
+		d = math.Max(d, float64(l.Expires-t)+float64(ls.after(l.Expires))*pf/lf)
 	}
 	return d
 }

@@ -241,3 +241,42 @@ func TestRedisDeniedCallSettlesLoan(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisReportedSpendRefillsAfterOtherHolder: lease's
+// TestReportedSpendRefillsAfterOtherHolder (the model harness's cases B/D)
+// on Redis: a holder's spent tokens that another holder's lease found
+// still lent refill from when they were spent once reported (b's 10 was
+// denied with 18 in the bucket).
+func TestRedisReportedSpendRefillsAfterOtherHolder(t *testing.T) {
+	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
+	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			var ms [2]*lease.Manager
+			for i := range ms {
+				ms[i] = newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1, LowWater: 0.01})
+			}
+			a, b := ms[0], ms[1]
+			p := lease.Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
+			key := uniqueKey(t)
+			take := func(m *lease.Manager, hits int64) lease.Decision {
+				t.Helper()
+				d, err := m.Take(key, p, hits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Settle()
+				return d
+			}
+			if !take(b, 17).Allowed || !take(a, 1).Allowed {
+				t.Fatal("the first checks denied")
+			}
+			clock.Advance(10 * time.Second)
+			if d := take(a, 82); !d.Allowed {
+				t.Fatalf("a's 82 with 12 on hand and 70 in the bucket: %+v", d)
+			}
+			if d := take(b, 10); !d.Allowed {
+				t.Fatalf("b's 10 with 18 in the bucket: %+v, want allowed", d)
+			}
+		})
+	}
+}

@@ -43,12 +43,17 @@ else
   wait = d - (bf - need) * pf / lf
 end
 if granted > 0 or (sp.i and ls[sp.i].exp > now) then
-  -- Every call of a holder with a loan settles it: the TAT it saw is
-  -- written (see token_bucket_lease.lua).
+  -- Every call of a holder with a loan settles it. The stored TAT is the
+  -- grants' (see token_bucket_lease.lua): the loans' floors apply when
+  -- read.
   local keep = keep_of(ls, sp, now, granted)
-  tat = base + math.ceil(granted * pf / lf)
-  ls = settle(prune(ls, now), keep, granted, now, ttl_us, idle_us, false)
-  d = tat - now
+  local cost = math.ceil(granted * pf / lf)
+  tat = math.max(tat, now) + cost
+  ls = settle(retire(settling(ls, sp, now, granted > 0), now), keep, granted, now, ttl_us, idle_us, false)
+  local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
+  ls = trim(ls, function(l, a) return floor(l, a) > now end,
+    function(l, a) tat = math.max(tat, floor(l, a)) end)
+  d = base + cost - now
   -- The key expires at the later of the TAT and each loan's expiry plus
   -- its tokens' worth.
   local e = tat

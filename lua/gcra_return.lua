@@ -1,5 +1,6 @@
--- gcra return: holder's loan ends; TAT = max(now, base - floor(n'*P/L)),
--- n' = min(n, lent), base = the TAT with the loans' floor applied.
+-- gcra return: holder's loan ends; TAT = max(now, max(TAT, now) -
+-- floor(n'*P/L)), n' = min(n, lent); the rest of the loan counts as spent
+-- now (an ended loan).
 -- Mirrors lease.GCRAState.Return. Joined after prelude.lua and leased.lua.
 --
 -- KEYS[1]  hash {t = TAT, '@'..holder = loans} (see gcra_lease.lua)
@@ -14,13 +15,17 @@ end
 if lent_to(ls, holder, now) == 0 then
   return 0 -- nothing lent to holder: nothing comes back, nothing changes
 end
-local base = math.max(tat, now, floor_tat(ls, now))
+local base = math.max(tat, now)
 local back
-ls, back = take(prune(ls, now), n)
+ls, back = end_loan(ls, n, now)
+ls = retire(ls, now)
 if back > 0 then
   base = base - math.min(math.floor(back * pf / lf), base - now)
 end
 tat = base
+local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
+ls = trim(ls, function(l, a) return floor(l, a) > now end,
+  function(l, a) tat = math.max(tat, floor(l, a)) end)
 if tat <= now and #ls == 0 then
   redis.call('DEL', key) -- full and nothing lent: the same as no state
   return back

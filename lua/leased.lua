@@ -11,7 +11,9 @@
 -- the windowed algorithms (expiry 0: their loans end with the window),
 -- '<lent>,<expiry µs>,<expiry − last spend, µs>' for token_bucket and gcra
 -- (the holder's last spend before its last call, lease.Loan.LastSpend, is
--- kept as its distance to the expiry: fewer digits).
+-- kept as its distance to the expiry: fewer digits). An ended loan (no
+-- holder: tokens spent by its expiry, which still cap the level) is a
+-- field '~' .. n = '<lent>,<expiry µs>'.
 local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder = ARGV[4]
 
@@ -22,11 +24,14 @@ local function read()
   local st, ls = {}, {}
   for i = 1, #h, 2 do
     local f = h[i]
-    if string.byte(f, 1) == 64 then -- '@'
+    local c = string.byte(f, 1)
+    if c == 64 or c == 126 then -- '@' or '~'
       local l, e, b = string.match(h[i + 1], '^(%d+),(%d+),?(%d*)$')
       local last = 0
       if b ~= '' then last = tonumber(e) - tonumber(b) end
-      ls[#ls + 1] = {id = string.sub(f, 2), lent = tonumber(l), exp = tonumber(e), last = last}
+      local id = ''
+      if c == 64 then id = string.sub(f, 2) end
+      ls[#ls + 1] = {id = id, lent = tonumber(l), exp = tonumber(e), last = last}
     else
       st[f] = h[i + 1]
     end
@@ -58,14 +63,6 @@ local function lent_to(ls, id, t)
   return 0
 end
 
-local function prune(ls, t)
-  local out = {}
-  for _, l in ipairs(ls) do
-    if l.exp > t then out[#out + 1] = l end
-  end
-  return out
-end
-
 -- settle records a call of holder at t that granted g: its loan becomes
 -- keep + g, expiring at max(its expiry, t + ttl), its last spend t -
 -- idle_us (windowed: expiry and last spend 0). Mirrors loans.settle.
@@ -94,6 +91,34 @@ local function held_of(ls, held)
   local i = find(ls, holder)
   if holder == '' or not i then return 0 end
   return math.min(ls[i].lent, held)
+end
+
+-- end_loan ends holder's loan at t by a return of n: min(n, lent) goes
+-- back (returned), the rest counts as spent at t (an ended loan). Mirrors
+-- loans.end.
+local function end_loan(ls, n, t)
+  local i = find(ls, holder)
+  if holder == '' or not i then return ls, 0 end
+  local back = math.min(n, ls[i].lent)
+  local rest = ls[i].lent - back
+  if rest > 0 then
+    ls[i] = {id = '', lent = rest, exp = math.min(ls[i].exp, t), last = 0}
+    return ls, back
+  end
+  ls[i] = ls[#ls]
+  ls[#ls] = nil
+  return ls, back
+end
+
+-- retire turns the holders' loans that ended by t into ended loans (no
+-- holder). Mirrors loans.retire.
+local function retire(ls, t)
+  for i, l in ipairs(ls) do
+    if l.id ~= '' and l.exp <= t then
+      ls[i] = {id = '', lent = l.lent, exp = l.exp, last = 0}
+    end
+  end
+  return ls
 end
 
 -- take removes holder's loan and returns what a return of n gives back:
@@ -160,6 +185,75 @@ local function effective(ls, sp, t)
   return out
 end
 
+-- settling is ls as a write at t that settles holder's split loan sp
+-- leaves it: the kept part runs until its expiry, the settled parts
+-- (early, and late after a grant) become ended loans. Mirrors
+-- loans.settling.
+local function settling(ls, sp, t, granted)
+  if not sp.i or sp.run == ls[sp.i].lent then return ls end
+  local l = ls[sp.i]
+  local e = math.min(l.exp, t)
+  local out = {}
+  for j, x in ipairs(ls) do
+    out[j] = x
+  end
+  local own = {id = l.id, lent = sp.run, exp = l.exp, last = l.last}
+  out[sp.i] = own
+  if sp.early > 0 then
+    out[#out + 1] = {id = '', lent = sp.early, exp = math.min(sp.early_at, e), last = 0}
+  end
+  if sp.late == 0 then
+    -- nothing
+  elseif granted or l.exp <= t then
+    out[#out + 1] = {id = '', lent = sp.late, exp = math.min(sp.late_at, e), last = 0}
+  else
+    own.lent = own.lent + sp.late -- kept lent
+  end
+  return out
+end
+
+-- max_ended bounds the ended loans a key keeps (lease's maxEnded).
+local max_ended = 3
+
+-- trim drops the ended loans that no longer cap anything at t, oldest
+-- first; merges the ended loans of the same time; and while more than
+-- max_ended remain hands the oldest to bake and drops it. binding(l, a)
+-- and bake(l, a) get the loan and A(its expiry). Mirrors loans.trim.
+local function trim(ls, binding, bake)
+  local i = 1
+  while i <= #ls do
+    local j = i + 1
+    while j <= #ls do
+      if ls[i].id == '' and ls[j].id == '' and ls[i].exp == ls[j].exp then
+        ls[i].lent = ls[i].lent + ls[j].lent
+        ls[j] = ls[#ls]
+        ls[#ls] = nil
+      else
+        j = j + 1
+      end
+    end
+    i = i + 1
+  end
+  while true do
+    local oldest, n = nil, 0
+    for k, l in ipairs(ls) do
+      if l.id == '' then
+        n = n + 1
+        if not oldest or l.exp < ls[oldest].exp then oldest = k end
+      end
+    end
+    if not oldest then return ls end
+    local l = ls[oldest]
+    local a = after(ls, l.exp)
+    if binding(l, a) then
+      if n <= max_ended then return ls end
+      bake(l, a)
+    end
+    ls[oldest] = ls[#ls]
+    ls[#ls] = nil
+  end
+end
+
 -- cap_level caps a token_bucket level at t by the loans: at most
 -- C - A(E) + (t - min(E, t))*L/P for every loan.
 local function cap_level(ls, level, t)
@@ -171,12 +265,10 @@ local function cap_level(ls, level, t)
 end
 
 -- full_in is how long after t a token_bucket full in d µs by refill
--- alone is full with its running loans counted.
+-- alone is full with its loans counted (running and ended).
 local function full_in(ls, d, t)
   for _, l in ipairs(ls) do
-    if l.exp > t then
-      d = math.max(d, (l.exp - t) + after(ls, l.exp) * pf / lf)
-    end
+    d = math.max(d, (l.exp - t) + after(ls, l.exp) * pf / lf)
   end
   return d
 end
@@ -194,8 +286,14 @@ end
 -- write replaces the hash with the fields of st (name, value pairs) and
 -- the loans ls, expiring in ttl_ms.
 local function write(st, ls, ttl_ms)
+  local k = 0
   for _, l in ipairs(ls) do
-    st[#st + 1] = '@' .. l.id
+    if l.id == '' then
+      k = k + 1
+      st[#st + 1] = '~' .. k
+    else
+      st[#st + 1] = '@' .. l.id
+    end
     if l.last > 0 then
       st[#st + 1] = string.format('%d,%d,%d', l.lent, l.exp, l.exp - l.last)
     else

@@ -32,12 +32,13 @@ func TestModel(t *testing.T) {
 		holders int
 		safety  bool
 	}{
-		{"token_bucket/holders=3", []lease.Algorithm{lease.TokenBucket}, 3, true},
+		{"token_bucket/holders=3", []lease.Algorithm{lease.TokenBucket}, 3, false},
 		{"gcra/holders=1", []lease.Algorithm{lease.GCRA}, 1, false},
 		{"token_bucket/holders=1", []lease.Algorithm{lease.TokenBucket}, 1, false},
 		{"fixed_window/holders=3", []lease.Algorithm{lease.FixedWindow}, 3, false},
 		{"sliding_window/holders=3", []lease.Algorithm{lease.SlidingWindow}, 3, false},
 		{"exact", []lease.Algorithm{lease.SlidingLog, lease.Concurrency}, 0, false},
+		{"gcra/holders=3", []lease.Algorithm{lease.GCRA}, 3, false},
 	}
 	total := modeltest.Summary{}
 	for i, r := range runs {

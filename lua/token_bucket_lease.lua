@@ -10,26 +10,29 @@
 --          spent_before
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
--- An absent key is a full bucket. The refill is capped by the loans. The
--- key is written when tokens are granted, or when the holder has a running
--- loan (every call settles it, see split), and expires when the bucket
--- would be full again with every loan ended.
+-- An absent key is a full bucket. The stored level is the refill less the
+-- grants, capped when read by the loans (running, and ended ones while
+-- they still cap it). The key is written when tokens are granted, or when
+-- the holder has a running loan (every call settles it, see split), and
+-- expires when the bucket would be full again with every loan ended.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
 local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local spent_before = tonumber(ARGV[10])
 
 local st, ls = read()
-local tokens, updated = cf, 0
+local raw, updated = cf, 0
 local t = now
 if st.t then
   updated = tonumber(st.u)
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
+  raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
   t = math.max(now, updated)
 end
 local sp = split(ls, held, idle_us, spent_before, t)
+local tokens = raw
 if st.t then
-  tokens = cap_level(effective(ls, sp, t), math.min(cf, tonumber(st.t) + math.max(now - updated, 0) * lf / pf), t)
+  tokens = cap_level(effective(ls, sp, t), raw, t)
 end
 local avail = math.floor(tokens)
 
@@ -42,14 +45,17 @@ else
   wait = (need - tokens) * pf / lf
 end
 if granted > 0 or (sp.i and ls[sp.i].exp > t) then
-  -- Every call of a holder with a loan settles it: the level it saw (its
-  -- spent tokens credited from when they were spent) is written, so that
-  -- the credit holds whatever later calls say.
+  -- Every call of a holder with a loan settles it. The stored level is
+  -- the refill less the grants: the running loans cap it when read, the
+  -- ended ones too until trim drops them (or bakes their cap in).
   local keep = keep_of(ls, sp, t, granted)
   tokens = tokens - granted
-  updated = t
-  ls = settle(prune(ls, updated), keep, granted, updated, ttl_us, idle_us, false)
-  local d = full_in(ls, (cf - tokens) * pf / lf, updated)
-  write({'t', fmt(tokens), 'u', fmt(updated)}, ls, ttl(updated - now + d))
+  local stored = raw - granted
+  ls = settle(retire(settling(ls, sp, t, granted > 0), t), keep, granted, t, ttl_us, idle_us, false)
+  local function cap(l, a) return cf - a + (t - l.exp) * lf / pf end
+  ls = trim(ls, function(l, a) return cap(l, a) < cf end,
+    function(l, a) stored = math.min(stored, cap(l, a)) end)
+  local d = full_in(ls, (cf - stored) * pf / lf, t)
+  write({'t', fmt(stored), 'u', fmt(t)}, ls, ttl(t - now + d))
 end
 return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_to(ls, holder, now)}

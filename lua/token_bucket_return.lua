@@ -1,5 +1,6 @@
--- token_bucket return: holder's loan ends; tokens = min(capacity, level +
--- min(n, lent)). Mirrors lease.TokenBucketState.Return. Joined after
+-- token_bucket return: holder's loan ends; tokens = min(capacity, stored
+-- level refilled + min(n, lent)), the rest of the loan counts as spent now
+-- (an ended loan). Mirrors lease.TokenBucketState.Return. Joined after
 -- prelude.lua and leased.lua.
 --
 -- KEYS[1]  hash {t, u, '@'..holder = loans} (see token_bucket_lease.lua)
@@ -16,11 +17,15 @@ end
 local updated = tonumber(st.u)
 local elapsed = now - updated
 if elapsed < 0 then elapsed = 0 end
-local level = cap_level(ls, math.min(cf, tonumber(st.t) + elapsed * lf / pf), math.max(now, updated))
+local raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
 updated = math.max(updated, now)
 local back
-ls, back = take(prune(ls, updated), n)
-local tokens = math.min(cf, level + back)
+ls, back = end_loan(ls, n, updated)
+ls = retire(ls, updated)
+local tokens = math.min(cf, raw + back)
+local function cap(l, a) return cf - a + (updated - l.exp) * lf / pf end
+ls = trim(ls, function(l, a) return cap(l, a) < cf end,
+  function(l, a) tokens = math.min(tokens, cap(l, a)) end)
 if tokens >= cf and #ls == 0 then
   redis.call('DEL', key) -- full and nothing lent: the same as no state
   return back

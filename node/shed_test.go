@@ -152,6 +152,14 @@ func TestShedBusyOwner(t *testing.T) {
 					t.Errorf("metrics lack %s", want)
 				}
 			}
+			// /v1/stats counts them too (its sampler reads the counters).
+			var shed uint64
+			for _, v := range rowOf(t, sn.n.stat.local().Rules, "one").Shed {
+				shed += v
+			}
+			if shed != 2 {
+				t.Errorf("/v1/stats: %d checks of rule one shed, want 2", shed)
+			}
 			// The sender took nothing: once b leaves, a decides the key
 			// and its one token is still there.
 			sn.n.MembersChanged([]member.Member{{Name: "a", State: member.StateAlive}})

@@ -630,6 +630,9 @@ func (k *keyModel) projection(m int, s *snapshot, now, need int64) (proj, slack,
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		proj = min(k.cap-s.oth, s.avail+k.rate*float64(now-s.t)) - spent
+		// The answer counted the holder's own tokens; those its loan's
+		// end took since (heldNow) are not on hand to cover anything.
+		proj -= max(0, float64(s.own)-spent-float64(k.heldNow(m, now)))
 		slack = 1
 		if now <= k.batchUntil[m] {
 			// Clause (c): waiting for a batch of

@@ -845,10 +845,11 @@ func (p *peer) fail(b *batch, busy bool, err error) {
 }
 
 // do sends body (a batch of n items) and returns the owner's results
-// (decoded into b's buffer... passed as results) and plans. sent and budget
-// are what DeadlineHeader says (when the callers' wait began, and how long
-// it is); limit bounds the request. busy reports a failure that says the
-// owner is up but overloaded (see ErrPeerBusy).
+// (decoded into b.results' array) and plans. sent and budget are what
+// DeadlineHeader says (when the callers' wait began, and how long it is);
+// limit bounds the request. busy reports a failure that says the owner is
+// up but overloaded (see ErrPeerBusy). It uses b's auth and deadline
+// buffers.
 func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit time.Duration) (results []Result, plans []shard.Plan, busy bool, err error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
