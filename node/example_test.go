@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -12,9 +13,14 @@ import (
 )
 
 func Example() {
-	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+	// A stopped clock keeps the output exact: on a real one, a slow
+	// machine rounds the reset up a second (t=31).
+	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: now})
 	defer store.Close()
-	mgr := lease.NewManager(store, lease.DefaultConfig())
+	cfg := lease.DefaultConfig()
+	cfg.Now = now
+	mgr := lease.NewManager(store, cfg)
 	defer mgr.Close()
 
 	set, err := rules.Parse([]byte(`
