@@ -8,9 +8,14 @@ import (
 )
 
 func ExampleManager() {
-	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+	// A stopped clock keeps the output exact on a slow machine; leave Now
+	// nil in production.
+	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: now})
 	defer store.Close()
-	m := lease.NewManager(store, lease.DefaultConfig())
+	cfg := lease.DefaultConfig()
+	cfg.Now = now
+	m := lease.NewManager(store, cfg)
 	defer m.Close() // returns every unspent token to the store
 
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 3, Period: time.Minute}
