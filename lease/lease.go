@@ -161,7 +161,7 @@
 // refunded hits).
 //
 // A crash costs the crashed holder's lent tokens: they count as spent at
-// exp_h (at most TTL after its last call; Config.LeaseTTL, 1 minute by
+// exp_h (at most TTL after its last call; Config.LeaseTTL, 5 minutes by
 // default), and the bucket refills from there; nothing stays lost.
 //
 // # Arithmetic

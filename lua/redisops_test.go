@@ -13,7 +13,7 @@ import (
 // TestRedisOpsRenewals bounds the Store calls of keys in steady use over
 // several lease TTLs, on a frozen Redis clock shared with the Manager and
 // moved 1ms at a time (no wall clock, no sweeper): each key pays its
-// first lease, then one renewal per half LeaseTTL (30s by default) while
+// first lease, then one renewal per half LeaseTTL (2.5 min by default) while
 // its lease lasts that long (the limit here is so high that it always
 // does), and nothing else. TestRedisOpsPerDecision measures 25 simulated
 // seconds at most, before the first renewal.
@@ -23,8 +23,8 @@ import (
 // decided degraded (Store over its timeout on a loaded machine), so its
 // figures vary run to run by hundreds of calls whichever build runs.
 func TestRedisOpsRenewals(t *testing.T) {
-	const seconds = 150 // five half-TTLs
-	renewals := int64(seconds / 30)
+	const seconds = 600 // four half lease TTLs
+	renewals := int64(seconds * time.Second / (lease.DefaultConfig().LeaseTTL / 2))
 	for _, tc := range []struct {
 		name    string
 		keys    int     // besides the hot key
@@ -65,7 +65,7 @@ func TestRedisOpsRenewals(t *testing.T) {
 			t.Logf("%d keys, %d decisions over %ds (simulated): %d script calls (%.4f%% per decision); manager: %d sync leases, %d prefetches, %d returns",
 				len(seen), decisions, seconds, calls, 100*float64(calls)/float64(decisions), st.Leases, st.Prefetches, st.Returns)
 			if want := int64(len(seen)) * (1 + renewals); calls > want {
-				t.Errorf("%d script calls for %d keys over %ds, want ≤ %d (a first lease and a renewal per 30s each)", calls, len(seen), seconds, want)
+				t.Errorf("%d script calls for %d keys over %ds, want ≤ %d (a first lease and a renewal per half lease TTL each)", calls, len(seen), seconds, want)
 			}
 		})
 	}
