@@ -261,7 +261,14 @@ func (b *bucket) answer(g Grant, at int64) {
 		b.aux.Store(at)
 	}
 	b.resetAt.Store(addTime(at, g.Reset))
+	if answerHook != nil {
+		answerHook(b)
+	}
 }
+
+// answerHook, when set (by tests only), runs when a lease call has
+// published the Store's answer in b.
+var answerHook func(b *bucket)
 
 // answeredAt is when the Store's last answer came (Unix ns; windows only).
 func (b *bucket) answeredAt() int64 { return b.aux.Load() }

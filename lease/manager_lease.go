@@ -64,6 +64,12 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			// Within the Store's rounding of the time, ask it: a denial
 			// must be sure; a RetryAfter must never be early.
 			if now < at-roundSlack(p.Algorithm) {
+				if m.usable(b, now) && b.tokens.Load() > local {
+					// A lease call put tokens on hand since this check
+					// looked (calls add them before they publish the
+					// Store's answer read just now): take those.
+					continue
+				}
 				m.st.localDenials.Add(1)
 				decisionsDenyLoc.Inc()
 				return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
@@ -185,9 +191,11 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	}
 	m.endDegraded(b)
 	b.keptAdd(keep + g.Granted)
-	// The Store's durations count from its answer, not from now.
+	// The Store's durations count from its answer, not from now. The
+	// answer is published after the tokens it grants are on hand: a check
+	// that reads an answer saying the Store has nothing left must find
+	// them (see takeSlow).
 	after := max(now, m.nanos())
-	b.answer(g, after)
 	if g.Granted >= need && g.Granted > 0 {
 		m.countLocal(b.basis.Load() - local)
 		m.st.tokensLeased.Add(g.Granted)
@@ -200,6 +208,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		}
 		b.expires.Store(exp)
 		b.tokens.Add(g.Granted + keep - hits)
+		b.answer(g, after)
 		m.touch(b, now)
 		// basis bounds Refund: what the Store lends this Manager, so it
 		// counts the hits just spent (measured as consumed at the next
@@ -214,6 +223,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	// spent since the previous one, which may still be refunded; windows:
 	// the consumption is measured at the next grant).
 	b.tokens.Add(keep)
+	b.answer(g, after)
 	if g.Lent > 0 && p.Algorithm.refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
 	}
@@ -399,7 +409,6 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.countLocal(b.basis.Load() - local)
 	m.st.tokensLeased.Add(g.Granted)
 	tokensLeased.AddInt64(g.Granted)
-	b.answer(g, max(now, m.nanos()))
 	b.lastLeaseMs = unixMs32(now)
 	switch {
 	case g.Granted > 0:
@@ -422,6 +431,8 @@ func (m *Manager) prefetchNow(b *bucket) {
 	// of the loan, but for an expired one): refunds of those hits stay
 	// possible.
 	b.tokens.Add(g.Granted)
+	// Published after the tokens are on hand (see leaseSync).
+	b.answer(g, max(now, m.nanos()))
 	b.settle(g.Lent)
 	switch {
 	case g.Granted > 0:

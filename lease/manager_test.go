@@ -644,3 +644,36 @@ func TestIdleReturnSkipsRefilledBuckets(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerAfterTokens: a lease call puts the tokens it was granted on
+// hand before it publishes the Store's answer. It used to publish first,
+// so a check in between saw no tokens on hand and an answer saying the
+// Store had nothing left, and was denied while the grant was landing
+// (TestTakeManySameKeyNeverOverAdmits' rare "99 of 100 allowed" under
+// -race). The hook runs a check at the moment the answer is published.
+func TestAnswerAfterTokens(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, _, _ := testManager(t, func(c *Config) { c.MinLeaseShare = 1 }) // a lease takes all there is
+			p := Policy{Algorithm: alg, Limit: 10, Period: time.Hour}
+			var inner *Decision
+			answerHook = func(b *bucket) {
+				if inner == nil && b.remaining.Load() == 0 {
+					d := mustTake(t, m, "k", p, 1)
+					inner = &d
+				}
+			}
+			t.Cleanup(func() { answerHook = nil })
+			if d := mustTake(t, m, "k", p, 1); !d.Allowed {
+				t.Fatalf("first check: %+v, want allowed", d)
+			}
+			m.drain()
+			if inner == nil {
+				t.Fatal("no lease call answered that the Store had nothing left")
+			}
+			if !inner.Allowed {
+				t.Fatalf("a check while the grant landed: %+v, want allowed from the tokens granted", *inner)
+			}
+		})
+	}
+}
