@@ -170,7 +170,7 @@ type Breaker struct {
 		stopProbe func() bool // cancels the background probe set, if any
 		probeGen  uint64      // which schedule is current
 		closed    bool        // Close was called: no more background probes
-		rtt       rttEstimator
+		rtt       RTTEstimator
 	}
 }
 
@@ -405,23 +405,27 @@ func (b *Breaker) observe(err error, rtt time.Duration) {
 	}
 	switch {
 	case err == nil && rtt >= 0:
-		b.mu.rtt.add(rtt)
+		b.mu.rtt.Add(rtt)
 	case errors.Is(err, errTimedOut):
-		b.mu.rtt.add(b.Timeout())
+		b.mu.rtt.Add(b.Timeout())
 	default:
 		return
 	}
-	b.timeout.Store(int64(b.mu.rtt.timeout(b.cfg.Timeout, b.cfg.MaxTimeout)))
+	b.timeout.Store(int64(b.mu.rtt.Timeout(b.cfg.Timeout, b.cfg.MaxTimeout)))
 }
 
-// rttEstimator is the smoothed round trip and its mean deviation (RFC
-// 6298, alpha 1/8, beta 1/4). Pure: samples are passed in.
-type rttEstimator struct {
+// RTTEstimator is a smoothed round trip and its mean deviation (RFC
+// 6298, alpha 1/8, beta 1/4), from which an adaptive timeout is derived:
+// the Breaker's per-call Store timeout and node/forward's per-peer
+// forwarding timeout. Pure: samples are passed in. The zero value has no
+// sample; not safe for concurrent use.
+type RTTEstimator struct {
 	srtt, rttvar time.Duration
 	n            int
 }
 
-func (e *rttEstimator) add(r time.Duration) {
+// Add records a round trip of r.
+func (e *RTTEstimator) Add(r time.Duration) {
 	if e.n == 0 {
 		e.srtt, e.rttvar = r, r/2
 	} else {
@@ -435,8 +439,8 @@ func (e *rttEstimator) add(r time.Duration) {
 	e.n++
 }
 
-// timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; lo before any sample.
-func (e *rttEstimator) timeout(lo, hi time.Duration) time.Duration {
+// Timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; lo before any sample.
+func (e *RTTEstimator) Timeout(lo, hi time.Duration) time.Duration {
 	if e.n == 0 {
 		return lo
 	}

@@ -208,33 +208,33 @@ func (l *logBuffer) lines() []string {
 // timeouts stretch it to the maximum.
 func TestRTTEstimator(t *testing.T) {
 	const lo, hi = 50 * time.Millisecond, 200 * time.Millisecond
-	steady := func(r time.Duration, n int) *rttEstimator {
-		var e rttEstimator
+	steady := func(r time.Duration, n int) *RTTEstimator {
+		var e RTTEstimator
 		for range n {
-			e.add(r)
+			e.Add(r)
 		}
 		return &e
 	}
 	tests := []struct {
 		name string
-		e    *rttEstimator
+		e    *RTTEstimator
 		want time.Duration
 	}{
-		{"no sample: the configured timeout", &rttEstimator{}, lo},
+		{"no sample: the configured timeout", &RTTEstimator{}, lo},
 		{"fast Store: the configured timeout", steady(300*time.Microsecond, 100), lo},
 		{"steady 30ms: twice that", steady(30*time.Millisecond, 100), 60 * time.Millisecond},
 		{"steady 200ms: the maximum", steady(200*time.Millisecond, 100), hi},
 	}
 	for _, tt := range tests {
-		if got := tt.e.timeout(lo, hi); got < tt.want || got > tt.want+time.Millisecond {
+		if got := tt.e.Timeout(lo, hi); got < tt.want || got > tt.want+time.Millisecond {
 			t.Errorf("%s: timeout %v, want %v", tt.name, got, tt.want)
 		}
 	}
 	e := steady(300*time.Microsecond, 100)
 	for range 10 {
-		e.add(e.timeout(lo, hi)) // each timeout is a sample of the timeout
+		e.Add(e.Timeout(lo, hi)) // each timeout is a sample of the timeout
 	}
-	if got := e.timeout(lo, hi); got != hi {
+	if got := e.Timeout(lo, hi); got != hi {
 		t.Errorf("after 10 timeouts: %v, want the maximum %v", got, hi)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/lease"
+
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -468,7 +470,7 @@ type peer struct {
 	timeout atomic.Int64
 	rtt     struct {
 		sync.Mutex
-		est rttEstimator
+		est lease.RTTEstimator
 	}
 	met peerMetrics
 	// errDn and errBusy are the errors of items failed while down, after
@@ -521,39 +523,10 @@ func (f *Forwarder) newPeer(addr string) *peer {
 // observe adds a round trip to the peer's estimate and sets its timeout.
 func (p *peer) observe(rtt time.Duration) {
 	p.rtt.Lock()
-	p.rtt.est.add(rtt)
-	t := p.rtt.est.timeout(p.f.cfg.Timeout, p.f.cfg.MaxTimeout)
+	p.rtt.est.Add(rtt)
+	t := p.rtt.est.Timeout(p.f.cfg.Timeout, p.f.cfg.MaxTimeout)
 	p.rtt.Unlock()
 	p.timeout.Store(int64(t))
-}
-
-// rttEstimator is the smoothed round trip and its mean deviation (RFC
-// 6298, alpha 1/8, beta 1/4). Pure: samples are passed in.
-type rttEstimator struct {
-	srtt, rttvar time.Duration
-	n            int
-}
-
-func (e *rttEstimator) add(r time.Duration) {
-	if e.n == 0 {
-		e.srtt, e.rttvar = r, r/2
-	} else {
-		d := e.srtt - r
-		if d < 0 {
-			d = -d
-		}
-		e.rttvar += (d - e.rttvar) / 4
-		e.srtt += (r - e.srtt) / 8
-	}
-	e.n++
-}
-
-// timeout is 2 × (srtt + 4·rttvar) within [lo, hi]; lo before any sample.
-func (e *rttEstimator) timeout(lo, hi time.Duration) time.Duration {
-	if e.n == 0 {
-		return lo
-	}
-	return min(max(2*(e.srtt+4*e.rttvar), lo), hi)
 }
 
 // isDown reports whether the peer is backing off.
