@@ -181,6 +181,26 @@ func StartSentinel(t testing.TB, master, masterAddr string) string {
 	if err != nil {
 		t.Fatalf("redistest: master address %q: %v", masterAddr, err)
 	}
+	s := startSentinel(t, master, host, port, time.Second, 0)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		out, err := Command(s.Addr, "SENTINEL", "get-master-addr-by-name", master)
+		if err == nil && out == host+"\n"+port {
+			return s.Addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: sentinel %s does not report master %s at %s: %q %v", s.Addr, master, masterAddr, out, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startSentinel starts one redis-server in Sentinel mode on a free
+// loopback port (five tries), monitoring the master at host:port under
+// name with quorum 1, down-after-milliseconds downAfter and, unless 0,
+// failover-timeout failoverTimeout. It is stopped in t.Cleanup.
+func startSentinel(t testing.TB, name, host, port string, downAfter, failoverTimeout time.Duration) *Server {
+	t.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		sport, err := freePort(false)
@@ -189,8 +209,14 @@ func StartSentinel(t testing.TB, master, masterAddr string) string {
 		}
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n",
-			sport, dir, master, host, port, master)
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
+			"sentinel monitor %s %s %s 1\n"+
+			"sentinel down-after-milliseconds %s %d\n",
+			sport, dir, name, host, port, name, downAfter.Milliseconds())
+		if failoverTimeout > 0 {
+			text += fmt.Sprintf("sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
+				name, failoverTimeout.Milliseconds(), name)
+		}
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
@@ -200,20 +226,10 @@ func StartSentinel(t testing.TB, master, masterAddr string) string {
 			continue
 		}
 		t.Cleanup(s.stop)
-		deadline := time.Now().Add(startTimeout)
-		for {
-			out, err := Command(s.Addr, "SENTINEL", "get-master-addr-by-name", master)
-			if err == nil && out == host+"\n"+port {
-				return s.Addr
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: sentinel %s does not report master %s at %s: %q %v", s.Addr, master, masterAddr, out, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		return s
 	}
 	t.Fatalf("redistest: cannot start a sentinel: %v", lastErr)
-	return ""
+	return nil
 }
 
 func requireRedis(t testing.TB) {

@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -225,36 +224,7 @@ func StartSentinels(t testing.TB, downAfter time.Duration) *Sentinels {
 	if failoverTimeout < 2*time.Second {
 		failoverTimeout = 2 * time.Second
 	}
-	var sentinel *Server
-	var lastErr error
-	for attempt := 0; attempt < 5 && sentinel == nil; attempt++ {
-		sport, err := freePort(false)
-		if err != nil {
-			t.Fatalf("redistest: cannot find a free port: %v", err)
-		}
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
-			"sentinel monitor %s %s %s 1\n"+
-			"sentinel down-after-milliseconds %s %d\n"+
-			"sentinel failover-timeout %s %d\n"+
-			"sentinel parallel-syncs %s 1\n",
-			sport, dir, name, host, port,
-			name, downAfter.Milliseconds(), name, failoverTimeout.Milliseconds(), name)
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s := newServer(t, sport, dir, nil)
-		s.args = []string{conf, "--sentinel"}
-		if lastErr = s.start(); lastErr != nil {
-			continue
-		}
-		t.Cleanup(s.stop)
-		sentinel = s
-	}
-	if sentinel == nil {
-		t.Fatalf("redistest: cannot start a sentinel: %v", lastErr)
-	}
+	sentinel := startSentinel(t, name, host, port, downAfter, failoverTimeout)
 	waitFor(t, "sentinel to see the replica", func() (bool, string) {
 		out, err := Command(sentinel.Addr, "SENTINEL", "REPLICAS", name)
 		ok := err == nil && strings.Contains(out, "\n"+replica.Addr+"\n") &&
