@@ -40,7 +40,10 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			if left, ok := b.tryTake(hits); ok {
 				m.touch(b, now)
 				if !b.spendable(now) {
-					m.renew(b) // past half its TTL: re-lend it in the background
+					if renewHook != nil {
+						renewHook(b)
+					}
+					m.renew(b, now) // past half its TTL: re-lend it in the background
 				}
 				return b.decision(left, now), nil
 			}
@@ -250,12 +253,26 @@ func (m *Manager) usable(b *bucket, now int64) bool {
 }
 
 // renew starts a background lease of b that re-lends its tokens (they are
-// past half their TTL), unless one is due or running.
-func (m *Manager) renew(b *bucket) {
+// past half their TTL at now), unless one is due or running, or one ended
+// since the caller looked: a lease call stores b's expiry before it sets
+// low again, so a renewal that ended after the caller found the tokens past
+// half their TTL and before it took the trigger shows here as tokens
+// spendable at now. Without that look, two checks of one millisecond could
+// renew one loan twice (seen as one Store call too many in
+// TestRedisOpsRenewals under make race).
+func (m *Manager) renew(b *bucket, now int64) {
 	if low := b.low.Load(); low >= 0 && b.low.CompareAndSwap(low, -1) {
+		if b.spendable(now) {
+			b.low.CompareAndSwap(-1, low) // renewed meanwhile: give the trigger back
+			return
+		}
 		m.prefetch(b)
 	}
 }
+
+// renewHook, when set (by tests only), runs when a check has found its
+// key's tokens past half their TTL, before it renews them.
+var renewHook func(b *bucket)
 
 // idleFor is how long before now b's key last spent a token here, at
 // most (lastUse is rounded down to whole ms and to touchMs): 0 if unknown.

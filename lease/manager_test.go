@@ -677,3 +677,49 @@ func TestAnswerAfterTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewOnce: a loan past half its TTL is renewed once, even when a
+// renewal started by another check ends between this check finding the
+// tokens past half their TTL and this check taking the trigger (before the
+// fix: a second renewal, one Store call too many, seen under make race in
+// TestRedisOpsRenewals).
+func TestRenewOnce(t *testing.T) {
+	m, _, clk := testManager(t, nil)
+	p := Policy{Algorithm: TokenBucket, Limit: 1_000_000, Period: time.Second}
+	mustTake(t, m, "k", p, 1)
+	m.drain()
+	clk.Advance(DefaultConfig().LeaseTTL/2 + time.Millisecond)
+	before := m.Stats().Prefetches
+	nested := false
+	renewHook = func(b *bucket) {
+		if nested {
+			return
+		}
+		nested = true
+		// Another check of the same millisecond renews, and its call
+		// ends, before this one takes the trigger.
+		if d := mustTake(t, m, "k", p, 1); !d.Allowed {
+			t.Errorf("inner check: %+v, want allowed", d)
+		}
+		m.drain()
+	}
+	t.Cleanup(func() { renewHook = nil })
+	if d := mustTake(t, m, "k", p, 1); !d.Allowed {
+		t.Fatalf("check past half the TTL: %+v, want allowed", d)
+	}
+	m.drain()
+	if !nested {
+		t.Fatal("no check found its tokens past half their TTL")
+	}
+	if got := m.Stats().Prefetches - before; got != 1 {
+		t.Errorf("%d renewals of one loan, want 1", got)
+	}
+	// The trigger stays armed for the next renewal.
+	clk.Advance(DefaultConfig().LeaseTTL/2 + time.Millisecond)
+	renewHook = nil
+	mustTake(t, m, "k", p, 1)
+	m.drain()
+	if got := m.Stats().Prefetches - before; got != 2 {
+		t.Errorf("%d renewals after a second half TTL, want 2", got)
+	}
+}
