@@ -97,3 +97,24 @@ func TestModel(t *testing.T) {
 	}
 	t.Logf("model: %d seeds, %d steps, %d decisions checked", total.Seeds, total.Steps, total.Checks)
 }
+
+// TestModelFoundSeeds replays seeds whose failures the long form found,
+// with the options of the run that found them, as regression cases.
+func TestModelFoundSeeds(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    modeltest.Options
+	}{
+		// A check in the last millisecond of a window, where the holder no
+		// longer spends its tokens (they are still lent to it: clause
+		// (b)), was judged as if they covered it.
+		{"sliding_window/last-ms", modeltest.Options{Seed: 1795696002211708853, Seeds: 1, Steps: 250, Holders: 3,
+			Algorithms: []lease.Algorithm{lease.SlidingWindow}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if s := modeltest.Run(t, memoryHarness(), c.o); s.Seeds != 1 {
+				t.Fatalf("ran %d seeds, want 1", s.Seeds)
+			}
+		})
+	}
+}

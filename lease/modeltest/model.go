@@ -642,18 +642,26 @@ func (k *keyModel) projection(m int, s *snapshot, now, need int64) (proj, slack,
 	case lease.FixedWindow:
 		proj = math.Inf(1)
 		if s.win == k.win(now) {
-			proj = float64(k.p.Limit-s.c1+s.own) - spent
+			proj = float64(k.p.Limit-s.c1+s.own) - spent - k.unusable(m, s, now, spent)
 		}
 	case lease.SlidingWindow:
 		proj, slack = math.Inf(1), 1
 		switch s.win {
 		case k.win(now):
-			proj = math.Floor(float64(k.p.Limit)-(float64(s.c0)*k.weight(now)+float64(s.c1))+1e-9) + float64(s.own) - spent
+			proj = math.Floor(float64(k.p.Limit)-(float64(s.c0)*k.weight(now)+float64(s.c1))+1e-9) + float64(s.own) - spent - k.unusable(m, s, now, spent)
 		case k.win(now) - 1:
 			proj = math.Floor(float64(k.p.Limit) - float64(s.c1)*k.weight(now) + 1e-9)
 		}
 	}
 	return proj, slack, batch
+}
+
+// unusable is what of the windowed tokens holder m had at answer s, less
+// spent since, it can no longer spend at now: in the last millisecond of
+// their window (see usable) they are still lent to it, and a denial for
+// them is clause (b)'s, not the answer's.
+func (k *keyModel) unusable(m int, s *snapshot, now int64, spent float64) float64 {
+	return max(0, float64(s.own)-spent-float64(k.usable(m, now)))
 }
 
 // decideLog checks a sliding_log decision against the exact log.

@@ -48,6 +48,19 @@ func (c *Clock) Advance(d time.Duration) {
 	atomic.AddInt64(c.word(), d.Microseconds())
 }
 
+// Set moves the server's clock to t (truncated to the microsecond), back
+// as well as forward: to redis-server a step of its wall clock, as after an
+// NTP step (its event loop runs on the real monotonic clock). Keys already
+// stored keep their expiry times, so a step back keeps them longer. For
+// tests that restart from one instant on keys of their own each time, as
+// the model harness does per run: a clock only moved forward by thousands
+// of runs would pass what time.Time and the scripts' float arithmetic hold.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	atomic.StoreInt64(c.word(), t.UnixMicro())
+}
+
 // StartWithClock is StartServer with the server's wall clock frozen at
 // start (truncated to the microsecond) and moved only by the returned
 // Clock. Tests of time-dependent Redis scripts then see exact times, as
