@@ -31,9 +31,9 @@ func TestModel(t *testing.T) {
 			clock.Set(start)
 			return store
 		},
-		Now:      clock.Now,
-		Advance:  clock.Advance,
-		Package:  "./lua/",
+		Now:     clock.Now,
+		Advance: clock.Advance,
+		Package: "./lua/",
 	}
 	runs := []struct {
 		name    string
