@@ -55,6 +55,12 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	c := p.Capacity()
 	cf := float64(c)
+	if back := s.Loans.unanswered(to, max(s.Updated, t)); back > 0 {
+		// Granted by calls whose answers to never got: back to the
+		// level, as Return gives them (at most C).
+		u := max(s.Updated, t)
+		s.Tokens, s.Updated = math.Min(cf, s.raw(t, pf, lf, cf)+float64(back)), u
+	}
 	tokens := s.level(t, pf, lf, cf, to)
 	avail := int64(math.Floor(tokens))
 	var g Grant
@@ -185,6 +191,12 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	b := p.Capacity()
 	bf := float64(b)
+	if back := s.Loans.unanswered(to, t); back > 0 {
+		// Granted by calls whose answers to never got: the TAT moves
+		// back as Return moves it.
+		base := max(s.TAT, t)
+		s.TAT = base - min(int64(math.Floor(float64(back)*pf/lf)), base-t)
+	}
 	base := max(s.TAT, t, s.Loans.effective(to, t).floorTAT(t, pf, lf))
 	d := base - t
 	avail := gcraAvail(d, bf, lf, pf)

@@ -106,6 +106,17 @@ type Manager struct {
 		m sync.Map // *bucket → *episode
 		n atomic.Int64
 	}
+	// unanswered holds the token_bucket and gcra buckets whose last lease
+	// call got no answer (an error: the Store may have run it), with that
+	// call's Lessee.Call; their next call says so (Lessee.Unanswered), and
+	// the Store gives back what it granted. A call answered or the
+	// bucket's eviction removes the entry; n counts them, so the lease
+	// path skips the lock when there are none.
+	unanswered struct {
+		sync.Mutex
+		m map[*bucket]uint32
+		n atomic.Int64
+	}
 	// bg tracks the Manager's background goroutines.
 	bg struct {
 		sync.Mutex

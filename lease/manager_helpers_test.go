@@ -48,6 +48,9 @@ const (
 	faultNone int32 = iota
 	faultError
 	faultHang
+	// faultLoseAnswer runs lease calls in the Store and then fails them,
+	// as a call that timed out after the Store ran it.
+	faultLoseAnswer
 )
 
 var errInjected = errors.New("injected failure")
@@ -75,6 +78,10 @@ func (f *faultStore) Lease(ctx context.Context, key string, p Policy, want, need
 	f.wants.Lock()
 	f.wants.w = append(f.wants.w, want)
 	f.wants.Unlock()
+	if f.mode.Load() == faultLoseAnswer {
+		_, _ = f.Store.Lease(ctx, key, p, want, need, to)
+		return Grant{}, errInjected
+	}
 	return f.Store.Lease(ctx, key, p, want, need, to)
 }
 

@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 )
@@ -173,7 +175,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	m.st.storeDecisions.Add(1)
 	m.st.leases.Add(1)
 	decisionsStore.Inc()
-	to := m.lessee(keep)
+	to := m.lesseeOf(b, keep)
 	to.Idle = idle
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
@@ -186,6 +188,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		to.Idle = max(idle, m.cfg.Idle-time.Duration(m.touchMs+1)*time.Millisecond)
 	}
 	g, err := m.store.Lease(ctx, b.key, p, want, need, to)
+	m.callEnded(b, to, err)
 	if err != nil {
 		b.tokens.Add(keep)
 		b.keptAdd(kept)
@@ -235,6 +238,58 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	b.denyTill(addTime(after, wait))
 	m.release(b, s, nil)
 	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
+}
+
+// lesseeOf is this Manager as the Lessee of a lease call of b, holding
+// held: for token_bucket and gcra with a Call of its own, and the Call of
+// b's previous call if that one went unanswered. The caller holds b's
+// slot.
+func (m *Manager) lesseeOf(b *bucket, held int64) Lessee {
+	to := m.lessee(held)
+	if !b.pol.Algorithm.refills() {
+		return to
+	}
+	to.Call = rand.Uint32() | 1
+	if m.unanswered.n.Load() > 0 {
+		m.unanswered.Lock()
+		to.Unanswered = m.unanswered.m[b]
+		m.unanswered.Unlock()
+	}
+	return to
+}
+
+// callEnded records how b's lease call to ended (err nil: answered), for
+// the next call's Lessee.Unanswered; with to zero, b's eviction. The
+// caller holds b's slot, or evicted b.
+func (m *Manager) callEnded(b *bucket, to Lessee, err error) {
+	if errors.Is(err, errBreakerOpen) {
+		return // never sent: an earlier unanswered call stays the one to tell
+	}
+	if err != nil && to.Call != 0 {
+		m.unanswered.Lock()
+		// Looked at under the lock: evict marks b before it removes the
+		// entry.
+		if b.denyUntil.Load() != evicted {
+			if m.unanswered.m == nil {
+				m.unanswered.m = map[*bucket]uint32{}
+			}
+			if _, ok := m.unanswered.m[b]; !ok {
+				m.unanswered.n.Add(1)
+			}
+			m.unanswered.m[b] = to.Call
+		}
+		m.unanswered.Unlock()
+		return
+	}
+	if m.unanswered.n.Load() == 0 {
+		return
+	}
+	m.unanswered.Lock()
+	if _, ok := m.unanswered.m[b]; ok {
+		delete(m.unanswered.m, b)
+		m.unanswered.n.Add(-1)
+	}
+	m.unanswered.Unlock()
 }
 
 // lessee is this Manager as the Lessee of a lease call, holding held
@@ -410,11 +465,12 @@ func (m *Manager) prefetchNow(b *bucket) {
 	prefetches.Inc()
 	// held may be spent while the call is out: an upper bound, which the
 	// Store may count as lent until the next call settles it.
-	to := m.lessee(held)
+	to := m.lesseeOf(b, held)
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
 	}
 	g, err := m.store.Lease(m.ctx, b.key, p, want, need, to)
+	m.callEnded(b, to, err)
 	if err != nil {
 		// low stays -1: the next sync lease retries, or fails over.
 		b.keptAdd(kept)

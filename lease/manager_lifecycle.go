@@ -56,6 +56,7 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		// back under its old policy, and the key starts fresh.
 		marked := old.markEvicted()
 		m.endDegraded(old)
+		m.callEnded(old, Lessee{}, nil)
 		if !marked {
 			m.release(old, s, nil)
 		} else if !m.goBG(func() { m.returnBucket(context.Background(), old, s, true) }) {
@@ -147,6 +148,7 @@ func (m *Manager) evict(b *bucket) bool {
 	activeKeys.Dec()
 	marked := b.markEvicted()
 	m.endDegraded(b) // after the mark, which seedLocal checks under the lock
+	m.callEnded(b, Lessee{}, nil)
 	return marked
 }
 

@@ -723,3 +723,46 @@ func TestRenewOnce(t *testing.T) {
 		t.Errorf("%d renewals after a second half TTL, want 2", got)
 	}
 }
+
+// TestUnansweredGrantComesBack: a lease call that the Store ran but whose
+// answer never came (a timeout after the Store granted) does not cost the
+// key its grant: the next call says so and the Store takes it back.
+// Before, the grant counted as spent: the key was short of it until it
+// refilled (an hour here).
+func TestUnansweredGrantComesBack(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, fs, _ := testManager(t, nil)
+			p := Policy{Algorithm: alg, Limit: 100, Period: time.Hour, OnFailure: FailClosed}
+			admitted := int64(0)
+			take := func(hits int64) Decision {
+				d := mustTake(t, m, "k", p, hits)
+				if d.Allowed {
+					admitted += hits
+				}
+				return d
+			}
+			take(1)
+			m.drain()
+			fs.mode.Store(faultLoseAnswer)
+			if d := take(60); d.Allowed || !d.Unavailable {
+				t.Fatalf("check while the answer is lost: %+v, want unavailable (on_store_failure closed)", d)
+			}
+			fs.mode.Store(faultNone)
+			if d := take(60); !d.Allowed {
+				t.Errorf("check after the lost answer: %+v, want allowed: 1 of 100 admitted, the lost grant is the key's again", d)
+			}
+			m.drain()
+			if err := m.ReturnKeys(func(string) bool { return false }); err != nil {
+				t.Fatal(err)
+			}
+			g, err := fs.Store.Lease(context.Background(), "k", p, 0, 0, Lessee{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := p.Capacity() - admitted; g.Remaining != want {
+				t.Errorf("the Store has %d left after %d admitted and everything held returned, want %d", g.Remaining, admitted, want)
+			}
+		})
+	}
+}

@@ -57,12 +57,13 @@
 // MEMORY USAGE of one key (Redis 7.0, jemalloc, counter key "user-000042";
 // measured by TestMemoryPerKey, rerun with go test -run MemoryPerKey -v):
 //
-//	token_bucket     104 bytes; 163 with one holder's loan (a Manager's
-//	                 34-byte id: '@' + id = '<lent>,<expiry>,<expiry − last spend>');
+//	token_bucket     104 bytes; 179 with one holder's loan (a Manager's
+//	                 34-byte id: '@' + id = '<lent>,<expiry>,<expiry − last spend>,
+//	                 <call>,<its grant>', see leased.lua);
 //	                 227 after its second lease, which keeps the tokens it
 //	                 reports spent as an ended loan ('~1' = '<lent>,<time>',
 //	                 up to 3, while they cap the level)
-//	gcra             104 bytes; 163 with one holder's loan; 179 after its
+//	gcra             104 bytes; 179 with one holder's loan; 195 after its
 //	                 second lease
 //	fixed_window     104 bytes; 147 with one holder's loan ('<lent>,0')
 //	sliding_window   104 bytes; 147 with one holder's loan
@@ -72,7 +73,7 @@
 //	                 ids) up to 128, ~134 beyond
 //
 // A longer counter key costs about its extra length. One million active
-// leased keys, each held by one node, take about 160 MB of Redis memory.
+// leased keys, each held by one node, take about 180 MB of Redis memory.
 //
 // # Failures
 //

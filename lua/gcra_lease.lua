@@ -9,7 +9,7 @@
 --
 -- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans}
 -- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us,
---          spent_before
+--          spent_before, call, unanswered
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- An absent key (or a TAT not after now, with no loans) is a full bucket.
@@ -18,7 +18,7 @@
 -- TAT and every loan's tokens are past.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
 local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local spent_before = tonumber(ARGV[10])
+local spent_before, call, unans = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local bf = cf
 
 local function avail(d)
@@ -29,6 +29,13 @@ end
 
 local st, ls = read()
 local tat = tonumber(st.t) or 0
+local back = unanswered(ls, unans, now)
+if back > 0 then
+  -- Granted by calls whose answers the holder never got: the TAT moves
+  -- back as a return moves it.
+  tat = math.max(tat, now)
+  tat = tat - math.min(math.floor(back * pf / lf), tat - now)
+end
 local sp = split(ls, held, idle_us, spent_before, now)
 local base = math.max(tat, now, floor_tat(effective(ls, sp, now), now))
 local d = base - now
@@ -49,7 +56,7 @@ if granted > 0 or (sp.i and ls[sp.i].exp > now) then
   local keep = keep_of(ls, sp, now, granted)
   local cost = math.ceil(granted * pf / lf)
   tat = math.max(tat, now) + cost
-  ls = settle(retire(settling(ls, sp, now, granted > 0), now), keep, granted, now, ttl_us, idle_us, false)
+  ls = settle(retire(settling(ls, sp, now, granted > 0), now), keep, granted, now, ttl_us, idle_us, false, call)
   local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
   ls = trim(ls, function(l, a) return floor(l, a) > now end,
     function(l, a) tat = math.max(tat, floor(l, a)) end)

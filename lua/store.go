@@ -204,7 +204,8 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 		return lease.Grant{}, err
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), to.ID,
-		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore)}
+		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
+		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
 	v, err := s.exec(ctx, "lease", s.scripts.lease[p.Algorithm], s.Key(key, p.Algorithm), args, 5)
 	if err != nil {
 		return lease.Grant{}, err

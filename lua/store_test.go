@@ -194,16 +194,16 @@ func TestMemoryPerKey(t *testing.T) {
 		}
 		n := usage(s.Key(counter, a))
 		// The same key leased by one holder (a Manager: "m-" and 32 hex
-		// digits), which the Store keeps a loan for.
+		// digits, a random call id), which the Store keeps a loan for.
 		held := counter + "-held"
-		to := lease.Lessee{ID: "m-" + strings.Repeat("5f", 16), TTL: time.Minute, Idle: time.Second}
+		to := lease.Lessee{ID: "m-" + strings.Repeat("5f", 16), TTL: 5 * time.Minute, Idle: time.Second, Call: 3_141_592_653}
 		if _, err := s.Lease(ctx, held, p, 7, 7, to); err != nil {
 			t.Fatal(err)
 		}
 		h := usage(s.Key(held, a)) - int64(len("-held"))
 		// The holder spent the 7 and leases again: the Store keeps the 7
 		// as an ended loan (token_bucket, gcra) while it caps the level.
-		to.Idle = 0
+		to.Idle, to.Call = 0, 2_718_281_828
 		if _, err := s.Lease(ctx, held, p, 7, 7, to); err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@
 -- KEYS[1]  hash {t = tokens (fractional), u = time of that level, unix µs,
 --          '@'..holder = loans}
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us,
---          spent_before
+--          spent_before, call, unanswered
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
 -- An absent key is a full bucket. The stored level is the refill less the
@@ -17,7 +17,7 @@
 -- expires when the bucket would be full again with every loan ended.
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
 local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local spent_before = tonumber(ARGV[10])
+local spent_before, call, unans = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 
 local st, ls = read()
 local raw, updated = cf, 0
@@ -28,6 +28,12 @@ if st.t then
   if elapsed < 0 then elapsed = 0 end
   raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
   t = math.max(now, updated)
+end
+local back = unanswered(ls, unans, t)
+if back > 0 then
+  -- Granted by calls whose answers the holder never got: back to the
+  -- level, as a return gives them (at most C).
+  raw = math.min(cf, raw + back)
 end
 local sp = split(ls, held, idle_us, spent_before, t)
 local tokens = raw
@@ -51,7 +57,7 @@ if granted > 0 or (sp.i and ls[sp.i].exp > t) then
   local keep = keep_of(ls, sp, t, granted)
   tokens = tokens - granted
   local stored = raw - granted
-  ls = settle(retire(settling(ls, sp, t, granted > 0), t), keep, granted, t, ttl_us, idle_us, false)
+  ls = settle(retire(settling(ls, sp, t, granted > 0), t), keep, granted, t, ttl_us, idle_us, false, call)
   local function cap(l, a) return cf - a + (t - l.exp) * lf / pf end
   ls = trim(ls, function(l, a) return cap(l, a) < cf end,
     function(l, a) stored = math.min(stored, cap(l, a)) end)

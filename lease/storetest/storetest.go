@@ -92,6 +92,8 @@ var cases = []struct {
 	{"lent/gcra_cap", func(e *env) { lentCap(e, lease.GCRA) }},
 	{"lent/token_bucket_spent_before", func(e *env) { lentSpentBefore(e, lease.TokenBucket) }},
 	{"lent/gcra_spent_before", func(e *env) { lentSpentBefore(e, lease.GCRA) }},
+	{"lent/token_bucket_unanswered", func(e *env) { lentUnanswered(e, lease.TokenBucket) }},
+	{"lent/gcra_unanswered", func(e *env) { lentUnanswered(e, lease.GCRA) }},
 	{"lent/token_bucket_expiry", func(e *env) { lentExpiry(e, lease.TokenBucket) }},
 	{"lent/gcra_expiry", func(e *env) { lentExpiry(e, lease.GCRA) }},
 	{"policy_change", policyChange},
@@ -815,4 +817,30 @@ func lentExpiry(e *env, alg lease.Algorithm) {
 	if g.Lent != 0 {
 		e.t.Fatalf("Lent = %d after the loan ended, want 0", g.Lent)
 	}
+}
+
+// lentUnanswered: a call that says the holder's previous call went
+// unanswered (Lessee.Unanswered, that call's Lessee.Call) gets that call's
+// grant back to the key, once, and only if it was the last call to settle
+// the loan.
+func lentUnanswered(e *env, alg lease.Algorithm) {
+	k := e.key()
+	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour} // burst 10, a token per 6 minutes
+	h := lease.Lessee{ID: "h", TTL: time.Hour, Call: 1}
+	e.leaseAs(k, p, 4, 4, h, grantExp{4, 6, 0, anyDur}, "h takes 4 (call 1, answered)")
+	h.Held, h.Call = 4, 2
+	e.leaseAs(k, p, 3, 3, h, grantExp{3, 3, 0, anyDur}, "h asks for 3 more (call 2): granted, but its answer is lost on the way")
+	h.Call, h.Unanswered = 3, 2
+	g := e.leaseAs(k, p, 0, 0, h, grantExp{0, 6, 0, anyDur}, "h holds 4 and says call 2 went unanswered: its 3 come back to the key")
+	if g.Lent != 4 {
+		e.t.Fatalf("Lent = %d after the unanswered grant came back, want 4 (what h holds)", g.Lent)
+	}
+	h.Call, h.Unanswered = 4, 2
+	e.leaseAs(k, p, 0, 0, h, grantExp{0, 6, 0, anyDur}, "call 2 again: its grant came back already (and call 3 settled the loan since)")
+	h.Call, h.Unanswered = 5, 4
+	e.leaseAs(k, p, 0, 0, h, grantExp{0, 6, 0, anyDur}, "call 4 granted nothing: nothing comes back")
+	h.Call, h.Unanswered = 6, 0
+	e.leaseAs(k, p, 2, 2, h, grantExp{2, 4, 0, anyDur}, "call 6 takes 2 (answer lost)")
+	h.Call, h.Unanswered = 7, 5
+	e.leaseAs(k, p, 0, 0, h, grantExp{0, 4, 0, anyDur}, "h names call 5 while call 6 ran last (reordered, or call 6 is the one it missed): nothing comes back")
 }
