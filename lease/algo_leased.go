@@ -21,6 +21,8 @@ type TokenBucketState struct {
 	// Loans are the tokens lent to holders and still counted against
 	// the capacity (all expiring after Updated).
 	Loans loans
+	// Last is the last call that settled a loan (Lessee.Unanswered).
+	Last lastCall
 }
 
 // raw is the stored level refilled to t: min(C, Tokens + (t-Updated)*L/P),
@@ -55,11 +57,12 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	c := p.Capacity()
 	cf := float64(c)
-	if back := s.Loans.unanswered(to, max(s.Updated, t)); back > 0 {
-		// Granted by calls whose answers to never got: back to the
+	if back := s.Loans.unanswered(to, max(s.Updated, t), s.Last); back > 0 {
+		// Granted by a call whose answer to never got: back to the
 		// level, as Return gives them (at most C).
 		u := max(s.Updated, t)
 		s.Tokens, s.Updated = math.Min(cf, s.raw(t, pf, lf, cf)+float64(back)), u
+		s.Last = lastCall{}
 	}
 	tokens := s.level(t, pf, lf, cf, to)
 	avail := int64(math.Floor(tokens))
@@ -85,6 +88,7 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		s.Tokens = s.raw(t, pf, lf, cf) - float64(g.Granted)
 		s.Updated = u
 		s.Loans = s.Loans.settling(to, u, g.Granted > 0).retire(u).settle(to, keep, g.Granted, u, false)
+		s.Last = s.Last.of(to, g.Granted)
 		s.trim(u, pf, lf, cf)
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
@@ -118,7 +122,7 @@ func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder strin
 	}
 	raw := s.raw(t, pf, lf, cf)
 	ls, back := s.Loans.end(holder, n, u)
-	s.Tokens, s.Updated, s.Loans = math.Min(cf, raw+float64(back)), u, ls.retire(u)
+	s.Tokens, s.Updated, s.Loans, s.Last = math.Min(cf, raw+float64(back)), u, ls.retire(u), lastCall{}
 	s.trim(u, pf, lf, cf)
 }
 
@@ -157,6 +161,8 @@ type GCRAState struct {
 	// Loans are the tokens lent to holders and still counted against
 	// the burst: the TAT is never below loans.floorTAT.
 	Loans loans
+	// Last is the last call that settled a loan (Lessee.Unanswered).
+	Last lastCall
 }
 
 // gcraAvail is floor(B - d*L/P), at least 0, where d = max(TAT, t) - t.
@@ -191,11 +197,12 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	b := p.Capacity()
 	bf := float64(b)
-	if back := s.Loans.unanswered(to, t); back > 0 {
-		// Granted by calls whose answers to never got: the TAT moves
+	if back := s.Loans.unanswered(to, t, s.Last); back > 0 {
+		// Granted by a call whose answer to never got: the TAT moves
 		// back as Return moves it.
 		base := max(s.TAT, t)
 		s.TAT = base - min(int64(math.Floor(float64(back)*pf/lf)), base-t)
+		s.Last = lastCall{}
 	}
 	base := max(s.TAT, t, s.Loans.effective(to, t).floorTAT(t, pf, lf))
 	d := base - t
@@ -218,6 +225,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 		// the loans' floors apply when read.
 		s.TAT = max(s.TAT, t) + cost
 		s.Loans = s.Loans.settling(to, t, g.Granted > 0).retire(t).settle(to, keep, g.Granted, t, false)
+		s.Last = s.Last.of(to, g.Granted)
 		s.trim(t, pf, lf)
 		d = base + cost - t
 	}
@@ -252,7 +260,7 @@ func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 	if back > 0 {
 		base -= min(int64(math.Floor(float64(back)*pf/lf)), base-t)
 	}
-	s.TAT, s.Loans = base, ls.retire(t)
+	s.TAT, s.Loans, s.Last = base, ls.retire(t), lastCall{}
 	s.trim(t, pf, lf)
 }
 

@@ -107,16 +107,18 @@
 //   - fixed_window, sliding_window: a grant already counts in its window,
 //     so lent_h does not cap anything; it lives in the window (a new
 //     window starts with no loans) and bounds returns.
-//   - Unanswered calls (token_bucket, gcra): each call of h carries a
-//     random id, which the Store keeps with h's loan together with what
-//     the call granted. A call whose answer h never got (it timed out
-//     after the Store ran it) granted tokens h cannot spend: h's next call
-//     of the key names it (Lessee.Unanswered), and if it is the last call
-//     that settled h's loan, the Store takes its grant off lent_h and
-//     gives it back to the key, as a return would, before the call runs.
-//     A grant comes back once, and only the named call's: if another call
-//     of h ran after it (reordered), nothing comes back and the grant
-//     counts as spent, as it did before this rule (under-admission only).
+//   - Unanswered calls (token_bucket, gcra): each call carries a random
+//     id (Lessee.Call); the Store keeps, per key, the id of the last call
+//     that settled a loan and what it granted. A call whose answer h
+//     never got (it timed out after the Store ran it) granted tokens h
+//     cannot spend: h's next call of the key names it
+//     (Lessee.Unanswered), and if it is still the key's last call, the
+//     Store takes its grant off lent_h and gives it back to the key, as a
+//     return would, before the call runs. A grant comes back once, and
+//     only the named call's: if another call settled a loan after it
+//     (another holder's, or h's calls reordered), nothing comes back and
+//     the grant counts as spent, as it did before this rule
+//     (under-admission, never over).
 //   - Return(key, p, r, h) ends h's loan: min(r, lent_h) tokens go back
 //     (for windows, into the current window's count if the loan is of
 //     that window); a return can never add tokens the Store did not lend
@@ -435,21 +437,23 @@ type Lessee struct {
 	// find the refill of its idle spell withheld. token_bucket and gcra
 	// only.
 	Idle time.Duration
-	// Call tells this call apart from ID's other calls of the key: any
-	// value but 0, drawn anew for each call (a Manager draws it at
-	// random). The Store keeps it, and what the call granted, with ID's
-	// loan. 0: the call is not told apart. token_bucket and gcra only.
+	// Call tells this call apart from other calls of the key: any value
+	// but 0, drawn anew for each call (a Manager draws it at random). The
+	// Store keeps the Call of the last call that settled a loan of the
+	// key, and what it granted. 0: the call is not told apart.
+	// token_bucket and gcra only.
 	Call uint32
 	// Unanswered is the Call of ID's previous call of the key when that
 	// call got no answer (it failed or timed out: the Store may have run
-	// it); 0 otherwise. If the last call the Store ran for ID was that
-	// one, its grant never reached ID, who cannot spend it: the Store
-	// gives it back to the key before this call, as a return of that
-	// much would, and the rest of the loan runs on. A grant comes back at
-	// most once, and only the one of that very call: if another call ran
-	// after it (calls reordered), nothing comes back. Without it, a lost
-	// answer's grant counts as spent at ID's next call. token_bucket and
-	// gcra only.
+	// it); 0 otherwise. If that call is still the last one to have
+	// settled a loan of the key, its grant never reached ID, who cannot
+	// spend it: the Store takes it off ID's loan and gives it back to the
+	// key before this call, as a return of that much would; the rest of
+	// the loan runs on. A grant comes back at most once, and only that
+	// call's: if another call settled a loan after it (another holder's,
+	// or ID's calls reordered), nothing comes back and the grant counts
+	// as spent at this call, as it did before this field. token_bucket
+	// and gcra only.
 	Unanswered uint32
 }
 

@@ -18,12 +18,6 @@ type Loan struct {
 	// the tokens its next call reports spent before the last one
 	// (Lessee.SpentBefore) refill from then. token_bucket and gcra only.
 	LastSpend int64
-	// LastCall and LastGrant are the Lessee.Call of Holder's last call
-	// that settled the loan and what it granted: a next call that says it
-	// went unanswered gets the grant taken off (see Lessee.Unanswered).
-	// token_bucket and gcra only.
-	LastCall  uint32
-	LastGrant int64
 }
 
 // loans is a key's loans, one per holder, in no particular order. Not
@@ -76,46 +70,57 @@ func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
 	i := ls.find(to.ID)
 	lent := keep + g
 	exp, last := int64(0), int64(0)
-	call, grant := uint32(0), int64(0)
 	if !windowed {
 		exp, last = t+to.TTL.Microseconds(), t-to.Idle.Microseconds()
 		if i >= 0 {
 			exp = max(exp, ls[i].Expires)
 		}
-		if to.Call != 0 {
-			call, grant = to.Call, g
-		}
 	}
 	switch {
 	case i >= 0 && lent > 0:
 		ls[i].Lent, ls[i].Expires, ls[i].LastSpend = lent, exp, last
-		ls[i].LastCall, ls[i].LastGrant = call, grant
 	case i >= 0:
 		ls[i] = ls[len(ls)-1]
 		ls[len(ls)-1] = Loan{}
 		ls = ls[:len(ls)-1]
 	case lent > 0:
-		ls = append(ls, Loan{Holder: cloneString(to.ID), Lent: lent, Expires: exp, LastSpend: last, LastCall: call, LastGrant: grant})
+		ls = append(ls, Loan{Holder: cloneString(to.ID), Lent: lent, Expires: exp, LastSpend: last})
 	}
 	return ls
 }
 
-// unanswered takes off to's loan at t the grant of to's previous call
-// when that call went unanswered (Lessee.Unanswered) and was the last one
-// to settle the loan, and returns it: what the key gets back. The loan
-// runs on, even at 0 (the call settles it).
-func (ls loans) unanswered(to Lessee, t int64) int64 {
-	if to.Unanswered == 0 || to.ID == "" {
+// unanswered handles a call of to at t that names its previous call as
+// unanswered (Lessee.Unanswered): if that call is last, the last call to
+// settle a loan of the key (the key's lastCall and what it granted), its
+// grant never reached to. It takes that off to's loan and returns it: what
+// the key gets back. The loan runs on, even at 0 (the call settles it).
+func (ls loans) unanswered(to Lessee, t int64, last lastCall) int64 {
+	if to.Unanswered == 0 || to.ID == "" || last.Call != to.Unanswered {
 		return 0
 	}
 	i := ls.find(to.ID)
-	if i < 0 || ls[i].Expires <= t || ls[i].LastCall != to.Unanswered {
+	if i < 0 || ls[i].Expires <= t {
 		return 0
 	}
-	back := min(ls[i].LastGrant, ls[i].Lent)
+	back := min(last.Grant, ls[i].Lent)
 	ls[i].Lent -= back
-	ls[i].LastGrant = 0
 	return back
+}
+
+// lastCall is the Lessee.Call of the last call that settled a loan of a
+// token_bucket or gcra key, and what it granted; zero when that call was
+// not told apart, or after its grant came back.
+type lastCall struct {
+	Call  uint32
+	Grant int64
+}
+
+// of is the lastCall of a call of to that granted g.
+func (lastCall) of(to Lessee, g int64) lastCall {
+	if to.Call == 0 || to.ID == "" {
+		return lastCall{}
+	}
+	return lastCall{Call: to.Call, Grant: g}
 }
 
 // held is what a windowed grant keeps of to's loan: min(lent, Held).

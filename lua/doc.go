@@ -58,8 +58,8 @@
 // measured by TestMemoryPerKey, rerun with go test -run MemoryPerKey -v):
 //
 //	token_bucket     104 bytes; 179 with one holder's loan (a Manager's
-//	                 34-byte id: '@' + id = '<lent>,<expiry>,<expiry − last spend>,
-//	                 <call>,<its grant>', see leased.lua);
+//	                 34-byte id: '@' + id = '<lent>,<expiry>,<expiry − last spend>',
+//	                 and '#' = '<last call>,<its grant>', see leased.lua);
 //	                 227 after its second lease, which keeps the tokens it
 //	                 reports spent as an ended loan ('~1' = '<lent>,<time>',
 //	                 up to 3, while they cap the level)

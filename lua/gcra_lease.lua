@@ -7,7 +7,8 @@
 -- keeps B*P/L ≤ 2^52 µs, so the TAT stays an exact integer. Joined after
 -- prelude.lua and leased.lua.
 --
--- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans}
+-- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans, '#' = the
+--          last call (see last_call)}
 -- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us,
 --          spent_before, call, unanswered
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
@@ -29,9 +30,10 @@ end
 
 local st, ls = read()
 local tat = tonumber(st.t) or 0
-local back = unanswered(ls, unans, now)
+local last_c, last_g = last_call(st)
+local back = unanswered(ls, unans, last_c, last_g, now)
 if back > 0 then
-  -- Granted by calls whose answers the holder never got: the TAT moves
+  -- Granted by a call whose answer the holder never got: the TAT moves
   -- back as a return moves it.
   tat = math.max(tat, now)
   tat = tat - math.min(math.floor(back * pf / lf), tat - now)
@@ -56,7 +58,7 @@ if granted > 0 or (sp.i and ls[sp.i].exp > now) then
   local keep = keep_of(ls, sp, now, granted)
   local cost = math.ceil(granted * pf / lf)
   tat = math.max(tat, now) + cost
-  ls = settle(retire(settling(ls, sp, now, granted > 0), now), keep, granted, now, ttl_us, idle_us, false, call)
+  ls = settle(retire(settling(ls, sp, now, granted > 0), now), keep, granted, now, ttl_us, idle_us, false)
   local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
   ls = trim(ls, function(l, a) return floor(l, a) > now end,
     function(l, a) tat = math.max(tat, floor(l, a)) end)
@@ -67,6 +69,6 @@ if granted > 0 or (sp.i and ls[sp.i].exp > now) then
   for _, l in ipairs(ls) do
     e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
   end
-  write({'t', string.format('%d', tat)}, ls, ttl(e - now))
+  write(last_field({'t', string.format('%d', tat)}, call, granted), ls, ttl(e - now))
 end
 return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}

@@ -12,16 +12,14 @@
 -- the windowed algorithms (expiry 0: their loans end with the window),
 -- '<lent>,<expiry µs>,<expiry − last spend, µs>' for token_bucket and gcra
 -- (the holder's last spend before its last call, lease.Loan.LastSpend, is
--- kept as its distance to the expiry: fewer digits), then, when the
--- holder's last call that settled it was told apart (Lessee.Call), ',<call>,<what
--- it granted>' (lease.Loan.LastCall, LastGrant). An ended loan (no
+-- kept as its distance to the expiry: fewer digits). An ended loan (no
 -- holder: tokens spent by its expiry, which still cap the level) is a
 -- field '~' .. n = '<lent>,<expiry µs>'.
 local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder = ARGV[4]
 
 -- read returns a hash's plain fields as a table, and its loans as a list of
--- {id, lent, exp, last, call, grant}.
+-- {id, lent, exp, last}.
 local function read()
   local h = redis.call('HGETALL', key)
   local st, ls = {}, {}
@@ -29,13 +27,12 @@ local function read()
     local f = h[i]
     local c = string.byte(f, 1)
     if c == 64 or c == 126 then -- '@' or '~'
-      local l, e, b, cl, gr = string.match(h[i + 1], '^(%d+),(%d+),?(%d*),?(%d*),?(%d*)$')
+      local l, e, b = string.match(h[i + 1], '^(%d+),(%d+),?(%d*)$')
       local last = 0
       if b ~= '' then last = tonumber(e) - tonumber(b) end
       local id = ''
       if c == 64 then id = string.sub(f, 2) end
-      ls[#ls + 1] = {id = id, lent = tonumber(l), exp = tonumber(e), last = last,
-        call = tonumber(cl) or 0, grant = tonumber(gr) or 0}
+      ls[#ls + 1] = {id = id, lent = tonumber(l), exp = tonumber(e), last = last}
     else
       st[f] = h[i + 1]
     end
@@ -69,41 +66,61 @@ end
 
 -- settle records a call of holder at t that granted g: its loan becomes
 -- keep + g, expiring at max(its expiry, t + ttl), its last spend t -
--- idle_us, its last call call (0: not told apart) and grant g (windowed:
--- expiry, last spend and call 0). Mirrors loans.settle.
-local function settle(ls, keep, g, t, ttl_us, idle_us, windowed, call)
+-- idle_us (windowed: expiry and last spend 0). Mirrors loans.settle.
+local function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
   if holder == '' then return ls end
   local i = find(ls, holder)
   local lent = keep + g
-  local exp, last, cl, gr = 0, 0, 0, 0
+  local exp, last = 0, 0
   if not windowed then
     exp, last = t + ttl_us, t - idle_us
     if i then exp = math.max(exp, ls[i].exp) end
-    if call and call ~= 0 then cl, gr = call, g end
   end
   if i and lent > 0 then
-    ls[i].lent, ls[i].exp, ls[i].last, ls[i].call, ls[i].grant = lent, exp, last, cl, gr
+    ls[i].lent, ls[i].exp, ls[i].last = lent, exp, last
   elseif i then
     ls[i] = ls[#ls]
     ls[#ls] = nil
   elseif lent > 0 then
-    ls[#ls + 1] = {id = holder, lent = lent, exp = exp, last = last, call = cl, grant = gr}
+    ls[#ls + 1] = {id = holder, lent = lent, exp = exp, last = last}
   end
   return ls
 end
 
--- unanswered takes off holder's loan at t the grant of the holder's
--- previous call when that call went unanswered (its call, 0 otherwise) and
--- was the last one to settle the loan, and returns it: what the key gets
--- back. The loan runs on, even at 0. Mirrors loans.unanswered.
-local function unanswered(ls, call, t)
-  if call == 0 or holder == '' then return 0 end
+-- last_call reads a token_bucket or gcra key's '#' field (st['#']): the
+-- Lessee.Call of the last call that settled a loan and what it granted
+-- ('<call>,<grant>'; absent: 0, 0). It is a plain field, which the scripts
+-- of earlier versions ignore and drop when they write the key: nodes of
+-- both versions can share a key during an upgrade. Mirrors lease's
+-- lastCall.
+local function last_call(st)
+  local c, g = string.match(st['#'] or '', '^(%d+),(%d+)$')
+  return tonumber(c) or 0, tonumber(g) or 0
+end
+
+-- unanswered handles a call of holder at t that names its previous call
+-- unans as unanswered (0: none): if that call is the key's last call
+-- (last_c, granting last_g), its grant never reached the holder. It takes
+-- that off holder's loan and returns it: what the key gets back. The loan
+-- runs on, even at 0. Mirrors loans.unanswered.
+local function unanswered(ls, unans, last_c, last_g, t)
+  if unans == 0 or holder == '' or last_c ~= unans then return 0 end
   local i = find(ls, holder)
-  if not i or ls[i].exp <= t or ls[i].call ~= call then return 0 end
-  local back = math.min(ls[i].grant, ls[i].lent)
+  if not i or ls[i].exp <= t then return 0 end
+  local back = math.min(last_g, ls[i].lent)
   ls[i].lent = ls[i].lent - back
-  ls[i].grant = 0
   return back
+end
+
+-- last_field is the '#' field's name and value for a call that granted g,
+-- appended to st (the fields to write): none when the call was not told
+-- apart. Mirrors lastCall.of.
+local function last_field(st, call, g)
+  if call ~= 0 and holder ~= '' then
+    st[#st + 1] = '#'
+    st[#st + 1] = string.format('%d,%d', call, g)
+  end
+  return st
 end
 
 -- held_of is what a windowed grant keeps of holder's loan: min(lent, held).
@@ -314,11 +331,7 @@ local function write(st, ls, ttl_ms)
     else
       st[#st + 1] = '@' .. l.id
     end
-    if l.call and l.call ~= 0 then
-      local b = ''
-      if l.last > 0 then b = string.format('%d', l.exp - l.last) end
-      st[#st + 1] = string.format('%d,%d,%s,%d,%d', l.lent, l.exp, b, l.call, l.grant)
-    elseif l.last > 0 then
+    if l.last > 0 then
       st[#st + 1] = string.format('%d,%d,%d', l.lent, l.exp, l.exp - l.last)
     else
       st[#st + 1] = string.format('%d,%d', l.lent, l.exp)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -339,5 +340,50 @@ func TestValidation(t *testing.T) {
 	}
 	if r, err := s.Log(ctx, "big", big, 1); err != nil || r.Allowed {
 		t.Errorf("Log after the log is full = %+v, %v; want denied", r, err)
+	}
+}
+
+// TestLoanFieldsKeepEarlierFormat: a token_bucket or gcra key written by
+// this version stays readable by the scripts of the version before the
+// last-call field (2026-11-23), so nodes of both can share keys during a
+// rolling upgrade: those scripts read '@'/'~' fields with
+// ^(%d+),(%d+),?(%d*)$ (anything else fails the script) and ignore plain
+// fields. Each loan keeps that format; the last call is a field of its
+// own ('#').
+func TestLoanFieldsKeepEarlierFormat(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, srv.Addr)
+	ctx := context.Background()
+	old := regexp.MustCompile(`^(\d+),(\d+),?(\d*)$`)
+	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+		p := lease.Policy{Algorithm: a, Limit: 1000, Period: time.Hour}
+		to := lease.Lessee{ID: "m-" + strings.Repeat("5f", 16), TTL: 5 * time.Minute, Idle: time.Second, Call: 4_000_000_001}
+		for i := range 2 {
+			if _, err := s.Lease(ctx, "compat", p, 7, 7, to); err != nil {
+				t.Fatal(err)
+			}
+			to.Call, to.Idle = uint32(i+2), 0
+		}
+		out, err := redistest.Command(srv.Addr, "HGETALL", s.Key("compat", a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Split(out, "\n")
+		loans, last := 0, false
+		for i := 0; i+1 < len(f); i += 2 {
+			name, v := f[i], f[i+1]
+			switch {
+			case strings.HasPrefix(name, "@") || strings.HasPrefix(name, "~"):
+				loans++
+				if !old.MatchString(v) {
+					t.Errorf("%v: loan field %s = %q, which the earlier scripts cannot read", a, name, v)
+				}
+			case name == "#":
+				last = true
+			}
+		}
+		if loans < 2 || !last {
+			t.Errorf("%v: fields %q: want the holder's loan, an ended loan and the last call", a, f)
+		}
 	}
 }

@@ -5,7 +5,7 @@
 -- loan helpers).
 --
 -- KEYS[1]  hash {t = tokens (fractional), u = time of that level, unix µs,
---          '@'..holder = loans}
+--          '@'..holder = loans, '#' = the last call (see last_call)}
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us,
 --          spent_before, call, unanswered
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
@@ -29,9 +29,10 @@ if st.t then
   raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
   t = math.max(now, updated)
 end
-local back = unanswered(ls, unans, t)
+local last_c, last_g = last_call(st)
+local back = unanswered(ls, unans, last_c, last_g, t)
 if back > 0 then
-  -- Granted by calls whose answers the holder never got: back to the
+  -- Granted by a call whose answer the holder never got: back to the
   -- level, as a return gives them (at most C).
   raw = math.min(cf, raw + back)
 end
@@ -57,11 +58,11 @@ if granted > 0 or (sp.i and ls[sp.i].exp > t) then
   local keep = keep_of(ls, sp, t, granted)
   tokens = tokens - granted
   local stored = raw - granted
-  ls = settle(retire(settling(ls, sp, t, granted > 0), t), keep, granted, t, ttl_us, idle_us, false, call)
+  ls = settle(retire(settling(ls, sp, t, granted > 0), t), keep, granted, t, ttl_us, idle_us, false)
   local function cap(l, a) return cf - a + (t - l.exp) * lf / pf end
   ls = trim(ls, function(l, a) return cap(l, a) < cf end,
     function(l, a) stored = math.min(stored, cap(l, a)) end)
   local d = full_in(ls, (cf - stored) * pf / lf, t)
-  write({'t', fmt(stored), 'u', fmt(t)}, ls, ttl(t - now + d))
+  write(last_field({'t', fmt(stored), 'u', fmt(t)}, call, granted), ls, ttl(t - now + d))
 end
 return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_to(ls, holder, now)}

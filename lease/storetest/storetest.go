@@ -822,7 +822,7 @@ func lentExpiry(e *env, alg lease.Algorithm) {
 // lentUnanswered: a call that says the holder's previous call went
 // unanswered (Lessee.Unanswered, that call's Lessee.Call) gets that call's
 // grant back to the key, once, and only if it was the last call to settle
-// the loan.
+// a loan of the key.
 func lentUnanswered(e *env, alg lease.Algorithm) {
 	k := e.key()
 	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour} // burst 10, a token per 6 minutes
@@ -843,4 +843,9 @@ func lentUnanswered(e *env, alg lease.Algorithm) {
 	e.leaseAs(k, p, 2, 2, h, grantExp{2, 4, 0, anyDur}, "call 6 takes 2 (answer lost)")
 	h.Call, h.Unanswered = 7, 5
 	e.leaseAs(k, p, 0, 0, h, grantExp{0, 4, 0, anyDur}, "h names call 5 while call 6 ran last (reordered, or call 6 is the one it missed): nothing comes back")
+	h.Call, h.Unanswered = 8, 0
+	e.leaseAs(k, p, 1, 1, h, grantExp{1, 3, 0, anyDur}, "call 8 takes 1 (answer lost)")
+	e.leaseAs(k, p, 1, 1, lease.Lessee{ID: "other", TTL: time.Hour, Call: 9}, grantExp{1, 2, 0, anyDur}, "another holder's call settles a loan since")
+	h.Call, h.Unanswered = 10, 8
+	e.leaseAs(k, p, 0, 0, h, grantExp{0, 2, 0, anyDur}, "h names call 8, no longer the key's last call: nothing comes back")
 }
