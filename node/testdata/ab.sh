@@ -12,7 +12,9 @@ tmp=$(mktemp -d)
 go build -o "$tmp/sluiced" ./cmd/sluiced
 go build -o "$tmp/ceiling" ./node/testdata/ceiling
 A=127.0.0.1:18380 C=127.0.0.1:18381
-"$tmp/sluiced" -listen $A -gossip 127.0.0.1:17380 -rules node/testdata/bench-rules.yaml -log-level warn >"$tmp/sluiced.log" 2>&1 &
+# A cluster of one (-gossip, as a clustered node decides): it needs a key.
+SLUICE_CLUSTER_KEY=$(head -c 32 /dev/urandom | base64) \
+  "$tmp/sluiced" -listen $A -gossip 127.0.0.1:17380 -rules node/testdata/bench-rules.yaml -log-level warn >"$tmp/sluiced.log" 2>&1 &
 spid=$!
 trap 'kill $spid ${cpid:-} 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 50); do curl -sf -o /dev/null http://$A/healthz && break; sleep 0.1; done
