@@ -88,7 +88,7 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		s.Tokens = s.raw(t, pf, lf, cf) - float64(g.Granted)
 		s.Updated = u
 		s.Loans = s.Loans.settling(to, u, g.Granted > 0).retire(u).settle(to, keep, g.Granted, u, false)
-		s.Last = s.Last.of(to, g.Granted)
+		s.Last = lastCallOf(to, g.Granted)
 		s.trim(u, pf, lf, cf)
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
@@ -225,7 +225,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 		// the loans' floors apply when read.
 		s.TAT = max(s.TAT, t) + cost
 		s.Loans = s.Loans.settling(to, t, g.Granted > 0).retire(t).settle(to, keep, g.Granted, t, false)
-		s.Last = s.Last.of(to, g.Granted)
+		s.Last = lastCallOf(to, g.Granted)
 		s.trim(t, pf, lf)
 		d = base + cost - t
 	}

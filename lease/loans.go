@@ -115,8 +115,8 @@ type lastCall struct {
 	Grant int64
 }
 
-// of is the lastCall of a call of to that granted g.
-func (lastCall) of(to Lessee, g int64) lastCall {
+// lastCallOf is the lastCall of a call of to that granted g.
+func lastCallOf(to Lessee, g int64) lastCall {
 	if to.Call == 0 || to.ID == "" {
 		return lastCall{}
 	}

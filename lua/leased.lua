@@ -114,7 +114,7 @@ end
 
 -- last_field is the '#' field's name and value for a call that granted g,
 -- appended to st (the fields to write): none when the call was not told
--- apart. Mirrors lastCall.of.
+-- apart. Mirrors lease's lastCallOf.
 local function last_field(st, call, g)
   if call ~= 0 and holder ~= '' then
     st[#st + 1] = '#'
