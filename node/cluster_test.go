@@ -301,7 +301,8 @@ func TestMembersAndReadyz(t *testing.T) {
 	single.n.Handler()(ctx)
 	r := resp{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
 	m, err := client.ParseMembers([]byte(r.body))
-	if err != nil || r.status != 200 || m.Self != "local" || !m.Ready || len(m.Members) != 1 || m.Vnodes != 8192 {
+	if err != nil || r.status != 200 || m.Self != "local" || !m.Ready || len(m.Members) != 1 || m.Vnodes != 8192 ||
+		strings.Join(m.Ring, ",") != "local" {
 		t.Errorf("single /v1/members: %d %s %v", r.status, r.body, err)
 	}
 	if r := single.do("GET", "/readyz", ""); r.status != 200 || r.json(t)["joined"] != true {
@@ -314,8 +315,16 @@ func TestMembersAndReadyz(t *testing.T) {
 	a := nodes["a"]
 	r = a.do(t, "GET", "/v1/members", "")
 	m, err = client.ParseMembers([]byte(r.body))
-	if err != nil || m.Self != "a" || !m.Ready || len(m.Members) != 2 || m.Members[0].HTTPAddr == "" {
+	if err != nil || m.Self != "a" || !m.Ready || len(m.Members) != 2 || m.Members[0].HTTPAddr == "" ||
+		strings.Join(m.Ring, ",") != "a,b" {
 		t.Errorf("cluster /v1/members: %s %v", r.body, err)
+	}
+	// The ring is what routing uses, not membership's view: a node whose
+	// ring has not taken b in yet says so.
+	a.n.MembersChanged([]member.Member{{Name: "a"}})
+	r = a.do(t, "GET", "/v1/members", "")
+	if m, err = client.ParseMembers([]byte(r.body)); err != nil || len(m.Members) != 2 || strings.Join(m.Ring, ",") != "a" {
+		t.Errorf("/v1/members with a ring of a alone: %s %v, want members a and b, ring [a]", r.body, err)
 	}
 	a.n.SetMembership(&staticMembership{ready: false})
 	if r := a.do(t, "GET", "/readyz", ""); r.status != 503 || r.json(t)["joined"] != false {

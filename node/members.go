@@ -12,15 +12,19 @@ import (
 // membersBody is the body of GET /v1/members (node/client.MembersResponse
 // reads it):
 //
-//	{"self":"node-a","ready":true,"vnodes":8192,"members":[{"name":"node-a","http_addr":"127.0.0.1:8080","gossip_addr":"127.0.0.1:7946","state":"alive"}]}
+//	{"self":"node-a","ready":true,"vnodes":8192,"members":[{"name":"node-a","http_addr":"127.0.0.1:8080","gossip_addr":"127.0.0.1:7946","state":"alive"}],"ring":["node-a"]}
 //
 // Members are the live ones sorted by name, then those remembered as dead
-// or left, sorted by name. A single node lists itself alone.
+// or left, sorted by name. A single node lists itself alone. Ring is the
+// members this node routes keys to now, sorted: membership's view reaches
+// the ring through its change callback, a moment later, so right after a
+// join or a death the two may differ (wait for the ring to route).
 type membersBody struct {
 	Self    string       `json:"self"`
 	Ready   bool         `json:"ready"`
 	Vnodes  int          `json:"vnodes"`
 	Members []memberBody `json:"members"`
+	Ring    []string     `json:"ring"`
 }
 
 type memberBody struct {
@@ -61,6 +65,9 @@ func (n *Node) members(ctx *fasthttp.RequestCtx) {
 	}
 	if len(body.Members) == 0 { // a single node, or membership not started yet
 		body.Members = append(body.Members, memberBody{Name: body.Self, State: member.StateAlive})
+	}
+	if body.Ring = n.Ring().Members(); body.Ring == nil {
+		body.Ring = []string{body.Self}
 	}
 	b, _ := json.Marshal(body)
 	ctx.SetContentTypeBytes(contentTypeJSON)

@@ -30,6 +30,9 @@ type MembersResponse struct {
 	Ready   bool     `json:"ready"`
 	Vnodes  int      `json:"vnodes"`
 	Members []Member `json:"members"`
+	// Ring is the members the node routes keys to now (sorted); it follows
+	// Members a moment after a change. Empty from nodes before 2026-11-26.
+	Ring []string `json:"ring"`
 }
 
 // maxMembersBody bounds a /v1/members body: thousands of members fit.
