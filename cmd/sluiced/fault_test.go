@@ -244,7 +244,8 @@ func waitFault(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// memberStates is p's /v1/members as name → state (nil when unreachable).
+// memberStates is p's /v1/members as name → state, and "ring" → the
+// members its ring routes to, comma-separated (nil when unreachable).
 func memberStates(p *daemonProc) (map[string]string, int) {
 	c := http.Client{Timeout: 2 * time.Second}
 	res, err := c.Get(p.http + "/v1/members")
@@ -255,6 +256,7 @@ func memberStates(p *daemonProc) (map[string]string, int) {
 	var body struct {
 		Vnodes  int
 		Members []struct{ Name, State string }
+		Ring    []string
 	}
 	if json.NewDecoder(res.Body).Decode(&body) != nil {
 		return nil, 0
@@ -263,6 +265,7 @@ func memberStates(p *daemonProc) (map[string]string, int) {
 	for _, m := range body.Members {
 		out[m.Name] = m.State
 	}
+	out["ring"] = strings.Join(body.Ring, ",")
 	return out, body.Vnodes
 }
 
@@ -359,10 +362,10 @@ func startFaultCluster(t *testing.T, bin string) (a, b, c *daemonProc, redis *re
 	b = startDaemon(t, bin, true, append(common, "-node-name", "b", "-join", a.gossip)...)
 	c = startDaemon(t, bin, true, append(common, "-node-name", "c", "-join", a.gossip)...)
 	var vnodes int
-	waitFault(t, "three nodes alive on each", func() bool {
+	waitFault(t, "three nodes alive on each, and routed to", func() bool {
 		for _, p := range []*daemonProc{a, b, c} {
 			s, v := memberStates(p)
-			if s["a"] != member.StateAlive || s["b"] != member.StateAlive || s["c"] != member.StateAlive {
+			if s["a"] != member.StateAlive || s["b"] != member.StateAlive || s["c"] != member.StateAlive || s["ring"] != "a,b,c" {
 				return false
 			}
 			vnodes = v
