@@ -200,8 +200,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 	if back := s.Loans.unanswered(to, t, s.Last); back > 0 {
 		// Granted by a call whose answer to never got: the TAT moves
 		// back as Return moves it.
-		base := max(s.TAT, t)
-		s.TAT = base - min(int64(math.Floor(float64(back)*pf/lf)), base-t)
+		s.TAT = tatBack(s.TAT, t, back, pf, lf)
 		s.Last = lastCall{}
 	}
 	base := max(s.TAT, t, s.Loans.effective(to, t).floorTAT(t, pf, lf))
@@ -255,13 +254,16 @@ func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 		return // nothing lent to holder: nothing comes back, nothing changes
 	}
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
-	base := max(s.TAT, t)
 	ls, back := s.Loans.end(holder, n, t)
-	if back > 0 {
-		base -= min(int64(math.Floor(float64(back)*pf/lf)), base-t)
-	}
-	s.TAT, s.Loans, s.Last = base, ls.retire(t), lastCall{}
+	s.TAT, s.Loans, s.Last = tatBack(s.TAT, t, back, pf, lf), ls.retire(t), lastCall{}
 	s.trim(t, pf, lf)
+}
+
+// tatBack is the TAT after n tokens come back at t (a return, or an
+// unanswered call's grant): max(t, max(TAT, t) − floor(n·P/L)).
+func tatBack(tat, t, n int64, pf, lf float64) int64 {
+	base := max(tat, t)
+	return base - min(int64(math.Floor(float64(n)*pf/lf)), base-t)
 }
 
 // expiry is when the key is full with no further calls: the TAT, or

@@ -35,8 +35,7 @@ local back = unanswered(ls, unans, last_c, last_g, now)
 if back > 0 then
   -- Granted by a call whose answer the holder never got: the TAT moves
   -- back as a return moves it.
-  tat = math.max(tat, now)
-  tat = tat - math.min(math.floor(back * pf / lf), tat - now)
+  tat = tat_back(tat, back, now)
 end
 local sp = split(ls, held, idle_us, spent_before, now)
 local base = math.max(tat, now, floor_tat(effective(ls, sp, now), now))

@@ -15,14 +15,10 @@ end
 if lent_to(ls, holder, now) == 0 then
   return 0 -- nothing lent to holder: nothing comes back, nothing changes
 end
-local base = math.max(tat, now)
 local back
 ls, back = end_loan(ls, n, now)
 ls = retire(ls, now)
-if back > 0 then
-  base = base - math.min(math.floor(back * pf / lf), base - now)
-end
-tat = base
+tat = tat_back(tat, back, now)
 local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
 ls = trim(ls, function(l, a) return floor(l, a) > now end,
   function(l, a) tat = math.max(tat, floor(l, a)) end)

@@ -112,6 +112,14 @@ local function unanswered(ls, unans, last_c, last_g, t)
   return back
 end
 
+-- tat_back is a gcra TAT after n tokens come back at t (a return, or an
+-- unanswered call's grant): max(t, max(tat, t) - floor(n*P/L)). Mirrors
+-- lease's tatBack.
+local function tat_back(tat, n, t)
+  local base = math.max(tat, t)
+  return base - math.min(math.floor(n * pf / lf), base - t)
+end
+
 -- last_field is the '#' field's name and value for a call that granted g,
 -- appended to st (the fields to write): none when the call was not told
 -- apart. Mirrors lease's lastCallOf.
