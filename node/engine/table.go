@@ -1,150 +1,161 @@
-package node
+package engine
 
 import (
+	"fmt"
+	"iter"
 	"strconv"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// ruleTable is an immutable rule set plus what the hot path needs per rule,
-// computed once at SetRules.
-type ruleTable struct {
+// Table is an immutable rule set plus what the engine needs per rule,
+// computed once when the set is installed (Engine.SetRules).
+type Table struct {
 	set    *rules.Set
-	byName map[string]*ruleInfo
+	byName map[string]*Rule
 }
 
-// ruleInfo is one rule's precomputed data.
-type ruleInfo struct {
+// Rule is one rule of a Table with its precomputed data and its counters
+// (sluice_checks_total by decision, kept across reloads: they are created
+// once per rule name in the Engine's metrics set).
+type Rule struct {
 	rule *rules.Rule
 	name string
 	// prefix is the counter key prefix: name + ":".
 	prefix string
 	// base is the rule's policy without overrides.
-	base lease.Policy
-	// hdrPolicy is the RateLimit-Policy value of base,
-	// `"name";q=limit;w=seconds`; hdrLimit is base's limit in decimal;
-	// hdrRL is the start of the RateLimit value, `"name";r=`.
-	hdrPolicy, hdrLimit, hdrRL []byte
-	checks                     [numDecisions]*metrics.Counter
+	base   lease.Policy
+	checks [NumDecisions]*metrics.Counter
 	// skipped counts forward-auth checks the rule skipped because the
 	// request lacked its key (on_missing_key: skip); nil for a rule
 	// without a key, which forward-auth never matches.
 	skipped *metrics.Counter
-	// missingKeyHint is the X-Sluice-Missing-Key value of a request denied
-	// for lacking the key (on_missing_key: deny): the rule's key sources.
-	missingKeyHint []byte
+	data    any
 }
 
-// newRuleTable builds the table of s, the rule set that requests are
-// matched against, plus the rules of extra (the Envoy RLS configuration's,
-// see SetRLSRules), reachable by name only. A name in both keeps s's rule.
-func (m *nodeMetrics) newRuleTable(s, extra *rules.Set) *ruleTable {
-	t := &ruleTable{set: s, byName: make(map[string]*ruleInfo, s.Len()+extra.Len())}
-	m.addRules(t, s)
-	m.addRules(t, extra)
+// Set returns the rule set requests are matched against (the rules of
+// the extra set given to SetRules are reachable by name only).
+func (t *Table) Set() *rules.Set { return t.set }
+
+// Get returns the rule named name, or nil.
+func (t *Table) Get(name string) *Rule { return t.byName[name] }
+
+// Len returns the number of rules reachable by name.
+func (t *Table) Len() int { return len(t.byName) }
+
+// All yields every rule reachable by name, in no particular order.
+func (t *Table) All() iter.Seq2[string, *Rule] {
+	return func(yield func(string, *Rule) bool) {
+		for name, r := range t.byName {
+			if !yield(name, r) {
+				return
+			}
+		}
+	}
+}
+
+// Rule returns the rule as parsed.
+func (r *Rule) Rule() *rules.Rule { return r.rule }
+
+// Name returns the rule's name.
+func (r *Rule) Name() string { return r.name }
+
+// Base returns the rule's policy without overrides.
+func (r *Rule) Base() lease.Policy { return r.base }
+
+// Data returns what Config.RuleData made for the rule (nil without it).
+func (r *Rule) Data() any { return r.data }
+
+// Counts returns the rule's sluice_checks_total counters by decision.
+func (r *Rule) Counts() (c [NumDecisions]uint64) {
+	for d := range NumDecisions {
+		c[d] = r.checks[d].Get()
+	}
+	return c
+}
+
+// CountMissingKey counts a forward-auth request that matched r but lacked
+// its key and was not decided: a skip (on_missing_key: skip), else a
+// denial (shadow_denied for a shadow rule).
+func (r *Rule) CountMissingKey(skip bool) {
+	switch {
+	case skip:
+		if r.skipped != nil {
+			r.skipped.Inc()
+		}
+	case r.rule.Shadow:
+		r.checks[DecShadowDenied].Inc()
+	default:
+		r.checks[DecDenied].Inc()
+	}
+}
+
+// newTable builds the table of s, the rule set that requests are matched
+// against, plus the rules of extra, reachable by name only. A name in
+// both keeps s's rule.
+func (e *Engine) newTable(s, extra *rules.Set) *Table {
+	t := &Table{set: s, byName: make(map[string]*Rule, s.Len()+extra.Len())}
+	e.addRules(t, s)
+	e.addRules(t, extra)
 	return t
 }
 
-func (m *nodeMetrics) addRules(t *ruleTable, s *rules.Set) {
+func (e *Engine) addRules(t *Table, s *rules.Set) {
 	for _, r := range s.Rules() {
 		if t.byName[r.Name] != nil {
 			continue
 		}
-		ri := &ruleInfo{
+		ri := &Rule{
 			rule:   r,
 			name:   r.Name,
 			prefix: r.Name + ":",
 			base:   r.Policy,
-			checks: m.checkCounters(r.Name),
+			checks: e.checkCounters(r.Name),
 		}
-		ri.hdrPolicy = appendPolicyHeader(nil, r.Name, r.Policy)
-		ri.hdrLimit = strconv.AppendInt(nil, r.Policy.Limit, 10)
-		ri.hdrRL = append(strconv.AppendQuote(nil, r.Name), ";r="...)
 		if len(r.Sources) > 0 {
-			ri.skipped = m.set.GetOrCreateCounter(`sluice_checks_skipped_total{rule=` + strconv.Quote(r.Name) + `,reason="missing_key"}`)
-			ri.missingKeyHint = []byte(r.Spec.Key)
+			ri.skipped = e.set.GetOrCreateCounter(`sluice_checks_skipped_total{rule=` + strconv.Quote(r.Name) + `,reason="missing_key"}`)
+		}
+		if e.ruleData != nil {
+			ri.data = e.ruleData(r)
 		}
 		t.byName[r.Name] = ri
 	}
 }
 
-// get returns the rule named name, or nil.
-func (t *ruleTable) get(name string) *ruleInfo {
-	return t.byName[name]
-}
-
-// Header names, written with SetCanonical so that their case is kept.
-var (
-	hdrRateLimitPolicy = []byte("RateLimit-Policy")
-	hdrRateLimit       = []byte("RateLimit")
-	hdrXLimit          = []byte("X-RateLimit-Limit")
-	hdrXRemaining      = []byte("X-RateLimit-Remaining")
-	hdrXReset          = []byte("X-RateLimit-Reset")
-	hdrRetryAfter      = []byte("Retry-After")
-	hdrMissingKey      = []byte("X-Sluice-Missing-Key")
+// Decisions, the decision label of sluice_checks_total.
+const (
+	DecAllowed      = iota
+	DecDenied       // a rule denied on its limit
+	DecShadowDenied // a shadow rule denied; the request was allowed
+	DecUnavailable  // the Store was down and the rule fails closed
+	DecDegraded     // the Store was down; allowed by an open rule
+	DecLocal        // the Store was down; allowed from node memory (a local rule)
+	DecShed         // the owner, alive, did not answer in time: answered 503 (see route.go)
+	NumDecisions
 )
 
-// appendPolicyHeader appends `"name";q=limit;w=seconds`
-// (draft-ietf-httpapi-ratelimit-headers).
-func appendPolicyHeader(dst []byte, name string, p lease.Policy) []byte {
-	dst = strconv.AppendQuote(dst, name)
-	dst = append(dst, ";q="...)
-	dst = strconv.AppendInt(dst, p.Limit, 10)
-	dst = append(dst, ";w="...)
-	return strconv.AppendInt(dst, ceilSeconds(p.Period), 10)
+var decisionNames = [NumDecisions]string{
+	DecAllowed:      "allowed",
+	DecDenied:       "denied",
+	DecShadowDenied: "shadow_denied",
+	DecUnavailable:  "unavailable",
+	DecDegraded:     "degraded",
+	DecLocal:        "local_fallback",
+	DecShed:         "shed",
 }
 
-// ceilSeconds rounds d up to whole seconds (negative → 0).
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
+// DecisionName returns the value of the decision label of decision d
+// (DecAllowed...).
+func DecisionName(d int) string { return decisionNames[d] }
 
-// ceilMillis rounds d up to whole milliseconds (negative → 0).
-func ceilMillis(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
+// checkCounters returns the per-decision counters of a rule, created once
+// per rule name (and kept across reloads).
+func (e *Engine) checkCounters(rule string) (c [NumDecisions]*metrics.Counter) {
+	for d := range NumDecisions {
+		c[d] = e.set.GetOrCreateCounter(fmt.Sprintf(`sluice_checks_total{rule=%q,decision=%q}`, rule, decisionNames[d]))
 	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// setRateHeaders writes the rate-limit headers of one answer: the policy,
-// remaining and reset of the reported rule, and Retry-After (seconds,
-// rounded up, at least 1) when denied. scratch is reused and returned.
-func setRateHeaders(h *fasthttp.ResponseHeader, scratch []byte, ri *ruleInfo, p lease.Policy, d *lease.Decision, denied bool) []byte {
-	remaining := max(d.Remaining, 0)
-	reset := ceilSeconds(d.Reset)
-	if p == ri.base {
-		h.SetCanonical(hdrRateLimitPolicy, ri.hdrPolicy)
-		h.SetCanonical(hdrXLimit, ri.hdrLimit)
-	} else { // an override applies to this key
-		scratch = appendPolicyHeader(scratch[:0], ri.name, p)
-		h.SetCanonical(hdrRateLimitPolicy, scratch)
-		scratch = strconv.AppendInt(scratch[:0], p.Limit, 10)
-		h.SetCanonical(hdrXLimit, scratch)
-	}
-	// One buffer holds `"name";r=R;t=T`; X-RateLimit-Remaining and -Reset
-	// are slices of it.
-	scratch = append(scratch[:0], ri.hdrRL...)
-	r0 := len(scratch)
-	scratch = strconv.AppendInt(scratch, remaining, 10)
-	r1 := len(scratch)
-	scratch = append(scratch, ";t="...)
-	t0 := len(scratch)
-	scratch = strconv.AppendInt(scratch, reset, 10)
-	h.SetCanonical(hdrRateLimit, scratch)
-	h.SetCanonical(hdrXRemaining, scratch[r0:r1])
-	h.SetCanonical(hdrXReset, scratch[t0:])
-	if denied {
-		scratch = strconv.AppendInt(scratch[:0], max(ceilSeconds(d.RetryAfter), 1), 10)
-		h.SetCanonical(hdrRetryAfter, scratch)
-	}
-	return scratch
+	return c
 }
