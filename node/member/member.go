@@ -92,12 +92,14 @@ type Cluster struct {
 	onChange   func([]Member)
 	log        *slog.Logger
 	changed    chan struct{} // capacity 1: "the view may have changed"
+	leaveWake  chan struct{} // capacity 1: the same, for a Leave waiting
 	msgs       chan []byte   // received broadcasts waiting for OnMessage
 	stop       chan struct{} // closed by Close
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 	ready      atomic.Bool
 	leaving    atomic.Bool // Leave was called: never rejoin
+	selfLeave  selfLeave   // how far memberlist got with this node's leave
 	dropped    atomic.Uint64
 	joinActive atomic.Bool // a background join loop runs
 
@@ -177,6 +179,7 @@ func Start(cfg Config, onChange func(members []Member)) (*Cluster, error) {
 		onChange:  onChange,
 		log:       logger,
 		changed:   make(chan struct{}, 1),
+		leaveWake: make(chan struct{}, 1),
 		msgs:      make(chan []byte, cfg.MessageQueue),
 		stop:      make(chan struct{}),
 	}

@@ -44,6 +44,10 @@ func (c *Cluster) signal() {
 	case c.changed <- struct{}{}:
 	default:
 	}
+	select {
+	case c.leaveWake <- struct{}{}:
+	default:
+	}
 }
 
 // runEvents delivers views to onChange, serially, skipping unchanged ones.
@@ -114,6 +118,9 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if md.leaving {
 		m.State = StateLeft
 	}
+	if n.Name == c.cfg.Name {
+		c.selfLeave.left.Store(true)
+	}
 	c.mu.Lock()
 	if len(c.mu.departed) >= maxDeparted {
 		var oldest string
@@ -133,7 +140,10 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 
 func (e *events) NotifyUpdate(n *memberlist.Node) {
 	c := (*Cluster)(e)
-	m, _ := c.toMemberMeta(n)
+	m, md := c.toMemberMeta(n)
+	if n.Name == c.cfg.Name && md.leaving {
+		c.selfLeave.flagged.Store(true)
+	}
 	c.mu.Lock()
 	if _, ok := c.mu.live[n.Name]; ok {
 		c.mu.live[n.Name] = m
