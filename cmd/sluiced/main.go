@@ -36,7 +36,9 @@
 // # Shutdown
 //
 // On SIGTERM/SIGINT a member first leaves the cluster (waiting up to 3s
-// for the news to spread, so that the others stop routing keys here) and
+// for the news to spread, so that the others stop routing keys here; no
+// wait once no other member is alive to hear it, as when the whole cluster
+// stops at once) and
 // returns every leased token to the Store; then every node stops accepting
 // connections, finishes the requests in flight, returns the tokens leased
 // meanwhile, and exits 0.
@@ -133,7 +135,7 @@ func newStore(o options) (lease.Store, func(), error) {
 		}
 		s, err := lua.NewStore(cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot connect to Redis %s: %w", o.redis, err)
+			return nil, nil, fmt.Errorf("cannot connect to Redis %s: %w", lua.RedactURL(o.redis), err)
 		}
 		return s, s.Close, nil
 	}
