@@ -27,6 +27,11 @@ type Config struct {
 	// [Node.RequireAdmin]). Empty means admin requests are accepted from
 	// loopback addresses only.
 	AdminToken string
+	// AdminHosts are the names, besides localhost, loopback addresses and
+	// the address a connection reached, that admin requests may carry in
+	// Host (and in a cross-origin Origin): see [Node.RequireAdmin]. Host
+	// names without a port, compared without case.
+	AdminHosts []string
 	// MetricsToken, when not empty, is the bearer token /metrics requires.
 	// Empty means /metrics is open (Prometheus scrapes it unauthenticated).
 	MetricsToken string
@@ -96,6 +101,8 @@ type Node struct {
 	// adminToken and metricsToken are the SHA-256 of the configured
 	// tokens, nil when not set (see guard.go).
 	adminToken, metricsToken *[sha256.Size]byte
+	// adminHosts is Config.AdminHosts, lower-cased (see guard.go).
+	adminHosts map[string]struct{}
 
 	log *slog.Logger
 	srv *fasthttp.Server
@@ -151,7 +158,8 @@ type Node struct {
 func New(cfg Config, mgr *lease.Manager) *Node {
 	cfg = cfg.withDefaults()
 	n := &Node{cfg: cfg, mgr: mgr, log: cfg.Logger,
-		adminToken: tokenDigest(cfg.AdminToken), metricsToken: tokenDigest(cfg.MetricsToken)}
+		adminToken: tokenDigest(cfg.AdminToken), metricsToken: tokenDigest(cfg.MetricsToken),
+		adminHosts: hostSet(cfg.AdminHosts)}
 	n.met = newNodeMetrics(n)
 	n.stat = newStatsState(n)
 	n.ui = ui.New()

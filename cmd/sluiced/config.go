@@ -37,13 +37,16 @@ type options struct {
 	// peers' certificates must chain to (empty: the system's).
 	tlsCert, tlsKey, tlsCA string
 	adminToken             string
-	metricsToken           string
-	leaseHorizon           time.Duration
-	leaseIdle              time.Duration
-	storeTimeout           time.Duration
-	forwardTimeout         time.Duration
-	rulesPoll              time.Duration
-	logLevel               slog.Level
+	// adminHosts: names besides localhost and the node's addresses that
+	// admin requests may carry in Host (see node.Config.AdminHosts).
+	adminHosts     []string
+	metricsToken   string
+	leaseHorizon   time.Duration
+	leaseIdle      time.Duration
+	storeTimeout   time.Duration
+	forwardTimeout time.Duration
+	rulesPoll      time.Duration
+	logLevel       slog.Level
 	// hotSplit: split hot keys over the cluster (false: detect and show
 	// them in /v1/hotkeys, never split).
 	hotSplit bool
@@ -195,6 +198,20 @@ func settings() []setting {
 		{"internal-window", "SLUICE_INTERNAL_WINDOW", "30s", "how far a signed internal request's timestamp may be from this node's clock (either way); beyond it the request is refused and the clock skew logged", durationSetter(func(o *options) *time.Duration { return &o.internalWindow })},
 		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats); empty: admin from loopback peers only", func(o *options, v string) error {
 			o.adminToken = v
+			return nil
+		}},
+		{"admin-hosts", "SLUICE_ADMIN_HOSTS", "", "comma list of host names admin requests may carry in Host or Origin besides localhost, loopback addresses and the node's own (a name to reach a tokenless node by, a proxy's public name)", func(o *options, v string) error {
+			o.adminHosts = nil
+			for h := range strings.SplitSeq(v, ",") {
+				h = strings.TrimSpace(h)
+				if h == "" {
+					continue
+				}
+				if len(h) > 253 || strings.ContainsAny(h, ":/@[] \t") {
+					return fmt.Errorf("host %q: want a host name without scheme or port", h)
+				}
+				o.adminHosts = append(o.adminHosts, h)
+			}
 			return nil
 		}},
 		{"metrics-token", "SLUICE_METRICS_TOKEN", "", "bearer token /metrics requires; empty: /metrics is open", func(o *options, v string) error {

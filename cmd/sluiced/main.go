@@ -133,7 +133,7 @@ func newStore(o options) (lease.Store, func(), error) {
 		}
 		s, err := lua.NewStore(cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot connect to Redis %s: %w", o.redis, err)
+			return nil, nil, fmt.Errorf("cannot connect to Redis %s: %w", lua.RedactURL(o.redis), err)
 		}
 		return s, s.Close, nil
 	}

@@ -28,7 +28,7 @@ func (d *daemon) startRules(o options) error {
 	case o.redis != "":
 		rs, ok := d.store.(node.RuleStore)
 		if !ok {
-			return fmt.Errorf("the Redis store of %s keeps no rules", o.redis)
+			return fmt.Errorf("the Redis store of %s keeps no rules", lua.RedactURL(o.redis))
 		}
 		if o.dataDir != "" {
 			d.log.Warn("-data-dir is ignored: the rules are stored in Redis", "data_dir", o.dataDir)

@@ -6,6 +6,9 @@
 // A Clock is safe for concurrent use. Timer functions run synchronously
 // inside Advance, in deadline order, without the clock's lock held (they
 // may read the clock or set new timers).
+//
+// The package also holds the one wait of the tests, Eventually, for what
+// real time drives and a fake clock cannot.
 package clocktest
 
 import (

@@ -105,7 +105,19 @@
 // admission either. Comparisons are constant-time (hmac.Equal).
 //
 // Requests also carry X-Sluice-From, the sender's member name
-// ([Config.Self]), covered by the signature.
+// ([Config.Self]), covered by the signature, and [DeadlineHeader], signed
+// apart:
+//
+//	X-Sluice-Deadline-Auth: hex HMAC-SHA256(key, "sluice-internal-v1 deadline" |
+//	                       request nonce | X-Sluice-Deadline value)
+//
+// A request whose X-Sluice-Deadline-Auth does not sign its deadline is
+// refused with 401 (a deadline moved on the way would make the owner take
+// its sender's honest requests for late ones). A request without the
+// header, from a node of the previous release during a rolling upgrade, is
+// decided as if it had no deadline; such a node ignores the new header and
+// checks X-Sluice-Auth as before, so old and new nodes serve each other.
+// No other request header changes what the owner does.
 //
 // # What the owner accepts
 //

@@ -847,6 +847,10 @@ func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit ti
 	}
 	b.dl = appendDeadline(b.dl[:0], sent, budget)
 	req.Header.SetBytesV(DeadlineHeader, b.dl)
+	if p.f.sig != nil {
+		b.auth = p.f.sig.appendDeadlineAuth(b.auth[:0], &nonce, b.dl)
+		req.Header.SetBytesV(DeadlineAuthHeader, b.auth)
+	}
 	req.SetBodyRaw(body)
 	defer req.SetBodyRaw(nil)
 

@@ -138,12 +138,20 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			return
 		}
 		var auth parsedAuth
+		deadline := ctx.Request.Header.Peek(DeadlineHeader)
 		if sig != nil {
 			t := now()
 			var skew time.Duration
 			var err error
 			auth, skew, err = sig.verify(ctx.Request.Header.Peek(AuthHeader), b2s(ctx.Method()), b2s(ctx.Path()),
 				b2s(ctx.Request.Header.Peek(FromHeader)), body, t, window)
+			if err == nil {
+				var trusted bool
+				trusted, err = sig.verifyDeadline(ctx.Request.Header.Peek(DeadlineAuthHeader), &auth.nonce, deadline)
+				if !trusted {
+					deadline = nil // unsigned (an older sender): not used
+				}
+			}
 			if err == nil {
 				err = nonces.add(&auth.nonce, t)
 			}
@@ -191,8 +199,8 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		t := now()
 		var lag, budget time.Duration
 		hasDeadline := false
-		if dl := ctx.Request.Header.Peek(DeadlineHeader); len(dl) > 0 {
-			if lag, budget, hasDeadline = late.check(peer, dl, t); hasDeadline && lag > budget {
+		if len(deadline) > 0 {
+			if lag, budget, hasDeadline = late.check(peer, deadline, t); hasDeadline && lag > budget {
 				// The sender has given up on this batch: deciding it
 				// would spend tokens for answers nobody reads.
 				clear(st.items)
