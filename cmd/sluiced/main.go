@@ -36,7 +36,9 @@
 // # Shutdown
 //
 // On SIGTERM/SIGINT a member first leaves the cluster (waiting up to 3s
-// for the news to spread, so that the others stop routing keys here) and
+// for the news to spread, so that the others stop routing keys here; no
+// wait once no other member is alive to hear it, as when the whole cluster
+// stops at once) and
 // returns every leased token to the Store; then every node stops accepting
 // connections, finishes the requests in flight, returns the tokens leased
 // meanwhile, and exits 0.
