@@ -69,11 +69,16 @@
 // (on_missing_key: sources) is "\?" followed by the fallback values built
 // the same way: no regular key starts with it, since in those a '\' is
 // only ever followed by '\' or '|'. A key longer than api.MaxKeyLen bytes
-// (after escaping) is shortened to its first 239 bytes, '#', and the 16
-// hex digits of the xxhash of the whole key, so long values still count
-// separately. A check naming {"rule","key"} gives the key as is: it is
-// the counter key's tail, not a value to escape (a client that wants to
-// share a forward-auth counter must send the key in this format).
+// (after escaping) is shortened to its digest form (ShortenKey): its
+// first bytes (at most 211), the escape pair "\#" (api.LongKeyMark), and
+// the SHA-256 of the whole key in unpadded base64url, so long values
+// still count separately. A check naming {"rule","key"} gives the key as
+// is: it is the counter key's tail, not a value to escape (a client that
+// wants to share a forward-auth counter must send the key in this
+// format), except that it may not hold the escape pair "\#", so that no
+// key a client names is a long key's digest form: no two value lists,
+// and no value list and key given as is, give one key (but for a SHA-256
+// collision).
 //
 // # Forward-auth identity
 //
