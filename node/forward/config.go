@@ -17,8 +17,8 @@ type Config struct {
 	// waiting out FlushInterval: batches then form only while every
 	// connection to the peer is busy (self-clocking, like a group
 	// commit). It trades more, smaller requests at moderate load for less
-	// latency; see BenchmarkForward. False (the default) is DESIGN's
-	// "every 200µs or at 256 items".
+	// latency; see BenchmarkForward. False (the default) flushes every
+	// FlushInterval or at MaxBatch items.
 	EagerFlush bool
 	// MaxBatch is the most items of one request; a batch that reaches it
 	// is sent at once. Zero means 256; at most MaxItems.
@@ -70,7 +70,7 @@ type Config struct {
 
 // DefaultConfig returns the configuration nodes use.
 //
-//   - FlushInterval 200µs and MaxBatch 256 (DESIGN): at a few thousand
+//   - FlushInterval 200µs and MaxBatch 256: at a few thousand
 //     forwarded checks per second a batch still holds several items, and
 //     200µs is small next to a gateway's own network hop.
 //   - Timeout 50ms, the Store's call timeout, stretching up to MaxTimeout
