@@ -1,12 +1,17 @@
 package main
 
-import "strconv"
+import (
+	"context"
+	"strconv"
+
+	"github.com/sluicehq/sluice/node/api"
+)
 
 func (c *cli) check(args []string) error {
 	fs := newFlags("check")
 	hits := fs.Int64("hits", 1, "hits to charge (0 peeks)")
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -17,9 +22,11 @@ func (c *cli) check(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
-	r, err := a.Check(cx, pos[0], pos[1], *hits)
+	var r api.CheckResult
+	err = c.ask(a, "POST", "/v1/check", func(cx context.Context) (err error) {
+		r, err = a.Check(cx, pos[0], pos[1], *hits)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/node/client"
 )
 
 func (c *cli) members(args []string) error {
 	fs := newFlags("members")
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -21,9 +24,11 @@ func (c *cli) members(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
-	m, err := a.Members(cx)
+	var m client.MembersResponse
+	err = c.ask(a, "GET", "/v1/members", func(cx context.Context) (err error) {
+		m, err = a.Members(cx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -44,8 +49,8 @@ func (c *cli) members(args []string) error {
 
 func (c *cli) hotkeys(args []string) error {
 	fs := newFlags("hotkeys")
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -56,9 +61,11 @@ func (c *cli) hotkeys(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
-	h, err := a.HotKeys(cx)
+	var h client.HotKeys
+	err = c.ask(a, "GET", "/v1/hotkeys", func(cx context.Context) (err error) {
+		h, err = a.HotKeys(cx)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -16,14 +16,54 @@ func newFlags(name string) *flag.FlagSet {
 	return fs
 }
 
+// globalFlags adds -addr, -token, -timeout and, when withOutput, -o (a
+// command has its own -o, which takes the global one as its default).
+// Each keeps the value given so far, so they may come before the command,
+// after it, or both (the last wins).
+func (c *cli) globalFlags(fs *flag.FlagSet, withOutput bool) {
+	fs.StringVar(&c.addr, "addr", c.addr, "the node's `URL` (default $SLUICE_ADDR, else "+defaultAddr+")")
+	fs.StringVar(&c.token, "token", c.token, "admin `token` (default $SLUICE_ADMIN_TOKEN)")
+	fs.DurationVar(&c.timeout, "timeout", c.timeout, "how long to wait for the node's answer")
+	if withOutput {
+		fs.StringVar(&c.output, "o", c.output, "output `format`")
+	}
+}
+
+// helpText is the answer to -h: printed on stdout, exit 0.
+type helpText string
+
+func (h helpText) Error() string { return string(h) }
+
+// help is the -h text of the command being run, listing the flags defined
+// on fs so far.
+func (c *cli) help(fs *flag.FlagSet) helpText {
+	cmd := c.cmd
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: sluice %s %s\n\n%s\n", cmd.name, cmd.args, cmd.summary)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		b.WriteString("\nFlags:\n")
+		fs.SetOutput(&b)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	b.WriteString("\nGlobal flags, before or after the command: -addr URL, -token T, -o FORMAT, -timeout D (sluice -h).\n")
+	return helpText(b.String())
+}
+
 // parse parses a command's args, letting flags and positional arguments
-// mix ("rules get NAME -o yaml"), and returns the positional ones.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+// mix ("rules get NAME -o yaml") and accepting the global flags among
+// them, and returns the positional ones. -h (-help, --help) answers the
+// command's help.
+func (c *cli) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	h := c.help(fs) // before the global flags: they are described once, by sluice -h
+	c.globalFlags(fs, false)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, h
 			}
 			return nil, usagef("%s: %v", fs.Name(), err)
 		}
@@ -42,11 +82,15 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// outputFlag adds -o with the allowed formats (the first is the default);
-// parse refuses any other format.
-func outputFlag(fs *flag.FlagSet, formats ...string) *string {
+// outputFlag adds -o with the allowed formats; its default is the global
+// -o if one was given, else the first format. parse refuses any other
+// format.
+func (c *cli) outputFlag(fs *flag.FlagSet, formats ...string) *string {
 	o := &output{v: formats[0], formats: formats}
-	fs.Var(o, "o", "output: "+strings.Join(formats, ", "))
+	if c.output != "" {
+		o.v = c.output
+	}
+	fs.Var(o, "o", "output `format`: "+strings.Join(formats, ", "))
 	return &o.v
 }
 

@@ -1,23 +1,16 @@
 // Command sluice is the command line of a Sluice node: checks, rules
-// (get, apply, delete, diff, lint, test), members and hot keys.
+// (get, apply, delete, diff, lint, test), members, hot keys and its own
+// version. sluice -h lists the commands (the usage text below), sluice
+// COMMAND -h describes one.
 //
-//	sluice [-addr URL] [-token T] COMMAND [flags] [args]
-//
-//	check RULE KEY [-hits N]        one check; exit 0 allowed, 3 denied
-//	rules get [NAME] [-o table|yaml|json]
-//	rules apply -f FILE [-dry-run] [-if-match N]   a whole rule file, as one version
-//	rules delete NAME [-dry-run] [-if-match N]
-//	rules diff -f FILE              what apply would change (nothing written)
-//	rules lint FILE...              validate rule files offline
-//	rules test [-method M] [-path P] [-host H] [-ip IP] [-H 'Name: value']...
-//	                                which rules match that request, with which key
-//	members                         the cluster as the node sees it
-//	hotkeys                         the node's hot keys and splits
-//
-// The node is -addr, else SLUICE_ADDR, else http://localhost:8080; the
-// admin token is -token, else SLUICE_ADMIN_TOKEN. Output is a readable
-// table, or JSON with -o json (every command). A failure prints one line,
-// "sluice: ...", on stderr and exits 1 (2 for a usage error).
+// The global flags (-addr, -token, -o, -timeout) go before or after the
+// command. The node is -addr, else SLUICE_ADDR, else
+// http://localhost:8080; the admin token is -token, else
+// SLUICE_ADMIN_TOKEN. Output is a readable table, or JSON with -o json
+// (every command). A request the node has not answered after a second is
+// named on stderr ("sluice: waiting for GET http://…/v1/members"); it
+// fails after -timeout (10s). A failure prints one line, "sluice: ...", on
+// stderr and exits 1 (2 for a usage error, 3 for a denied check).
 //
 // cmd/sluice talks to nodes through node/client (client.Admin). It also
 // imports node/rules, for the offline lint and to write rules back out as
@@ -32,6 +25,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/node/client"
 )
@@ -63,13 +57,51 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // cli is one invocation.
 type cli struct {
 	getenv func(string) string
-	out    io.Writer
-	addr   string
-	token  string
-	admin  *client.Admin
+	out    io.Writer // stdout
+	errOut io.Writer // stderr, for notices
+	// The global flags.
+	addr    string
+	token   string
+	output  string // -o before the command: the command's default format
+	timeout time.Duration
+	// after is time.After; tests replace it to fire the waiting notice.
+	after func(time.Duration) <-chan time.Time
+	cmd   command // the command being run
+	admin *client.Admin
 }
 
-const usage = `Usage: sluice [-addr URL] [-token T] COMMAND [flags] [args]
+// command is one of sluice's commands.
+type command struct {
+	name    string // "rules get"
+	args    string // its synopsis after the name
+	summary string // what it does, one sentence
+	run     func(*cli, []string) error
+}
+
+// commands are sluice's commands; "rules" groups those named "rules ...".
+var commands = []command{
+	{"check", "RULE KEY [-hits N]", "Check (and charge) one key against a rule; exit 0 allowed, 3 denied.", (*cli).check},
+	{"rules get", "[NAME] [-o table|yaml|json]", "Show the node's rules, or one rule; -o yaml writes a rule file.", (*cli).rulesGet},
+	{"rules apply", "-f FILE [-dry-run] [-if-match N]", "Replace the node's rules with a rule file (- for stdin), as one version.", (*cli).rulesApply},
+	{"rules delete", "NAME [-dry-run] [-if-match N]", "Remove one rule.", (*cli).rulesDelete},
+	{"rules diff", "-f FILE", "Show what rules apply -f FILE would change; nothing is written.", (*cli).rulesDiff},
+	{"rules lint", "FILE...", "Validate rule files offline (no node needed).", (*cli).rulesLint},
+	{"rules test", "[-method M] [-path P] [-host H] [-ip IP] [-H 'Name: value']...", "Show which rules match that request, with which counter key.", (*cli).rulesTest},
+	{"members", "", "Show the cluster's members as the node sees them.", (*cli).members},
+	{"hotkeys", "", "Show the node's hot keys and split keys.", (*cli).hotkeys},
+	{"version", "", "Show the version of sluice (module version and VCS revision).", (*cli).version},
+}
+
+func lookup(name string) (command, bool) {
+	for _, cmd := range commands {
+		if cmd.name == name {
+			return cmd, true
+		}
+	}
+	return command{}, false
+}
+
+const usage = `Usage: sluice [global flags] COMMAND [flags] [args]
 
 Commands:
   check RULE KEY [-hits N]            one check (exit 0 allowed, 3 denied)
@@ -81,28 +113,56 @@ Commands:
   rules test [-method M] [-path P] [-host H] [-ip IP] [-H 'Name: value']...
   members                             the cluster's members
   hotkeys                             hot keys and splits
+  version                             the version of sluice
 
-The node is -addr, else SLUICE_ADDR, else http://localhost:8080; the admin
-token is -token, else SLUICE_ADMIN_TOKEN. Every command takes -o json.
+Global flags, before or after the command:
+  -addr URL     the node (default $SLUICE_ADDR, else http://localhost:8080)
+  -token T      admin token (default $SLUICE_ADMIN_TOKEN)
+  -o FORMAT     output: table (default) or json; rules get also yaml
+  -timeout D    how long to wait for the node's answer (default 10s)
+
+sluice COMMAND -h (or sluice help COMMAND) describes a command.
 `
+
+// rulesUsage is sluice rules -h.
+const rulesUsage = `Usage: sluice rules get|apply|delete|diff|lint|test [flags] [args]
+
+The node's rate-limit rules: show, replace, delete, compare, validate and
+test them. sluice rules COMMAND -h describes one.
+
+  rules get [NAME] [-o table|yaml|json]
+  rules apply -f FILE [-dry-run] [-if-match N]
+  rules delete NAME [-dry-run] [-if-match N]
+  rules diff -f FILE                  what apply would change
+  rules lint FILE...                  validate rule files offline
+  rules test [-method M] [-path P] [-host H] [-ip IP] [-H 'Name: value']...
+`
+
+// defaultTimeout bounds each request to the node (-timeout).
+const defaultTimeout = 10 * time.Second
 
 // run is sluice; it returns the exit code.
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	c := &cli{getenv: getenv, out: stdout}
-	err := c.main(args)
+	c := &cli{getenv: getenv, out: stdout, errOut: stderr, timeout: defaultTimeout, after: time.After}
+	return c.exit(c.main(args))
+}
+
+// exit prints err (or the help asked for) and returns the exit code.
+func (c *cli) exit(err error) int {
+	var help helpText
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, errDenied):
 		return exitDenied
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, usage)
+	case errors.As(err, &help):
+		fmt.Fprint(c.out, string(help))
 		return exitOK
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "sluice: %s (sluice -h for help)\n", oneLine(err.Error()))
+		fmt.Fprintf(c.errOut, "sluice: %s (sluice -h for help)\n", oneLine(err.Error()))
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "sluice: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(c.errOut, "sluice: %s\n", oneLine(err.Error()))
 	return exitFail
 }
 
@@ -114,11 +174,10 @@ var errDenied = errors.New("denied")
 
 func (c *cli) main(args []string) error {
 	fs := newFlags("sluice")
-	fs.StringVar(&c.addr, "addr", "", "node URL (default $SLUICE_ADDR, else "+defaultAddr+")")
-	fs.StringVar(&c.token, "token", "", "admin token (default $SLUICE_ADMIN_TOKEN)")
+	c.globalFlags(fs, true)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return helpText(usage)
 		}
 		return usagef("%v", err)
 	}
@@ -126,36 +185,35 @@ func (c *cli) main(args []string) error {
 	if len(args) == 0 {
 		return usagef("no command")
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "check":
-		return c.check(rest)
-	case "rules":
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help":
 		if len(rest) == 0 {
+			return helpText(usage)
+		}
+		return c.main(append(rest, "-h"))
+	case "rules":
+		// Global flags may come between rules and its command.
+		fs := newFlags("rules")
+		c.globalFlags(fs, true)
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return helpText(rulesUsage)
+			}
+			return usagef("rules: %v", err)
+		}
+		if fs.NArg() == 0 {
 			return usagef("rules: want get, apply, delete, diff, lint or test")
 		}
-		sub, rest := rest[0], rest[1:]
-		switch sub {
-		case "get":
-			return c.rulesGet(rest)
-		case "apply":
-			return c.rulesApply(rest)
-		case "delete":
-			return c.rulesDelete(rest)
-		case "diff":
-			return c.rulesDiff(rest)
-		case "lint":
-			return c.rulesLint(rest)
-		case "test":
-			return c.rulesTest(rest)
+		name, rest = "rules "+fs.Arg(0), fs.Args()[1:]
+		if _, ok := lookup(name); !ok {
+			return usagef("rules: unknown command %q (want get, apply, delete, diff, lint or test)", fs.Arg(0))
 		}
-		return usagef("rules: unknown command %q (want get, apply, delete, diff, lint or test)", sub)
-	case "members":
-		return c.members(rest)
-	case "hotkeys":
-		return c.hotkeys(rest)
-	case "help":
-		return flag.ErrHelp
 	}
-	return usagef("unknown command %q", cmd)
+	cmd, ok := lookup(name)
+	if !ok {
+		return usagef("unknown command %q", name)
+	}
+	c.cmd = cmd
+	return cmd.run(c, rest)
 }

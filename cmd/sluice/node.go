@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/user"
 	"time"
@@ -25,7 +28,10 @@ func (c *cli) client() (*client.Admin, error) {
 	if token == "" {
 		token = c.getenv("SLUICE_ADMIN_TOKEN")
 	}
-	a, err := client.NewAdmin(client.AdminConfig{Addr: addr, Token: token, Actor: actor(c.getenv)})
+	if c.timeout <= 0 {
+		return nil, usagef("-timeout %v: want a positive duration", c.timeout)
+	}
+	a, err := client.NewAdmin(client.AdminConfig{Addr: addr, Token: token, Actor: actor(c.getenv), Timeout: c.timeout})
 	if err != nil {
 		return nil, usagef("node address: %v", err)
 	}
@@ -43,6 +49,30 @@ func actor(getenv func(string) string) string {
 	return "sluice-cli:" + name + "@" + host
 }
 
-func ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 30*time.Second)
+// noticeAfter is how long a request may go unanswered before sluice says
+// what it is waiting for.
+const noticeAfter = time.Second
+
+// ask runs call, one request to the node (method and path name it, such
+// as "GET /v1/members"), bounded by -timeout. When the node has not
+// answered after noticeAfter, it says on stderr what it is waiting for: a
+// node that accepts connections but never answers is otherwise silence.
+func (c *cli) ask(a *client.Admin, method, path string, call func(context.Context) error) error {
+	what := method + " " + a.Addr() + path
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-c.after(noticeAfter):
+		fmt.Fprintf(c.errOut, "sluice: waiting for %s (up to -timeout %v)\n", what, c.timeout)
+		err = <-done
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return fmt.Errorf("no answer to %s within -timeout %v", what, c.timeout)
+	}
+	return err
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
 
@@ -25,8 +27,8 @@ func specs(raw []json.RawMessage) ([]rules.Spec, error) {
 
 func (c *cli) rulesGet(args []string) error {
 	fs := newFlags("rules get")
-	o := outputFlag(fs, "table", "yaml", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "yaml", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -37,11 +39,14 @@ func (c *cli) rulesGet(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
 	var rs client.RuleSet
 	if len(pos) == 1 {
-		r, v, err := a.Rule(cx, pos[0])
+		var r json.RawMessage
+		var v uint64
+		err := c.ask(a, "GET", "/v1/rules/"+url.PathEscape(pos[0]), func(cx context.Context) (err error) {
+			r, v, err = a.Rule(cx, pos[0])
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -50,7 +55,11 @@ func (c *cli) rulesGet(args []string) error {
 			return c.json(r)
 		}
 	} else {
-		if rs, err = a.Rules(cx); err != nil {
+		err := c.ask(a, "GET", "/v1/rules", func(cx context.Context) (err error) {
+			rs, err = a.Rules(cx)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 		if *o == "json" {
@@ -115,8 +124,8 @@ func (c *cli) rulesApply(args []string) error {
 	fs := newFlags("rules apply")
 	file := fs.String("f", "", "rule file (- for stdin)")
 	wo := writeFlags(fs)
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -131,9 +140,11 @@ func (c *cli) rulesApply(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
-	ch, err := a.ApplyRules(cx, data, *wo)
+	var ch client.Change
+	err = c.ask(a, "PUT", "/v1/rules", func(cx context.Context) (err error) {
+		ch, err = a.ApplyRules(cx, data, *wo)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -143,8 +154,8 @@ func (c *cli) rulesApply(args []string) error {
 func (c *cli) rulesDelete(args []string) error {
 	fs := newFlags("rules delete")
 	wo := writeFlags(fs)
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -155,9 +166,11 @@ func (c *cli) rulesDelete(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
-	ch, err := a.DeleteRule(cx, pos[0], *wo)
+	var ch client.Change
+	err = c.ask(a, "DELETE", "/v1/rules/"+url.PathEscape(pos[0]), func(cx context.Context) (err error) {
+		ch, err = a.DeleteRule(cx, pos[0], *wo)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -167,8 +180,8 @@ func (c *cli) rulesDelete(args []string) error {
 func (c *cli) rulesDiff(args []string) error {
 	fs := newFlags("rules diff")
 	file := fs.String("f", "", "rule file (- for stdin)")
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -183,9 +196,11 @@ func (c *cli) rulesDiff(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
-	ch, err := a.ValidateRules(cx, data)
+	var ch client.Change
+	err = c.ask(a, "POST", "/v1/rules:validate", func(cx context.Context) (err error) {
+		ch, err = a.ValidateRules(cx, data)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -220,8 +235,8 @@ func (c *cli) change(ch client.Change, o string) error {
 
 func (c *cli) rulesLint(args []string) error {
 	fs := newFlags("rules lint")
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -272,8 +287,8 @@ func (c *cli) rulesTest(args []string) error {
 	fs.StringVar(&req.IP, "ip", "", "the client's IP (default 127.0.0.1)")
 	hdrs := headerFlags{}
 	fs.Var(hdrs, "H", "a request header 'Name: value' (repeatable)")
-	o := outputFlag(fs, "table", "json")
-	pos, err := parse(fs, args)
+	o := c.outputFlag(fs, "table", "json")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -285,9 +300,11 @@ func (c *cli) rulesTest(args []string) error {
 	if err != nil {
 		return err
 	}
-	cx, cancel := ctx()
-	defer cancel()
-	r, err := a.TestRules(cx, req)
+	var r client.TestResult
+	err = c.ask(a, "POST", "/v1/rules:test", func(cx context.Context) (err error) {
+		r, err = a.TestRules(cx, req)
+		return err
+	})
 	if err != nil {
 		return err
 	}
