@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// The admin API of rules (DESIGN.md "Rules at runtime"; sources and
+// The admin API of rules (docs/rules.md; sources and
 // versions in rulesource.go). Every endpoint needs the admin guard
 // ([Node.RequireAdmin], guard.go: the bearer token, or loopback without
 // one): 401 without credentials, 403 with wrong ones (or from another

@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// Rules at runtime (DESIGN.md "Rules at runtime"). Exactly one source is
+// Rules at runtime (docs/rules.md). Exactly one source is
 // authoritative for a node's rules, and GET /v1/rules says which:
 //
 //   - "file": the rule file given to sluiced -rules. The node installs it

@@ -15,7 +15,7 @@ import (
 )
 
 // options are sluiced's settings, from flags and SLUICE_* environment
-// variables (DESIGN.md "Configuration of sluiced").
+// variables (the table in docs/configuration.md).
 type options struct {
 	listen   string
 	rules    string
