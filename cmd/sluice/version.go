@@ -1,6 +1,6 @@
 package main
 
-import "github.com/sluicehq/sluice/internal/version"
+import "github.com/sluicehq/sluice/internal/buildinfo"
 
 func (c *cli) version(args []string) error {
 	fs := newFlags("version")
@@ -12,7 +12,7 @@ func (c *cli) version(args []string) error {
 	if len(pos) > 0 {
 		return usagef("version: unexpected %q", pos[0])
 	}
-	in := version.Get("sluice")
+	in := buildinfo.Get("sluice")
 	if *o == "json" {
 		return c.json(in)
 	}

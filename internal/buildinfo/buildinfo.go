@@ -1,8 +1,8 @@
-// Package version says which build of Sluice a binary is: the module
+// Package buildinfo says which build of Sluice a binary is: the module
 // version and the VCS revision the Go toolchain stamped into it
 // (runtime/debug.ReadBuildInfo). sluice version and sluiced -version print
 // it.
-package version
+package buildinfo
 
 import (
 	"fmt"

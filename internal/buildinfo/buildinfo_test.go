@@ -1,4 +1,4 @@
-package version
+package buildinfo
 
 import (
 	"runtime/debug"
