@@ -8,16 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 	"github.com/sluicehq/sluice/node/ui"
-	"github.com/sluicehq/sluice/shard"
 )
 
 // Config configures a Node. The zero value of each field means the default
@@ -108,14 +107,9 @@ type Node struct {
 	srv *fasthttp.Server
 	met *nodeMetrics
 
-	// rules is the current rule set with its precomputed per-rule data;
-	// nil until the first SetRules.
-	rules atomic.Pointer[ruleTable]
-
-	// routes is where checks are decided: on a single node a ring of this
-	// node alone, without peers (so every item is decided here); in a
-	// cluster, replaced by MembersChanged.
-	routes atomic.Pointer[routes]
+	// eng decides every check (node/engine): it holds the rule table
+	// (with the HTTP headers of each rule, ruleHeaders) and the routes.
+	eng *engine.Engine
 
 	// reload holds the outcome of the last reload, for /readyz, and the
 	// rules of the Envoy RLS configuration (SetRLSRules); its lock also
@@ -161,13 +155,13 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 		adminToken: tokenDigest(cfg.AdminToken), metricsToken: tokenDigest(cfg.MetricsToken),
 		adminHosts: hostSet(cfg.AdminHosts)}
 	n.met = newNodeMetrics(n)
-	n.stat = newStatsState(n)
-	n.ui = ui.New()
 	name := cfg.Name
 	if name == "" {
 		name = singleName
 	}
-	n.routes.Store(&routes{self: name, ring: shard.NewRing([]string{name}, 1)})
+	n.eng = engine.New(engine.Config{Manager: mgr, Metrics: n.met.set, Self: name, RuleData: newRuleHeaders})
+	n.stat = newStatsState(n)
+	n.ui = ui.New()
 	n.states.New = func() any { return &reqState{n: n} }
 	n.srv = &fasthttp.Server{
 		Handler:               n.handle,
@@ -191,8 +185,7 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 // the last reload error.
 func (n *Node) SetRules(s *rules.Set) {
 	n.reload.Lock()
-	t := n.met.newRuleTable(s, n.reload.rls)
-	n.rules.Store(t)
+	n.eng.SetRules(s, n.reload.rls)
 	n.met.rules.Store(int64(s.Len()))
 	n.reload.err = nil
 	n.reload.when = time.Now()
@@ -213,6 +206,15 @@ func (n *Node) SetRulesError(err error) {
 	n.reload.when = time.Now()
 	n.reload.Unlock()
 }
+
+// Engine returns the engine that decides the node's checks (for front
+// ends other than HTTP, such as node/rls, and tests).
+func (n *Node) Engine() *engine.Engine { return n.eng }
+
+// Decide decides the requests of b with the node's engine
+// (engine.Engine.Decide); with SetRLSRules it makes a Node the engine of
+// node/rls.
+func (n *Node) Decide(ctx context.Context, b *engine.Batch) { n.eng.Decide(ctx, b) }
 
 // Handler returns the request handler, for tests and embedding.
 func (n *Node) Handler() fasthttp.RequestHandler { return n.handle }
