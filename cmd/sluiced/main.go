@@ -43,7 +43,10 @@
 // connections, finishes the requests in flight, returns the tokens leased
 // meanwhile, and exits 0.
 //
-// Exit codes: 0 after a clean shutdown (or -h), 1 when the node cannot
+// sluiced -version prints the module version and VCS revision it was built
+// from (on stderr, as -h and the log) and exits 0.
+//
+// Exit codes: 0 after a clean shutdown (or -h, -version), 1 when the node cannot
 // start (rules, store, listen or gossip address), 2 for a bad flag or
 // variable, or a cluster without a cluster key.
 package main
@@ -60,6 +63,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lua"
 )
@@ -77,6 +81,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sluiced: %v\n(sluiced -h lists the flags)\n", err)
 		return 2
+	}
+	if o.version {
+		fmt.Fprintln(stderr, buildinfo.Get("sluiced"))
+		return 0
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 

@@ -11,7 +11,7 @@ import (
 var _ node.RuleStore = (*lua.Store)(nil)
 
 // startRules installs the node's first rule set from its one source
-// (DESIGN.md "Rules at runtime"): the -rules file; else, with -redis, the
+// (docs/rules.md, "Changing rules at runtime"): the -rules file; else, with -redis, the
 // rules stored in Redis (loaded before the node reports ready, then
 // polled every -rules-poll and announced by gossip); else the -data-dir
 // file; else none, kept in memory (lost at restart).

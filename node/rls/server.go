@@ -23,18 +23,19 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// Engine is what the server needs from the node (node.Node implements it):
+// Engine is what the server needs from the node (node.Node implements it;
+// cmd/sluiced passes it, so that this package imports no HTTP server):
 // install the rules that count the configured limits next to the node's
 // own, and decide batches of requests through the node's rules, leases and
 // cluster routing (each descriptor is a request of its own: no
 // descriptor's denial refunds another's).
 type Engine interface {
 	SetRLSRules(s *rules.Set)
-	Decide(ctx context.Context, b *node.Batch)
+	Decide(ctx context.Context, b *engine.Batch)
 }
 
 // Bounds on requests: a request past them is answered INVALID_ARGUMENT.
@@ -154,8 +155,8 @@ type callState struct {
 	entries []*entry // the matched entry of each descriptor (for detailed stats)
 	hits    []int64
 	req     []int // per descriptor: its request in batch, -1 when none
-	batch   node.Batch
-	drain   node.Batch
+	batch   engine.Batch
+	drain   engine.Batch
 	key     []byte // appendKey's buffer
 }
 

@@ -1,7 +1,7 @@
 // Package rules owns Sluice's rules: the YAML rule file, its validation, and
 // the matching of a request to the rules that apply to it and their counter
-// keys. It is a sub-package of node (DESIGN.md puts rules under node/) so
-// that it can be built, tested and fuzzed on its own; the node imports it.
+// keys. It is a sub-package of node so that it can be built, tested and
+// fuzzed on its own; the node imports it.
 //
 // # Rule file
 //
@@ -65,8 +65,7 @@
 //
 // so no two different lists of values give one key (headers "X-Tenant:
 // a|b, X-User: c" give a\|b|c, and "X-Tenant: a, X-User: b|c" give
-// a|b\|c). A value without '|' or '\' is written as is, so the keys of
-// such values are what they were before escaping existed. A fallback key
+// a|b\|c). A value without '|' or '\' is written as is. A fallback key
 // (on_missing_key: sources) is "\?" followed by the fallback values built
 // the same way: no regular key starts with it, since in those a '\' is
 // only ever followed by '\' or '|'. A key longer than api.MaxKeyLen bytes
