@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/logkey"
+	"github.com/sluicehq/sluice/internal/logkey"
 )
 
 // failure decides a check of hits by p's failure mode after the Store

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/logkey"
+	"github.com/sluicehq/sluice/internal/logkey"
 	"github.com/sluicehq/sluice/shard"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/logkey"
+	"github.com/sluicehq/sluice/internal/logkey"
 )
 
 // TestAttr: text and JSON lines carry the rule and the key's hash, never
