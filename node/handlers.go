@@ -325,7 +325,7 @@ func (n *Node) auth(ctx *fasthttp.RequestCtx) {
 	st := n.getState()
 	defer n.putState(st)
 	b := &st.b
-	st.matches = t.Set().MatchAuth(&ctx.Request, ctx.RemoteIP(), st.matches[:0])
+	st.matches = t.Set().MatchAuth(&ctx.Request.Header, ctx.RemoteIP(), st.matches[:0])
 	if ri := st.addMatches(t, 1); ri != nil {
 		// on_missing_key: deny. Nothing is decided (nothing to refund);
 		// waiting does not help, so no Retry-After.
