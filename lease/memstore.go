@@ -335,10 +335,15 @@ func (m *MemoryStore) Release(ctx context.Context, key string, p Policy, id stri
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	held := false
 	if e := sh.lookup(key, Concurrency, t); e != nil {
 		st := e.state.(*ConcurrencyState)
+		_, held = st.Held[id]
 		st.Release(now, id)
 		sh.save(key, e, Concurrency, st, p, t)
+	}
+	if !held {
+		return ErrNoSlot
 	}
 	return nil
 }
