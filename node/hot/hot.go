@@ -15,6 +15,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/sluicehq/sluice/internal/logkey"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -502,19 +503,19 @@ func (h *Hot) applyOwnLocked(now time.Time, plans []shard.Plan) {
 		case !applied:
 			// An epoch of ours below one already applied: another
 			// member's plan for the key is newer.
-			h.log.Warn("hot-key plan superseded before it was applied", "key", p.Key, "epoch", p.Epoch)
+			h.log.Warn("hot-key plan superseded before it was applied", logkey.Attr(p.Key), "epoch", p.Epoch)
 		case p.Split() && !had:
 			h.started.Add(1)
 			h.met.splitsStarted.Inc()
-			h.log.Info("hot key split", "key", p.Key, "holders", p.Holders, "epoch", p.Epoch)
+			h.log.Info("hot key split", logkey.Attr(p.Key), "holders", p.Holders, "epoch", p.Epoch)
 		case p.Split():
-			h.log.Info("hot key holders changed", "key", p.Key, "holders", p.Holders, "epoch", p.Epoch)
+			h.log.Info("hot key holders changed", logkey.Attr(p.Key), "holders", p.Holders, "epoch", p.Epoch)
 		default:
 			if had {
 				h.endedN.Add(1)
 				h.met.splitsEnded.Inc()
 			}
-			h.log.Info("hot key split ended", "key", p.Key, "epoch", p.Epoch)
+			h.log.Info("hot key split ended", logkey.Attr(p.Key), "epoch", p.Epoch)
 		}
 		if !p.Split() {
 			h.loop.ownEnds = append(h.loop.ownEnds, ended{plan: p, at: now})
