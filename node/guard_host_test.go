@@ -57,7 +57,7 @@ func TestAdminDNSRebinding(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d naming %s", c.name, status, body, c.want, c.msg)
 		}
 	}
-	if n.rules.Load().set.Get("x") != nil {
+	if n.eng.Table().Set().Get("x") != nil {
 		t.Fatal("a refused request installed its rule")
 	}
 	for i, c := range []struct{ host, origin string }{

@@ -10,10 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// Rules at runtime (DESIGN.md "Rules at runtime"). Exactly one source is
+// Rules at runtime (docs/rules.md). Exactly one source is
 // authoritative for a node's rules, and GET /v1/rules says which:
 //
 //   - "file": the rule file given to sluiced -rules. The node installs it
@@ -228,11 +229,11 @@ func (ra *ruleAdmin) sourceLocked() string {
 // currentLocked returns the installed table and its version. A table
 // installed behind the admin API's back (SetRules from a file reload)
 // gets the next version.
-func (n *Node) currentLocked() (*ruleTable, uint64) {
+func (n *Node) currentLocked() (*engine.Table, uint64) {
 	ra := &n.ra
-	t := n.rules.Load()
-	if t != nil && (!ra.seenAny || t.set != ra.seen) {
-		ra.seen, ra.seenAny = t.set, true
+	t := n.eng.Table()
+	if t != nil && (!ra.seenAny || t.Set() != ra.seen) {
+		ra.seen, ra.seenAny = t.Set(), true
 		ra.version++
 	}
 	return t, ra.version
@@ -359,7 +360,7 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	ra.loaded, ra.warnedEmpty, ra.unsigned = true, false, unsigned
 	var prevSet *rules.Set
 	if prev != nil {
-		prevSet = prev.set
+		prevSet = prev.Set()
 	}
 	added, removed, changed := rules.Diff(prevSet, set)
 	n.log.Info("rules installed from the "+ra.source, "old_version", old, "new_version", v, "rules", set.Len(),

@@ -15,8 +15,9 @@ import (
 )
 
 // options are sluiced's settings, from flags and SLUICE_* environment
-// variables (DESIGN.md "Configuration of sluiced").
+// variables (the table in docs/configuration.md).
 type options struct {
+	version  bool // -version: print the version and exit
 	listen   string
 	rules    string
 	redis    string
@@ -352,7 +353,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 			}
 			fmt.Fprintf(out, "  -%s (env %s, default %s)\n    \t%s\n", s.flag, s.env, def, s.usage)
 		}
+		fmt.Fprintf(out, "  -version\n    \tprint the version (module version and VCS revision) and exit\n")
 	}
+	fs.BoolVar(&o.version, "version", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage()
@@ -361,6 +364,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.version {
+		return o, nil // the other settings are not checked: they are not used
 	}
 	o.gossipSet = getenv("SLUICE_GOSSIP") != ""
 	fs.Visit(func(f *flag.Flag) {

@@ -10,12 +10,13 @@ import (
 // The Redis store keeps the admin API's rules too.
 var _ node.RuleStore = (*lua.Store)(nil)
 
-// startRules installs the node's first rule set from its one source: the
-// -rules file; else, with -redis, the rules stored in Redis (loaded
-// before the node reports ready, then polled every -rules-poll and
-// announced by gossip; signed with the cluster key when there is one, so
-// that write access to Redis alone cannot install rules); else the
-// -data-dir file; else none, kept in memory (lost at restart).
+// startRules installs the node's first rule set from its one source
+// (docs/rules.md, "Changing rules at runtime"): the -rules file; else,
+// with -redis, the rules stored in Redis (loaded before the node reports
+// ready, then polled every -rules-poll and announced by gossip; signed
+// with the cluster key when there is one, so that write access to Redis
+// alone cannot install rules); else the -data-dir file; else none, kept
+// in memory (lost at restart).
 func (d *daemon) startRules(o options) error {
 	switch {
 	case o.rules != "":

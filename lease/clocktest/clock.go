@@ -77,6 +77,21 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 }
 
+// Set moves the clock to t. Forward, it is Advance (timers due on the way
+// run); back, it is a clock stepped back (by NTP, or a peer's skew): the
+// time changes and no timer runs.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	d := t.Sub(c.now)
+	if d < 0 {
+		c.now = t
+	}
+	c.mu.Unlock()
+	if d > 0 {
+		c.Advance(d)
+	}
+}
+
 // nextDue removes and returns the earliest live timer due at or before
 // end, or nil; mu must be held.
 func (c *Clock) nextDue(end time.Time) *timer {

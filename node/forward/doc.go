@@ -2,8 +2,7 @@
 // the node that does: the internal protocol (POST /internal/v1/batch), its
 // server side ([NewHandler]) and its client side ([Forwarder]).
 //
-// DESIGN puts routing and forwarding under node/; this sub-package keeps
-// forwarding testable on its own, against real fasthttp servers, without a
+// This sub-package keeps forwarding testable on its own, against real fasthttp servers, without a
 // whole node. The node decides which peer owns a key (shard's ring and
 // split plans), calls [Forwarder.Forward], and implements [Decider] with
 // its lease.Manager for the items peers send it.

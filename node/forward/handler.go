@@ -13,7 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/node/api"
-
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -321,9 +321,7 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 	if late() {
 		st.sub, st.subRes = st.sub[:0], st.subRes[:0]
 		for i := range items {
-			// A degraded decision took nothing from a leased bucket: it
-			// is never refunded.
-			if it, res := &items[i], &results[i]; it.Op == OpCheck && it.Hits > 0 && res.Allowed && !res.Degraded && res.Error == "" {
+			if it, res := &items[i], &results[i]; charged(it, res) {
 				st.sub = append(st.sub, Item{Op: OpRefund, Rule: it.Rule, Key: it.Key, Hits: it.Hits})
 			}
 		}
@@ -340,10 +338,20 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 	lent.mu.Lock()
 	for i := range items {
 		it, res := &items[i], &results[i]
-		if it.Op == OpCheck && it.Hits > 0 && res.Allowed && res.Error == "" {
+		if charged(it, res) {
 			lent.lend(loanKey{peer, it.Rule, it.Key}, it.Hits, now)
 		}
 	}
 	lent.mu.Unlock()
 	return plans, false
+}
+
+// charged reports whether the check it, answered res, took hits that its
+// sender may refund (engine.Charged).
+func charged(it *Item, res *Result) bool {
+	if it.Op != OpCheck || res.Error != "" {
+		return false
+	}
+	d := res.Decision()
+	return engine.Charged(&d, it.Hits)
 }

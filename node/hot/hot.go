@@ -73,7 +73,7 @@ type Config struct {
 //     (the rate's half-life is 2 s), and the loop costs nothing.
 //   - TopK shard.DefaultTopKConfig: 128 keys, one check in 8 sampled.
 //   - Split shard.DefaultSplitConfig: a 10 s cooling period.
-//   - DefaultThreshold 20000 checks/s (DESIGN's example): where forwarding
+//   - DefaultThreshold 20000 checks/s: where forwarding
 //     one key to one owner starts to cost more than leasing it on every
 //     node.
 //   - CapacityShare 0 (off): the node's current rate is a poor proxy for

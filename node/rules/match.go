@@ -2,12 +2,12 @@ package rules
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"net"
 	"net/netip"
-	"strconv"
+	"unicode/utf8"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
@@ -184,23 +184,44 @@ func normalizeHost(dst, host []byte) []byte {
 	return dst
 }
 
-// keyString converts a built key to a string, shortening keys longer than
-// api.MaxKeyLen to 239 bytes + '#' + 16 hex digits of their xxhash.
+// keyString converts a built key to a string, shortened by ShortenKey.
 func keyString(b []byte) string {
+	return string(ShortenKey(b))
+}
+
+// digestKeep is how many bytes of a long key its digest form keeps at
+// most: what api.MaxKeyLen leaves beside the mark and the digest.
+const digestKeep = api.MaxKeyLen - len(api.LongKeyMark) - digestLen
+
+// digestLen is the length of a SHA-256 sum in unpadded base64url.
+const digestLen = 43
+
+// ShortenKey returns the counter key of a key b built from values (see
+// "Counter keys" in the package doc): b itself when it has at most
+// api.MaxKeyLen bytes, else its digest form, which reuses b's array: b's
+// first bytes (at most 211, cut before an escape pair or a UTF-8 sequence
+// rather than inside one), api.LongKeyMark, and the SHA-256 of the whole
+// of b in unpadded base64url.
+func ShortenKey(b []byte) []byte {
 	if len(b) <= api.MaxKeyLen {
-		return string(b)
+		return b
 	}
-	h := xxhash.Sum64(b)
-	out := make([]byte, 0, api.MaxKeyLen)
-	out = append(out, b[:api.MaxKeyLen-17]...)
-	out = append(out, '#')
-	var hex [16]byte
-	x := strconv.AppendUint(hex[:0], h, 16)
-	for i := len(x); i < 16; i++ {
-		out = append(out, '0')
+	sum := sha256.Sum256(b)
+	n := 0
+	for n < digestKeep {
+		step := 1
+		if b[n] == '\\' {
+			step = 2
+		}
+		if n+step > digestKeep {
+			break
+		}
+		n += step
 	}
-	out = append(out, x...)
-	return string(out)
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return base64.RawURLEncoding.AppendEncode(append(b[:n], api.LongKeyMark...), sum[:])
 }
 
 // authRequest holds the original request's identity, extracted lazily.

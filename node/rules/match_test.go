@@ -136,7 +136,7 @@ func TestMatchAuthLongKey(t *testing.T) {
 	if len(a) != 1 || len(b) != 1 {
 		t.Fatalf("matches %v %v", a, b)
 	}
-	if len(a[0].Key) != api.MaxKeyLen || a[0].Key == b[0].Key || !strings.HasPrefix(a[0].Key, long[:239]+"#") {
+	if len(a[0].Key) != api.MaxKeyLen || a[0].Key == b[0].Key || !strings.HasPrefix(a[0].Key, long[:211]+api.LongKeyMark) {
 		t.Fatalf("long keys: %q %q", a[0].Key, b[0].Key)
 	}
 }

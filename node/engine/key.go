@@ -1,0 +1,49 @@
+package engine
+
+import (
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// MaxKeyLen bounds a key, in bytes (the public API's and the forwarding
+// wire's bound).
+const MaxKeyLen = 256
+
+// KeyProblem says what is wrong with key, or "" when it is valid: 1 to
+// MaxKeyLen bytes of UTF-8 without control characters, the public API's
+// rule for keys and descriptor values. It is the one key validation:
+// Decide applies it to every item before routing (so a key a peer would
+// refuse is never sent to it, nor decided here instead), and front ends
+// that build keys from raw bytes (forward-auth headers, RLS descriptor
+// values) may call it first to answer the error their own way.
+func KeyProblem(key string) string {
+	switch {
+	case len(key) == 0:
+		return "required"
+	case len(key) > MaxKeyLen:
+		return "longer than 256 bytes"
+	}
+	for i := 0; i < len(key); {
+		c := key[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return "must not hold control characters"
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(key[i:])
+		if r == utf8.RuneError && n == 1 {
+			return "must be valid UTF-8"
+		}
+		i += n
+	}
+	return ""
+}
+
+// fieldError is the error of a request's field: lease.FieldError, which
+// front ends answer as a bad request naming the field.
+func fieldError(field, msg string) error {
+	return &lease.FieldError{Field: field, Msg: msg}
+}
