@@ -59,9 +59,10 @@ import (
 // every key whose rule and policy did not change.
 
 // RuleStore keeps the rule set written through the admin API, with a
-// version that every save raises (to the version the writer gives). It is declared here, where it is
-// used; lua.Store (Redis) and DirStore implement it. Rules travel as their
-// JSON specs (a rules.Spec each), in order.
+// version that every save raises (to the version the writer gives) and
+// the writer's signature. It is declared here, where it is used;
+// lua.Store (Redis) and DirStore implement it. Rules travel as their JSON
+// specs (a rules.Spec each), in order.
 type RuleStore interface {
 	// LoadRules returns the stored version, rules and signature (nil when
 	// none); version 0 with no rules means nothing was ever saved.
