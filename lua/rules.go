@@ -5,8 +5,8 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 
@@ -54,17 +54,17 @@ type storedRule struct {
 
 // SaveRules replaces the stored rule set with specs (the rules' JSON, in
 // order; names[i] is the name of specs[i]) and its signature sig (nil for
-// none) as version next if the stored version is expect, and returns next
-// and true. When the stored version is not expect it writes nothing and
-// returns the stored version and false. An error means Redis did not
+// none) as version next (not 0) if the stored version is expect, and
+// returns next and true. When the stored version is not expect it writes
+// nothing and returns the stored version and false. An error means Redis did not
 // answer (it wraps lease.ErrStoreUnavailable); the save may or may not
 // have happened.
 func (s *Store) SaveRules(ctx context.Context, expect, next uint64, names []string, specs [][]byte, sig []byte) (uint64, bool, error) {
 	if len(names) != len(specs) {
 		return 0, false, fmt.Errorf("cannot save rules: %d names for %d rules", len(names), len(specs))
 	}
-	if next <= expect || next > math.MaxInt64 {
-		return 0, false, fmt.Errorf("cannot save rules: version %d after %d", next, expect)
+	if next == 0 {
+		return 0, false, errors.New("cannot save rules: version 0")
 	}
 	args := make([]string, 0, 3+2*len(names))
 	args = append(args, strconv.FormatUint(expect, 10), strconv.FormatUint(next, 10), string(sig))
@@ -78,14 +78,18 @@ func (s *Store) SaveRules(ctx context.Context, expect, next uint64, names []stri
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	set, ver, sk := s.RulesKeys()
-	v, err := rulesSave.Exec(ctx, s.client, []string{set, ver, sk}, args).AsIntSlice()
+	r, err := rulesSave.Exec(ctx, s.client, []string{set, ver, sk}, args).AsStrSlice()
 	if err != nil {
 		return 0, false, unavailable("rules_save", err)
 	}
-	if len(v) != 2 || v[1] < 0 {
-		return 0, false, fmt.Errorf("cannot save rules: unexpected answer %v", v)
+	if len(r) != 2 || (r[0] != "0" && r[0] != "1") {
+		return 0, false, fmt.Errorf("cannot save rules: unexpected answer %q", r)
 	}
-	return uint64(v[1]), v[0] == 1, nil
+	v, err := strconv.ParseUint(r[1], 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("cannot save rules: stored version %q: %w", r[1], err)
+	}
+	return v, r[0] == "1", nil
 }
 
 // LoadRules returns the stored version, rules (each rule's JSON, in the

@@ -7,15 +7,18 @@
 -- KEYS[2]  the version key (an integer; missing means 0)
 -- KEYS[3]  the signature key (opaque to Redis; deleted when ARGV[3] is "")
 -- ARGV[1]  the version the writer expects to replace
--- ARGV[2]  the new version (greater than ARGV[1])
+-- ARGV[2]  the new version (the writer chooses it: above every one it saw)
 -- ARGV[3]  the signature of the new set ("" for none)
 -- ARGV[4], ARGV[5], ...  field, value pairs: the new set
 --
--- Returns {1, new version} when saved, {0, stored version} when the stored
--- version is not ARGV[1] (nothing written).
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
-if cur ~= tonumber(ARGV[1]) then
-  return {0, cur}
+-- Versions are compared and returned as decimal strings: a Lua number
+-- (a double) is exact only up to 2^53.
+--
+-- Returns {"1", new version} when saved, {"0", stored version} when the
+-- stored version is not ARGV[1] (nothing written).
+local cur = redis.call('GET', KEYS[2]) or '0'
+if cur ~= ARGV[1] then
+  return {'0', cur}
 end
 redis.call('DEL', KEYS[1])
 for i = 4, #ARGV, 2 do
@@ -27,4 +30,4 @@ else
   redis.call('SET', KEYS[3], ARGV[3])
 end
 redis.call('SET', KEYS[2], ARGV[2])
-return {1, tonumber(ARGV[2])}
+return {'1', ARGV[2]}

@@ -70,7 +70,7 @@ type RuleStore interface {
 	// RulesVersion returns the stored version (cheap: nodes poll it).
 	RulesVersion(ctx context.Context) (uint64, error)
 	// SaveRules replaces the stored set and its signature sig (opaque to
-	// the store; nil for none) as version next (> expect) if the stored
+	// the store; nil for none) as version next (not 0) if the stored
 	// version is expect, returning next and true; otherwise it writes
 	// nothing and returns the stored version and false.
 	SaveRules(ctx context.Context, expect, next uint64, names []string, specs [][]byte, sig []byte) (version uint64, saved bool, err error)
@@ -250,9 +250,15 @@ func (n *Node) installLocked(set *rules.Set, version uint64) {
 }
 
 // nextVersionLocked is the version a save that replaces expect stores:
-// above both expect and every version this node has seen.
+// above both expect (unless it is out of range) and every version this
+// node has seen.
 func (n *Node) nextVersionLocked(expect uint64) uint64 {
-	return max(expect, n.ra.high, n.ra.seenMax, n.ra.version) + 1
+	ra := &n.ra
+	m := max(ra.high, ra.seenMax, ra.version)
+	if expect <= maxRulesVersion {
+		m = max(m, expect)
+	}
+	return m + 1
 }
 
 // pollRules reads the store's version every Poll, or at once when a
@@ -321,6 +327,9 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("cannot load rules from the %s: %w", ra.source, err)
 	}
+	if v > maxRulesVersion {
+		return v, n.refuseStoredLocked(v, errRulesVersionRange)
+	}
 	ra.seenMax = max(ra.seenMax, v)
 	if ra.loaded && v == ra.version {
 		return v, nil
@@ -369,6 +378,15 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	return v, nil
 }
 
+// maxRulesVersion bounds a stored version: versions are JSON numbers in
+// the admin API, exact in every client (JavaScript's included) up to
+// 2^53. A larger one (written by hand) is refused, so that the next
+// version never overflows.
+const maxRulesVersion = 1 << 53
+
+// errRulesVersionRange: a stored version above maxRulesVersion.
+var errRulesVersionRange = errors.New("its version is out of range (above 2^53)")
+
 // errRulesRollback: a signed set older than one the node installed.
 var errRulesRollback = errors.New("older than a version this node installed (a past set stored again)")
 
@@ -384,6 +402,8 @@ func (n *Node) refuseStoredLocked(v uint64, err error) error {
 		reason = "unsigned"
 	case errors.Is(err, errRulesRollback):
 		reason = "rollback"
+	case errors.Is(err, errRulesVersionRange):
+		reason = "version_range"
 	}
 	n.met.set.GetOrCreateCounter(`sluice_rules_store_refused_total{reason="` + reason + `"}`).Inc()
 	keep := "no rules yet: not ready"

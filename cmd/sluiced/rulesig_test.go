@@ -65,11 +65,12 @@ func waitRefusedOrInstalled(t *testing.T, base, v, name string) string {
 
 // TestRedisCannotInstallRules: with a cluster key, write access to Redis
 // alone cannot install rules: a set injected in Redis (unsigned, badly
-// signed, or a signed set of the past stored again) is refused, logged in
-// /readyz and counted, and the node keeps its last good set and its ETag;
-// a write through the admin API (conditional on that ETag, too) replaces
-// the refused set with a version above all of them. Before, an HSET and a
-// version bump installed a rule on every node within a poll.
+// signed, a signed set of the past stored again, a version out of range)
+// is refused, logged in /readyz and counted, and the node keeps its last
+// good set and its ETag; a write through the admin API (conditional on
+// that ETag, too) replaces the refused set with a version above all of
+// them. Before, an HSET and a version bump installed a rule on every
+// node within a poll.
 func TestRedisCannotInstallRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis")
@@ -118,6 +119,11 @@ func TestRedisCannotInstallRules(t *testing.T) {
 			}
 			redisDo(t, rc, "SET", rulesSigKey, oldSig)
 			redisDo(t, rc, "SET", rulesVerKey, "1")
+		}},
+		// Beyond 2^53 (exact in every JSON client): refused, and the
+		// next write does not continue from it.
+		{"a version out of range", "9007199254740993", "version_range", func() {
+			redisDo(t, rc, "SET", rulesVerKey, "9007199254740993")
 		}},
 	} {
 		tc.write()
