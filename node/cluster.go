@@ -163,8 +163,11 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	if c.hot.split && fcfg.OnPlans == nil {
 		fcfg.OnPlans = c.hot.h.ApplyPlans
 	}
+	if fcfg.Metrics == nil {
+		fcfg.Metrics = n.met.set // /metrics writes it
+	}
 	c.fwd = forward.New(fcfg)
-	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey, Window: cfg.AuthWindow, Logger: n.log},
+	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey, Window: cfg.AuthWindow, Logger: n.log, Metrics: fcfg.Metrics},
 		newDecider(n.eng))
 	n.eng.SetRoutes(&engine.Routes{Self: cfg.Self, Ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
 	n.eng.EnableCluster(engine.ClusterConfig{

@@ -9,53 +9,25 @@
 // endpoint, with its bodies and status codes, is in docs/api.md; the
 // design is in docs/architecture.md.
 //
-// Sub-packages own the rest: node/rules (rule files and matching),
-// node/api (the wire codec), node/member (memberlist), node/forward (the
-// forwarding protocol), node/hot (hot keys), node/rls (the Envoy rate
-// limit service), node/client (the Go client), node/ui (the dashboard's
-// files).
+// Sub-packages own the rest: node/engine (the decision engine),
+// node/rules (rule files and matching), node/api (the wire codec),
+// node/member (memberlist), node/forward (the forwarding protocol),
+// node/hot (hot keys), node/rls (the Envoy rate limit service),
+// node/client (the Go client), node/ui (the dashboard's files).
 //
 // # Deciding
 //
-// Every front end decides through one method, [Node.Decide]:
-//
-//	func (n *Node) Decide(ctx context.Context, b *Batch)
-//
-// A [Batch] holds one or more requests, each a set of (rule, key, hits)
-// [Item]s added with Batch.Add and closed with Batch.End. Decide decides
-// each request as one, in the order of the batch, and sets each request's
-// verdict ([Request]: Status 200, 429 or 503, the reported item Rep,
-// Degraded, or Err for a request not decided: an unknown rule, hits on a
-// concurrency rule, no rules yet) and each item's Decision and Policy.
-// /v1/check and /v1/auth are one request, /v1/checks one request per
-// check; the Envoy RLS server and the dashboard use it the same way. A
-// Batch is reused (Reset) so that deciding allocates nothing once warm.
-//
-// Decide resolves each item (rule, policy, counter key), decides the
-// leased items of every request, then the exact items of the requests
-// nothing denied, each phase split by where an item is decided (this
-// node's lease.Manager, with one TakeMany for the batch's single-item
-// requests; in a cluster, each peer's items in one forwarding call), then
-// refunds, then combines each request's verdict. A single node is a
-// cluster of one: its ring holds itself alone and routing costs one
-// length check per item.
-//
-// # Several rules, one answer
-//
-// A request (descriptors, forward-auth) may match several rules; it is
-// allowed only if every rule allows. Leased rules are decided first, then
-// exact ones (sliding_log), so a request denied by a leased rule never
-// touches an exact rule. When one rule denies, the hits charged to the
-// rules that allowed are refunded where they were charged: a denied
-// request burns no quota (a sliding_log stamp already recorded when a
-// later exact rule denies cannot be taken back: put at most one exact rule
-// on a request path). A denial is answered with the denying rule with the
-// longest retry-after (429 if any rule denied on its limit, else 503 for
-// rules that fail closed); an allowed request with the rule with the
-// least remaining. Shadow rules are decided and counted but never deny.
-// Concurrency rules are not matched by descriptors or forward-auth: they
-// need /v1/acquire and /v1/release; /v1/check may only peek at them
-// (hits=0).
+// The node decides nothing itself: every front end here fills an
+// engine.Batch (node/engine) and calls the node's engine, then maps each
+// request's verdict to a status, a JSON body and the rate-limit headers.
+// /v1/check and /v1/auth are one request, /v1/checks one request per check;
+// acquire and release are engine operations too, and the internal endpoint
+// hands forwarded batches to the engine's owner side. [Node.Engine] gives
+// other front ends (node/rls) the same engine. The node adapts
+// node/forward and node/hot to what the engine declares it needs
+// (engine.Forwarder, engine.Hot). How a request is decided (routing,
+// several rules one answer, refunds, shedding) is the engine's package doc
+// and docs/architecture.md.
 //
 // # Lease ids
 //
@@ -81,28 +53,18 @@
 // # Cluster
 //
 // EnableCluster makes a Node one member of a cluster. Membership
-// (node/member) calls MembersChanged on every join, leave or failure,
-// which rebuilds the consistent-hash ring (shard.Ring over the live
-// members' names) and swaps it in atomically. Each item's owner is
-// ring.Owner(counter key), the key node/client routes by too; routing asks
-// the hot-key split table (node/hot) first. Items this node owns go to its
-// Manager; the others go to their owner through a per-peer
-// forward.Forwarder queue, and the owner decides them with its own rules
-// and Manager. When a forward fails, the item is shed (503 with
-// Retry-After) if the owner is alive but overloaded (a timeout, a 503 or
-// 429 from it, a full queue, the Forwarder's back-off), because the owner
-// may still be deciding the key; it is decided here from the shared Store
-// if the owner cannot be deciding it (connection refused, marked dead or
-// left, an invalid reply, a rule it does not know yet). /v1/acquire and
-// /v1/release are not forwarded: concurrency runs its script on the
-// shared Store at every call. After every ring change a goroutine owned by
-// the cluster returns the leases of keys this node no longer owns and
-// drops the queues of departed peers.
+// (node/member) calls MembersChanged on every join, leave or failure; the
+// node rebuilds the consistent-hash ring (shard.Ring over the live
+// members' names) and hands it to the engine, which routes each item to
+// ring.Owner(counter key), the key node/client routes by too, after asking
+// the hot-key split table (node/hot). After every ring change a goroutine
+// owned by the cluster returns the leases of keys this node no longer owns
+// and drops the forwarding queues of departed peers.
 //
 // # Metrics
 //
-// /metrics writes the Node's own set, then the process-wide set (the lease
-// package's): sluice_checks_total{rule,decision}, created for every rule
+// /metrics writes the Node's set (shared with its engine, which counts
+// each rule's decisions), then the process-wide set (the lease package's): sluice_checks_total{rule,decision}, created for every rule
 // when a rule set is installed and counted by the node that answered a
 // check, whoever decided it; sluice_check_duration_seconds (one check in
 // 16 is timed; a batch is one observation of its mean time per check);

@@ -1,6 +1,6 @@
 package main
 
-import "github.com/sluicehq/sluice/internal/buildinfo"
+import "github.com/sluicehq/sluice/cmd/internal/buildinfo"
 
 func (c *cli) version(args []string) error {
 	fs := newFlags("version")

@@ -63,7 +63,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluicehq/sluice/internal/buildinfo"
+	"github.com/sluicehq/sluice/cmd/internal/buildinfo"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lua"
 )

@@ -2,10 +2,10 @@
 // the node that does: the internal protocol (POST /internal/v1/batch), its
 // server side ([NewHandler]) and its client side ([Forwarder]).
 //
-// This sub-package keeps forwarding testable on its own, against real fasthttp servers, without a
-// whole node. The node decides which peer owns a key (shard's ring and
-// split plans), calls [Forwarder.Forward], and implements [Decider] with
-// its lease.Manager for the items peers send it.
+// This sub-package keeps forwarding testable on its own, against real
+// fasthttp servers, without a whole node. The node decides which peer owns
+// a key (shard's ring and split plans), calls [Forwarder.Forward], and
+// implements [Decider] with its lease.Manager for the items peers send it.
 //
 // # Batching
 //
@@ -49,8 +49,8 @@
 // decided; one whose decisions end past it (lag + the time deciding) is
 // answered 503 too, and what its allowed checks charged is refunded
 // (OpRefund items given to the [Decider]). The sender sheds such a batch
-// either way: deciding it spent tokens for answers nobody read, which
-// under overload lost 5–10% of a saturated key's limit. Counted in
+// either way: deciding it would spend tokens on answers nobody reads.
+// Counted in
 // sluice_forward_rejected_requests_total{reason="late"} and
 // sluice_forward_late_refunded_items_total. And the sender keeps waiting
 // for a reply after its callers had the timeout (a second more, holding

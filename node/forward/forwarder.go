@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // Errors.
@@ -50,6 +52,8 @@ type Forwarder struct {
 	// its peer without a lock.
 	peers atomic.Pointer[map[string]*peer]
 
+	lateRefunds *metrics.Counter // in cfg.Metrics
+
 	waiters sync.Pool // *waiter
 	batches sync.Pool // *batch
 
@@ -67,7 +71,7 @@ type Forwarder struct {
 // do invalid ones: call [Config.Validate] first to report those.
 func New(cfg Config) *Forwarder {
 	cfg.fill()
-	f := &Forwarder{cfg: cfg, sig: newSigner(cfg.ClusterKey)}
+	f := &Forwarder{cfg: cfg, sig: newSigner(cfg.ClusterKey), lateRefunds: cfg.Metrics.GetOrCreateCounter(lateRefundsName)}
 	f.peers.Store(&map[string]*peer{})
 	f.waiters.New = func() any { return &waiter{done: make(chan struct{}, 1), res: make([]Result, 1)} }
 	f.batches.New = func() any { return new(batch) }
@@ -228,7 +232,7 @@ func (f *Forwarder) RemovePeer(addr string) {
 	f.mu.Unlock()
 	if ok {
 		p.close()
-		dropPeerMetrics(addr)
+		dropPeerMetrics(f.cfg.Metrics, addr)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/node/api"
@@ -58,6 +59,11 @@ type HandlerConfig struct {
 	// Logger receives the (rate-limited) clock-skew warnings. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Metrics is the set the handler's sluice_forward_* counters are
+	// registered in. Nil means the process's default set (see
+	// Config.Metrics); a node gives its Forwarder and its handler the same
+	// set.
+	Metrics *metrics.Set
 }
 
 // skewLogEvery rate-limits the clock-skew warning.
@@ -111,6 +117,11 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 	if log == nil {
 		log = slog.Default()
 	}
+	set := cfg.Metrics
+	if set == nil {
+		set = metrics.GetDefaultSet()
+	}
+	met := newHandlerMetrics(set)
 	nonces := newNonceCache(window, maxNonces)
 	refundWindow := cfg.RefundWindow
 	if refundWindow <= 0 {
@@ -128,13 +139,13 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		if !ctx.IsPost() {
 			ctx.Response.Header.Set("Allow", "POST")
 			ctx.Error("forward: method not allowed, want POST", fasthttp.StatusMethodNotAllowed)
-			rejected(rejectMethod)
+			met.rejected[rejectMethod].Inc()
 			return
 		}
 		body := ctx.PostBody()
 		if len(body) > MaxBodyBytes {
 			ctx.Error("forward: body: larger than 4 MiB", fasthttp.StatusRequestEntityTooLarge)
-			rejected(rejectTooLarge)
+			met.rejected[rejectTooLarge].Inc()
 			return
 		}
 		var auth parsedAuth
@@ -158,20 +169,20 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			if err != nil {
 				switch {
 				case errors.Is(err, errStale):
-					rejected(rejectStale)
+					met.rejected[rejectStale].Inc()
 					if last := lastSkewLog.Load(); t.UnixNano()-last >= int64(skewLogEvery) && lastSkewLog.CompareAndSwap(last, t.UnixNano()) {
 						log.Warn("internal request refused: its timestamp is outside the acceptance window; "+
 							"are the nodes' clocks synchronised (NTP)? (logged at most every 10s)",
 							"peer", ctx.RemoteAddr().String(), "skew", skew.Round(time.Millisecond).String(), "window", window.String())
 					}
 				case errors.Is(err, errReplay):
-					rejected(rejectReplay)
+					met.rejected[rejectReplay].Inc()
 				case errors.Is(err, errNonceCacheFull):
-					rejected(rejectNonceCacheFull)
+					met.rejected[rejectNonceCacheFull].Inc()
 					ctx.Error("forward: "+err.Error(), fasthttp.StatusServiceUnavailable)
 					return
 				default:
-					rejected(rejectAuth)
+					met.rejected[rejectAuth].Inc()
 				}
 				ctx.Error("forward: "+err.Error(), fasthttp.StatusUnauthorized)
 				return
@@ -183,12 +194,12 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		st.items, err = decodeBatch(st.items, body, true)
 		if err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusBadRequest)
-			rejected(rejectMalformed)
+			met.rejected[rejectMalformed].Inc()
 			return
 		}
 		if len(st.items) > maxItems {
 			ctx.Error("forward: items: too many in one batch", fasthttp.StatusRequestEntityTooLarge)
-			rejected(rejectTooLarge)
+			met.rejected[rejectTooLarge].Inc()
 			clear(st.items)
 			return
 		}
@@ -204,7 +215,7 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 				// The sender has given up on this batch: deciding it
 				// would spend tokens for answers nobody reads.
 				clear(st.items)
-				rejected(rejectLate)
+				met.rejected[rejectLate].Inc()
 				ctx.Error("forward: late: queued "+lag.Round(time.Millisecond).String()+
 					" past the sender's timeout of "+budget.String()+"; not decided", fasthttp.StatusServiceUnavailable)
 				return
@@ -217,10 +228,10 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		// sender sheds the batch's checks, so what they charged is
 		// refunded instead of spent for nothing.
 		decidedLate := func() bool { return hasDeadline && lag+now().Sub(t) > budget }
-		plans, undone := st.decide(d, lent, peer, t, decidedLate)
+		plans, undone := st.decide(d, met, lent, peer, t, decidedLate)
 		if undone {
 			clear(st.items)
-			rejected(rejectLate)
+			met.rejected[rejectLate].Inc()
 			ctx.Error("forward: late: decided after the sender's timeout of "+budget.String()+"; refunded", fasthttp.StatusServiceUnavailable)
 			return
 		}
@@ -234,7 +245,7 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			ctx.Error("forward: cannot encode reply: "+err.Error(), fasthttp.StatusInternalServerError)
 			return
 		}
-		servedItems.Add(len(st.results))
+		met.served.Add(len(st.results))
 		ctx.SetContentType(ContentType)
 		if sig != nil {
 			st.mac = hex.AppendEncode(st.mac[:0], sig.replyMAC(st.raw[:0], &auth.nonce, st.out))
@@ -252,15 +263,16 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 const errRefundOverLent = "refund: more than this node lent to the peer for this rule and key"
 
 // validItem says what is wrong with an item's rule or key by the public
-// API's rules (api.ValidName, api.ValidKey: no control characters such as
-// newlines or NUL, valid UTF-8), or "" when it is valid. The wire format
+// API's rules (api.ValidName, and the engine's one key validation,
+// engine.KeyProblem: no control characters such as newlines or NUL,
+// valid UTF-8), or "" when it is valid. The wire format
 // bounds lengths already.
 func validItem(it *Item) string {
 	switch {
 	case !api.ValidName(it.Rule):
 		return "rule: may hold only A-Z a-z 0-9 _ . -"
-	case !api.ValidKey(it.Key):
-		return "key: must be valid UTF-8 without control characters"
+	case engine.KeyProblem(it.Key) != "":
+		return "key: " + engine.KeyProblem(it.Key)
 	}
 	return ""
 }
@@ -270,7 +282,7 @@ func validItem(it *Item) string {
 // allowed checks charged as lent to peer. If late reports true once they
 // are decided, it refunds what the allowed checks charged instead (d
 // decides OpRefund items for them) and reports undone.
-func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Time, late func() bool) (plans []shard.Plan, undone bool) {
+func (st *handlerState) decide(d Decider, met *handlerMetrics, lent *loans, peer string, now time.Time, late func() bool) (plans []shard.Plan, undone bool) {
 	items, results := st.items, st.results
 	skip := 0
 	lent.mu.Lock()
@@ -279,7 +291,7 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 		if msg := validItem(it); msg != "" {
 			res.Error = msg
 			skip++
-			refusedItems[refuseInvalid].Inc()
+			met.refused[refuseInvalid].Inc()
 			continue
 		}
 		if it.Op != OpRefund || it.Hits == 0 {
@@ -287,8 +299,8 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 		}
 		got := lent.take(loanKey{peer, it.Rule, it.Key}, it.Hits, now)
 		if got < it.Hits {
-			refusedItems[refuseRefund].Inc()
-			refusedRefundHits.Add(int(it.Hits - got))
+			met.refused[refuseRefund].Inc()
+			met.refusedHits.Add(int(it.Hits - got))
 		}
 		if got == 0 {
 			res.Error = errRefundOverLent
@@ -329,7 +341,7 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 			st.subRes = grow(st.subRes, len(st.sub))
 			clear(st.subRes)
 			d.DecideBatch(st.sub, st.subRes)
-			lateRefunds.Add(len(st.sub))
+			met.lateRefunds.Add(len(st.sub))
 			clear(st.sub)
 			clear(st.subRes)
 		}

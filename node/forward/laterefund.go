@@ -31,9 +31,9 @@ func (p *peer) refundLate(b *batch) {
 	}
 	saved := b.results
 	b.results = nil // do decodes into it: keep the batch's
-	now := time.Now()
+	now := p.f.cfg.Now()
 	if _, _, _, err := p.do(b, body, len(refunds), now, p.f.cfg.MaxTimeout, p.f.cfg.MaxTimeout); err == nil {
-		lateRefunds.Add(len(refunds))
+		p.f.lateRefunds.Add(len(refunds))
 	}
 	b.results = saved
 }

@@ -79,7 +79,7 @@ func (f *Forwarder) newPeer(addr string) *peer {
 		q:    make(chan *waiter, f.cfg.QueueLen),
 		sem:  make(chan struct{}, f.cfg.MaxConnsPerPeer),
 		stop: make(chan struct{}),
-		met:  newPeerMetrics(addr),
+		met:  newPeerMetrics(f.cfg.Metrics, addr),
 		errDn: fmt.Errorf("%w: %s is down (backing off after a failure)",
 			ErrPeerUnavailable, addr),
 		errBusy: fmt.Errorf("%w: %w: %s is backing off after a timeout or an overload answer",
@@ -114,7 +114,7 @@ func (p *peer) isDown() bool {
 	if d == 0 {
 		return false
 	}
-	if time.Now().UnixNano() < d {
+	if p.f.cfg.Now().UnixNano() < d {
 		return true
 	}
 	return false

@@ -36,10 +36,10 @@ func (p *peer) send(b *batch) {
 		b.body = append(b.body, w.enc...)
 	}
 	timeout := time.Duration(p.timeout.Load())
-	start := time.Now()
+	start := p.f.cfg.Now()
 	var finished atomic.Bool // the callers have their answer
 	fired := make(chan struct{})
-	timer := time.AfterFunc(timeout, func() {
+	stopTimer := p.f.cfg.AfterFunc(timeout, func() {
 		defer close(fired)
 		if finished.CompareAndSwap(false, true) {
 			p.observe(timeout)
@@ -50,7 +50,7 @@ func (p *peer) send(b *batch) {
 	var err error
 	var busy bool
 	b.results, plans, busy, err = p.do(b, b.body, b.n, start, timeout, timeout+lateWait)
-	if !timer.Stop() {
+	if !stopTimer() {
 		<-fired
 	}
 	if !finished.CompareAndSwap(false, true) {
@@ -71,7 +71,7 @@ func (p *peer) send(b *batch) {
 		p.putBatch(b)
 		return
 	}
-	p.observe(time.Since(start))
+	p.observe(p.f.cfg.Now().Sub(start))
 	if p.down.Load() != 0 {
 		p.down.Store(0)
 	}
@@ -96,7 +96,7 @@ func (p *peer) send(b *batch) {
 // b stays the caller's.
 func (p *peer) fail(b *batch, busy bool, err error) {
 	p.busy.Store(busy)
-	p.down.Store(time.Now().Add(p.f.cfg.Backoff).UnixNano())
+	p.down.Store(p.f.cfg.Now().Add(p.f.cfg.Backoff).UnixNano())
 	p.f.stats.failures.Add(1)
 	p.met.failures.Inc()
 	p.f.stats.failed.Add(uint64(b.n))
@@ -132,7 +132,7 @@ func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit ti
 	var nonce [NonceLen]byte
 	if p.f.sig != nil {
 		nonce = newNonce()
-		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, time.Now().UnixMilli(), &nonce, body)
+		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, p.f.cfg.Now().UnixMilli(), &nonce, body)
 		req.Header.SetBytesV(AuthHeader, b.auth)
 	}
 	if p.f.cfg.Self != "" {
