@@ -457,7 +457,7 @@ func (n *Node) rulesTest(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	body := testBody{Version: v, Matches: []testMatch{}}
-	for _, m := range t.Set().MatchAuth(&req, ip, nil) {
+	for _, m := range t.Set().MatchAuth(&req.Header, ip, nil) {
 		if m.KeyMissing && m.Missing == rules.MissingSkip {
 			continue // the rule does not apply (on_missing_key: skip)
 		}

@@ -325,7 +325,7 @@ func (n *Node) auth(ctx *fasthttp.RequestCtx) {
 	st := n.getState()
 	defer n.putState(st)
 	b := &st.b
-	st.matches = t.Set().MatchAuth(&ctx.Request, ctx.RemoteIP(), st.matches[:0])
+	st.matches = t.Set().MatchAuth(&ctx.Request.Header, ctx.RemoteIP(), st.matches[:0])
 	if ri := st.addMatches(t, 1); ri != nil {
 		// on_missing_key: deny. Nothing is decided (nothing to refund);
 		// waiting does not help, so no Retry-After.
@@ -439,9 +439,11 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 }
 
 // readyz answers 200 once a rule set is loaded (503 before), with the rule
-// count, the last reload error, if any, and the state of the Store's
+// count, whether the last reload failed, and the state of the Store's
 // breaker. An open breaker does not make the node unready: checks are
-// still answered (local rules enforce from memory).
+// still answered (local rules enforce from memory). /readyz is public:
+// the reload error itself (it may name the rule file and rules) is shown
+// to admin callers only, others get readyzReloadFailed.
 func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	t := n.eng.Table()
 	var body struct {
@@ -459,7 +461,10 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	body.Store.State = n.mgr.Stats().Breaker.String()
 	n.reload.Lock()
 	if n.reload.err != nil {
-		body.LastReloadError = n.reload.err.Error()
+		body.LastReloadError = readyzReloadFailed
+		if n.adminAllowed(ctx) {
+			body.LastReloadError = n.reload.err.Error()
+		}
 	}
 	if !n.reload.when.IsZero() {
 		body.LastReload = n.reload.when.UTC().Format(time.RFC3339)
@@ -477,6 +482,10 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentTypeBytes(contentTypeJSON)
 	ctx.SetBody(b)
 }
+
+// readyzReloadFailed is /readyz's last_reload_error for a caller that is
+// not admin.
+const readyzReloadFailed = "the last reload failed (the reason is shown to admin callers)"
 
 // reqState is the per-request scratch space of the HTTP front ends,
 // pooled so that the hot path allocates nothing after warm-up.

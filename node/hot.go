@@ -67,6 +67,9 @@ func (c *cluster) newHot(cfg ClusterConfig) error {
 	if hcfg.Logger == nil {
 		hcfg.Logger = c.n.log
 	}
+	if hcfg.Metrics == nil {
+		hcfg.Metrics = c.n.met.set // /metrics writes it
+	}
 	if hcfg.Threshold == nil {
 		hcfg.Threshold = c.n.hotThreshold
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/internal/logkey"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/engine"
@@ -175,6 +176,9 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 		CloseOnShutdown:       true,
 		NoDefaultServerHeader: true,
 		Logger:                fasthttpLogger{cfg.Logger},
+		// A bad request's error would quote its bytes: headers' values
+		// (Authorization, X-API-Key) would reach the log.
+		SecureErrorLogMessage: true,
 	}
 	return n
 }
@@ -268,5 +272,5 @@ func (f fasthttpLogger) Printf(format string, args ...any) {
 	// fasthttp logs each connection error (bad requests, oversize bodies)
 	// that ErrorHandler already answered: debug, so that bad clients
 	// cannot flood the log.
-	f.l.Debug("fasthttp", "msg", fmt.Sprintf(format, args...))
+	f.l.Debug("fasthttp", "msg", logkey.Quoted(fmt.Sprintf(format, args...)))
 }

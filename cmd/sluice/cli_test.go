@@ -81,6 +81,19 @@ func TestHelpEverywhere(t *testing.T) {
 	sluice(nil, "rules", "frob", "-h").failed(t, exitUsage, `unknown command "frob"`)
 }
 
+// TestHotKeysAlone: on a node that runs alone, hotkeys says why it shows
+// no key however much traffic there is.
+func TestHotKeysAlone(t *testing.T) {
+	env := map[string]string{"SLUICE_ADDR": startNode(t, "")}
+	sluice(env, "rules", "apply", "-f", examplePath).ok(t)
+	for range 50 {
+		sluice(env, "check", "per-ip", "10.0.0.1", "-hits", "0").ok(t)
+	}
+	if r := sluice(env, "hotkeys").ok(t); !strings.Contains(r.stdout, "no hot keys: they are tracked in a cluster, and this node runs alone") {
+		t.Errorf("hotkeys printed %q", r.stdout)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	r := sluice(nil, "version").ok(t)
 	if !strings.HasPrefix(r.stdout, "sluice ") || !strings.Contains(r.stdout, " go1.") || strings.Count(r.stdout, "\n") != 1 {

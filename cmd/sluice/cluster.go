@@ -74,7 +74,17 @@ func (c *cli) hotkeys(args []string) error {
 	}
 	fmt.Fprintf(c.out, "node %s: %.0f checks/s\n", h.Self, h.NodeRate)
 	if len(h.Top) == 0 && len(h.Splits) == 0 {
-		fmt.Fprintln(c.out, "no hot keys")
+		// As the dashboard does: say why a node alone never has any.
+		var m client.MembersResponse
+		err := c.ask(a, "GET", "/v1/members", func(cx context.Context) (err error) {
+			m, err = a.Members(cx)
+			return err
+		})
+		if err == nil && len(m.Members) <= 1 {
+			fmt.Fprintln(c.out, "no hot keys: they are tracked in a cluster, and this node runs alone")
+		} else {
+			fmt.Fprintln(c.out, "no hot keys")
+		}
 		return nil
 	}
 	sort.SliceStable(h.Top, func(i, j int) bool { return h.Top[i].Rate > h.Top[j].Rate })

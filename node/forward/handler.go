@@ -263,15 +263,16 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 const errRefundOverLent = "refund: more than this node lent to the peer for this rule and key"
 
 // validItem says what is wrong with an item's rule or key by the public
-// API's rules (api.ValidName, api.ValidKey: no control characters such as
-// newlines or NUL, valid UTF-8), or "" when it is valid. The wire format
+// API's rules (api.ValidName, and the engine's one key validation,
+// engine.KeyProblem: no control characters such as newlines or NUL,
+// valid UTF-8), or "" when it is valid. The wire format
 // bounds lengths already.
 func validItem(it *Item) string {
 	switch {
 	case !api.ValidName(it.Rule):
 		return "rule: may hold only A-Z a-z 0-9 _ . -"
-	case !api.ValidKey(it.Key):
-		return "key: must be valid UTF-8 without control characters"
+	case engine.KeyProblem(it.Key) != "":
+		return "key: " + engine.KeyProblem(it.Key)
 	}
 	return ""
 }

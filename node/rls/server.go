@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 )
@@ -291,7 +292,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		} else {
 			q := &st.batch.Requests[st.req[i]]
 			if q.Err != nil {
-				return nil, status.Error(codes.Internal, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
+				code := codes.Internal
+				if fe := (*lease.FieldError)(nil); errors.As(q.Err, &fe) { // a key the engine refuses: an empty value, say
+					code = codes.InvalidArgument
+				}
+				return nil, status.Error(code, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
 			}
 			it := &st.batch.ItemsOf(st.req[i])[0]
 			d := &it.Decision
@@ -418,6 +423,12 @@ func validate(req *rlsv3.RateLimitRequest) error {
 				return fmt.Errorf("descriptors[%d].entries[%d].key: longer than %d bytes", i, k, MaxEntryKeyLen)
 			case len(e.GetValue()) > MaxEntryValueLen:
 				return fmt.Errorf("descriptors[%d].entries[%d].value: longer than %d bytes", i, k, MaxEntryValueLen)
+			}
+			// The key the value goes into must pass the engine's key
+			// validation: checked here, before a long key's digest hides
+			// part of it.
+			if msg := engine.TextProblem(e.GetValue()); msg != "" {
+				return fmt.Errorf("descriptors[%d].entries[%d].value: %s", i, k, msg)
 			}
 		}
 		if h := d.GetHitsAddend(); h != nil && h.GetValue() > MaxHitsAddend {

@@ -31,7 +31,7 @@ func TestLongKeyDigest(t *testing.T) {
 	s := mustParse(t, twoSourceRules)
 	auth := func(rule string, hdrs ...string) string {
 		t.Helper()
-		for _, m := range s.MatchAuth(authReq("GET", "/v1/auth", hdrs...), net.ParseIP("192.0.2.1"), nil) {
+		for _, m := range s.MatchAuth(&authReq("GET", "/v1/auth", hdrs...).Header, net.ParseIP("192.0.2.1"), nil) {
 			if m.Rule.Name == rule {
 				return m.Key
 			}
