@@ -3,6 +3,8 @@ package lua
 import (
 	"context"
 	_ "embed"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -85,12 +87,15 @@ func newScripts() *scripts {
 
 // keySuffix names each algorithm's Redis key, so that a counter key whose
 // rule changes algorithm starts fresh instead of meeting another
-// algorithm's state (or a WRONGTYPE error).
+// algorithm's state (or a WRONGTYPE error). The leased algorithms' suffixes
+// end in their state's format version: a key is read only by the scripts
+// that wrote its format, and nodes of releases that wrote another format
+// (tb, gc and fw, sw: hashes; gcra: a string) use other keys.
 var keySuffix = [...]string{
-	lease.TokenBucket:   "tb",
-	lease.GCRA:          "gc", // a hash since loans; "gcra" was a string
-	lease.FixedWindow:   "fw",
-	lease.SlidingWindow: "sw",
+	lease.TokenBucket:   "tb2",
+	lease.GCRA:          "gc2",
+	lease.FixedWindow:   "fw2",
+	lease.SlidingWindow: "sw2",
 	lease.SlidingLog:    "log",
 	lease.Concurrency:   "cc",
 }
@@ -203,7 +208,7 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	if err := lease.CheckLease(p, want, need, to); err != nil {
 		return lease.Grant{}, err
 	}
-	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), to.ID,
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
 	v, err := s.exec(ctx, "lease", s.scripts.lease[p.Algorithm], s.Key(key, p.Algorithm), args, 5)
@@ -221,7 +226,7 @@ func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens i
 	if holder == "" {
 		return nil // nothing lent: nothing to give back
 	}
-	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holder, itoa(tokens)}
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(holder), itoa(tokens)}
 	if err := ctx.Err(); err != nil {
 		return unavailable("return", err)
 	}
@@ -318,6 +323,20 @@ func unavailable(op string, err error) error {
 
 func result(v []int64) lease.Result {
 	return lease.Result{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: millis(v[2]), Reset: millis(v[3])}
+}
+
+// holderOf is the name a key's state gives a holder: the Lessee ID's
+// 64-bit xxhash in unpadded base64url (11 bytes, whatever the ID's
+// length: a Manager's ID is 34). Two holders of one key would share a
+// loan only if their IDs' hashes collided (about 2^-64 for a pair). ""
+// (no holder) stays "".
+func holderOf(id string) string {
+	if id == "" {
+		return ""
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], xxhash.Sum64String(id))
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
