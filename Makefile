@@ -7,7 +7,7 @@ FUZZTIME ?= 10s
 MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test race e2e e2e-deps bench bench-go fuzz lint deps clean
+.PHONY: all build run cluster cluster-status cluster-stop test race e2e e2e-deps bench bench-go fuzz lint deps clean
 
 all: lint test
 
@@ -17,6 +17,20 @@ build:
 ## run: build and start one node on the in-memory store with the example rules.
 run: build
 	$(BIN)/sluiced -listen $(LISTEN) -rules $(RULES)
+
+## cluster: build, then start a redis-server on 127.0.0.1:6390 and NODES (3) nodes on
+## 127.0.0.1:8081.. (gossip 7941..), sharing a generated cluster key (deploy/local-cluster.sh).
+NODES ?= 3
+cluster: deps
+	deploy/local-cluster.sh start $(NODES)
+
+## cluster-status: the members node 1 sees and every node's /readyz.
+cluster-status:
+	deploy/local-cluster.sh status
+
+## cluster-stop: stop the nodes `make cluster` started (one at a time), then its Redis.
+cluster-stop:
+	deploy/local-cluster.sh stop
 
 ## deps: make sure what the tests need is installed (redis-server through apt when root).
 deps:

@@ -24,8 +24,8 @@ type Canned struct {
 type CannedSet map[string]Canned
 
 // SyntheticCanned is the ceiling's answers when no node could be probed:
-// DESIGN's answer body and headers for a check, and a batch of batch such
-// results.
+// the answer body and headers of an allowed check as a node writes them,
+// and a batch of batch such results.
 func SyntheticCanned(batch int) CannedSet {
 	one := `{"allowed":true,"rule":"bench","key":"c-00000","limit":100,"remaining":99,"reset_ms":10,"retry_after_ms":0}`
 	hdr := [][2]string{

@@ -140,7 +140,7 @@ func Markdown(s *Suite, charts []string) string {
 	}
 	w("Each run lasts %s. Rule `bench`: token_bucket, %d per %v, burst %d — accuracy is measured against it (one run, `mem-batch100-leased`, uses `bench-big`, a limit no workload reaches).\n\n", s.Phase, s.Limit.Limit, s.Limit.Period, s.Limit.Burst)
 
-	w("## Headline\n\n| figure | measured | target (DESIGN) |\n|---|---|---|\n")
+	w("## Headline\n\n| figure | measured | target |\n|---|---|---|\n")
 	batch := "not measured"
 	if h.BatchDPS > 0 {
 		batch = fmt.Sprintf("**%s decisions/s** (mean of 2 interleaved runs)", human(h.BatchDPS))

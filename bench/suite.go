@@ -64,7 +64,8 @@ type HostInfo struct {
 	CPUModel  string `json:"cpu_model,omitempty"`
 }
 
-// Headline holds the figures DESIGN's performance budgets ask for.
+// Headline holds the figures the performance budgets ask for
+// (docs/performance.md).
 type Headline struct {
 	BatchDPS        float64 `json:"batch100_decisions_per_s"`
 	BatchLimitedBy  string  `json:"batch100_limited_by,omitempty"`
@@ -105,7 +106,8 @@ type suite struct {
 // 100 per second, burst 100: under Zipf(1.0) over 10,000 keys at tens of
 // thousands of checks a second, the hottest keys are denied most of the
 // time and the coldest never, so both over- and under-admission show.
-// RedisKeys 1M: DESIGN's "Zipf over 1M keys" budget.
+// RedisKeys 1M: the "Zipf over 1M keys" budget of Redis calls per
+// decision (docs/performance.md).
 func DefaultSuiteConfig() SuiteConfig {
 	return SuiteConfig{
 		Out:       filepath.Join("bench", "results"),
@@ -445,7 +447,7 @@ func (st *suite) run(ctx context.Context) {
 		} else {
 			st.logf("node (memory store) on %s, pid %d", addr, node.Pid())
 			if c, err := CaptureCanned(addr, "bench", 100); err != nil {
-				st.note("cannot record the node's answers for the ceiling (using DESIGN-shaped ones): %v", err)
+				st.note("cannot record the node's answers for the ceiling (using synthetic ones): %v", err)
 			} else {
 				canned = c
 			}

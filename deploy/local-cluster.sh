@@ -187,10 +187,8 @@ stop() {
 	local n i
 	n=$(nodes)
 	# One node at a time, last first: each leaves while its peers are
-	# still there to hear it (SIGTERM all at once, and the last ones time
-	# out waiting for their leave to be acknowledged), returns its leased
-	# tokens to Redis and drains: ≤ 3 s leave + ≤ 10 s drain, so 20 s is
-	# plenty.
+	# still there to hear it, returns its leased tokens to Redis and
+	# drains: ≤ 3 s leave + ≤ 10 s drain, so 20 s is plenty.
 	for ((i = n; i >= 1; i--)); do
 		term "$state/n$i.pid" sluiced 20
 	done

@@ -240,7 +240,7 @@ func TestRTTEstimator(t *testing.T) {
 }
 
 func TestBreakerTimeoutCountsCallerCancelDoesNot(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	fs := newFaultStore(clk.Now)
 	b := NewBreaker(fs, BreakerConfig{Timeout: time.Millisecond, Failures: 2, Cooldown: time.Second, Now: clk.Now})
 	fs.mode.Store(faultHang) // returns when its context ends

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // TestHeldLeaseDoesNotAddToBurst (issue 9, finding 1): token_bucket limit
@@ -47,7 +49,7 @@ func TestHeldLeaseDoesNotAddToBurst(t *testing.T) {
 // through an idle spell while the other drains the refilled Store: in one
 // instant, together, they never pass the burst.
 func TestLentAccountingSharedKey(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 	t.Cleanup(func() { _ = store.Close() })
 	var ms [2]*Manager
@@ -107,7 +109,7 @@ func TestDenialPerNeed(t *testing.T) {
 // after it (a request another rule denied) go back. Before, the bound fell
 // to the tokens on hand and the refund was lost (the TestReturnKeys flake).
 func TestRefundAfterEmptyPrefetch(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 	t.Cleanup(func() { _ = store.Close() })
 	var ms [2]*Manager
@@ -269,7 +271,7 @@ func TestDeniedCallSettlesLoan(t *testing.T) {
 func TestReportedSpendRefillsAfterOtherHolder(t *testing.T) {
 	for _, alg := range []Algorithm{TokenBucket, GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
-			clk := newFakeClock()
+			clk := clocktest.New()
 			store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 			t.Cleanup(func() { _ = store.Close() })
 			var ms [2]*Manager

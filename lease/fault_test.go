@@ -42,14 +42,10 @@ func TestLocalDecisionIgnoresStoreDeadline(t *testing.T) {
 func TestCoarseClockSleepsWhenUnread(t *testing.T) {
 	c := startCoarseClock(time.Millisecond)
 	defer c.Stop()
+	// The ticker is a real goroutine: wait for it.
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for i := 0; !cond(); i++ {
-			if i == 20_000 {
-				t.Fatalf("the coarse clock did not %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		clocktest.Eventually(t, 20*time.Second, "the coarse clock to "+what, cond)
 	}
 	waitFor("go to sleep unread", func() bool { return c.ns.Load() == 0 })
 	if c.Nanos() != 0 {

@@ -117,8 +117,7 @@
 //     return would, before the call runs. A grant comes back once, and
 //     only the named call's: if another call settled a loan after it
 //     (another holder's, or h's calls reordered), nothing comes back and
-//     the grant counts as spent, as it did before this rule
-//     (under-admission, never over).
+//     the grant counts as spent (under-admission, never over).
 //   - Return(key, p, r, h) ends h's loan: min(r, lent_h) tokens go back
 //     (for windows, into the current window's count if the loan is of
 //     that window); a return can never add tokens the Store did not lend

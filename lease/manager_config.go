@@ -70,7 +70,7 @@ type Config struct {
 	// decided here because its forward failed under overload). Nil means
 	// 1, the whole capacity. A node of an N-member cluster returns 1/N:
 	// N nodes deciding such a key at once then admit at most its limit,
-	// where each starting full admitted N times it (finding 4).
+	// where each starting full would admit N times it.
 	UnknownLocalShare func() float64
 	// Now is the clock. Nil means time.Now, read through a coarse clock
 	// (1ms resolution) on the fast path. Tests inject a fake clock; the

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/logkey"
 )
 
 // failure decides a check of hits by p's failure mode after the Store
@@ -16,7 +18,7 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 	}
 	m.st.degraded.Add(1)
 	decisionsDegraded.Inc()
-	m.cfg.Logger.Debug("store unavailable", "key", key, "mode", p.OnFailure.String(), "err", err)
+	m.cfg.Logger.Debug("store unavailable", logkey.Attr(key), "mode", p.OnFailure.String(), "err", err)
 	var remaining int64
 	if b != nil {
 		remaining = b.tokens.Load() + b.remaining.Load()
@@ -113,7 +115,7 @@ func (m *Manager) seedLevel(ctx context.Context, b *bucket, p Policy) {
 		_, err = m.local.Lease(ctx, b.key, p, g.Remaining-level, 0, Lessee{})
 	}
 	if err != nil {
-		m.cfg.Logger.Warn("cannot seed the local bucket", "key", b.key, "err", err)
+		m.cfg.Logger.Warn("cannot seed the local bucket", logkey.Attr(b.key), "err", err)
 	}
 }
 
@@ -197,7 +199,7 @@ func (m *Manager) charge(key string, p Policy, n int64) {
 	g, err := m.store.Lease(m.ctx, key, p, n, 0, Lessee{})
 	if err != nil {
 		reconciledTokens[reconcileFailed].AddInt64(n)
-		m.cfg.Logger.Warn("cannot charge the Store for local-mode admissions", "key", key, "hits", n, "err", err)
+		m.cfg.Logger.Warn("cannot charge the Store for local-mode admissions", logkey.Attr(key), "hits", n, "err", err)
 		return
 	}
 	reconciledTokens[reconcileCharged].AddInt64(g.Granted)

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 func TestFailureModes(t *testing.T) {
@@ -292,7 +294,7 @@ func (g *gatedStore) Lease(ctx context.Context, key string, p Policy, want, need
 // published and spend the unseeded local bucket (the whole capacity): the
 // race behind TestFailLocalSeedConcurrent's rare "allowed 100".
 func TestFailLocalSeedBeforePublish(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	local := &gatedStore{
 		Store:   NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1}),
 		entered: make(chan struct{}),

@@ -7,29 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
-
-// fakeClock is a clock that moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // faultStore is a Store that counts calls and can be told to fail or to
 // hang until its context ends. It wraps the real MemoryStore: a fake only
@@ -140,9 +120,9 @@ func (f *faultStore) available(t *testing.T, key string, p Policy) int64 {
 
 // testManager returns a Manager on a fault store with a fake clock and no
 // sweeper goroutine, closed at the end of the test.
-func testManager(t *testing.T, edit func(*Config)) (*Manager, *faultStore, *fakeClock) {
+func testManager(t *testing.T, edit func(*Config)) (*Manager, *faultStore, *clocktest.Clock) {
 	t.Helper()
-	clk := newFakeClock()
+	clk := clocktest.New()
 	fs := newFaultStore(clk.Now)
 	cfg := DefaultConfig()
 	cfg.Now = clk.Now

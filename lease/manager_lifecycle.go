@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/logkey"
 )
 
 // intern returns the shared copy of p.
@@ -120,7 +122,7 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 			m.st.tokensReturned.Add(tokens)
 			tokensReturned.AddInt64(tokens)
 		} else {
-			m.cfg.Logger.Warn("cannot return leased tokens", "key", b.key, "tokens", tokens, "err", err)
+			m.cfg.Logger.Warn("cannot return leased tokens", logkey.Attr(b.key), "tokens", tokens, "err", err)
 		}
 	}
 	m.release(b, s, err)

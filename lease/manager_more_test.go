@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // gateStore blocks every Lease until the gate opens and records how many
@@ -39,7 +41,7 @@ func (g *gateStore) Lease(ctx context.Context, key string, p Policy, want, need 
 // TestOneLeaseInFlightPerKey: checks that find no tokens while a lease for
 // their key is in flight wait for it instead of calling the Store too.
 func TestOneLeaseInFlightPerKey(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	gs := &gateStore{Store: NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1}), gate: make(chan struct{})}
 	cfg := DefaultConfig()
 	cfg.Now = clk.Now
@@ -123,7 +125,7 @@ func TestMetricsMove(t *testing.T) {
 // ReturnKeys and policy changes; after Close every token is either
 // admitted or back in the Store (run with -race).
 func TestConcurrentEvictionKeepsAccounts(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 	cfg := DefaultConfig()
 	cfg.Now = clk.Now

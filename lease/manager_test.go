@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // TestTakeNeverExceedsLimit: at one instant, every leased algorithm admits
@@ -342,7 +344,7 @@ func TestPeek(t *testing.T) {
 func TestConcurrentTakeNeverAdmitsMoreThanLimit(t *testing.T) {
 	for _, refund := range []bool{false, true} {
 		t.Run(fmt.Sprintf("refund=%v", refund), func(t *testing.T) {
-			clk := newFakeClock()
+			clk := clocktest.New()
 			store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 			cfg := DefaultConfig()
 			cfg.Now = clk.Now

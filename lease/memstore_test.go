@@ -10,35 +10,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/lease/storetest"
 )
 
-// fakeClock is a clock that moves only when told to. Safe for concurrent
-// use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// newFakeClock starts at a round instant (a multiple of every period the
-// tests use), so fake-clock answers are exact.
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newTestStore(t testing.TB, c *fakeClock) *lease.MemoryStore {
+func newTestStore(t testing.TB, c *clocktest.Clock) *lease.MemoryStore {
 	t.Helper()
 	s := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: c.Now, SweepInterval: -1})
 	t.Cleanup(func() { s.Close() })
@@ -48,11 +24,11 @@ func newTestStore(t testing.TB, c *fakeClock) *lease.MemoryStore {
 func TestMemoryStoreConformance(t *testing.T) {
 	// One clock per subtest store: Advance moves the clock of the store
 	// that the current subtest created.
-	clocks := map[*testing.T]*fakeClock{}
+	clocks := map[*testing.T]*clocktest.Clock{}
 	var mu sync.Mutex
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) lease.Store {
-			c := newFakeClock()
+			c := clocktest.New()
 			// Start 7ms past a round instant so that window alignment
 			// through Reset is exercised, not assumed.
 			c.Advance(7 * time.Millisecond)
@@ -74,7 +50,7 @@ func TestMemoryStoreConformance(t *testing.T) {
 }
 
 func TestMemoryStoreSweep(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	s := newTestStore(t, c)
 	ctx := context.Background()
 	tb := lease.Policy{Algorithm: lease.TokenBucket, Limit: 10, Period: time.Second}
@@ -126,7 +102,7 @@ func TestMemoryStoreSweep(t *testing.T) {
 }
 
 func TestMemoryStoreReleaseLastRemovesKey(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	s := newTestStore(t, c)
 	ctx := context.Background()
 	cc := lease.Policy{Algorithm: lease.Concurrency, Limit: 2, Period: time.Hour}
@@ -146,20 +122,16 @@ func TestMemoryStoreReleaseLastRemovesKey(t *testing.T) {
 }
 
 func TestMemoryStoreJanitorAndClose(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	s := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: c.Now, SweepInterval: time.Millisecond})
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1, Period: time.Second}
 	if _, err := s.Lease(context.Background(), "k", p, 1, 1, lease.Lessee{}); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(time.Second)
-	// The janitor sweeps every millisecond; poll (bounded) until it has.
-	for i := 0; s.Len() != 0; i++ {
-		if i == 5000 {
-			t.Fatal("the janitor did not remove expired state within 5000 polls")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// The janitor is a real ticker goroutine (every millisecond): wait for
+	// its sweep.
+	clocktest.Eventually(t, 10*time.Second, "the janitor to remove expired state", func() bool { return s.Len() == 0 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +161,7 @@ func TestMemoryStoreNilNowUsesWallClock(t *testing.T) {
 // TestMemoryStoreManyKeysConcurrent leases on many keys from many
 // goroutines (run with -race): every key must grant exactly its limit.
 func TestMemoryStoreManyKeysConcurrent(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	s := newTestStore(t, c)
 	ctx := context.Background()
 	const keys, workers, limit = 64, 8, 20

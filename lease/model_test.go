@@ -3,40 +3,19 @@ package lease_test
 import (
 	"fmt"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/lease/modeltest"
 )
 
-// modelClock is the fake clock of the model tests.
-type modelClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *modelClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *modelClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func memoryHarness() modeltest.Harness {
-	clk := &modelClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clocktest.New()
 	return modeltest.Harness{
 		NewStore: func(t testing.TB) lease.Store {
 			// Every run from the same instant: a replay is exact.
-			clk.mu.Lock()
-			clk.t = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			clk.mu.Unlock()
+			clk.Set(clocktest.Epoch)
 			return lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 		},
 		Now:     clk.Now,

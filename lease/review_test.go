@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // Regression tests from the correctness review of the decision engine.
@@ -66,7 +68,7 @@ func TestWindowedLeaseDoesNotOutliveItsWindow(t *testing.T) {
 // before the Store reads it, like a Redis round trip.
 type latentStore struct {
 	*faultStore
-	clk *fakeClock
+	clk *clocktest.Clock
 	d   time.Duration
 }
 
@@ -79,7 +81,7 @@ func (s *latentStore) Lease(ctx context.Context, key string, p Policy, want, nee
 // back before the Store will have tokens: the Store's Wait counts from
 // when it answered, not from when the call started.
 func TestDenyUntilCountsFromTheStoresAnswer(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	ls := &latentStore{faultStore: newFaultStore(clk.Now), clk: clk, d: 10 * time.Millisecond}
 	cfg := DefaultConfig()
 	cfg.Now = clk.Now

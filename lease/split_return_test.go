@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // orderStore records the calls of the Managers that share it in the order
@@ -69,7 +71,7 @@ func (o *orderStore) len() int {
 // (a frozen clock: no refill), and what they did not spend is back in the
 // Store. It passes: the Manager keeps the order, the Store the count.
 func TestReturnKeysBeforeNewLease(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	st := &orderStore{Store: NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})}
 	newM := func(holder string) *Manager {
 		cfg := DefaultConfig()

@@ -55,7 +55,8 @@ func DefaultConfig() Config {
 		// millisecond; a second covers a slow TLS-terminating proxy, and
 		// a dial does not block checks (they use the call timeout).
 		DialTimeout: time.Second,
-		// DESIGN: "timeout per call, default 50 ms".
+		// A lease call takes well under a millisecond on a healthy Redis;
+		// 50 ms bounds what a failing Store adds to a check.
 		CallTimeout: 50 * time.Millisecond,
 		// Long enough to ride out a fork or a slow AOF rewrite, short
 		// enough that a hung server's connections are replaced quickly
@@ -144,11 +145,14 @@ func checkAddr(a string) error {
 // A URL (redis:// or sentinel://) may end with a query of username=,
 // password= (the Redis credentials; the only way to give them with
 // sentinel://, whose user part is the master name), sentinel_username= and
-// sentinel_password=. User and password are percent-decoded. Errors name
-// the part of s at fault.
+// sentinel_password=. User, password and option values are
+// percent-decoded (a password's '@', '?', '&', '%' and '/' must be
+// percent-encoded). Errors name the part of s at fault and show s only as
+// RedactURL gives it.
 func ParseURL(s string) (Config, error) {
 	var c Config
 	s = strings.TrimSpace(s)
+	shown := RedactURL(s)
 	if s == "" {
 		return c, fmt.Errorf("redis URL: empty")
 	}
@@ -159,21 +163,21 @@ func ParseURL(s string) (Config, error) {
 	switch scheme {
 	case "", "redis", "sentinel":
 	case "rediss":
-		return c, fmt.Errorf("redis URL %q: scheme: TLS (rediss://) is not supported yet", s)
+		return c, fmt.Errorf("redis URL %s: scheme: TLS (rediss://) is not supported yet", shown)
 	default:
-		return c, fmt.Errorf("redis URL %q: scheme: unknown %q (want redis:// or sentinel://)", s, scheme)
+		return c, fmt.Errorf("redis URL %s: scheme: unknown (want redis:// or sentinel://)", shown)
 	}
 	if isURL {
 		var query string
 		rest, query, _ = strings.Cut(rest, "?")
 		if err := parseQuery(&c, query); err != nil {
-			return Config{}, fmt.Errorf("redis URL %q: %w", s, err)
+			return Config{}, fmt.Errorf("redis URL %s: %w", shown, err)
 		}
 		if i := strings.LastIndexByte(rest, '@'); i >= 0 {
 			user := rest[:i]
 			rest = rest[i+1:]
 			if err := parseUser(&c, scheme, user); err != nil {
-				return Config{}, fmt.Errorf("redis URL %q: %w", s, err)
+				return Config{}, fmt.Errorf("redis URL %s: %w", shown, err)
 			}
 		}
 		if hosts, db, ok := strings.Cut(rest, "/"); ok {
@@ -181,32 +185,32 @@ func ParseURL(s string) (Config, error) {
 			if db != "" {
 				n, err := strconv.Atoi(db)
 				if err != nil || n < 0 || n > 1<<16 {
-					return Config{}, fmt.Errorf("redis URL %q: db: %q is not a database number", s, db)
+					return Config{}, fmt.Errorf("redis URL %s: db: %q is not a database number", shown, db)
 				}
 				c.DB = n
 			}
 		}
 		if scheme == "sentinel" && c.SentinelMaster == "" {
-			return Config{}, fmt.Errorf("redis URL %q: master: sentinel:// needs the master set name, as sentinel://master@host:port", s)
+			return Config{}, fmt.Errorf("redis URL %s: master: sentinel:// needs the master set name, as sentinel://master@host:port", shown)
 		}
 	} else if strings.ContainsAny(rest, "@/?") {
-		return c, fmt.Errorf("redis URL %q: credentials, db or options need the redis:// form", s)
+		return c, fmt.Errorf("redis URL %s: credentials, db or options need the redis:// form", shown)
 	}
 	for _, a := range strings.Split(rest, ",") {
 		a = strings.TrimSpace(a)
 		if a == "" {
-			return Config{}, fmt.Errorf("redis URL %q: address: empty address in the list", s)
+			return Config{}, fmt.Errorf("redis URL %s: address: empty address in the list", shown)
 		}
 		if !strings.Contains(a, ":") {
 			a += ":6379"
 		}
 		if err := checkAddr(a); err != nil {
-			return Config{}, fmt.Errorf("redis URL %q: %w", s, err)
+			return Config{}, fmt.Errorf("redis URL %s: %w", shown, err)
 		}
 		c.Addrs = append(c.Addrs, a)
 	}
 	if c.DB != 0 && c.SentinelMaster == "" && len(c.Addrs) > 1 {
-		return Config{}, fmt.Errorf("redis URL %q: db: a Redis Cluster has only db 0", s)
+		return Config{}, fmt.Errorf("redis URL %s: db: a Redis Cluster has only db 0", shown)
 	}
 	return c, nil
 }
@@ -215,7 +219,8 @@ func parseUser(c *Config, scheme, user string) error {
 	if scheme == "sentinel" {
 		name, err := url.PathUnescape(user)
 		if err != nil || name == "" || strings.ContainsAny(name, ":") {
-			return fmt.Errorf("master: %q is not a master set name", user)
+			// Not quoted: a "name:password" would show the password.
+			return fmt.Errorf("master: not a master set name (credentials go in ?password=)")
 		}
 		c.SentinelMaster = name
 		return nil
@@ -223,7 +228,7 @@ func parseUser(c *Config, scheme, user string) error {
 	u, p, hasPass := strings.Cut(user, ":")
 	var err error
 	if c.Username, err = url.PathUnescape(u); err != nil {
-		return fmt.Errorf("username: %v", err)
+		return fmt.Errorf("username: bad percent-encoding")
 	}
 	if hasPass {
 		if c.Password, err = url.PathUnescape(p); err != nil {
@@ -233,28 +238,115 @@ func parseUser(c *Config, scheme, user string) error {
 	return nil
 }
 
+// parseQuery sets c's credentials from a URL query. Its errors name an
+// option but never show a value (url.ParseQuery's would quote part of one).
 func parseQuery(c *Config, query string) error {
 	if query == "" {
 		return nil
 	}
-	v, err := url.ParseQuery(query)
-	if err != nil {
-		return fmt.Errorf("options: %v", err)
-	}
-	for name, vals := range v {
-		val := vals[len(vals)-1]
+	for part := range strings.SplitSeq(query, "&") {
+		if part == "" {
+			continue
+		}
+		name, val, hasVal := strings.Cut(part, "=")
+		if !hasVal || !plainOption(name) {
+			return fmt.Errorf("options: an option is not name=value (a value's '&', '=' and '%%' must be percent-encoded)")
+		}
+		v, err := url.QueryUnescape(val)
+		if err != nil {
+			return fmt.Errorf("options: %s: bad percent-encoding", name)
+		}
 		switch name {
 		case "username":
-			c.Username = val
+			c.Username = v
 		case "password":
-			c.Password = val
+			c.Password = v
 		case "sentinel_username":
-			c.SentinelUsername = val
+			c.SentinelUsername = v
 		case "sentinel_password":
-			c.SentinelPassword = val
+			c.SentinelPassword = v
 		default:
 			return fmt.Errorf("options: unknown option %q (want username, password, sentinel_username or sentinel_password)", name)
 		}
 	}
 	return nil
+}
+
+// plainOption reports whether name looks like an option name (1 to 32
+// letters, digits, '_' or '-'), which errors and RedactURL may show when
+// an '=' follows it (a bare word may be the tail of a password holding an
+// unencoded '&').
+func plainOption(name string) bool {
+	if name == "" || len(name) > 32 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		b := name[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// redacted stands for a hidden credential in RedactURL's output.
+const redacted = "xxxxx"
+
+// RedactURL returns s, a -redis / SLUICE_REDIS value in any of ParseURL's
+// forms (valid or not), with every credential replaced by "xxxxx": the
+// password of the user part, and the value of every query option except
+// username and sentinel_username. It keeps the scheme, user name, hosts and
+// db, which is what an operator needs to read an error. Every message or
+// log line that shows a Redis address shows it through RedactURL.
+//
+// When s cannot be split unambiguously (an '@' after the first '?': a
+// password holding an unencoded '?' or an option value holding an '@'),
+// everything after the scheme but the user name is hidden.
+func RedactURL(s string) string {
+	s = strings.TrimSpace(s)
+	prefix, rest := "", s
+	if scheme, r, ok := strings.Cut(s, "://"); ok {
+		if !plainOption(scheme) {
+			return redacted
+		}
+		prefix, rest = scheme+"://", r
+	}
+	q := strings.IndexByte(rest, '?')
+	at := strings.LastIndexByte(rest, '@')
+	if at >= 0 && q >= 0 && at > q {
+		return prefix + redacted
+	}
+	var b strings.Builder
+	b.WriteString(prefix)
+	if at >= 0 {
+		user, _, hasPass := strings.Cut(rest[:at], ":")
+		b.WriteString(user)
+		if hasPass {
+			b.WriteString(":" + redacted)
+		}
+		b.WriteByte('@')
+		rest = rest[at+1:]
+		q -= at + 1
+	}
+	if q < 0 {
+		b.WriteString(rest)
+		return b.String()
+	}
+	b.WriteString(rest[:q+1])
+	for i, part := range strings.Split(rest[q+1:], "&") {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		name, _, hasVal := strings.Cut(part, "=")
+		switch {
+		case part == "":
+		case !hasVal || !plainOption(name):
+			b.WriteString(redacted)
+		case name == "username" || name == "sentinel_username":
+			b.WriteString(part)
+		default:
+			b.WriteString(name + "=" + redacted)
+		}
+	}
+	return b.String()
 }

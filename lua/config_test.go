@@ -44,6 +44,8 @@ func TestParseURL(t *testing.T) {
 		{in: "sentinel://s1:26379", wantErr: "master"},
 		{in: "sentinel://@s1:26379", wantErr: "master"},
 		{in: "redis://h h:1", wantErr: "bad character"},
+		{in: "redis://h:1?password=x;y", want: Config{Addrs: []string{"h:1"}, Password: "x;y"}},
+		{in: "redis://h:1?password", wantErr: "not name=value"},
 	}
 	for _, tt := range tests {
 		got, err := ParseURL(tt.in)

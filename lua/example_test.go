@@ -31,7 +31,7 @@ func ExampleParseURL() {
 	// addrs=[10.0.0.1:7000 10.0.0.2:7000 10.0.0.3:7000] master="" user="" db=0
 	// addrs=[10.0.0.1:26379 10.0.0.2:26379] master="mymaster" user="" db=0
 	// addrs=[redis.internal:6379] master="" user="app" db=2
-	// redis URL "redis://h:6379/x": db: "x" is not a database number
+	// redis URL redis://h:6379/x: db: "x" is not a database number
 }
 
 // A node wires the Redis store under its lease Manager (this is what

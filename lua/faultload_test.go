@@ -211,7 +211,8 @@ func (l *faultLoad) Row(name string, recovery time.Duration) faultRow {
 
 // check asserts what must hold whatever the machine's load: every check
 // answered, no 503 for a local rule, at most one window (the capacity)
-// over the limit (the failover loss DESIGN allows), and prints the row.
+// over the limit (the failover loss the accuracy contract allows), and
+// prints the row.
 func (r faultRow) check(t *testing.T) {
 	t.Helper()
 	added := r.faultMax - r.baseMax

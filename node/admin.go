@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// The admin API of rules (DESIGN.md "Rules at runtime"; sources and
+// The admin API of rules (docs/rules.md; sources and
 // versions in rulesource.go). Every endpoint needs the admin guard
 // ([Node.RequireAdmin], guard.go: the bearer token, or loopback without
 // one): 401 without credentials, 403 with wrong ones (or from another
@@ -138,7 +138,7 @@ func (n *Node) rulesList(ctx *fasthttp.RequestCtx) {
 		n.writeError(ctx, ErrNotReady)
 		return
 	}
-	body.Rules = t.set.Specs()
+	body.Rules = t.Set().Specs()
 	n.writeJSON(ctx, v, body)
 }
 
@@ -151,7 +151,7 @@ func (n *Node) ruleGet(ctx *fasthttp.RequestCtx, name string) {
 		n.writeError(ctx, ErrNotReady)
 		return
 	}
-	r := t.set.Get(name)
+	r := t.Set().Get(name)
 	if r == nil {
 		n.writeErrorVersion(ctx, v, unknownRule(name))
 		return
@@ -281,15 +281,15 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 				string(ctx.Request.Header.Peek(fasthttp.HeaderIfMatch)), cur))
 			return
 		}
-		next, err := build(t.set)
+		next, err := build(t.Set())
 		if err != nil {
 			n.writeErrorVersion(ctx, cur, err)
 			return
 		}
-		added, removed, changed := rules.Diff(t.set, next)
+		added, removed, changed := rules.Diff(t.Set(), next)
 		ch := changeBody{Version: cur, PreviousVersion: cur, DryRun: dry,
 			Added: nonNil(added), Removed: nonNil(removed), Changed: nonNil(changed)}
-		if dry || next.Equal(t.set) {
+		if dry || next.Equal(t.Set()) {
 			n.writeJSON(ctx, cur, ch)
 			return
 		}
@@ -457,7 +457,7 @@ func (n *Node) rulesTest(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	body := testBody{Version: v, Matches: []testMatch{}}
-	for _, m := range t.set.MatchAuth(&req, ip, nil) {
+	for _, m := range t.Set().MatchAuth(&req.Header, ip, nil) {
 		if m.KeyMissing && m.Missing == rules.MissingSkip {
 			continue // the rule does not apply (on_missing_key: skip)
 		}

@@ -178,27 +178,6 @@ func TestBatchSameKeyInOrder(t *testing.T) {
 	}
 }
 
-// TestKeySet: a key is new once, then seen, across growth and resets.
-func TestKeySet(t *testing.T) {
-	var s keySet
-	for round := range 3 {
-		for i := range 1000 {
-			if s.add(fmt.Sprint("k", i)) {
-				t.Fatalf("round %d: key %d seen before it was added", round, i)
-			}
-		}
-		for i := range 1000 {
-			if !s.add(fmt.Sprint("k", i)) {
-				t.Fatalf("round %d: key %d not seen after it was added", round, i)
-			}
-		}
-		if s.n != 1000 || 2*s.n > len(s.slots) {
-			t.Fatalf("round %d: %d keys in %d slots", round, s.n, len(s.slots))
-		}
-		s.reset()
-	}
-}
-
 func decodeResults(t *testing.T, body string) []api.CheckResult {
 	t.Helper()
 	var out struct{ Results []api.CheckResult }

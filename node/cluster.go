@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
@@ -78,11 +79,7 @@ type cluster struct {
 	self    string
 	vnodes  int
 	fwd     *forward.Forwarder
-	timeout int64 // the Forwarder's timeout in nanoseconds
-	// shedRetry is the retry-after of a shed item: the Forwarder's
-	// back-off, after which the owner is tried again.
-	shedRetry time.Duration
-	handler   fasthttp.RequestHandler
+	handler fasthttp.RequestHandler
 
 	// membership, once set by SetMembership, answers Ready and View.
 	membership atomic.Pointer[membershipBox]
@@ -102,38 +99,9 @@ type cluster struct {
 
 type membershipBox struct{ m Membership }
 
-// routes is an immutable routing snapshot: Node.routes, replaced as a
-// whole on every membership change. A single node's holds a ring of itself
-// alone and no peers.
-type routes struct {
-	self string // this node's member name
-	ring *shard.Ring
-	// addrs maps each peer's member name to its HTTP address. A peer
-	// without one (its meta is unreadable) cannot be forwarded to: its
-	// keys are decided locally.
-	addrs map[string]string
-}
-
-// peerFor returns the HTTP address of the owner of ckey, or "" when this
-// node decides it (it owns it, or the owner has no address).
-func (r *routes) peerFor(ckey, self string) string {
-	o := r.ring.Owner(ckey)
-	if o == "" || o == self {
-		return ""
-	}
-	return r.addrs[o]
-}
-
-// clusterMetrics count where routed items were decided.
+// clusterMetrics count the cluster's work outside the engine (which
+// counts where routed items were decided: sluice_routed_*).
 type clusterMetrics struct {
-	// forwarded: items answered by their owner; fallback: items this node
-	// decided because their owner could not be reached (or did not know
-	// the rule); shed: items answered 503 because their owner, alive, did
-	// not answer in time; local: items this node owns; refunds: refunds
-	// sent to owners.
-	forwarded, fallback, shed, local, refunds *metrics.Counter
-	// served: checks peers forwarded that this node decided.
-	served *metrics.Counter
 	// handoffs: completed handoff passes (returns of moved keys).
 	handoffs *metrics.Counter
 	members  atomic.Int64
@@ -180,16 +148,14 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 		shedRetry = forward.DefaultConfig().Backoff
 	}
 	c := &cluster{
-		n:         n,
-		keyed:     len(cfg.ClusterKey) > 0,
-		peerTLS:   cfg.Forward.TLS,
-		self:      cfg.Self,
-		vnodes:    cfg.Vnodes,
-		timeout:   int64(timeout),
-		shedRetry: shedRetry,
-		kick:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+		n:       n,
+		keyed:   len(cfg.ClusterKey) > 0,
+		peerTLS: cfg.Forward.TLS,
+		self:    cfg.Self,
+		vnodes:  cfg.Vnodes,
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	if err := c.newHot(cfg); err != nil {
 		return fmt.Errorf("%w: Hot: %v", ErrClusterConfig, err)
@@ -197,18 +163,19 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	if c.hot.split && fcfg.OnPlans == nil {
 		fcfg.OnPlans = c.hot.h.ApplyPlans
 	}
-	c.fwd = forward.New(fcfg)
-	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey, Window: cfg.AuthWindow, Logger: n.log},
-		(*decider)(n))
-	n.routes.Store(&routes{self: cfg.Self, ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
-	c.met = clusterMetrics{
-		forwarded: n.met.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),
-		fallback:  n.met.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
-		shed:      n.met.set.NewCounter(`sluice_routed_items_total{decided_by="none_shed"}`),
-		local:     n.met.set.NewCounter(`sluice_routed_items_total{decided_by="self"}`),
-		refunds:   n.met.set.NewCounter(`sluice_routed_refunds_total`),
-		served:    n.met.set.NewCounter(`sluice_routed_items_served_total`),
+	if fcfg.Metrics == nil {
+		fcfg.Metrics = n.met.set // /metrics writes it
 	}
+	c.fwd = forward.New(fcfg)
+	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey, Window: cfg.AuthWindow, Logger: n.log, Metrics: fcfg.Metrics},
+		newDecider(n.eng))
+	n.eng.SetRoutes(&engine.Routes{Self: cfg.Self, Ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
+	n.eng.EnableCluster(engine.ClusterConfig{
+		Forwarder: newForwarder(c.fwd, time.Duration(timeout)),
+		Hot:       c.hot.h,
+		Split:     c.hot.split,
+		ShedRetry: shedRetry,
+	})
 	c.met.members.Store(1)
 	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })
 	c.met.handoffs = n.met.set.NewCounter(`sluice_handoffs_total`)
@@ -254,7 +221,7 @@ func (n *Node) MembersChanged(ms []member.Member) {
 		names = append(names, c.self)
 	}
 	ring := shard.NewRing(names, c.vnodes)
-	n.routes.Store(&routes{self: c.self, ring: ring, addrs: addrs})
+	n.eng.SetRoutes(&engine.Routes{Self: c.self, Ring: ring, Addrs: addrs})
 	c.met.members.Store(int64(len(names)))
 	if c.hot.split {
 		c.hot.h.SetRing(ring) // may queue ended keys: before the kick
@@ -276,18 +243,18 @@ func (c *cluster) runHandoff() {
 			return
 		case <-c.kick:
 		}
-		r := c.n.routes.Load()
+		r := c.n.eng.Routes()
 		// Keep the keys this node owns or holds as a split holder, except
 		// those it has just stopped holding.
 		ended := c.hot.takeEnded()
 		keep := func(k string) bool {
-			return !ended[k] && (r.ring.Owner(k) == c.self || c.hot.holds(k, c.self))
+			return !ended[k] && (r.Ring.Owner(k) == c.self || c.hot.holds(k, c.self))
 		}
 		if err := c.n.mgr.ReturnKeys(keep); err != nil {
 			c.n.log.Warn("cannot return the leases of keys that moved", "err", err)
 		}
-		now := make(map[string]bool, len(r.addrs))
-		for _, a := range r.addrs {
+		now := make(map[string]bool, len(r.Addrs))
+		for _, a := range r.Addrs {
 			now[a] = true
 		}
 		for a := range known {
@@ -321,7 +288,7 @@ func (n *Node) CloseCluster() error {
 // this node's current ring; a single node returns "".
 func (n *Node) Owner(counterKey string) string {
 	if c := n.cl; c != nil {
-		return n.routes.Load().ring.Owner(counterKey)
+		return n.eng.Routes().Ring.Owner(counterKey)
 	}
 	return ""
 }
@@ -330,7 +297,7 @@ func (n *Node) Owner(counterKey string) string {
 // on a single node.
 func (n *Node) Ring() *shard.Ring {
 	if c := n.cl; c != nil {
-		return n.routes.Load().ring
+		return n.eng.Routes().Ring
 	}
 	return nil
 }

@@ -58,10 +58,17 @@ func patientManager() lease.Config {
 
 func newClusterNodes(t *testing.T, store lease.Store, ymls map[string]string) map[string]*clusterNode {
 	t.Helper()
+	return newClusterNodesWith(t, func(string) lease.Store { return store }, ymls)
+}
+
+// newClusterNodesWith is newClusterNodes with the Store of each node
+// given by storeOf(name).
+func newClusterNodesWith(t *testing.T, storeOf func(name string) lease.Store, ymls map[string]string) map[string]*clusterNode {
+	t.Helper()
 	nodes := map[string]*clusterNode{}
 	var ms []member.Member
 	for name, yml := range ymls {
-		mgr := lease.NewManager(store, patientManager())
+		mgr := lease.NewManager(storeOf(name), patientManager())
 		n := New(DefaultConfig(), mgr)
 		n.SetRules(mustParse(t, yml))
 		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward}); err != nil {

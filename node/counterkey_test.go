@@ -2,32 +2,11 @@ package node
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
 )
-
-// TestCounterKey: views stay intact while the buffer grows past its first
-// size, and after a reset the buffer is reused.
-func TestCounterKey(t *testing.T) {
-	st := &Batch{}
-	var got, want []string
-	for i := range 10 { // 10 × 261 bytes: the buffer is replaced several times
-		key := fmt.Sprintf("%03d", i) + strings.Repeat("k", 253)
-		got = append(got, st.counterKey("rule:", key))
-		want = append(want, "rule:"+key)
-	}
-	if !slices.Equal(got, want) {
-		t.Fatal("a counter key changed while the buffer grew")
-	}
-	c := cap(st.keys)
-	st.keys = st.keys[:0]
-	if k := st.counterKey("r:", "x"); k != "r:x" || cap(st.keys) != c {
-		t.Errorf("after reset: %q, cap %d → %d", k, c, cap(st.keys))
-	}
-}
 
 // TestCounterKeysReachManagerIntact: the Manager ends up with exactly the
 // counter keys of the requests (a view of a reused buffer that it kept
@@ -105,14 +84,14 @@ func TestCheckHandlerColdKeyAllocs(t *testing.T) {
 		t.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 	// The Manager alone, on fresh keys of the same shape and policy.
-	ri := n.rules.Load().get("per-key")
+	ri := n.eng.Table().Get("per-key")
 	j := 0
 	keys := make([]string, runs+10)
 	for k := range keys {
 		keys[k] = fmt.Sprintf("per-key:fresh-%06d", k)
 	}
 	mgr := testing.AllocsPerRun(runs-1, func() {
-		_, _ = n.mgr.Take(keys[j], ri.base, 1)
+		_, _ = n.mgr.Take(keys[j], ri.Base(), 1)
 		j++
 	})
 	t.Logf("cold key: handler %v allocs/check, Manager alone %v", handler, mgr)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/engine"
 )
 
 // Errors answered by the HTTP API. errorStatus maps them (and the errors of
@@ -22,8 +23,9 @@ var (
 	// ErrHeaderTooLarge means the request line and headers exceed
 	// Config.MaxHeaderBytes.
 	ErrHeaderTooLarge = errors.New("request headers too large")
-	// ErrNotReady means no rule set has been loaded yet.
-	ErrNotReady = errors.New("no rules loaded yet")
+	// ErrNotReady means no rule set has been loaded yet (the engine's
+	// error).
+	ErrNotReady = engine.ErrNotReady
 )
 
 // fieldError builds the 400 error naming a request field.

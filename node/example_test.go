@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
@@ -81,8 +82,8 @@ rules:
 	n := node.New(node.DefaultConfig(), mgr)
 	n.SetRules(set)
 
-	var b node.Batch // keep it (a sync.Pool) and Reset it: no allocations
-	for range 2 {    // two requests, each needing both rules
+	var b engine.Batch // keep it (a sync.Pool) and Reset it: no allocations
+	for range 2 {      // two requests, each needing both rules
 		b.Add("per-user", "alice", 1)
 		b.Add("per-tenant", "acme", 1)
 		b.End()

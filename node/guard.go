@@ -4,6 +4,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -36,12 +40,24 @@ var (
 // may not, answers it (401 or 403 with a JSON error) so that the caller
 // just returns:
 //
+//   - a request with an Origin header (a browser's) is refused (403)
+//     unless the origin is the request's own Host (the dashboard, served
+//     by the node) or one of Config.AdminHosts: another site's page
+//     cannot use the admin API through its visitor's browser;
 //   - with Config.AdminToken set, the request must carry
 //     "Authorization: Bearer <token>" (compared in constant time), from
 //     any address, loopback included: 401 (with WWW-Authenticate) without
 //     an Authorization header, 403 with a wrong one;
-//   - without it, only loopback peers (127.0.0.0/8, ::1) are admitted;
-//     others get 403.
+//   - without it, only loopback peers (127.0.0.0/8, ::1) are admitted,
+//     and only with a Host the node answers to: localhost, a loopback
+//     address, the address the connection reached, or one of
+//     Config.AdminHosts (any port), or none (HTTP/1.0: browsers always
+//     send one); others get 403. The Host check stops
+//     DNS rebinding: a page of rebind.example whose name is re-pointed at
+//     127.0.0.1 reaches the node from the visitor's loopback, but with
+//     Host: rebind.example. With a token, the token is what admits a
+//     request (such a page has none), and the node may be reached by any
+//     name.
 //
 // The peer address is the TCP connection's: X-Forwarded-For and the like
 // are never consulted (a reverse proxy on the same host makes every request
@@ -65,14 +81,101 @@ func (n *Node) adminAllowed(ctx *fasthttp.RequestCtx) bool { return n.adminErr(c
 // adminErr is RequireAdmin's decision: nil, ErrUnauthorized or
 // ErrForbidden.
 func (n *Node) adminErr(ctx *fasthttp.RequestCtx) error {
+	if err := n.originErr(ctx); err != nil {
+		return err
+	}
 	if n.adminToken == nil {
 		ip := ctx.RemoteIP()
-		if ip != nil && ip.IsLoopback() {
-			return nil
+		if ip == nil || !ip.IsLoopback() {
+			return ErrForbidden
 		}
-		return ErrForbidden
+		return n.hostErr(ctx)
 	}
 	return bearerErr(ctx, n.adminToken)
+}
+
+// maxShownHost bounds a Host or Origin value quoted in an error.
+const maxShownHost = 100
+
+// shown is v quoted for an error message, cut to maxShownHost bytes.
+func shown(v []byte) string {
+	if len(v) > maxShownHost {
+		v = v[:maxShownHost]
+	}
+	return strconv.QuoteToASCII(string(v))
+}
+
+// hostErr is nil when the request's Host names this node (see
+// RequireAdmin), else an ErrForbidden naming it.
+func (n *Node) hostErr(ctx *fasthttp.RequestCtx) error {
+	h := ctx.Request.Header.Host()
+	if len(h) == 0 || n.answersTo(ctx, hostOnly(string(h))) {
+		// No Host (HTTP/1.0): not a browser's request, so not a page's.
+		return nil
+	}
+	return forbidden("Host " + shown(h) + " is not a name of this node (localhost, a loopback address, " +
+		"its own address, or one of -admin-hosts / SLUICE_ADMIN_HOSTS)")
+}
+
+// forbidden is an ErrForbidden (403) with its own message: a Host or
+// Origin the node does not answer to.
+type forbidden string
+
+func (e forbidden) Error() string        { return "forbidden: " + string(e) }
+func (e forbidden) Is(target error) bool { return target == ErrForbidden }
+
+// answersTo reports whether host (without port) is a name or address of
+// this node for the connection of ctx.
+func (n *Node) answersTo(ctx *fasthttp.RequestCtx, host string) bool {
+	host = strings.ToLower(host)
+	if host == "localhost" {
+		return true
+	}
+	if _, ok := n.adminHosts[host]; ok {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.Equal(ctx.LocalIP()))
+}
+
+// originErr is nil when the request has no Origin header, or its origin
+// is the request's Host or one of Config.AdminHosts; else an ErrForbidden
+// naming it (a "null" origin included).
+func (n *Node) originErr(ctx *fasthttp.RequestCtx) error {
+	o := ctx.Request.Header.Peek("Origin")
+	if len(o) == 0 {
+		return nil
+	}
+	if u, err := url.Parse(string(o)); err == nil && u.Host != "" && u.Path == "" && u.User == nil {
+		if strings.EqualFold(u.Host, string(ctx.Request.Header.Host())) {
+			return nil
+		}
+		if _, ok := n.adminHosts[strings.ToLower(u.Hostname())]; ok {
+			return nil
+		}
+	}
+	return forbidden("cross-origin request from Origin " + shown(o) + " (the dashboard is served by the node itself; " +
+		"a proxy's name goes in -admin-hosts / SLUICE_ADMIN_HOSTS)")
+}
+
+// hostOnly is the host of a Host header value, without port or IPv6
+// brackets.
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+}
+
+// hostSet is Config.AdminHosts as a set of lower-cased names.
+func hostSet(names []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(names))
+	for _, h := range names {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			m[h] = struct{}{}
+		}
+	}
+	return m
 }
 
 // bearerErr is nil when ctx carries the token whose digest is want,

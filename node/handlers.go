@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/rules"
 )
@@ -133,8 +134,8 @@ func (n *Node) requireGet(ctx *fasthttp.RequestCtx) bool {
 }
 
 // table returns the current rules, or answers 503 and returns nil.
-func (n *Node) table(ctx *fasthttp.RequestCtx) *ruleTable {
-	t := n.rules.Load()
+func (n *Node) table(ctx *fasthttp.RequestCtx) *engine.Table {
+	t := n.eng.Table()
 	if t == nil {
 		n.writeError(ctx, ErrNotReady)
 	}
@@ -164,13 +165,13 @@ func (n *Node) checkGet(ctx *fasthttp.RequestCtx) {
 // addCheck adds one check request to st.b as one request: either the
 // named rule, or every rule its descriptors match (concurrency rules are
 // only reachable through /v1/acquire). It returns the request's index.
-func (st *reqState) addCheck(t *ruleTable, c *api.CheckRequest) int {
+func (st *reqState) addCheck(t *engine.Table, c *api.CheckRequest) int {
 	hits := hitsOf(c)
 	if c.Rule != "" {
 		st.b.Add(c.Rule, c.Key, hits)
 		return st.b.End()
 	}
-	st.matches = t.set.MatchDescriptors(c.Descriptors, st.matches[:0])
+	st.matches = t.Set().MatchDescriptors(c.Descriptors, st.matches[:0])
 	st.addMatches(t, hits)
 	return st.b.End()
 }
@@ -182,25 +183,20 @@ func (st *reqState) addCheck(t *ruleTable, c *api.CheckRequest) int {
 // and counts a denial (shadow_denied for a shadow rule), a fallback key is
 // added as any key. It returns the first non-shadow rule that denies the
 // request for its missing key, or nil.
-func (st *reqState) addMatches(t *ruleTable, hits int64) (deny *ruleInfo) {
+func (st *reqState) addMatches(t *engine.Table, hits int64) (deny *engine.Rule) {
 	for i := range st.matches {
 		m := &st.matches[i]
 		if m.Rule.Policy.Algorithm == lease.Concurrency {
 			continue
 		}
 		if m.KeyMissing && m.Missing != rules.MissingFallback {
-			ri := t.get(m.Rule.Name)
-			switch {
-			case ri == nil:
-			case m.Missing == rules.MissingSkip:
-				ri.skipped.Inc()
-			case ri.rule.Shadow:
-				ri.checks[decShadowDenied].Inc()
-			default:
-				ri.checks[decDenied].Inc()
-				if deny == nil {
-					deny = ri
-				}
+			ri := t.Get(m.Rule.Name)
+			if ri == nil {
+				continue
+			}
+			ri.CountMissingKey(m.Missing == rules.MissingSkip)
+			if m.Missing != rules.MissingSkip && !m.Rule.Shadow && deny == nil {
+				deny = ri
 			}
 			continue
 		}
@@ -218,7 +214,7 @@ func (n *Node) checkOne(ctx *fasthttp.RequestCtx, st *reqState) {
 	b := &st.b
 	qi := st.addCheck(t, &st.check)
 	timed, start := st.startTimer()
-	n.decide(context.Background(), t, b)
+	n.eng.DecideWith(context.Background(), t, b)
 	if timed {
 		n.met.checkDuration.UpdateDuration(start)
 	}
@@ -229,12 +225,12 @@ func (n *Node) checkOne(ctx *fasthttp.RequestCtx, st *reqState) {
 	}
 	st.results = append(st.results[:0], api.CheckResult{})
 	res := &st.results[0]
-	b.result(res, q)
+	result(res, b, q)
 	n.writeCheck(ctx, st, q, res)
 }
 
 // writeCheck answers one decided check: status, headers, JSON body.
-func (n *Node) writeCheck(ctx *fasthttp.RequestCtx, st *reqState, q *Request, res *api.CheckResult) {
+func (n *Node) writeCheck(ctx *fasthttp.RequestCtx, st *reqState, q *engine.Request, res *api.CheckResult) {
 	ctx.SetStatusCode(q.Status)
 	n.setHeaders(ctx, st, q)
 	ctx.SetContentTypeBytes(contentTypeJSON)
@@ -243,12 +239,12 @@ func (n *Node) writeCheck(ctx *fasthttp.RequestCtx, st *reqState, q *Request, re
 }
 
 // setHeaders writes the rate-limit headers of the reported item.
-func (n *Node) setHeaders(ctx *fasthttp.RequestCtx, st *reqState, q *Request) {
+func (n *Node) setHeaders(ctx *fasthttp.RequestCtx, st *reqState, q *engine.Request) {
 	if q.Rep < 0 {
 		return
 	}
 	it := &st.b.Items[q.Rep]
-	st.scratch = setRateHeaders(&ctx.Response.Header, st.scratch, it.ri, it.Policy, &it.Decision, !q.Allowed())
+	st.scratch = setRateHeaders(&ctx.Response.Header, st.scratch, it.Info(), it.Policy, &it.Decision, !q.Allowed())
 }
 
 func (n *Node) checks(ctx *fasthttp.RequestCtx) {
@@ -280,7 +276,7 @@ func (n *Node) checks(ctx *fasthttp.RequestCtx) {
 // decideChecks decides the checks of a batch, each one request of st.b,
 // and fills st.results; a check that does not decode is answered with its
 // error.
-func (n *Node) decideChecks(st *reqState, t *ruleTable, checks []api.CheckRequest) {
+func (n *Node) decideChecks(st *reqState, t *engine.Table, checks []api.CheckRequest) {
 	b := &st.b
 	st.reqOf = grow(st.reqOf, len(checks))
 	for i := range checks {
@@ -292,7 +288,7 @@ func (n *Node) decideChecks(st *reqState, t *ruleTable, checks []api.CheckReques
 		}
 		st.reqOf[i] = int32(st.addCheck(t, c))
 	}
-	n.decide(context.Background(), t, b)
+	n.eng.DecideWith(context.Background(), t, b)
 	for i := range checks {
 		if st.reqOf[i] < 0 {
 			continue
@@ -304,7 +300,7 @@ func (n *Node) decideChecks(st *reqState, t *ruleTable, checks []api.CheckReques
 			*res = api.CheckResult{Error: msg, Field: batchField(i, field)}
 			continue
 		}
-		b.result(res, q)
+		result(res, b, q)
 	}
 }
 
@@ -320,7 +316,7 @@ func batchField(i int, field string) string {
 // auth is forward-auth: identity from the original request's headers, the
 // answer in the status code and headers only.
 func (n *Node) auth(ctx *fasthttp.RequestCtx) {
-	t := n.rules.Load()
+	t := n.eng.Table()
 	if t == nil {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.Response.Header.SetCanonical(hdrRetryAfter, one)
@@ -329,23 +325,31 @@ func (n *Node) auth(ctx *fasthttp.RequestCtx) {
 	st := n.getState()
 	defer n.putState(st)
 	b := &st.b
-	st.matches = t.set.MatchAuth(&ctx.Request, ctx.RemoteIP(), st.matches[:0])
+	st.matches = t.Set().MatchAuth(&ctx.Request.Header, ctx.RemoteIP(), st.matches[:0])
 	if ri := st.addMatches(t, 1); ri != nil {
 		// on_missing_key: deny. Nothing is decided (nothing to refund);
 		// waiting does not help, so no Retry-After.
 		ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
-		ctx.Response.Header.SetCanonical(hdrRateLimitPolicy, ri.hdrPolicy)
-		ctx.Response.Header.SetCanonical(hdrMissingKey, ri.missingKeyHint)
+		rh := headersOf(ri)
+		ctx.Response.Header.SetCanonical(hdrRateLimitPolicy, rh.policy)
+		ctx.Response.Header.SetCanonical(hdrMissingKey, rh.missingKeyHint)
 		return
 	}
 	qi := b.End()
 	timed, start := st.startTimer()
-	n.decide(context.Background(), t, b)
+	n.eng.DecideWith(context.Background(), t, b)
 	if timed {
 		n.met.checkDuration.UpdateDuration(start)
 	}
 	q := &b.Requests[qi]
-	if q.Err != nil { // rules are validated: only a bug gets here
+	if q.Err != nil {
+		// A key the engine refuses (made of header bytes that are not
+		// UTF-8, say) is a bad request; rules are validated, so anything
+		// else is a bug.
+		if status, _, _ := errorStatus(q.Err); status == fasthttp.StatusBadRequest {
+			n.writeError(ctx, q.Err)
+			return
+		}
 		n.log.Error("forward-auth decision failed", "err", q.Err)
 		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
 		return
@@ -369,43 +373,26 @@ func (n *Node) acquire(ctx *fasthttp.RequestCtx) {
 	if t == nil {
 		return
 	}
-	ri := t.get(req.Rule)
-	switch {
-	case ri == nil:
-		n.writeError(ctx, fieldError("rule", "unknown rule "+strconv.Quote(req.Rule)))
-		return
-	case ri.base.Algorithm != lease.Concurrency:
-		n.writeError(ctx, fieldError("rule", "rule "+strconv.Quote(req.Rule)+" is not a concurrency rule: use /v1/check"))
-		return
-	}
 	hits := req.Hits
 	if !req.HitsSet {
 		hits = 1
 	}
 	b := &st.b
-	b.Add(req.Rule, req.Key, hits)
-	qi := b.End()
-	it := &b.Items[0]
-	it.ri, it.Policy = ri, ri.rule.PolicyFor(req.Key)
-	it.ckey = b.counterKey(ri.prefix, req.Key)
-	d, id, err := n.mgr.Acquire(it.ckey, it.Policy, hits)
+	slot, err := n.eng.Acquire(t, b, req.Rule, req.Key, hits)
 	if err != nil {
 		n.writeError(ctx, err)
 		return
 	}
-	it.Decision, it.Decided = d, true
-	ri.checks[decisionOf(d, ri.rule.Shadow, it.Policy.OnFailure)].Inc()
 	// A shadow rule's denial is answered as allowed, without a lease_id.
-	q := &b.Requests[qi]
-	b.combine(q)
+	q := &b.Requests[0]
 	st.results = append(st.results[:0], api.CheckResult{})
 	res := &st.results[0]
-	b.result(res, q)
-	if d.Allowed && id != "" {
-		lid, ok := encodeLeaseID(ri.name, req.Key, id)
+	result(res, b, q)
+	if it := &b.Items[0]; it.Decision.Allowed && slot != "" {
+		lid, ok := encodeLeaseID(req.Rule, req.Key, slot)
 		if !ok { // only a Manager making ids longer than maxIDInLeaseID
-			_ = n.mgr.Release(it.ckey, it.Policy, id)
-			n.writeError(ctx, fmt.Errorf("cannot make a lease_id: slot id of %d bytes", len(id)))
+			_, _, _ = n.eng.Release(t, b, req.Rule, req.Key, slot)
+			n.writeError(ctx, fmt.Errorf("cannot make a lease_id: slot id of %d bytes", len(slot)))
 			return
 		}
 		res.LeaseID = lid
@@ -437,24 +424,11 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 		n.writeError(ctx, err)
 		return
 	}
-	ri := t.get(rule)
-	switch {
-	case ri == nil:
-		err = fieldError("lease_id", "rule "+strconv.Quote(rule)+" no longer exists (the slot expires at its TTL)")
-	case ri.base.Algorithm != lease.Concurrency:
-		err = fieldError("lease_id", "rule "+strconv.Quote(rule)+" is not a concurrency rule")
-	}
+	d, p, err := n.eng.Release(t, &st.b, rule, key, id)
 	if err != nil {
 		n.writeError(ctx, err)
 		return
 	}
-	p := ri.rule.PolicyFor(key)
-	ckey := st.b.counterKey(ri.prefix, key)
-	if err := n.mgr.Release(ckey, p, id); err != nil {
-		n.writeError(ctx, err)
-		return
-	}
-	d, _, _ := n.mgr.Acquire(ckey, p, 0) // peek: what is free now
 	st.results = append(st.results[:0], api.CheckResult{
 		Allowed: true, Rule: rule, Key: key, Limit: p.Limit,
 		Remaining: max(d.Remaining, 0), ResetMS: ceilMillis(d.Reset), Degraded: d.Degraded,
@@ -465,11 +439,13 @@ func (n *Node) releaseLease(ctx *fasthttp.RequestCtx) {
 }
 
 // readyz answers 200 once a rule set is loaded (503 before), with the rule
-// count, the last reload error, if any, and the state of the Store's
+// count, whether the last reload failed, and the state of the Store's
 // breaker. An open breaker does not make the node unready: checks are
-// still answered (local rules enforce from memory).
+// still answered (local rules enforce from memory). /readyz is public:
+// the reload error itself (it may name the rule file and rules) is shown
+// to admin callers only, others get readyzReloadFailed.
 func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
-	t := n.rules.Load()
+	t := n.eng.Table()
 	var body struct {
 		Ready           bool   `json:"ready"`
 		Rules           int    `json:"rules"`
@@ -485,7 +461,10 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	body.Store.State = n.mgr.Stats().Breaker.String()
 	n.reload.Lock()
 	if n.reload.err != nil {
-		body.LastReloadError = n.reload.err.Error()
+		body.LastReloadError = readyzReloadFailed
+		if n.adminAllowed(ctx) {
+			body.LastReloadError = n.reload.err.Error()
+		}
 	}
 	if !n.reload.when.IsZero() {
 		body.LastReload = n.reload.when.UTC().Format(time.RFC3339)
@@ -494,7 +473,7 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	body.Joined = n.clusterReady()
 	body.Ready = t != nil && body.Joined
 	if t != nil {
-		body.Rules = len(t.byName)
+		body.Rules = t.Len()
 	}
 	if !body.Ready {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
@@ -503,6 +482,10 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentTypeBytes(contentTypeJSON)
 	ctx.SetBody(b)
 }
+
+// readyzReloadFailed is /readyz's last_reload_error for a caller that is
+// not admin.
+const readyzReloadFailed = "the last reload failed (the reason is shown to admin callers)"
 
 // reqState is the per-request scratch space of the HTTP front ends,
 // pooled so that the hot path allocates nothing after warm-up.
@@ -516,7 +499,7 @@ type reqState struct {
 	unesc   []byte // the decoders' scratch for escaped strings
 	acquire api.AcquireRequest
 	release api.ReleaseRequest
-	b       Batch // the request's items, for Node.decide
+	b       engine.Batch // the request's items, for the engine
 	matches []rules.Match
 	results []api.CheckResult
 	reqOf   []int32 // per check of a batch: its request in b, -1 if none
@@ -542,4 +525,35 @@ func hitsOf(c *api.CheckRequest) int64 {
 		return 1
 	}
 	return c.Hits
+}
+
+// result fills dst with the answer of request q of b.
+func result(dst *api.CheckResult, b *engine.Batch, q *engine.Request) {
+	*dst = api.CheckResult{Allowed: q.Allowed(), Degraded: q.Degraded}
+	if q.Rep < 0 {
+		return
+	}
+	it := &b.Items[q.Rep]
+	dst.Rule = it.Rule
+	dst.Key = it.Key
+	dst.Limit = it.Policy.Limit
+	dst.Remaining = max(it.Decision.Remaining, 0)
+	dst.ResetMS = ceilMillis(it.Decision.Reset)
+	if !dst.Allowed {
+		dst.RetryAfterMS = max(ceilMillis(it.Decision.RetryAfter), 1)
+	}
+}
+
+// timerSample: one check in timerSample is timed for
+// sluice_check_duration_seconds (reading the clock costs more than 100ns
+// on some virtual machines, a tenth of a check). Batches are always timed.
+const timerSample = 16
+
+// startTimer says whether to time this check and, if so, returns now.
+func (st *reqState) startTimer() (bool, time.Time) {
+	st.ticks++
+	if st.ticks%timerSample != 0 {
+		return false, time.Time{}
+	}
+	return true, time.Now()
 }

@@ -67,6 +67,9 @@ func (c *cluster) newHot(cfg ClusterConfig) error {
 	if hcfg.Logger == nil {
 		hcfg.Logger = c.n.log
 	}
+	if hcfg.Metrics == nil {
+		hcfg.Metrics = c.n.met.set // /metrics writes it
+	}
 	if hcfg.Threshold == nil {
 		hcfg.Threshold = c.n.hotThreshold
 	}
@@ -87,15 +90,16 @@ func (n *Node) hotThreshold(counterKey string) (float64, int, bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	t := n.rules.Load()
+	t := n.eng.Table()
 	if t == nil {
 		return 0, 0, false
 	}
-	ri := t.get(name)
+	ri := t.Get(name)
 	if ri == nil {
 		return 0, 0, false
 	}
-	return ri.rule.Hot.Threshold, ri.rule.Hot.Split, true
+	r := ri.Rule()
+	return r.Hot.Threshold, r.Hot.Split, true
 }
 
 // hotEnded is the Hot's OnEnd hook: it must not block, so the key's

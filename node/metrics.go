@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/sluicehq/sluice/node/engine"
 )
 
 // Routes, the path label of sluice_http_requests_total (a fixed set, so
@@ -50,27 +52,18 @@ var routeNames = [numRoutes]string{
 // The status codes whose counters are created up front.
 var commonCodes = [...]int{200, 400, 404, 405, 413, 429, 431, 500, 503}
 
-// Decisions, the decision label of sluice_checks_total.
+// Decisions, the decision label of sluice_checks_total (counted by the
+// engine).
 const (
-	decAllowed = iota
-	decDenied
-	decShadowDenied // a shadow rule denied; the request was allowed
-	decUnavailable  // the Store was down and the rule fails closed
-	decDegraded     // the Store was down; allowed by an open rule
-	decLocal        // the Store was down; allowed from node memory (a local rule)
-	decShed         // the owner, alive, did not answer in time: answered 503 (see route.go)
-	numDecisions
+	decAllowed      = engine.DecAllowed
+	decDenied       = engine.DecDenied
+	decShadowDenied = engine.DecShadowDenied
+	decUnavailable  = engine.DecUnavailable
+	decDegraded     = engine.DecDegraded
+	decLocal        = engine.DecLocal
+	decShed         = engine.DecShed
+	numDecisions    = engine.NumDecisions
 )
-
-var decisionNames = [numDecisions]string{
-	decAllowed:      "allowed",
-	decDenied:       "denied",
-	decShadowDenied: "shadow_denied",
-	decUnavailable:  "unavailable",
-	decDegraded:     "degraded",
-	decLocal:        "local_fallback",
-	decShed:         "shed",
-}
 
 // nodeMetrics are one Node's metrics. They live in the Node's own
 // metrics.Set (two Nodes in one process, as in tests, do not mix counts);
@@ -110,15 +103,6 @@ func (m *nodeMetrics) countHTTP(route, code int) {
 		}
 	}
 	m.set.GetOrCreateCounter(httpMetricName(route, code)).Inc()
-}
-
-// checkCounters returns the per-decision counters of a rule, created once
-// per rule name (and kept across reloads).
-func (m *nodeMetrics) checkCounters(rule string) (c [numDecisions]*metrics.Counter) {
-	for d := range numDecisions {
-		c[d] = m.set.GetOrCreateCounter(fmt.Sprintf(`sluice_checks_total{rule=%q,decision=%q}`, rule, decisionNames[d]))
-	}
-	return c
 }
 
 // checkBuckets are the le buckets of sluice_check_duration_seconds: a

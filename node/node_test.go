@@ -431,7 +431,7 @@ func TestReadyz(t *testing.T) {
 	}
 	tn.n.SetRulesError(fmt.Errorf("rule %q: limit: must be > 0", "x"))
 	r = tn.do("GET", "/readyz", "")
-	if m := r.json(t); r.status != 200 || num(t, m, "rules") != 8 || !strings.Contains(fmt.Sprint(m["last_reload_error"]), "limit") {
+	if m := r.json(t); r.status != 200 || num(t, m, "rules") != 8 || m["last_reload_error"] == nil { // its text: TestReadyzHidesReloadError
 		t.Errorf("after a bad reload: %d %s", r.status, r.body)
 	}
 	// The last good set still serves.

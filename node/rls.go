@@ -19,8 +19,8 @@ func (n *Node) SetRLSRules(s *rules.Set) {
 	n.reload.Lock()
 	defer n.reload.Unlock()
 	n.reload.rls = s
-	if t := n.rules.Load(); t != nil {
-		n.rules.Store(n.met.newRuleTable(t.set, s))
+	if t := n.eng.Table(); t != nil {
+		n.eng.SetRules(t.Set(), s)
 	}
 }
 

@@ -10,10 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// Rules at runtime (DESIGN.md "Rules at runtime"). Exactly one source is
+// Rules at runtime (docs/rules.md). Exactly one source is
 // authoritative for a node's rules, and GET /v1/rules says which:
 //
 //   - "file": the rule file given to sluiced -rules. The node installs it
@@ -98,7 +99,7 @@ type ruleAdmin struct {
 	// seen is the table this version numbers: a set installed by
 	// SetRules directly (a rule file reload) gets the next version when
 	// the admin API next looks (see current).
-	seen *ruleTable
+	seen *engine.Table
 	// loaded: the store's set was installed at least once.
 	loaded bool
 	// warnedEmpty: the store's version 0 while ours is not was logged.
@@ -187,9 +188,9 @@ func (ra *ruleAdmin) sourceLocked() string {
 // currentLocked returns the installed table and its version. A table
 // installed behind the admin API's back (SetRules from a file reload)
 // gets the next version.
-func (n *Node) currentLocked() (*ruleTable, uint64) {
+func (n *Node) currentLocked() (*engine.Table, uint64) {
 	ra := &n.ra
-	t := n.rules.Load()
+	t := n.eng.Table()
 	if t != ra.seen {
 		ra.seen = t
 		if t != nil {
@@ -202,7 +203,7 @@ func (n *Node) currentLocked() (*ruleTable, uint64) {
 // installLocked installs set as version.
 func (n *Node) installLocked(set *rules.Set, version uint64) {
 	n.SetRules(set)
-	n.ra.seen = n.rules.Load()
+	n.ra.seen = n.eng.Table()
 	n.ra.version = version
 }
 
@@ -288,7 +289,7 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	ra.loaded, ra.warnedEmpty = true, false
 	var prevSet *rules.Set
 	if prev != nil {
-		prevSet = prev.set
+		prevSet = prev.Set()
 	}
 	added, removed, changed := rules.Diff(prevSet, set)
 	n.log.Info("rules installed from the "+ra.source, "old_version", old, "new_version", v, "rules", set.Len(),

@@ -50,7 +50,7 @@ func FuzzAdminRules(f *testing.F) {
 		ctx := newCtx(method, path, body, "127.0.0.1")
 		n.handle(ctx)
 		st := ctx.Response.StatusCode()
-		if st != 200 && n.rules.Load().set.Len() != mustParse(t, testRules).Len() {
+		if st != 200 && n.eng.Table().Set().Len() != mustParse(t, testRules).Len() {
 			t.Errorf("%s %s answered %d but changed the rules", method, path, st)
 		}
 	})

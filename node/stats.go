@@ -344,19 +344,15 @@ func (s *statsState) now() time.Time { return (*s.clock.Load())() }
 // sample reads every current rule's counters into the ring at now and
 // returns the current rules' names.
 func (s *statsState) sample(now time.Time) []string {
-	t := s.n.rules.Load()
+	t := s.n.eng.Table()
 	if t == nil {
 		return nil
 	}
-	names := make([]string, 0, len(t.byName))
+	names := make([]string, 0, t.Len())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for name, ri := range t.byName {
-		var c counts
-		for d := range numDecisions {
-			c[d] = ri.checks[d].Get()
-		}
-		s.ring.observe(now, name, c)
+	for name, ri := range t.All() {
+		s.ring.observe(now, name, counts(ri.Counts()))
 		names = append(names, name)
 	}
 	return names

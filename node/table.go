@@ -4,79 +4,39 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// ruleTable is an immutable rule set plus what the hot path needs per rule,
-// computed once at SetRules.
-type ruleTable struct {
-	set    *rules.Set
-	byName map[string]*ruleInfo
-}
-
-// ruleInfo is one rule's precomputed data.
-type ruleInfo struct {
-	rule *rules.Rule
-	name string
-	// prefix is the counter key prefix: name + ":".
-	prefix string
-	// base is the rule's policy without overrides.
-	base lease.Policy
-	// hdrPolicy is the RateLimit-Policy value of base,
-	// `"name";q=limit;w=seconds`; hdrLimit is base's limit in decimal;
-	// hdrRL is the start of the RateLimit value, `"name";r=`.
-	hdrPolicy, hdrLimit, hdrRL []byte
-	checks                     [numDecisions]*metrics.Counter
-	// skipped counts forward-auth checks the rule skipped because the
-	// request lacked its key (on_missing_key: skip); nil for a rule
-	// without a key, which forward-auth never matches.
-	skipped *metrics.Counter
+// ruleHeaders is what the HTTP answers need per rule, computed once when
+// a rule table is built (engine.Config.RuleData; engine.Rule.Data).
+type ruleHeaders struct {
+	// policy is the RateLimit-Policy value of the rule's base policy,
+	// `"name";q=limit;w=seconds`; limit is its limit in decimal; rl is
+	// the start of the RateLimit value, `"name";r=`.
+	policy, limit, rl []byte
 	// missingKeyHint is the X-Sluice-Missing-Key value of a request denied
 	// for lacking the key (on_missing_key: deny): the rule's key sources.
 	missingKeyHint []byte
 }
 
-// newRuleTable builds the table of s, the rule set that requests are
-// matched against, plus the rules of extra (the Envoy RLS configuration's,
-// see SetRLSRules), reachable by name only. A name in both keeps s's rule.
-func (m *nodeMetrics) newRuleTable(s, extra *rules.Set) *ruleTable {
-	t := &ruleTable{set: s, byName: make(map[string]*ruleInfo, s.Len()+extra.Len())}
-	m.addRules(t, s)
-	m.addRules(t, extra)
-	return t
-}
-
-func (m *nodeMetrics) addRules(t *ruleTable, s *rules.Set) {
-	for _, r := range s.Rules() {
-		if t.byName[r.Name] != nil {
-			continue
-		}
-		ri := &ruleInfo{
-			rule:   r,
-			name:   r.Name,
-			prefix: r.Name + ":",
-			base:   r.Policy,
-			checks: m.checkCounters(r.Name),
-		}
-		ri.hdrPolicy = appendPolicyHeader(nil, r.Name, r.Policy)
-		ri.hdrLimit = strconv.AppendInt(nil, r.Policy.Limit, 10)
-		ri.hdrRL = append(strconv.AppendQuote(nil, r.Name), ";r="...)
-		if len(r.Sources) > 0 {
-			ri.skipped = m.set.GetOrCreateCounter(`sluice_checks_skipped_total{rule=` + strconv.Quote(r.Name) + `,reason="missing_key"}`)
-			ri.missingKeyHint = []byte(r.Spec.Key)
-		}
-		t.byName[r.Name] = ri
+func newRuleHeaders(r *rules.Rule) any {
+	h := &ruleHeaders{
+		policy: appendPolicyHeader(nil, r.Name, r.Policy),
+		limit:  strconv.AppendInt(nil, r.Policy.Limit, 10),
+		rl:     append(strconv.AppendQuote(nil, r.Name), ";r="...),
 	}
+	if len(r.Sources) > 0 {
+		h.missingKeyHint = []byte(r.Spec.Key)
+	}
+	return h
 }
 
-// get returns the rule named name, or nil.
-func (t *ruleTable) get(name string) *ruleInfo {
-	return t.byName[name]
-}
+// headersOf returns the headers of ri.
+func headersOf(ri *engine.Rule) *ruleHeaders { return ri.Data().(*ruleHeaders) }
 
 // Header names, written with SetCanonical so that their case is kept.
 var (
@@ -118,21 +78,22 @@ func ceilMillis(d time.Duration) int64 {
 // setRateHeaders writes the rate-limit headers of one answer: the policy,
 // remaining and reset of the reported rule, and Retry-After (seconds,
 // rounded up, at least 1) when denied. scratch is reused and returned.
-func setRateHeaders(h *fasthttp.ResponseHeader, scratch []byte, ri *ruleInfo, p lease.Policy, d *lease.Decision, denied bool) []byte {
+func setRateHeaders(h *fasthttp.ResponseHeader, scratch []byte, ri *engine.Rule, p lease.Policy, d *lease.Decision, denied bool) []byte {
 	remaining := max(d.Remaining, 0)
 	reset := ceilSeconds(d.Reset)
-	if p == ri.base {
-		h.SetCanonical(hdrRateLimitPolicy, ri.hdrPolicy)
-		h.SetCanonical(hdrXLimit, ri.hdrLimit)
+	rh := headersOf(ri)
+	if p == ri.Base() {
+		h.SetCanonical(hdrRateLimitPolicy, rh.policy)
+		h.SetCanonical(hdrXLimit, rh.limit)
 	} else { // an override applies to this key
-		scratch = appendPolicyHeader(scratch[:0], ri.name, p)
+		scratch = appendPolicyHeader(scratch[:0], ri.Name(), p)
 		h.SetCanonical(hdrRateLimitPolicy, scratch)
 		scratch = strconv.AppendInt(scratch[:0], p.Limit, 10)
 		h.SetCanonical(hdrXLimit, scratch)
 	}
 	// One buffer holds `"name";r=R;t=T`; X-RateLimit-Remaining and -Reset
 	// are slices of it.
-	scratch = append(scratch[:0], ri.hdrRL...)
+	scratch = append(scratch[:0], rh.rl...)
 	r0 := len(scratch)
 	scratch = strconv.AppendInt(scratch, remaining, 10)
 	r1 := len(scratch)

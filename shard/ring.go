@@ -11,7 +11,7 @@ import (
 // Virtual-node counts accepted by [NewRing].
 const (
 	// MinVnodes is the fewest virtual nodes per member a Ring uses
-	// (DESIGN.md: at least 128).
+	// (fewer balance the keys poorly).
 	MinVnodes = 128
 	// DefaultVnodes is used when NewRing is given vnodes ≤ 0. It is
 	// chosen for balance (lookups are O(1) whatever the count). A

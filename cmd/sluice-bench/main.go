@@ -321,7 +321,7 @@ func ceilingCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ceiling", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8090", "address to serve on")
-	canned := fs.String("canned", "", "JSON file of recorded answers per path (empty: DESIGN-shaped answers)")
+	canned := fs.String("canned", "", "JSON file of recorded answers per path (empty: synthetic answers shaped like a node's)")
 	batch := fs.Int("batch", 100, "results in the synthetic /v1/checks answer (without -canned)")
 	if err := fs.Parse(args); err != nil {
 		return 2

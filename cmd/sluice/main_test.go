@@ -130,8 +130,7 @@ func TestCLIRulesRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "name: login\nalgorithm: sliding_log\n") {
 		t.Errorf("rules get login -o yaml printed %q", r.stdout)
 	}
-	r = sluice(env, "-o", "json") // a global -o is not a thing
-	r.failed(t, exitUsage, "-o")
+	sluice(env, "-o", "xml", "rules", "get").failed(t, exitUsage, "-o xml")
 	r = sluice(env, "rules", "get", "-o", "json").ok(t)
 	var rs struct {
 		Version uint64

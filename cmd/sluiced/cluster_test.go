@@ -590,7 +590,7 @@ func TestClusterHandoff(t *testing.T) {
 		t.Errorf("a after the join: %+v, want tokens returned", st)
 	}
 	// A moved key is decided by b: draining it through both nodes admits
-	// the rest of its limit (within DESIGN's accuracy: a check whose
+	// the rest of its limit (within the accuracy contract: a check whose
 	// forward times out under load is decided by a from the Store, and a
 	// may then hold a few unspent tokens).
 	var drain tally

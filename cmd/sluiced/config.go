@@ -15,8 +15,9 @@ import (
 )
 
 // options are sluiced's settings, from flags and SLUICE_* environment
-// variables (DESIGN.md "Configuration of sluiced").
+// variables (the table in docs/configuration.md).
 type options struct {
+	version  bool // -version: print the version and exit
 	listen   string
 	rules    string
 	redis    string
@@ -37,13 +38,16 @@ type options struct {
 	// peers' certificates must chain to (empty: the system's).
 	tlsCert, tlsKey, tlsCA string
 	adminToken             string
-	metricsToken           string
-	leaseHorizon           time.Duration
-	leaseIdle              time.Duration
-	storeTimeout           time.Duration
-	forwardTimeout         time.Duration
-	rulesPoll              time.Duration
-	logLevel               slog.Level
+	// adminHosts: names besides localhost and the node's addresses that
+	// admin requests may carry in Host (see node.Config.AdminHosts).
+	adminHosts     []string
+	metricsToken   string
+	leaseHorizon   time.Duration
+	leaseIdle      time.Duration
+	storeTimeout   time.Duration
+	forwardTimeout time.Duration
+	rulesPoll      time.Duration
+	logLevel       slog.Level
 	// hotSplit: split hot keys over the cluster (false: detect and show
 	// them in /v1/hotkeys, never split).
 	hotSplit bool
@@ -197,6 +201,20 @@ func settings() []setting {
 			o.adminToken = v
 			return nil
 		}},
+		{"admin-hosts", "SLUICE_ADMIN_HOSTS", "", "comma list of host names admin requests may carry in Host or Origin besides localhost, loopback addresses and the node's own (a name to reach a tokenless node by, a proxy's public name)", func(o *options, v string) error {
+			o.adminHosts = nil
+			for h := range strings.SplitSeq(v, ",") {
+				h = strings.TrimSpace(h)
+				if h == "" {
+					continue
+				}
+				if len(h) > 253 || strings.ContainsAny(h, ":/@[] \t") {
+					return fmt.Errorf("host %q: want a host name without scheme or port", h)
+				}
+				o.adminHosts = append(o.adminHosts, h)
+			}
+			return nil
+		}},
 		{"metrics-token", "SLUICE_METRICS_TOKEN", "", "bearer token /metrics requires; empty: /metrics is open", func(o *options, v string) error {
 			o.metricsToken = v
 			return nil
@@ -324,7 +342,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 			}
 			fmt.Fprintf(out, "  -%s (env %s, default %s)\n    \t%s\n", s.flag, s.env, def, s.usage)
 		}
+		fmt.Fprintf(out, "  -version\n    \tprint the version (module version and VCS revision) and exit\n")
 	}
+	fs.BoolVar(&o.version, "version", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage()
@@ -333,6 +353,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.version {
+		return o, nil // the other settings are not checked: they are not used
 	}
 	o.gossipSet = getenv("SLUICE_GOSSIP") != ""
 	fs.Visit(func(f *flag.Flag) {

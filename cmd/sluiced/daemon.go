@@ -129,6 +129,10 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 
 	ncfg := node.DefaultConfig()
 	ncfg.AdminToken = o.adminToken
+	ncfg.AdminHosts = o.adminHosts
+	if h, _, err := net.SplitHostPort(o.listen); err == nil && h != "" && net.ParseIP(h) == nil {
+		ncfg.AdminHosts = append(ncfg.AdminHosts, h) // -listen by name: the node answers to it
+	}
 	ncfg.MetricsToken = o.metricsToken
 	ncfg.Logger = log
 	ncfg.Name = d.name

@@ -25,7 +25,7 @@ import (
 // one-second ticks). The hot rule's limit is half of b.N (a day's period),
 // below the hot key's checks of the warm-up and the timed run together, so
 // the key runs out: hot-admitted/limit, over the whole run, is the
-// accuracy figure (DESIGN: within [0.97, 1]). owner-share is the share of all decisions made by
+// accuracy figure (expected within [0.97, 1]). owner-share is the share of all decisions made by
 // the hot key's owner (1/3 is even); forwarded/decision counts the
 // checks that took a forwarding hop.
 //

@@ -36,12 +36,17 @@
 // # Shutdown
 //
 // On SIGTERM/SIGINT a member first leaves the cluster (waiting up to 3s
-// for the news to spread, so that the others stop routing keys here) and
+// for the news to spread, so that the others stop routing keys here; no
+// wait once no other member is alive to hear it, as when the whole cluster
+// stops at once) and
 // returns every leased token to the Store; then every node stops accepting
 // connections, finishes the requests in flight, returns the tokens leased
 // meanwhile, and exits 0.
 //
-// Exit codes: 0 after a clean shutdown (or -h), 1 when the node cannot
+// sluiced -version prints the module version and VCS revision it was built
+// from (on stderr, as -h and the log) and exits 0.
+//
+// Exit codes: 0 after a clean shutdown (or -h, -version), 1 when the node cannot
 // start (rules, store, listen or gossip address), 2 for a bad flag or
 // variable, or a cluster without a cluster key.
 package main
@@ -58,6 +63,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sluicehq/sluice/cmd/internal/buildinfo"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lua"
 )
@@ -75,6 +81,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sluiced: %v\n(sluiced -h lists the flags)\n", err)
 		return 2
+	}
+	if o.version {
+		fmt.Fprintln(stderr, buildinfo.Get("sluiced"))
+		return 0
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 
@@ -133,7 +143,7 @@ func newStore(o options) (lease.Store, func(), error) {
 		}
 		s, err := lua.NewStore(cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot connect to Redis %s: %w", o.redis, err)
+			return nil, nil, fmt.Errorf("cannot connect to Redis %s: %w", lua.RedactURL(o.redis), err)
 		}
 		return s, s.Close, nil
 	}

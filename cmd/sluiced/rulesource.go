@@ -11,7 +11,7 @@ import (
 var _ node.RuleStore = (*lua.Store)(nil)
 
 // startRules installs the node's first rule set from its one source
-// (DESIGN.md "Rules at runtime"): the -rules file; else, with -redis, the
+// (docs/rules.md, "Changing rules at runtime"): the -rules file; else, with -redis, the
 // rules stored in Redis (loaded before the node reports ready, then
 // polled every -rules-poll and announced by gossip); else the -data-dir
 // file; else none, kept in memory (lost at restart).
@@ -28,7 +28,7 @@ func (d *daemon) startRules(o options) error {
 	case o.redis != "":
 		rs, ok := d.store.(node.RuleStore)
 		if !ok {
-			return fmt.Errorf("the Redis store of %s keeps no rules", o.redis)
+			return fmt.Errorf("the Redis store of %s keeps no rules", lua.RedactURL(o.redis))
 		}
 		if o.dataDir != "" {
 			d.log.Warn("-data-dir is ignored: the rules are stored in Redis", "data_dir", o.dataDir)

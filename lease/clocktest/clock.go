@@ -6,6 +6,9 @@
 // A Clock is safe for concurrent use. Timer functions run synchronously
 // inside Advance, in deadline order, without the clock's lock held (they
 // may read the clock or set new timers).
+//
+// The package also holds the one wait of the tests, Eventually, for what
+// real time drives and a fake clock cannot.
 package clocktest
 
 import (
@@ -71,6 +74,21 @@ func (c *Clock) Advance(d time.Duration) {
 		t.stopped = true
 		c.mu.Unlock()
 		t.f()
+	}
+}
+
+// Set moves the clock to t. Forward, it is Advance (timers due on the way
+// run); back, it is a clock stepped back (by NTP, or a peer's skew): the
+// time changes and no timer runs.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	d := t.Sub(c.now)
+	if d < 0 {
+		c.now = t
+	}
+	c.mu.Unlock()
+	if d > 0 {
+		c.Advance(d)
 	}
 }
 

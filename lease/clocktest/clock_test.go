@@ -36,3 +36,17 @@ func TestAdvanceRunsTimersInOrderAtTheirInstant(t *testing.T) {
 		t.Fatalf("after 3.5s: %v at %v", got, c.Now())
 	}
 }
+
+func TestSetMovesBothWays(t *testing.T) {
+	c := clocktest.New()
+	fired := false
+	c.AfterFunc(time.Second, func() { fired = true })
+	c.Set(clocktest.Epoch.Add(-time.Hour))
+	if fired || !c.Now().Equal(clocktest.Epoch.Add(-time.Hour)) {
+		t.Fatalf("back: now %v, fired %v; want an hour before Epoch, not fired", c.Now(), fired)
+	}
+	c.Set(clocktest.Epoch.Add(2 * time.Second))
+	if !fired || !c.Now().Equal(clocktest.Epoch.Add(2*time.Second)) {
+		t.Fatalf("forward: now %v, fired %v; want Epoch+2s, fired", c.Now(), fired)
+	}
+}

@@ -127,14 +127,14 @@ func randPolicy(r *rand.Rand, a lease.Algorithm) lease.Policy {
 	switch a {
 	case lease.TokenBucket, lease.GCRA:
 		switch r.IntN(7) {
-		case 6: // finding 3 of issue 9: a big burst at a tiny rate
+		case 6: // a big burst at a tiny rate
 			p.Limit, p.Period, p.Burst = 1, 8760*time.Hour, 200000
 			if p.Validate() != nil {
 				// Refused at validation (a rule file would be): the
 				// biggest refill time validation allows, about.
 				p.Limit = 10000
 			}
-		case 0: // finding 1 of issue 9
+		case 0: // a burst below a minute's limit
 			p.Limit, p.Period, p.Burst = 600, time.Minute, 100
 		case 1:
 			p.Limit, p.Period = pick[int64](r, 1, 2, 3, 10), time.Second

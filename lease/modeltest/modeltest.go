@@ -3,7 +3,7 @@
 // lease.Store through random sequences of checks, time jumps, refunds,
 // returns and idle sweeps, and after every step checks what they decided
 // against an exact reference model of what was admitted, written from the
-// accuracy contract (the lease package doc, DESIGN "Accuracy contract"),
+// accuracy contract (the lease package doc, docs/architecture.md),
 // not from the Manager's code.
 //
 // It is a non-test package, like lease/storetest, so that the lease tests

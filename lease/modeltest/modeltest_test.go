@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // The harness must fail on a broken Store: each mutant below breaks one
@@ -29,25 +30,8 @@ func (c *capture) Errorf(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Sprintf(format, args...))
 }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func harness(wrap func(lease.Store) lease.Store) Harness {
-	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clocktest.New()
 	return Harness{
 		NewStore: func(testing.TB) lease.Store {
 			return wrap(lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1}))

@@ -35,6 +35,7 @@
 package api
 
 import (
+	"bytes"
 	"errors"
 	"unicode/utf8"
 )
@@ -206,6 +207,32 @@ func nameMsg(b []byte) string {
 // ValidKey reports whether s is a valid counter key or descriptor value:
 // 1..MaxKeyLen bytes of UTF-8 without control characters.
 func ValidKey(s string) bool { return keyMsg([]byte(s)) == "" }
+
+// LongKeyMark marks the digest form of a counter key longer than MaxKeyLen
+// (node/rules, "Counter keys"): its first bytes, LongKeyMark, and the
+// digest of the whole key. Counter keys escape '\' as "\\", so the mark
+// is an escape pair no key built from values holds, and a key given as is
+// (a check's, an acquire's or a release's "key") may not hold it either:
+// no key a client names can be a long key's counter.
+const LongKeyMark = `\#`
+
+// givenKeyMsg says what is wrong with a key given as is, or "" when it is
+// valid: keyMsg, and no LongKeyMark escape pair (scanning pairs from the
+// start, so that "\\#" is '\' then '#').
+func givenKeyMsg(b []byte) string {
+	if msg := keyMsg(b); msg != "" {
+		return msg
+	}
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i < len(b); i++ {
+		if b[i] == '\\' {
+			if i+1 < len(b) && b[i+1] == LongKeyMark[1] {
+				return `must not hold the escape \# (it marks the digest of a long key)`
+			}
+			i++
+		}
+	}
+	return ""
+}
 
 // keyMsg says what is wrong with a key, or "" when it is valid.
 func keyMsg(b []byte) string {

@@ -91,7 +91,7 @@ func parseCheckQuery(query []byte, dst *CheckRequest, scratch *[]byte) error {
 	if msg := nameMsg(rule); msg != "" {
 		return &FieldError{Field: "rule", Msg: msg}
 	}
-	if msg := keyMsg(key); msg != "" {
+	if msg := givenKeyMsg(key); msg != "" {
 		return &FieldError{Field: "key", Msg: msg}
 	}
 	if scratch == nil {

@@ -613,7 +613,7 @@ func (s *scanner) check(dst *CheckRequest, idx int, hint string) *FieldError {
 				}
 				f.keySet = true
 				if v, ok := str(name, MaxKeyLen); ok {
-					if msg := keyMsg(v); msg != "" {
+					if msg := givenKeyMsg(v); msg != "" {
 						bad(name, msg)
 					} else {
 						s.set(&dst.Key, v)
@@ -908,7 +908,7 @@ func DecodeAcquire(data []byte, dst *AcquireRequest) error {
 	if fe != nil {
 		return fe
 	}
-	k, fe := key.text(MaxKeyLen, keyMsg)
+	k, fe := key.text(MaxKeyLen, givenKeyMsg)
 	if fe != nil {
 		return fe
 	}
@@ -934,7 +934,7 @@ func DecodeRelease(data []byte, dst *ReleaseRequest) error {
 	if fe != nil {
 		return fe
 	}
-	k, fe := key.optText(MaxKeyLen, keyMsg)
+	k, fe := key.optText(MaxKeyLen, givenKeyMsg)
 	if fe != nil {
 		return fe
 	}

@@ -70,6 +70,10 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 		hc: &http.Client{Timeout: cfg.Timeout}}, nil
 }
 
+// Addr returns the node's address as a calls it: "http://host:port" or
+// "https://host:port".
+func (a *Admin) Addr() string { return a.base }
+
 // AdminError is a node's error answer.
 type AdminError struct {
 	Status int

@@ -31,7 +31,8 @@ type MembersResponse struct {
 	Vnodes  int      `json:"vnodes"`
 	Members []Member `json:"members"`
 	// Ring is the members the node routes keys to now (sorted); it follows
-	// Members a moment after a change. Empty from nodes before 2026-11-26.
+	// Members a moment after a change. Empty from nodes that do not
+	// report it.
 	Ring []string `json:"ring"`
 }
 

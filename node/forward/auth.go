@@ -25,6 +25,14 @@ const FromHeader = "X-Sluice-From"
 // ReplyAuthHeader carries the owner's signature of its reply.
 const ReplyAuthHeader = "X-Sluice-Reply-Auth"
 
+// DeadlineAuthHeader carries the signature of a request's DeadlineHeader
+// value, bound to the request's nonce (see the package doc,
+// "Authentication"). It is a header of its own, beside AuthHeader's MAC
+// rather than inside it, so that nodes of the previous release, which
+// check AuthHeader without the deadline, still accept a newer node's
+// requests during a rolling upgrade.
+const DeadlineAuthHeader = "X-Sluice-Deadline-Auth"
+
 // Signature bounds and defaults.
 const (
 	// NonceLen is the bytes of a request's random nonce.
@@ -59,8 +67,9 @@ var (
 
 // signatureContext separates these MACs from any other use of the key.
 const (
-	requestContext = "sluice-internal-v1 request"
-	replyContext   = "sluice-internal-v1 reply"
+	requestContext  = "sluice-internal-v1 request"
+	replyContext    = "sluice-internal-v1 reply"
+	deadlineContext = "sluice-internal-v1 deadline"
 )
 
 // signer computes the MACs of one cluster key; nil when there is none. It
@@ -127,6 +136,50 @@ func (s *signer) replyMAC(dst []byte, nonce *[NonceLen]byte, body []byte) []byte
 	st.buf = appendField(st.buf[:0], replyContext)
 	st.buf = appendField(st.buf, nonce[:])
 	return s.finish(st, dst, body)
+}
+
+// deadlineMAC is HMAC(key, context | request nonce | DeadlineHeader
+// value): the nonce is covered by the request's MAC and never reused, so
+// a deadline's MAC holds for the one request it was sent with.
+func (s *signer) deadlineMAC(dst []byte, nonce *[NonceLen]byte, deadline []byte) []byte {
+	st := s.states.Get().(*macState)
+	st.buf = appendField(st.buf[:0], deadlineContext)
+	st.buf = appendField(st.buf, nonce[:])
+	return s.finish(st, dst, deadline)
+}
+
+// appendDeadlineAuth appends the DeadlineAuthHeader value of a request
+// with nonce and DeadlineHeader value deadline: the hex MAC.
+func (s *signer) appendDeadlineAuth(dst []byte, nonce *[NonceLen]byte, deadline []byte) []byte {
+	var mac [sha256.Size]byte
+	return hex.AppendEncode(dst, s.deadlineMAC(mac[:0], nonce, deadline))
+}
+
+// errDeadlineSignature means a request's DeadlineAuthHeader does not sign
+// its DeadlineHeader: the deadline was changed on the way (401).
+var errDeadlineSignature = fmt.Errorf("%w: wrong %s (a modified %s)", ErrAuth, DeadlineAuthHeader, DeadlineHeader)
+
+// verifyDeadline checks a request's DeadlineAuthHeader value hdr against
+// its nonce and DeadlineHeader value deadline. trusted reports whether
+// the deadline may be used: false with a nil error when the request has
+// no deadline or no DeadlineAuthHeader (a sender of the previous release:
+// its deadline is ignored, as if absent); an error when hdr is present but
+// does not sign deadline.
+func (s *signer) verifyDeadline(hdr []byte, nonce *[NonceLen]byte, deadline []byte) (trusted bool, err error) {
+	if len(hdr) == 0 {
+		return false, nil
+	}
+	var got, want [sha256.Size]byte
+	if len(hdr) != 2*sha256.Size {
+		return false, errDeadlineSignature
+	}
+	if _, err := hex.Decode(got[:], hdr); err != nil {
+		return false, errDeadlineSignature
+	}
+	if !hmac.Equal(s.deadlineMAC(want[:0], nonce, deadline), got[:]) {
+		return false, errDeadlineSignature
+	}
+	return len(deadline) > 0, nil
 }
 
 // newNonce returns a random nonce.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 var testKey = []byte("0123456789abcdef")
@@ -31,19 +33,6 @@ func flip(s string, i int) string {
 	return s[:i] + string(c) + s[i+1:]
 }
 
-// fakeClock is a settable clock for handlers.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
 // logBuf is a concurrency-safe log sink.
 type logBuf struct {
 	mu sync.Mutex
@@ -55,7 +44,7 @@ func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock()
 
 func TestHandlerAuth(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	clock := &fakeClock{t: now}
+	clock := clocktest.At(now)
 	body, _ := AppendBatch(nil, []Item{{Op: OpCheck, Rule: "r", Key: "k1", Hits: 1}})
 	other, _ := AppendBatch(nil, []Item{{Op: OpRefund, Rule: "r", Key: "k1", Hits: 1}})
 	d := &echoDecider{}
@@ -113,7 +102,7 @@ func TestHandlerAuth(t *testing.T) {
 // TestHandlerReplay: a captured request sent again is refused, and its
 // items are decided once.
 func TestHandlerReplay(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	clock := clocktest.At(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	d := &echoDecider{}
 	s := startServer(t, NewHandler(HandlerConfig{ClusterKey: testKey, Now: clock.Now}, d))
 	body, _ := AppendBatch(nil, []Item{{Op: OpCheck, Rule: "day", Key: "victim", Hits: 1}})
@@ -141,7 +130,7 @@ func TestHandlerReplay(t *testing.T) {
 // one warning naming the skew, however many follow within 10s.
 func TestHandlerSkewLog(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	clock := &fakeClock{t: now}
+	clock := clocktest.At(now)
 	var logs logBuf
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	s := startServer(t, NewHandler(HandlerConfig{ClusterKey: testKey, Window: 5 * time.Second, Now: clock.Now, Logger: log}, &echoDecider{}))

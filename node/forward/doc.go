@@ -2,11 +2,10 @@
 // the node that does: the internal protocol (POST /internal/v1/batch), its
 // server side ([NewHandler]) and its client side ([Forwarder]).
 //
-// DESIGN puts routing and forwarding under node/; this sub-package keeps
-// forwarding testable on its own, against real fasthttp servers, without a
-// whole node. The node decides which peer owns a key (shard's ring and
-// split plans), calls [Forwarder.Forward], and implements [Decider] with
-// its lease.Manager for the items peers send it.
+// This sub-package keeps forwarding testable on its own, against real
+// fasthttp servers, without a whole node. The node decides which peer owns
+// a key (shard's ring and split plans), calls [Forwarder.Forward], and
+// implements [Decider] with its lease.Manager for the items peers send it.
 //
 // # Batching
 //
@@ -50,8 +49,8 @@
 // decided; one whose decisions end past it (lag + the time deciding) is
 // answered 503 too, and what its allowed checks charged is refunded
 // (OpRefund items given to the [Decider]). The sender sheds such a batch
-// either way: deciding it spent tokens for answers nobody read, which
-// under overload lost 5–10% of a saturated key's limit. Counted in
+// either way: deciding it would spend tokens on answers nobody reads.
+// Counted in
 // sluice_forward_rejected_requests_total{reason="late"} and
 // sluice_forward_late_refunded_items_total. And the sender keeps waiting
 // for a reply after its callers had the timeout (a second more, holding
@@ -106,7 +105,19 @@
 // admission either. Comparisons are constant-time (hmac.Equal).
 //
 // Requests also carry X-Sluice-From, the sender's member name
-// ([Config.Self]), covered by the signature.
+// ([Config.Self]), covered by the signature, and [DeadlineHeader], signed
+// apart:
+//
+//	X-Sluice-Deadline-Auth: hex HMAC-SHA256(key, "sluice-internal-v1 deadline" |
+//	                       request nonce | X-Sluice-Deadline value)
+//
+// A request whose X-Sluice-Deadline-Auth does not sign its deadline is
+// refused with 401 (a deadline moved on the way would make the owner take
+// its sender's honest requests for late ones). A request without the
+// header, from a node of the previous release during a rolling upgrade, is
+// decided as if it had no deadline; such a node ignores the new header and
+// checks X-Sluice-Auth as before, so old and new nodes serve each other.
+// No other request header changes what the owner does.
 //
 // # What the owner accepts
 //

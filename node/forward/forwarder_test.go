@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/member/netsim"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -195,14 +196,16 @@ func TestForwardSlowPeerIsSkipped(t *testing.T) {
 		<-release
 		h(ctx)
 	})
-	f := newForwarder(t, Config{Timeout: 20 * time.Millisecond, Backoff: time.Hour})
+	clk := clocktest.New()
+	f := newForwarder(t, Config{Timeout: 20 * time.Millisecond, Backoff: time.Hour, Now: clk.Now, AfterFunc: clk.AfterFunc})
 	t.Cleanup(func() { close(release) }) // runs before f's and the server's cleanups
 	var wg sync.WaitGroup
-	var unavailable atomic.Int64
+	var unavailable, done atomic.Int64
 	for i := range 50 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer done.Add(1)
 			_, err := f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: fmt.Sprint(i), Hits: 1})
 			if isUnavailable(err) && isBusy(err) {
 				unavailable.Add(1)
@@ -211,6 +214,12 @@ func TestForwardSlowPeerIsSkipped(t *testing.T) {
 			}
 		}()
 	}
+	// The owner never answers: each request's timeout fires when the
+	// fake clock passes it.
+	clocktest.Eventually(t, 20*time.Second, "the 50 calls to time out", func() bool {
+		clk.Advance(20 * time.Millisecond)
+		return done.Load() == 50
+	})
 	wg.Wait()
 	if unavailable.Load() != 50 {
 		t.Errorf("%d of 50 calls unavailable", unavailable.Load())
@@ -239,31 +248,46 @@ func TestForwardProbesAfterBackoff(t *testing.T) {
 		}
 		h(ctx)
 	})
-	f := newForwarder(t, Config{Backoff: 5 * time.Millisecond})
+	clk := clocktest.New()
+	f := newForwarder(t, Config{Backoff: time.Second, Now: clk.Now, AfterFunc: clk.AfterFunc})
 	it := Item{Op: OpCheck, Rule: "r", Key: "k1", Hits: 1}
 	if _, err := f.Forward(context.Background(), s.addr, it); !isUnavailable(err) || !isBusy(err) || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("error %v, want ErrPeerUnavailable and ErrPeerBusy with 503", err)
 	}
 	failing.Store(false)
-	if r := forwardUntilOK(t, f, s.addr, it); r != want(it) {
-		t.Errorf("result %+v after recovery, want %+v", r, want(it))
+	// Backing off: no request until the backoff ends, even to a peer
+	// that is back.
+	clk.Advance(time.Second - time.Nanosecond)
+	before := s.requests.Load()
+	if _, err := f.Forward(context.Background(), s.addr, it); !isBusy(err) {
+		t.Fatalf("error %v while backing off, want ErrPeerBusy", err)
+	}
+	if n := s.requests.Load() - before; n != 0 {
+		t.Fatalf("%d requests while backing off", n)
+	}
+	clk.Advance(time.Nanosecond)
+	if r, err := f.Forward(context.Background(), s.addr, it); err != nil || r != want(it) {
+		t.Errorf("result %+v, %v once the backoff ended, want %+v", r, err, want(it))
 	}
 }
 
-// forwardUntilOK retries it until it succeeds, for at most 5 s.
-func forwardUntilOK(t *testing.T, f *Forwarder, addr string, it Item) Result {
+// forwardUntilOK forwards it until it succeeds, advancing clk by the
+// backoff after each failure (a request that fails on a connection cut
+// before backs the peer off again), at most 100 times.
+func forwardUntilOK(t *testing.T, f *Forwarder, clk *clocktest.Clock, addr string, it Item) Result {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	for range 100 {
 		r, err := f.Forward(context.Background(), addr, it)
 		if err == nil {
 			return r
 		}
-		if !isUnavailable(err) || time.Now().After(deadline) {
+		if !isUnavailable(err) {
 			t.Fatalf("forwarding does not resume: %v", err)
 		}
-		time.Sleep(time.Millisecond)
+		clk.Advance(f.cfg.Backoff)
 	}
+	t.Fatal("forwarding does not resume after 100 backoffs")
+	return Result{}
 }
 
 func TestForwardCutLink(t *testing.T) {
@@ -273,7 +297,8 @@ func TestForwardCutLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	f := newForwarder(t, Config{Backoff: 10 * time.Millisecond})
+	clk := clocktest.New()
+	f := newForwarder(t, Config{Backoff: 10 * time.Millisecond, Now: clk.Now, AfterFunc: clk.AfterFunc})
 
 	const workers, calls = 8, 400
 	var ok, unavailable atomic.Int64
@@ -311,7 +336,7 @@ func TestForwardCutLink(t *testing.T) {
 	}
 	proxy.Restore()
 	it := Item{Op: OpCheck, Rule: "r", Key: "k3", Hits: 2}
-	if r := forwardUntilOK(t, f, proxy.Addr(), it); r != want(it) {
+	if r := forwardUntilOK(t, f, clk, proxy.Addr(), it); r != want(it) {
 		t.Errorf("result %+v after restore, want %+v", r, want(it))
 	}
 }
@@ -371,9 +396,7 @@ func TestForwarderCloseAndRemovePeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.RemovePeer(s.addr)
-	if g := ownGoroutines(); g != "" {
-		t.Errorf("goroutines left after RemovePeer:\n%s", g)
-	}
+	noOwnGoroutines(t)
 	f.RemovePeer(s.addr)      // unknown now: a no-op
 	f.RemovePeer("nobody:80") // never known
 	if _, err := f.Forward(context.Background(), s.addr, it); err != nil {
@@ -406,12 +429,10 @@ func TestForwarderCloseUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(5 * time.Millisecond) // let some load start; any amount is fine
+	clocktest.Eventually(t, 10*time.Second, "a request to reach the owner", func() bool { return s.requests.Load() > 0 })
 	f.Close()
 	wg.Wait() // every caller returned: none hangs on a closed peer
-	if g := ownGoroutines(); g != "" {
-		t.Errorf("goroutines left after Close:\n%s", g)
-	}
+	noOwnGoroutines(t)
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -462,11 +483,7 @@ func TestForwardQueueFullFailsFast(t *testing.T) {
 		errs <- err
 	}
 	go call()
-	for deadline := time.Now().Add(5 * time.Second); s.requests.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first request never reached the owner")
-		}
-	}
+	clocktest.Eventually(t, 10*time.Second, "the first request to reach the owner", func() bool { return s.requests.Load() > 0 })
 	for range 3 {
 		go call()
 	}

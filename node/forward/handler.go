@@ -10,10 +10,11 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/node/api"
-
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -58,6 +59,11 @@ type HandlerConfig struct {
 	// Logger receives the (rate-limited) clock-skew warnings. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Metrics is the set the handler's sluice_forward_* counters are
+	// registered in. Nil means the process's default set (see
+	// Config.Metrics); a node gives its Forwarder and its handler the same
+	// set.
+	Metrics *metrics.Set
 }
 
 // skewLogEvery rate-limits the clock-skew warning.
@@ -111,6 +117,11 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 	if log == nil {
 		log = slog.Default()
 	}
+	set := cfg.Metrics
+	if set == nil {
+		set = metrics.GetDefaultSet()
+	}
+	met := newHandlerMetrics(set)
 	nonces := newNonceCache(window, maxNonces)
 	refundWindow := cfg.RefundWindow
 	if refundWindow <= 0 {
@@ -128,16 +139,17 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		if !ctx.IsPost() {
 			ctx.Response.Header.Set("Allow", "POST")
 			ctx.Error("forward: method not allowed, want POST", fasthttp.StatusMethodNotAllowed)
-			rejected(rejectMethod)
+			met.rejected[rejectMethod].Inc()
 			return
 		}
 		body := ctx.PostBody()
 		if len(body) > MaxBodyBytes {
 			ctx.Error("forward: body: larger than 4 MiB", fasthttp.StatusRequestEntityTooLarge)
-			rejected(rejectTooLarge)
+			met.rejected[rejectTooLarge].Inc()
 			return
 		}
 		var auth parsedAuth
+		deadline := ctx.Request.Header.Peek(DeadlineHeader)
 		if sig != nil {
 			t := now()
 			var skew time.Duration
@@ -145,25 +157,32 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			auth, skew, err = sig.verify(ctx.Request.Header.Peek(AuthHeader), b2s(ctx.Method()), b2s(ctx.Path()),
 				b2s(ctx.Request.Header.Peek(FromHeader)), body, t, window)
 			if err == nil {
+				var trusted bool
+				trusted, err = sig.verifyDeadline(ctx.Request.Header.Peek(DeadlineAuthHeader), &auth.nonce, deadline)
+				if !trusted {
+					deadline = nil // unsigned (an older sender): not used
+				}
+			}
+			if err == nil {
 				err = nonces.add(&auth.nonce, t)
 			}
 			if err != nil {
 				switch {
 				case errors.Is(err, errStale):
-					rejected(rejectStale)
+					met.rejected[rejectStale].Inc()
 					if last := lastSkewLog.Load(); t.UnixNano()-last >= int64(skewLogEvery) && lastSkewLog.CompareAndSwap(last, t.UnixNano()) {
 						log.Warn("internal request refused: its timestamp is outside the acceptance window; "+
 							"are the nodes' clocks synchronised (NTP)? (logged at most every 10s)",
 							"peer", ctx.RemoteAddr().String(), "skew", skew.Round(time.Millisecond).String(), "window", window.String())
 					}
 				case errors.Is(err, errReplay):
-					rejected(rejectReplay)
+					met.rejected[rejectReplay].Inc()
 				case errors.Is(err, errNonceCacheFull):
-					rejected(rejectNonceCacheFull)
+					met.rejected[rejectNonceCacheFull].Inc()
 					ctx.Error("forward: "+err.Error(), fasthttp.StatusServiceUnavailable)
 					return
 				default:
-					rejected(rejectAuth)
+					met.rejected[rejectAuth].Inc()
 				}
 				ctx.Error("forward: "+err.Error(), fasthttp.StatusUnauthorized)
 				return
@@ -175,12 +194,12 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		st.items, err = decodeBatch(st.items, body, true)
 		if err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusBadRequest)
-			rejected(rejectMalformed)
+			met.rejected[rejectMalformed].Inc()
 			return
 		}
 		if len(st.items) > maxItems {
 			ctx.Error("forward: items: too many in one batch", fasthttp.StatusRequestEntityTooLarge)
-			rejected(rejectTooLarge)
+			met.rejected[rejectTooLarge].Inc()
 			clear(st.items)
 			return
 		}
@@ -191,12 +210,12 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		t := now()
 		var lag, budget time.Duration
 		hasDeadline := false
-		if dl := ctx.Request.Header.Peek(DeadlineHeader); len(dl) > 0 {
-			if lag, budget, hasDeadline = late.check(peer, dl, t); hasDeadline && lag > budget {
+		if len(deadline) > 0 {
+			if lag, budget, hasDeadline = late.check(peer, deadline, t); hasDeadline && lag > budget {
 				// The sender has given up on this batch: deciding it
 				// would spend tokens for answers nobody reads.
 				clear(st.items)
-				rejected(rejectLate)
+				met.rejected[rejectLate].Inc()
 				ctx.Error("forward: late: queued "+lag.Round(time.Millisecond).String()+
 					" past the sender's timeout of "+budget.String()+"; not decided", fasthttp.StatusServiceUnavailable)
 				return
@@ -209,10 +228,10 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 		// sender sheds the batch's checks, so what they charged is
 		// refunded instead of spent for nothing.
 		decidedLate := func() bool { return hasDeadline && lag+now().Sub(t) > budget }
-		plans, undone := st.decide(d, lent, peer, t, decidedLate)
+		plans, undone := st.decide(d, met, lent, peer, t, decidedLate)
 		if undone {
 			clear(st.items)
-			rejected(rejectLate)
+			met.rejected[rejectLate].Inc()
 			ctx.Error("forward: late: decided after the sender's timeout of "+budget.String()+"; refunded", fasthttp.StatusServiceUnavailable)
 			return
 		}
@@ -226,7 +245,7 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 			ctx.Error("forward: cannot encode reply: "+err.Error(), fasthttp.StatusInternalServerError)
 			return
 		}
-		servedItems.Add(len(st.results))
+		met.served.Add(len(st.results))
 		ctx.SetContentType(ContentType)
 		if sig != nil {
 			st.mac = hex.AppendEncode(st.mac[:0], sig.replyMAC(st.raw[:0], &auth.nonce, st.out))
@@ -244,15 +263,16 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 const errRefundOverLent = "refund: more than this node lent to the peer for this rule and key"
 
 // validItem says what is wrong with an item's rule or key by the public
-// API's rules (api.ValidName, api.ValidKey: no control characters such as
-// newlines or NUL, valid UTF-8), or "" when it is valid. The wire format
+// API's rules (api.ValidName, and the engine's one key validation,
+// engine.KeyProblem: no control characters such as newlines or NUL,
+// valid UTF-8), or "" when it is valid. The wire format
 // bounds lengths already.
 func validItem(it *Item) string {
 	switch {
 	case !api.ValidName(it.Rule):
 		return "rule: may hold only A-Z a-z 0-9 _ . -"
-	case !api.ValidKey(it.Key):
-		return "key: must be valid UTF-8 without control characters"
+	case engine.KeyProblem(it.Key) != "":
+		return "key: " + engine.KeyProblem(it.Key)
 	}
 	return ""
 }
@@ -262,7 +282,7 @@ func validItem(it *Item) string {
 // allowed checks charged as lent to peer. If late reports true once they
 // are decided, it refunds what the allowed checks charged instead (d
 // decides OpRefund items for them) and reports undone.
-func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Time, late func() bool) (plans []shard.Plan, undone bool) {
+func (st *handlerState) decide(d Decider, met *handlerMetrics, lent *loans, peer string, now time.Time, late func() bool) (plans []shard.Plan, undone bool) {
 	items, results := st.items, st.results
 	skip := 0
 	lent.mu.Lock()
@@ -271,7 +291,7 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 		if msg := validItem(it); msg != "" {
 			res.Error = msg
 			skip++
-			refusedItems[refuseInvalid].Inc()
+			met.refused[refuseInvalid].Inc()
 			continue
 		}
 		if it.Op != OpRefund || it.Hits == 0 {
@@ -279,8 +299,8 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 		}
 		got := lent.take(loanKey{peer, it.Rule, it.Key}, it.Hits, now)
 		if got < it.Hits {
-			refusedItems[refuseRefund].Inc()
-			refusedRefundHits.Add(int(it.Hits - got))
+			met.refused[refuseRefund].Inc()
+			met.refusedHits.Add(int(it.Hits - got))
 		}
 		if got == 0 {
 			res.Error = errRefundOverLent
@@ -313,9 +333,7 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 	if late() {
 		st.sub, st.subRes = st.sub[:0], st.subRes[:0]
 		for i := range items {
-			// A degraded decision took nothing from a leased bucket: it
-			// is never refunded.
-			if it, res := &items[i], &results[i]; it.Op == OpCheck && it.Hits > 0 && res.Allowed && !res.Degraded && res.Error == "" {
+			if it, res := &items[i], &results[i]; charged(it, res) {
 				st.sub = append(st.sub, Item{Op: OpRefund, Rule: it.Rule, Key: it.Key, Hits: it.Hits})
 			}
 		}
@@ -323,7 +341,7 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 			st.subRes = grow(st.subRes, len(st.sub))
 			clear(st.subRes)
 			d.DecideBatch(st.sub, st.subRes)
-			lateRefunds.Add(len(st.sub))
+			met.lateRefunds.Add(len(st.sub))
 			clear(st.sub)
 			clear(st.subRes)
 		}
@@ -332,10 +350,20 @@ func (st *handlerState) decide(d Decider, lent *loans, peer string, now time.Tim
 	lent.mu.Lock()
 	for i := range items {
 		it, res := &items[i], &results[i]
-		if it.Op == OpCheck && it.Hits > 0 && res.Allowed && res.Error == "" {
+		if charged(it, res) {
 			lent.lend(loanKey{peer, it.Rule, it.Key}, it.Hits, now)
 		}
 	}
 	lent.mu.Unlock()
 	return plans, false
+}
+
+// charged reports whether the check it, answered res, took hits that its
+// sender may refund (engine.Charged).
+func charged(it *Item, res *Result) bool {
+	if it.Op != OpCheck || res.Error != "" {
+		return false
+	}
+	d := res.Decision()
+	return engine.Charged(&d, it.Hits)
 }

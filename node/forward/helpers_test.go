@@ -14,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -129,26 +130,20 @@ func newForwarder(t testing.TB, cfg Config) *Forwarder {
 			peers = append(peers, p)
 		}
 		f.Close()
-		if g := ownGoroutines(peers...); g != "" {
-			t.Errorf("goroutines left after Close:\n%s", g)
-		}
+		noOwnGoroutines(t, peers...)
 	})
 	return f
 }
 
-// ownGoroutines returns the stacks of the goroutines running the
-// collectors and senders of peers (of every peer if none is given), or
-// "". A goroutine that has called wg.Done is still on its way out, so it
-// looks again for up to a second before reporting any.
-func ownGoroutines(peers ...*peer) string {
-	var g string
-	for range 100 {
-		if g = ownGoroutinesNow(peers); g == "" {
-			return ""
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return g
+// noOwnGoroutines waits until no goroutine runs the collector or a sender
+// of peers (of any peer if none is given): one that has called wg.Done is
+// still on its way out. It fails t with their stacks after 10s.
+func noOwnGoroutines(t testing.TB, peers ...*peer) {
+	t.Helper()
+	clocktest.EventuallyState(t, 10*time.Second, "the peers' goroutines to end", func() (bool, string) {
+		g := ownGoroutinesNow(peers)
+		return g == "", "still running:\n" + g
+	})
 }
 
 func ownGoroutinesNow(peers []*peer) string {

@@ -14,8 +14,9 @@ import (
 // starts to decide after the sender has given up (see lateness): its
 // checks are shed by the sender anyway, and deciding them would spend
 // tokens for answers nobody reads (the under-admission of an overloaded
-// cluster). It is not signed: a party on the path can only make the owner
-// refuse, as it could by dropping the request.
+// cluster). With a cluster key it is signed (DeadlineAuthHeader): a
+// deadline moved on the way would otherwise become the sender's reference
+// and make the owner refuse its honest requests as late for 10–20 s.
 const DeadlineHeader = "X-Sluice-Deadline"
 
 func appendDeadline(dst []byte, sent time.Time, timeout time.Duration) []byte {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -183,8 +184,17 @@ func TestForwardRefundsLateReplies(t *testing.T) {
 		}
 		h(ctx)
 	})
-	f := newForwarder(t, Config{Timeout: 20 * time.Millisecond, Backoff: time.Millisecond})
-	_, err := f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: "late", Hits: 2})
+	clk := clocktest.New()
+	f := newForwarder(t, Config{Timeout: 20 * time.Millisecond, Backoff: time.Millisecond, Now: clk.Now, AfterFunc: clk.AfterFunc})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.Forward(context.Background(), s.addr, Item{Op: OpCheck, Rule: "r", Key: "late", Hits: 2})
+		errc <- err
+	}()
+	// The request is in flight once its timeout is set: fire it.
+	clocktest.Eventually(t, 10*time.Second, "the request's timeout to be set", func() bool { return clk.Timers() > 0 })
+	clk.Advance(20 * time.Millisecond)
+	err := <-errc
 	close(release)
 	if !isBusy(err) {
 		t.Fatalf("error %v, want ErrPeerBusy (the owner answers late)", err)

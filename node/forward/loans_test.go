@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -44,13 +47,16 @@ func (d *recDecider) takeRefunds() []Item {
 // node lent that peer for that rule and key (allowed checks' hits, within
 // the refund window); the excess is refused and counted.
 func TestRefundBoundedByLoan(t *testing.T) {
-	// The senders sign with the real clock: the owner's fake one starts
-	// there, with a window wide enough for the test's jumps.
-	clock := &fakeClock{t: time.Now()}
+	// The owner and its senders on one fake clock, with a window wide
+	// enough for the test's jumps.
+	clock := clocktest.New()
 	d := &recDecider{}
-	s := startServer(t, NewHandler(HandlerConfig{ClusterKey: testKey, Now: clock.Now, Window: time.Hour, RefundWindow: 10 * time.Second}, d))
-	a := newForwarder(t, Config{ClusterKey: testKey, Self: "node-a"})
-	b := newForwarder(t, Config{ClusterKey: testKey, Self: "node-b"})
+	set := metrics.NewSet()
+	s := startServer(t, NewHandler(HandlerConfig{ClusterKey: testKey, Now: clock.Now, Window: time.Hour, RefundWindow: 10 * time.Second, Metrics: set}, d))
+	a := newForwarder(t, Config{ClusterKey: testKey, Self: "node-a", Now: clock.Now, AfterFunc: clock.AfterFunc})
+	b := newForwarder(t, Config{ClusterKey: testKey, Self: "node-b", Now: clock.Now, AfterFunc: clock.AfterFunc})
+	refusedItems := set.GetOrCreateCounter(`sluice_forward_refused_items_total{reason="refund_over_lent"}`)
+	refusedRefundHits := set.GetOrCreateCounter(`sluice_forward_refused_refund_hits_total`)
 	ctx := context.Background()
 	do := func(f *Forwarder, op Op, key string, hits int64) Result {
 		t.Helper()
@@ -60,7 +66,7 @@ func TestRefundBoundedByLoan(t *testing.T) {
 		}
 		return r
 	}
-	refused0, hits0 := refusedItems[refuseRefund].Get(), refusedRefundHits.Get()
+	refused0, hits0 := refusedItems.Get(), refusedRefundHits.Get()
 
 	if r := do(a, OpCheck, "k1", 5); !r.Allowed { // echoDecider allows hits ≤ 5: 5 lent to a
 		t.Fatalf("check: %+v", r)
@@ -104,7 +110,7 @@ func TestRefundBoundedByLoan(t *testing.T) {
 	if got := d.takeRefunds(); len(got) != 1 || got[0].Key != "k4" || got[0].Hits != 1 {
 		t.Errorf("the decider got refunds %+v, want k4's 1", got)
 	}
-	if got, want := refusedItems[refuseRefund].Get()-refused0, uint64(6); got != want {
+	if got, want := refusedItems.Get()-refused0, uint64(6); got != want {
 		t.Errorf("sluice_forward_refused_items_total{reason=refund_over_lent} +%d, want +%d", got, want)
 	}
 	if got, want := refusedRefundHits.Get()-hits0, uint64(3+1+1+1+7+1); got != want {

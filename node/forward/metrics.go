@@ -6,37 +6,47 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// Metrics of the forward package, registered in the default VictoriaMetrics
-// set (these globals are the package's only mutable state). They sum over
-// every Forwarder and handler of the process; per-Forwarder figures are in
-// [Forwarder.Stats].
-var (
-	servedItems = metrics.NewCounter(`sluice_forward_served_items_total`)
+// handlerMetrics are a handler's counters, in its HandlerConfig.Metrics
+// set. A Forwarder's are peerMetrics and its lateRefunds.
+type handlerMetrics struct {
+	served   *metrics.Counter             // items answered
+	rejected [numRejects]*metrics.Counter // requests refused, by reason
+	// refused are the items answered with an error without deciding
+	// them, by reason, and refusedHits the hits of refunds beyond what
+	// was lent.
+	refused     [numRefuses]*metrics.Counter
+	refusedHits *metrics.Counter
+	// lateRefunds are the allowed checks of batches decided after their
+	// sender's timeout, refunded (see lateness): by the handler that
+	// noticed, or by the Forwarder that had the late reply.
+	lateRefunds *metrics.Counter
+}
 
-	rejectedRequests = [numRejects]*metrics.Counter{
-		rejectMethod:         metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="method"}`),
-		rejectAuth:           metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="auth"}`),
-		rejectStale:          metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="stale"}`),
-		rejectReplay:         metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="replay"}`),
-		rejectNonceCacheFull: metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="nonce_cache_full"}`),
-		rejectTooLarge:       metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="too_large"}`),
-		rejectMalformed:      metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="malformed"}`),
-		rejectLate:           metrics.NewCounter(`sluice_forward_rejected_requests_total{reason="late"}`),
-	}
-)
+const lateRefundsName = `sluice_forward_late_refunded_items_total`
 
-// Items a handler answers with an error without deciding them, by reason,
-// and the hits of refunds beyond what was lent (refused).
-var (
-	refusedItems = [numRefuses]*metrics.Counter{
-		refuseInvalid: metrics.NewCounter(`sluice_forward_refused_items_total{reason="invalid"}`),
-		refuseRefund:  metrics.NewCounter(`sluice_forward_refused_items_total{reason="refund_over_lent"}`),
+func newHandlerMetrics(set *metrics.Set) *handlerMetrics {
+	m := &handlerMetrics{
+		served:      set.GetOrCreateCounter(`sluice_forward_served_items_total`),
+		refusedHits: set.GetOrCreateCounter(`sluice_forward_refused_refund_hits_total`),
+		lateRefunds: set.GetOrCreateCounter(lateRefundsName),
 	}
-	refusedRefundHits = metrics.NewCounter(`sluice_forward_refused_refund_hits_total`)
-	// lateRefunds: allowed checks of batches decided after their sender's
-	// timeout, refunded (see lateness).
-	lateRefunds = metrics.NewCounter(`sluice_forward_late_refunded_items_total`)
-)
+	for r, name := range [numRejects]string{
+		rejectMethod:         "method",
+		rejectAuth:           "auth",
+		rejectStale:          "stale",
+		rejectReplay:         "replay",
+		rejectNonceCacheFull: "nonce_cache_full",
+		rejectTooLarge:       "too_large",
+		rejectMalformed:      "malformed",
+		rejectLate:           "late",
+	} {
+		m.rejected[r] = set.GetOrCreateCounter(`sluice_forward_rejected_requests_total{reason="` + name + `"}`)
+	}
+	for r, name := range [numRefuses]string{refuseInvalid: "invalid", refuseRefund: "refund_over_lent"} {
+		m.refused[r] = set.GetOrCreateCounter(`sluice_forward_refused_items_total{reason="` + name + `"}`)
+	}
+	return m
+}
 
 // Reasons a handler refuses an item.
 const (
@@ -58,8 +68,6 @@ const (
 	numRejects
 )
 
-func rejected(reason int) { rejectedRequests[reason].Inc() }
-
 // peerMetrics are one peer's counters on the sending side.
 type peerMetrics struct {
 	items       *metrics.Counter // items sent and answered
@@ -76,23 +84,23 @@ var peerMetricNames = [...]string{
 	`sluice_forward_unavailable_items_total`,
 }
 
-func newPeerMetrics(addr string) peerMetrics {
+func newPeerMetrics(set *metrics.Set, addr string) peerMetrics {
 	l := `{peer="` + labelSafe(addr) + `"}`
 	return peerMetrics{
-		items:       metrics.GetOrCreateCounter(peerMetricNames[0] + l),
-		requests:    metrics.GetOrCreateCounter(peerMetricNames[1] + l),
-		failures:    metrics.GetOrCreateCounter(peerMetricNames[2] + l),
-		unavailable: metrics.GetOrCreateCounter(peerMetricNames[3] + l),
+		items:       set.GetOrCreateCounter(peerMetricNames[0] + l),
+		requests:    set.GetOrCreateCounter(peerMetricNames[1] + l),
+		failures:    set.GetOrCreateCounter(peerMetricNames[2] + l),
+		unavailable: set.GetOrCreateCounter(peerMetricNames[3] + l),
 	}
 }
 
 // dropPeerMetrics unregisters addr's per-peer series, so that peers that
 // come and go (pod churn) do not grow /metrics forever. A peer that comes
 // back starts its counters from zero, which rate() handles as a reset.
-func dropPeerMetrics(addr string) {
+func dropPeerMetrics(set *metrics.Set, addr string) {
 	l := `{peer="` + labelSafe(addr) + `"}`
 	for _, n := range peerMetricNames {
-		metrics.UnregisterMetric(n + l)
+		set.UnregisterMetric(n + l)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -247,7 +249,7 @@ func TestResultDecision(t *testing.T) {
 
 func TestPeerMetricsAcceptAnyAddress(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:8080", "[::1]:8080", "[fe80::1%eth0]:80", "node-1.example:80", `we"ird\addr:1`} {
-		m := newPeerMetrics(addr) // panics on an invalid metric name
+		m := newPeerMetrics(metrics.NewSet(), addr) // panics on an invalid metric name
 		m.items.Inc()
 	}
 }

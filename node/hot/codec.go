@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sluicehq/sluice/internal/logkey"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -120,11 +121,11 @@ func EncodePlans(plans []shard.Plan) (msgs [][]byte, errs []error) {
 		var err error
 		one, err = appendPlan(one[:0], &plans[i])
 		if err != nil {
-			errs = append(errs, fmt.Errorf("plan %q: %w", plans[i].Key, err))
+			errs = append(errs, fmt.Errorf("plan %s: %w", logkey.String(plans[i].Key), err))
 			continue
 		}
 		if headerLen+len(one) > MaxMessageSize {
-			errs = append(errs, fmt.Errorf("plan %q: %w: %d bytes", plans[i].Key, ErrTooLarge, len(one)))
+			errs = append(errs, fmt.Errorf("plan %s: %w: %d bytes", logkey.String(plans[i].Key), ErrTooLarge, len(one)))
 			continue
 		}
 		if headerLen+len(cur)+len(one) > MaxMessageSize || n == maxPlansPerMessage {

@@ -4,11 +4,10 @@
 // forwarding replies, keeps the table of the cluster's splits that routing
 // reads on every check, and serves the /v1/hotkeys view.
 //
-// DESIGN puts hot keys under shard/ (the pure parts: [shard.TopK],
-// [shard.Splitter], [shard.Table]) and node/ (the clock, gossip and
-// forwarding). This sub-package holds the node side so that it can be
-// built and tested on its own while the cluster is wired into node/; the
-// node calls it through a few hooks:
+// The pure parts of hot keys live in shard ([shard.TopK],
+// [shard.Splitter], [shard.Table]); this sub-package holds the node side
+// (the clock, gossip and forwarding) so that it can be built and tested
+// on its own; the node calls it through a few hooks:
 //
 //	h, _ := hot.New(cfg, cluster)         // *member.Cluster is an Announcer
 //	member.Config.OnMessage:  if hot.IsPlans(msg) { h.Receive(msg) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -25,7 +26,7 @@ func FuzzDecodePlans(f *testing.F) {
 	f.Add([]byte{MsgKind, Version, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1})
 	f.Add([]byte("H\x01\x01\x01k\x01\x02\x01a\x01a"))
 
-	cfg := testConfig("n1", newClock(), 1000, 0)
+	cfg := testConfig("n1", clocktest.New(), 1000, 0)
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, err := New(cfg, nil)
 		if err != nil {

@@ -9,30 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/shard"
 )
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// clock is a fake clock for Config.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
+// advance moves c forward by d and returns the new time, for Tick.
+func advance(c *clocktest.Clock, d time.Duration) time.Time {
+	c.Advance(d)
+	return c.Now()
 }
 
 // capture is an Announcer that keeps what it is given.
@@ -133,7 +117,7 @@ func (b *bus) drop() {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // testConfig is an exact sketch (no sampling) with thresholds from rules.
-func testConfig(self string, c *clock, threshold float64, split int) Config {
+func testConfig(self string, c *clocktest.Clock, threshold float64, split int) Config {
 	cfg := DefaultConfig()
 	cfg.Self = self
 	cfg.TopK = shard.TopKConfig{K: 16}

@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/sluicehq/sluice/internal/logkey"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -22,7 +25,8 @@ type Config struct {
 	// Self is this node's member name, as on the ring. Required.
 	Self string
 	// Tick is the period of the loop that [Hot.Run] starts: rates are
-	// measured and splits decided once per Tick. Zero means 1s.
+	// measured and splits decided once per Tick. Zero means
+	// DefaultConfig's.
 	Tick time.Duration
 	// TopK configures the sketch of the keys this node serves. Its Sample
 	// is applied by Observe (one call in Sample is recorded, with weight
@@ -49,16 +53,18 @@ type Config struct {
 	CapacityShare float64
 	// MinRate is the least rate, in checks/s, at which CapacityShare makes
 	// a key hot, so that a quiet node does not split its busiest key. Zero
-	// means 1000.
+	// means DefaultConfig's.
 	MinRate float64
 	// Reannounce is how often the owner gossips its active splits and its
 	// recent ends again: gossip is best effort, and members that joined
-	// later or missed a message learn them this way. Zero means 10s; a
+	// later or missed a message learn them this way. Zero means
+	// DefaultConfig's; a
 	// negative value turns it off.
 	Reannounce time.Duration
 	// Recent is how long an ended split is remembered as news: re-gossiped
 	// by its owner, and attached by [Hot.PlansFor] to forwarding replies
-	// for senders that still route by the old plan. Zero means 30s.
+	// for senders that still route by the old plan. Zero means
+	// DefaultConfig's.
 	Recent time.Duration
 	// Now is the clock of SetRing, Receive and ApplyPlans (Tick takes
 	// now as an argument). Nil means time.Now.
@@ -66,29 +72,35 @@ type Config struct {
 	// Logger receives split starts and ends (info) and gossip problems
 	// (warn, debug). Nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics is the set the sluice_hot_* metrics are registered in. Nil
+	// means the process's default set (which metrics.WritePrometheus
+	// writes); give each Hot its own when several share a process (a test
+	// cluster), or their counts mix.
+	Metrics *metrics.Set
 }
 
-// DefaultConfig returns the configuration of a node:
-//   - Tick 1s: a key crossing its threshold is split within a few seconds
-//     (the rate's half-life is 2 s), and the loop costs nothing.
-//   - TopK shard.DefaultTopKConfig: 128 keys, one check in 8 sampled.
-//   - Split shard.DefaultSplitConfig: a 10 s cooling period.
-//   - DefaultThreshold 20000 checks/s (DESIGN's example): where forwarding
-//     one key to one owner starts to cost more than leasing it on every
-//     node.
-//   - CapacityShare 0 (off): the node's current rate is a poor proxy for
-//     its capacity; operators opt in.
-//   - MinRate 1000, Reannounce 10s, Recent 30s (three re-announcements
-//     of an end).
+// DefaultConfig returns the configuration of a node; New gives zero Tick,
+// MinRate, Reannounce and Recent these values. Why each:
 func DefaultConfig() Config {
 	return Config{
-		Tick:             time.Second,
-		TopK:             shard.DefaultTopKConfig(),
-		Split:            shard.DefaultSplitConfig(),
+		// A key crossing its threshold is split within a few seconds (the
+		// rate's half-life is 2 s), and the loop costs nothing.
+		Tick: time.Second,
+		// 128 keys, one check in 8 sampled.
+		TopK: shard.DefaultTopKConfig(),
+		// A 10 s cooling period.
+		Split: shard.DefaultSplitConfig(),
+		// Where forwarding one key to one owner starts to cost more than
+		// leasing it on every node.
 		DefaultThreshold: 20000,
-		MinRate:          1000,
-		Reannounce:       10 * time.Second,
-		Recent:           30 * time.Second,
+		// CapacityShare stays 0 (off): the node's current rate is a poor
+		// proxy for its capacity; operators opt in. A quiet node does not
+		// split its busiest key below 1000 checks/s.
+		MinRate: 1000,
+		// Members that missed a gossip message learn the splits within
+		// 10 s; an ended split is news for 30 s, three re-announcements.
+		Reannounce: 10 * time.Second,
+		Recent:     30 * time.Second,
 	}
 }
 
@@ -139,6 +151,8 @@ type Hot struct {
 	// transition of a key (split, moved, ended) is seen exactly once.
 	applyMu sync.Mutex
 
+	met *hotMetrics
+
 	// loop serialises Tick and SetRing: the owner side.
 	loop struct {
 		sync.Mutex
@@ -188,23 +202,27 @@ func New(cfg Config, a Announcer) (*Hot, error) {
 	case cfg.Recent < 0:
 		return nil, fmt.Errorf("hot: recent: must be ≥ 0, got %s", cfg.Recent)
 	}
+	d := DefaultConfig()
 	if cfg.Tick == 0 {
-		cfg.Tick = time.Second
+		cfg.Tick = d.Tick
 	}
 	if cfg.MinRate == 0 {
-		cfg.MinRate = 1000
+		cfg.MinRate = d.MinRate
 	}
 	if cfg.Reannounce == 0 {
-		cfg.Reannounce = 10 * time.Second
+		cfg.Reannounce = d.Reannounce
 	}
 	if cfg.Recent == 0 {
-		cfg.Recent = 30 * time.Second
+		cfg.Recent = d.Recent
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.GetDefaultSet()
 	}
 	// Observe samples; the sketch records what it is given.
 	tk := cfg.TopK
@@ -223,6 +241,7 @@ func New(cfg Config, a Announcer) (*Hot, error) {
 	}
 	h := &Hot{
 		cfg:      cfg,
+		met:      newHotMetrics(cfg.Metrics),
 		log:      cfg.Logger.With("component", "hot"),
 		ann:      a,
 		sketch:   sketch,
@@ -269,10 +288,10 @@ func (h *Hot) Route(counterKey string, pick uint64) (holder string, split, self 
 		return "", false, false
 	}
 	if p.Has(h.cfg.Self) {
-		routedSelf.Inc()
+		h.met.routedSelf.Inc()
 		return h.cfg.Self, true, true
 	}
-	routedHolder.Inc()
+	h.met.routedHolder.Inc()
 	return p.Holders[pick%uint64(len(p.Holders))], true, false
 }
 
@@ -324,12 +343,12 @@ func (h *Hot) Receive(msg []byte) {
 	plans, err := DecodePlans(nil, msg)
 	if err != nil {
 		h.rejected.Add(1)
-		msgsRejected.Inc()
+		h.met.msgsRejected.Inc()
 		h.log.Debug("hot-key message refused", "err", err)
 		return
 	}
 	h.received.Add(1)
-	msgsReceived.Inc()
+	h.met.msgsReceived.Inc()
 	now := h.cfg.Now()
 	for _, p := range plans {
 		h.apply(now, p)
@@ -421,7 +440,7 @@ func (h *Hot) Tick(now time.Time) {
 	h.forgetLocked(now)
 
 	n := len(h.loop.entries)
-	keysTracked.Add(float64(n - h.loop.tracked))
+	h.met.keysTracked.Add(float64(n - h.loop.tracked))
 	h.loop.tracked = n
 	h.tracked.Store(int64(n))
 }
@@ -484,19 +503,19 @@ func (h *Hot) applyOwnLocked(now time.Time, plans []shard.Plan) {
 		case !applied:
 			// An epoch of ours below one already applied: another
 			// member's plan for the key is newer.
-			h.log.Warn("hot-key plan superseded before it was applied", "key", p.Key, "epoch", p.Epoch)
+			h.log.Warn("hot-key plan superseded before it was applied", logkey.Attr(p.Key), "epoch", p.Epoch)
 		case p.Split() && !had:
 			h.started.Add(1)
-			splitsStarted.Inc()
-			h.log.Info("hot key split", "key", p.Key, "holders", p.Holders, "epoch", p.Epoch)
+			h.met.splitsStarted.Inc()
+			h.log.Info("hot key split", logkey.Attr(p.Key), "holders", p.Holders, "epoch", p.Epoch)
 		case p.Split():
-			h.log.Info("hot key holders changed", "key", p.Key, "holders", p.Holders, "epoch", p.Epoch)
+			h.log.Info("hot key holders changed", logkey.Attr(p.Key), "holders", p.Holders, "epoch", p.Epoch)
 		default:
 			if had {
 				h.endedN.Add(1)
-				splitsEnded.Inc()
+				h.met.splitsEnded.Inc()
 			}
-			h.log.Info("hot key split ended", "key", p.Key, "epoch", p.Epoch)
+			h.log.Info("hot key split ended", logkey.Attr(p.Key), "epoch", p.Epoch)
 		}
 		if !p.Split() {
 			h.loop.ownEnds = append(h.loop.ownEnds, ended{plan: p, at: now})
@@ -512,18 +531,18 @@ func (h *Hot) broadcast(plans []shard.Plan) {
 	msgs, errs := EncodePlans(plans)
 	for _, err := range errs {
 		h.failed.Add(1)
-		msgsFailed.Inc()
+		h.met.msgsFailed.Inc()
 		h.log.Warn("hot-key plan not gossiped (forwarding replies still carry it)", "err", err)
 	}
 	for _, m := range msgs {
 		if err := h.ann.Broadcast(m); err != nil {
 			h.failed.Add(1)
-			msgsFailed.Inc()
+			h.met.msgsFailed.Inc()
 			h.log.Warn("cannot gossip hot-key plans", "err", err)
 			continue
 		}
 		h.sent.Add(1)
-		msgsSent.Inc()
+		h.met.msgsSent.Inc()
 	}
 }
 
@@ -561,9 +580,9 @@ func (h *Hot) apply(now time.Time, p shard.Plan) (applied, had bool) {
 	}
 	switch {
 	case p.Split() && !had:
-		splitsActive.Inc()
+		h.met.splitsActive.Inc()
 	case !p.Split() && had:
-		splitsActive.Dec()
+		h.met.splitsActive.Dec()
 	}
 	h.applyMu.Unlock()
 

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/shard"
 )
 
 // tick advances c by one second and ticks every h at the new time.
-func tick(c *clock, hs ...*Hot) time.Time {
-	now := c.Add(time.Second)
+func tick(c *clocktest.Clock, hs ...*Hot) time.Time {
+	now := advance(c, time.Second)
 	for _, h := range hs {
 		h.Tick(now)
 	}
@@ -23,7 +24,7 @@ func tick(c *clock, hs ...*Hot) time.Time {
 
 // heat makes the owner h see key at rate checks/s for one tick (the first
 // tick of h only opens the window).
-func heat(c *clock, h *Hot, key string, rate int) {
+func heat(c *clocktest.Clock, h *Hot, key string, rate int) {
 	observe(h, key, rate)
 	tick(c, h)
 }
@@ -71,7 +72,7 @@ func TestSplitAnnouncedAboveThreshold(t *testing.T) {
 		{"split above members", 9, 4},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newClock()
+			c := clocktest.New()
 			a := &capture{}
 			h := newHot(t, testConfig("n1", c, 1000, tt.split), a)
 			h.SetRing(r)
@@ -104,7 +105,7 @@ func TestSplitAnnouncedAboveThreshold(t *testing.T) {
 func TestNoSplitOfKeysNotOwned(t *testing.T) {
 	r := ring(members4...)
 	key := keyOwnedBy(t, r, "n2")
-	c := newClock()
+	c := clocktest.New()
 	a := &capture{}
 	h := newHot(t, testConfig("n1", c, 1000, 0), a)
 	h.SetRing(r)
@@ -116,7 +117,7 @@ func TestNoSplitOfKeysNotOwned(t *testing.T) {
 }
 
 func TestNoSplitWithoutRuleOrOnSingleNode(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	a := &capture{}
 	cfg := testConfig("n1", c, 1000, 0)
 	cfg.Threshold = func(string) (float64, int, bool) { return 0, 0, false } // no rule
@@ -136,7 +137,7 @@ func TestNoSplitWithoutRuleOrOnSingleNode(t *testing.T) {
 }
 
 func TestRouteOnHoldersAndNonHolders(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	plan := shard.Plan{Key: "r:hot", Holders: []string{"n1", "n2"}, Epoch: 10}
 	holder := newHot(t, testConfig("n2", c, 1000, 0), nil)
 	other := newHot(t, testConfig("n3", c, 1000, 0), nil)
@@ -165,7 +166,7 @@ func TestRouteOnHoldersAndNonHolders(t *testing.T) {
 
 // owner and holder n2 of a split of key over n1, n2, wired by a bus.
 type pair struct {
-	c             *clock
+	c             *clocktest.Clock
 	b             *bus
 	owner, holder *Hot
 	key           string
@@ -177,7 +178,7 @@ type pair struct {
 func newPair(t *testing.T, threshold float64) *pair {
 	t.Helper()
 	r := ring(members4...)
-	p := &pair{c: newClock(), b: newBus()}
+	p := &pair{c: clocktest.New(), b: newBus()}
 	p.key = keyOwnedBy(t, r, "n1", "n2")
 	p.owner = newHot(t, testConfig("n1", p.c, threshold, 2), port{p.b, "n1"})
 	p.holder = newHot(t, testConfig("n2", p.c, threshold, 2), port{p.b, "n2"})
@@ -260,7 +261,7 @@ func TestNoFlappingAroundThreshold(t *testing.T) {
 }
 
 func TestSetRingRecomputesHolders(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	a := &capture{}
 	r := ring(members4...)
 	key := keyOwnedBy(t, r, "n1", "n2")
@@ -272,7 +273,7 @@ func TestSetRingRecomputesHolders(t *testing.T) {
 	if len(first) != 1 || len(first[0].Holders) != 4 {
 		t.Fatalf("announced %+v, want a split over 4", first)
 	}
-	c.Add(time.Millisecond)
+	advance(c, time.Millisecond)
 	h.SetRing(ring("n1", "n2", "n3")) // n4 left
 	ps := a.take(t)
 	if len(ps) != 1 || ps[0].Key != key || ps[0].Epoch <= first[0].Epoch {
@@ -293,7 +294,7 @@ func TestNewOwnerAdoptsSplitOfDepartedOwner(t *testing.T) {
 	heat(p.c, p.owner, p.key, 3000)
 	p.b.flush()
 	old, _ := p.holder.Lookup(p.key)
-	p.c.Add(time.Millisecond)
+	advance(p.c, time.Millisecond)
 	delete(p.b.members, "n1") // the owner dies
 	p.holder.SetRing(ring("n2", "n3", "n4"))
 	p.b.flush()
@@ -311,7 +312,7 @@ func TestNewOwnerAdoptsSplitOfDepartedOwner(t *testing.T) {
 }
 
 func TestHolderLeftOutCallsOnEnd(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	h := newHot(t, testConfig("n3", c, 1000, 0), nil)
 	var got []string
 	h.OnEnd(func(k string) { got = append(got, k) })
@@ -332,7 +333,7 @@ func TestHolderLeftOutCallsOnEnd(t *testing.T) {
 }
 
 func TestStaleEpochsIgnored(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	h := newHot(t, testConfig("n3", c, 1000, 0), nil)
 	h.SetRing(ring(members4...))
 	msg := func(ps ...shard.Plan) []byte {
@@ -367,7 +368,7 @@ func TestStaleEpochsIgnored(t *testing.T) {
 }
 
 func TestApplyPlansAndPlansFor(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	h := newHot(t, testConfig("n3", c, 1000, 0), nil)
 	h.SetRing(ring(members4...))
 	split := shard.Plan{Key: "r:a", Holders: []string{"n1", "n2"}, Epoch: 3}
@@ -394,7 +395,7 @@ func TestApplyPlansAndPlansFor(t *testing.T) {
 		t.Fatalf("RecentPlans = %+v, want the split of r:b and the end of r:a", got)
 	}
 	h.Tick(c.Now())
-	h.Tick(c.Add(31 * time.Second))
+	h.Tick(advance(c, 31*time.Second))
 	if got := h.PlansFor(nil, "r:a"); len(got) != 0 {
 		t.Fatalf("PlansFor after Recent = %+v, want nothing", got)
 	}
@@ -403,7 +404,7 @@ func TestApplyPlansAndPlansFor(t *testing.T) {
 func TestInstancesConvergeThroughGossip(t *testing.T) {
 	names := []string{"n1", "n2", "n3"}
 	r := ring(names...)
-	c := newClock()
+	c := clocktest.New()
 	b := newBus()
 	var hs []*Hot
 	for _, n := range names {
@@ -462,7 +463,7 @@ func equalPlans(a, b []shard.Plan) bool {
 }
 
 func TestCapacityShareMakesKeyHot(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	a := &capture{}
 	cfg := testConfig("n1", c, 0, 0) // rules set no threshold
 	cfg.DefaultThreshold = 0
@@ -480,7 +481,7 @@ func TestCapacityShareMakesKeyHot(t *testing.T) {
 		t.Fatalf("announced %+v, want a split of the key with 80%% of the node", ps)
 	}
 	// Below MinRate nothing splits, whatever the share.
-	c2 := newClock()
+	c2 := clocktest.New()
 	cfg.Now = c2.Now
 	h2 := newHot(t, cfg, a)
 	h2.SetRing(r)
@@ -493,7 +494,7 @@ func TestCapacityShareMakesKeyHot(t *testing.T) {
 }
 
 func TestBroadcastFailuresAreCounted(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	a := &capture{err: errors.New("closed")}
 	h := newHot(t, testConfig("n1", c, 1000, 0), a)
 	r := ring(members4...)
@@ -506,7 +507,7 @@ func TestBroadcastFailuresAreCounted(t *testing.T) {
 }
 
 func TestAppendJSON(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	h := newHot(t, testConfig("n1", c, 1000, 0), nil)
 	h.SetRing(ring(members4...))
 	h.Tick(c.Now())
@@ -555,7 +556,7 @@ func TestAppendJSON(t *testing.T) {
 }
 
 func TestObserveSamples(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	cfg := testConfig("n1", c, 1000, 0)
 	cfg.TopK.Sample = 8
 	h := newHot(t, cfg, nil)
@@ -572,7 +573,7 @@ func TestObserveSamples(t *testing.T) {
 }
 
 func TestRunAndCloseAreIdempotent(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	h, err := New(testConfig("n1", c, 1000, 0), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,30 +2,40 @@ package hot
 
 import "github.com/VictoriaMetrics/metrics"
 
-// Metrics of the hot package, registered in the default VictoriaMetrics
-// set (these globals are the package's only mutable state). They sum over
-// every Hot of the process (a node has one); per-Hot figures are in
-// [Hot.Stats].
-var (
+// hotMetrics are a Hot's metrics, in its Config.Metrics set (the
+// process's default set when nil: several Hots sharing it sum there).
+// Per-Hot figures are also in [Hot.Stats].
+type hotMetrics struct {
 	// splitsStarted counts the splits this node started as owner.
-	splitsStarted = metrics.NewCounter(`sluice_hot_splits_started_total`)
+	splitsStarted *metrics.Counter
 	// splitsEnded counts the splits this node ended as owner (including
 	// those it ended because it no longer owns the key).
-	splitsEnded = metrics.NewCounter(`sluice_hot_splits_ended_total`)
+	splitsEnded *metrics.Counter
 	// splitsActive is the number of splits in the node's table: the
 	// cluster's current splits as this node knows them.
-	splitsActive = metrics.NewGauge(`sluice_hot_splits_active`, nil)
+	splitsActive *metrics.Gauge
 	// keysTracked is the number of keys in the node's top-k sketch.
-	keysTracked = metrics.NewGauge(`sluice_hot_keys_tracked`, nil)
+	keysTracked *metrics.Gauge
 
 	// Hot-key decisions: checks of a split key that Route sent to this
 	// node (a holder) or to another holder.
-	routedSelf   = metrics.NewCounter(`sluice_hot_routed_total{to="self"}`)
-	routedHolder = metrics.NewCounter(`sluice_hot_routed_total{to="holder"}`)
+	routedSelf, routedHolder *metrics.Counter
 
 	// Gossip.
-	msgsSent     = metrics.NewCounter(`sluice_hot_messages_sent_total`)
-	msgsFailed   = metrics.NewCounter(`sluice_hot_messages_failed_total`)
-	msgsReceived = metrics.NewCounter(`sluice_hot_messages_received_total`)
-	msgsRejected = metrics.NewCounter(`sluice_hot_messages_rejected_total`)
-)
+	msgsSent, msgsFailed, msgsReceived, msgsRejected *metrics.Counter
+}
+
+func newHotMetrics(set *metrics.Set) *hotMetrics {
+	return &hotMetrics{
+		splitsStarted: set.GetOrCreateCounter(`sluice_hot_splits_started_total`),
+		splitsEnded:   set.GetOrCreateCounter(`sluice_hot_splits_ended_total`),
+		splitsActive:  set.GetOrCreateGauge(`sluice_hot_splits_active`, nil),
+		keysTracked:   set.GetOrCreateGauge(`sluice_hot_keys_tracked`, nil),
+		routedSelf:    set.GetOrCreateCounter(`sluice_hot_routed_total{to="self"}`),
+		routedHolder:  set.GetOrCreateCounter(`sluice_hot_routed_total{to="holder"}`),
+		msgsSent:      set.GetOrCreateCounter(`sluice_hot_messages_sent_total`),
+		msgsFailed:    set.GetOrCreateCounter(`sluice_hot_messages_failed_total`),
+		msgsReceived:  set.GetOrCreateCounter(`sluice_hot_messages_received_total`),
+		msgsRejected:  set.GetOrCreateCounter(`sluice_hot_messages_rejected_total`),
+	}
+}

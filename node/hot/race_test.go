@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -14,7 +15,7 @@ import (
 // the loop (Tick, SetRing), gossip (Receive), replies (ApplyPlans) and the
 // admin view.
 func TestConcurrentUse(t *testing.T) {
-	c := newClock()
+	c := clocktest.New()
 	b := newBus()
 	r4, r3 := ring(members4...), ring("n1", "n2", "n3")
 	key := keyOwnedBy(t, r4, "n1", "n2")
@@ -51,7 +52,7 @@ func TestConcurrentUse(t *testing.T) {
 	do(func(i int) { _ = hs[1].PlansFor(nil, key); _ = hs[0].RecentPlans(nil) })
 	do(func(i int) {
 		if i%20 == 0 {
-			hs[0].Tick(c.Add(time.Second))
+			hs[0].Tick(advance(c, time.Second))
 			b.flush()
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/member"
 	"github.com/sluicehq/sluice/node/member/netsim"
 )
@@ -117,27 +118,11 @@ func names(ms []member.Member) []string {
 	return out
 }
 
-// waitFor polls cond until it holds or waitTimeout passes.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s; last state: %s", waitTimeout, what, last)
-}
-
 // waitMembers waits until every node in ns sees exactly want (names).
 func waitMembers(t *testing.T, want []string, ns ...*node) {
 	t.Helper()
 	for _, n := range ns {
-		waitFor(t, n.LocalName()+" to see "+strings.Join(want, ","), func() (bool, string) {
+		clocktest.EventuallyState(t, waitTimeout, n.LocalName()+" to see "+strings.Join(want, ","), func() (bool, string) {
 			got := names(n.Members())
 			return slices.Equal(got, want), strings.Join(got, ",")
 		})
@@ -179,7 +164,7 @@ func TestThreeNodesJoinAndSeeHTTPAddrs(t *testing.T) {
 		}
 	}
 	// onChange's latest list is the same view.
-	waitFor(t, "a's onChange to report 3 members", func() (bool, string) {
+	clocktest.EventuallyState(t, waitTimeout, "a's onChange to report 3 members", func() (bool, string) {
 		v := a.lastView()
 		return slices.Equal(names(v), []string{"a", "b", "c"}), fmt.Sprint(v)
 	})
@@ -197,7 +182,7 @@ func TestSingleNodeIsReadyAndSeesItself(t *testing.T) {
 	if !a.Ready() {
 		t.Fatal("a node without seeds must be ready at once")
 	}
-	waitFor(t, "the first onChange", func() (bool, string) {
+	clocktest.EventuallyState(t, waitTimeout, "the first onChange", func() (bool, string) {
 		v := a.lastView()
 		return len(v) == 1 && v[0].Name == "solo", fmt.Sprint(v)
 	})
@@ -270,8 +255,20 @@ func TestLeaveIsSeenAsLeft(t *testing.T) {
 			t.Errorf("%s's view: %+v; want c left last", n.LocalName(), v)
 		}
 	}
-	// A node that left is not reconnected to: it stays gone.
-	time.Sleep(300 * time.Millisecond) // two reconnect intervals; not a timing assertion
+	// A node that left is not reconnected to: it stays gone. d, killed,
+	// is a failed member that a's reconnect loop dials every interval; two
+	// more dials of d are two reconnect rounds, in which c was not dialled.
+	d := startNode(t, "d", seed(a))
+	waitMembers(t, []string{"a", "b", "d"}, a, b, d)
+	d.Close()
+	waitMembers(t, []string{"a", "b"}, a, b)
+	cDials, dDials := a.tr.Dials(c.LocalAddr()), a.tr.Dials(d.LocalAddr())
+	clocktest.Eventually(t, waitTimeout, "two reconnect rounds on a (dials of the killed d)", func() bool {
+		return a.tr.Dials(d.LocalAddr()) >= dDials+2
+	})
+	if n := a.tr.Dials(c.LocalAddr()) - cDials; n != 0 {
+		t.Errorf("a dialled c, which left, %d times in two reconnect rounds", n)
+	}
 	if got := names(a.Members()); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("a sees %v after c left", got)
 	}
@@ -282,12 +279,18 @@ func TestOnChangeIsSerialAndSorted(t *testing.T) {
 		inFlight, maxInFlight atomic.Int32
 		mu                    sync.Mutex
 		views                 [][]string
+		hold                  atomic.Bool // the next call waits for release
+		release               = make(chan struct{})
+		releaseOnce           sync.Once
 	)
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
 	onChange := func(ms []member.Member) {
 		if n := inFlight.Add(1); n > maxInFlight.Load() {
 			maxInFlight.Store(n)
 		}
-		time.Sleep(2 * time.Millisecond) // widen the window a concurrent call would need
+		if hold.CompareAndSwap(true, false) {
+			<-release // held while the membership changes on: a concurrent call would come now
+		}
 		mu.Lock()
 		views = append(views, names(ms))
 		mu.Unlock()
@@ -309,18 +312,26 @@ func TestOnChangeIsSerialAndSorted(t *testing.T) {
 	// alone only if nobody joined before it. Wait for it, an event, before
 	// starting the others; without the wait a late first delivery (a
 	// loaded machine) was "[a z]", the test failing on scheduling.
-	waitFor(t, "z's first onChange", func() (bool, string) {
+	clocktest.EventuallyState(t, waitTimeout, "z's first onChange", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(views) > 0, "no call yet"
 	})
+	// Hold the next call (m's join) until all four have joined: the
+	// changes made meanwhile must wait for it, not call concurrently.
+	hold.Store(true)
+	defer unhold() // before z.Close, if the test fails while holding
 	zn := &node{Cluster: z}
 	var others []*node
 	for _, name := range []string{"m", "b", "k", "a"} {
 		others = append(others, startNode(t, name, seed(zn)))
 	}
 	want := []string{"a", "b", "k", "m", "z"}
-	waitFor(t, "z's onChange to see everyone", func() (bool, string) {
+	clocktest.Eventually(t, waitTimeout, "z to see everyone while its onChange is held", func() bool {
+		return !hold.Load() && slices.Equal(names(z.Members()), want)
+	})
+	unhold()
+	clocktest.EventuallyState(t, waitTimeout, "z's onChange to see everyone", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(views) > 0 && slices.Equal(views[len(views)-1], want), fmt.Sprint(views)
@@ -330,7 +341,7 @@ func TestOnChangeIsSerialAndSorted(t *testing.T) {
 	others[0].Close()
 	others[1].Close()
 	want = []string{"a", "k", "z"}
-	waitFor(t, "z's onChange to see the departures", func() (bool, string) {
+	clocktest.EventuallyState(t, waitTimeout, "z's onChange to see the departures", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Equal(views[len(views)-1], want), fmt.Sprint(views)
@@ -382,12 +393,14 @@ func TestJoinRetriesInBackground(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	time.Sleep(100 * time.Millisecond) // a few retries happen; not a timing assertion
+	clocktest.Eventually(t, waitTimeout, "b to try its blocked seed three times", func() bool {
+		return tr.Dials(a.LocalAddr()) >= 3
+	})
 	if b.Ready() {
 		t.Fatal("b ready although its only seed is unreachable")
 	}
 	tr.Unblock(a.LocalAddr())
-	waitFor(t, "b to join in the background", func() (bool, string) {
+	clocktest.EventuallyState(t, waitTimeout, "b to join in the background", func() (bool, string) {
 		return b.Ready() && len(b.Members()) == 2, fmt.Sprint(b.Members())
 	})
 }
@@ -401,7 +414,7 @@ func TestBroadcastReachesAllMembers(t *testing.T) {
 	}
 	want := []string{"split:key-0", "split:key-1", "split:key-2"}
 	for _, n := range []*node{b, c} {
-		waitFor(t, n.LocalName()+" to receive the broadcasts", func() (bool, string) {
+		clocktest.EventuallyState(t, waitTimeout, n.LocalName()+" to receive the broadcasts", func() (bool, string) {
 			var got []string
 			for _, m := range n.messages() {
 				got = append(got, string(m))
@@ -456,13 +469,7 @@ func BenchmarkMembers(b *testing.B) {
 		nodes = append(nodes, c)
 		seeds = []string{nodes[0].LocalAddr()}
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for len(nodes[0].Members()) != 3 {
-		if time.Now().After(deadline) {
-			b.Fatal("cluster did not form")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clocktest.Eventually(b, waitTimeout, "the cluster to form", func() bool { return len(nodes[0].Members()) == 3 })
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

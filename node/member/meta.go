@@ -63,3 +63,23 @@ func decodeMeta(b []byte) (meta, error) {
 	}
 	return meta{httpAddr: string(b[metaHeader : metaHeader+n]), leaving: b[1]&metaLeaving != 0}, nil
 }
+
+// delegate is the Cluster seen as a memberlist.Delegate: the node meta
+// here, user messages in broadcast.go.
+type delegate Cluster
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	b := *d.meta.Load()
+	if len(b) > limit {
+		return nil // cannot happen: meta ≤ metaMaxBytes < memberlist.MetaMaxSize
+	}
+	return b
+}
+
+func (d *delegate) LocalState(bool) []byte                 { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {}
+
+func (c *Cluster) setMeta(m meta) {
+	b := encodeMeta(m)
+	c.meta.Store(&b)
+}

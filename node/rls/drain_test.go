@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rls"
 	"github.com/sluicehq/sluice/node/rules"
 )
@@ -22,14 +22,14 @@ import (
 // records what it was asked.
 type scriptedEngine struct {
 	answers [][]lease.Decision
-	asked   [][]node.Item
+	asked   [][]engine.Item
 }
 
 func (e *scriptedEngine) SetRLSRules(*rules.Set) {}
 
-func (e *scriptedEngine) Decide(_ context.Context, b *node.Batch) {
+func (e *scriptedEngine) Decide(_ context.Context, b *engine.Batch) {
 	call := len(e.asked)
-	e.asked = append(e.asked, append([]node.Item(nil), b.Items...))
+	e.asked = append(e.asked, append([]engine.Item(nil), b.Items...))
 	for i := range b.Items {
 		d := lease.Decision{Allowed: true}
 		if call < len(e.answers) && i < len(e.answers[call]) {
@@ -110,7 +110,7 @@ type failingEngine struct{}
 
 func (failingEngine) SetRLSRules(*rules.Set) {}
 
-func (failingEngine) Decide(_ context.Context, b *node.Batch) {
+func (failingEngine) Decide(_ context.Context, b *engine.Batch) {
 	for i := range b.Requests {
 		b.Requests[i].Err = errors.New("unknown rule")
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/cespare/xxhash/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -24,19 +23,20 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluicehq/sluice/node"
-	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// Engine is what the server needs from the node (node.Node implements it):
+// Engine is what the server needs from the node (node.Node implements it;
+// cmd/sluiced passes it, so that this package imports no HTTP server):
 // install the rules that count the configured limits next to the node's
 // own, and decide batches of requests through the node's rules, leases and
 // cluster routing (each descriptor is a request of its own: no
 // descriptor's denial refunds another's).
 type Engine interface {
 	SetRLSRules(s *rules.Set)
-	Decide(ctx context.Context, b *node.Batch)
+	Decide(ctx context.Context, b *engine.Batch)
 }
 
 // Bounds on requests: a request past them is answered INVALID_ARGUMENT.
@@ -156,8 +156,8 @@ type callState struct {
 	entries []*entry // the matched entry of each descriptor (for detailed stats)
 	hits    []int64
 	req     []int // per descriptor: its request in batch, -1 when none
-	batch   node.Batch
-	drain   node.Batch
+	batch   engine.Batch
+	drain   engine.Batch
 	key     []byte // appendKey's buffer
 }
 
@@ -292,7 +292,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		} else {
 			q := &st.batch.Requests[st.req[i]]
 			if q.Err != nil {
-				return nil, status.Error(codes.Internal, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
+				code := codes.Internal
+				if fe := (*lease.FieldError)(nil); errors.As(q.Err, &fe) { // a key the engine refuses: an empty value, say
+					code = codes.InvalidArgument
+				}
+				return nil, status.Error(code, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
 			}
 			it := &st.batch.ItemsOf(st.req[i])[0]
 			d := &it.Decision
@@ -420,6 +424,12 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			case len(e.GetValue()) > MaxEntryValueLen:
 				return fmt.Errorf("descriptors[%d].entries[%d].value: longer than %d bytes", i, k, MaxEntryValueLen)
 			}
+			// The key the value goes into must pass the engine's key
+			// validation: checked here, before a long key's digest hides
+			// part of it.
+			if msg := engine.TextProblem(e.GetValue()); msg != "" {
+				return fmt.Errorf("descriptors[%d].entries[%d].value: %s", i, k, msg)
+			}
 		}
 		if h := d.GetHitsAddend(); h != nil && h.GetValue() > MaxHitsAddend {
 			return fmt.Errorf("descriptors[%d].hits_addend: more than %d", i, uint64(MaxHitsAddend))
@@ -431,9 +441,8 @@ func validate(req *rlsv3.RateLimitRequest) error {
 // appendKey appends the counter key of d within its limit's rule: the
 // entries' values in the format of node/rules' counter keys (each value
 // with '\' and '|' escaped by a '\', joined with '|', so that no two
-// descriptors share a key), shortened as there past api.MaxKeyLen: the
-// first 239 bytes, '#', and the 16 hex digits of the xxhash of the whole
-// key.
+// descriptors share a key), shortened past api.MaxKeyLen by
+// rules.ShortenKey.
 func appendKey(dst []byte, d *ratelimitv3.RateLimitDescriptor) []byte {
 	start := len(dst)
 	for i, e := range d.GetEntries() {
@@ -448,13 +457,7 @@ func appendKey(dst []byte, d *ratelimitv3.RateLimitDescriptor) []byte {
 			dst = append(dst, v[i])
 		}
 	}
-	if len(dst)-start <= api.MaxKeyLen {
-		return dst
-	}
-	h := xxhash.Sum64(dst[start:])
-	dst = dst[:start+api.MaxKeyLen-17]
-	dst = append(dst, '#')
-	return fmt.Appendf(dst, "%016x", h)
+	return dst[:start+len(rules.ShortenKey(dst[start:]))] // shortened in place
 }
 
 // rateLimitHeaders are the headers of status s: envoyproxy/ratelimit's

@@ -120,6 +120,12 @@ func TestBadRequests(t *testing.T) {
 		{"empty key", &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("=v")}}, "descriptors[0].entries[0].key"},
 		{"huge value", &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("to_number=" + strings.Repeat("9", 100000))}}, "value"},
 		{"huge domain", &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", 5000), Descriptors: many[:1]}, "domain"},
+		// Values must be what a key may hold (one key validation for
+		// every front end), past the digest of a long key too.
+		{"NUL in a value", &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("to_number=1\x002")}}, "descriptors[0].entries[0].value: must not hold control characters"},
+		{"newline in a value", &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("to_number=1\n2")}}, "descriptors[0].entries[0].value"},
+		{"empty value", &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("to_number=")}}, "descriptors[0]: key: required"},
+		{"newline in a long value", &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("to_number=" + strings.Repeat("9", 3000) + "\n")}}, "descriptors[0].entries[0].value"},
 		{"huge hits", &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "to_number", Value: "1"}}, HitsAddend: wrapperspb.UInt64(math.MaxUint64)}}}, "hits_addend"},
 	} {

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 )
@@ -305,9 +303,7 @@ func normalizePath(p string) string {
 	if !needsNormalizing(p) {
 		return p
 	}
-	var u fasthttp.URI
-	u.SetPath(p)
-	return string(u.Path())
+	return string(appendNormalPath(nil, []byte(p)))
 }
 
 // needsNormalizing reports whether normalizing path p could change it

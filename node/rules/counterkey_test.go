@@ -31,7 +31,7 @@ func TestCounterKeysEscaped(t *testing.T) {
 	s := mustParse(t, twoSourceRules)
 	auth := func(hdrs ...string) string {
 		t.Helper()
-		got := applied(s.MatchAuth(authReq("GET", "/v1/auth", hdrs...), net.ParseIP("192.0.2.1"), nil))
+		got := applied(s.MatchAuth(&authReq("GET", "/v1/auth", hdrs...).Header, net.ParseIP("192.0.2.1"), nil))
 		for _, m := range got {
 			if m.Rule.Name == "tu" {
 				return m.Key
@@ -71,7 +71,7 @@ func TestCounterKeysEscaped(t *testing.T) {
 	// equals a regular one.
 	one := func(hdrs ...string) string {
 		t.Helper()
-		for _, m := range s.MatchAuth(authReq("GET", "/v1/auth", hdrs...), nil, nil) {
+		for _, m := range s.MatchAuth(&authReq("GET", "/v1/auth", hdrs...).Header, nil, nil) {
 			if m.Rule.Name == "one" {
 				return m.Key
 			}

@@ -48,7 +48,7 @@ func FuzzParse(f *testing.F) {
 		req.SetRequestURI("/v1/auth/api/x?user=u")
 		req.Header.Set("X-API-Key", "k")
 		req.Header.Set("Authorization", jwt(`{"sub":"s","tenant":"t"}`))
-		_ = s.MatchAuth(&req, nil, nil)
+		_ = s.MatchAuth(&req.Header, nil, nil)
 		_ = s.MatchDescriptors([]api.Descriptor{{Name: "ip", Value: "1.2.3.4"}, {Name: "path", Value: "/a"}}, nil)
 		for _, r := range s.Rules() {
 			_ = r.PolicyFor("ent-x")
@@ -98,7 +98,7 @@ func FuzzMatchAuth(f *testing.F) {
 				req.Header.Set(h, v)
 			}
 		}
-		for _, m := range s.MatchAuth(&req, nil, nil) {
+		for _, m := range s.MatchAuth(&req.Header, nil, nil) {
 			if m.KeyMissing && m.Missing != MissingFallback {
 				if m.Key != "" {
 					t.Fatalf("rule %s: key %q for a missing key", m.Rule.Name, m.Key)

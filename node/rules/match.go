@@ -2,13 +2,12 @@ package rules
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"net"
 	"net/netip"
-	"strconv"
+	"unicode/utf8"
 
-	"github.com/cespare/xxhash/v2"
-	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
 	"github.com/sluicehq/sluice/node/api"
@@ -184,34 +183,69 @@ func normalizeHost(dst, host []byte) []byte {
 	return dst
 }
 
-// keyString converts a built key to a string, shortening keys longer than
-// api.MaxKeyLen to 239 bytes + '#' + 16 hex digits of their xxhash.
+// keyString converts a built key to a string, shortened by ShortenKey.
 func keyString(b []byte) string {
+	return string(ShortenKey(b))
+}
+
+// digestKeep is how many bytes of a long key its digest form keeps at
+// most: what api.MaxKeyLen leaves beside the mark and the digest.
+const digestKeep = api.MaxKeyLen - len(api.LongKeyMark) - digestLen
+
+// digestLen is the length of a SHA-256 sum in unpadded base64url.
+const digestLen = 43
+
+// ShortenKey returns the counter key of a key b built from values (see
+// "Counter keys" in the package doc): b itself when it has at most
+// api.MaxKeyLen bytes, else its digest form, which reuses b's array: b's
+// first bytes (at most 211, cut before an escape pair or a UTF-8 sequence
+// rather than inside one), api.LongKeyMark, and the SHA-256 of the whole
+// of b in unpadded base64url.
+func ShortenKey(b []byte) []byte {
 	if len(b) <= api.MaxKeyLen {
-		return string(b)
+		return b
 	}
-	h := xxhash.Sum64(b)
-	out := make([]byte, 0, api.MaxKeyLen)
-	out = append(out, b[:api.MaxKeyLen-17]...)
-	out = append(out, '#')
-	var hex [16]byte
-	x := strconv.AppendUint(hex[:0], h, 16)
-	for i := len(x); i < 16; i++ {
-		out = append(out, '0')
+	sum := sha256.Sum256(b)
+	n := 0
+	for n < digestKeep {
+		step := 1
+		if b[n] == '\\' {
+			step = 2
+		}
+		if n+step > digestKeep {
+			break
+		}
+		n += step
 	}
-	out = append(out, x...)
-	return string(out)
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return base64.RawURLEncoding.AppendEncode(append(b[:n], api.LongKeyMark...), sum[:])
+}
+
+// AuthHeader is the header of a forward-auth request as MatchAuth reads
+// it: *fasthttp.RequestHeader implements it.
+type AuthHeader interface {
+	// Peek and PeekBytes return the value of the named header (nil when
+	// absent).
+	Peek(name string) []byte
+	PeekBytes(name []byte) []byte
+	// Method, Host and RequestURI return the request line's method, the
+	// Host header and the request line's URI.
+	Method() []byte
+	Host() []byte
+	RequestURI() []byte
 }
 
 // authRequest holds the original request's identity, extracted lazily.
 type authRequest struct {
-	req      *fasthttp.Request
+	req      AuthHeader
 	remoteIP net.IP
 
 	uriDone           bool
 	path, query       []byte
-	args              *fasthttp.Args
-	pathURI           *fasthttp.URI // normalizes path when it must be
+	qbuf              []byte // decoded query arguments
+	pathBuf           []byte // the normalized path, when it must be
 	jwtDone           bool
 	jwt               *fastjson.Object
 	parser            *fastjson.Parser
@@ -231,12 +265,6 @@ type authRequest struct {
 var jwtParsers fastjson.ParserPool
 
 func (a *authRequest) release() {
-	if a.args != nil {
-		fasthttp.ReleaseArgs(a.args)
-	}
-	if a.pathURI != nil {
-		fasthttp.ReleaseURI(a.pathURI)
-	}
 	if a.parser != nil {
 		jwtParsers.Put(a.parser)
 	}
@@ -259,7 +287,7 @@ func (a *authRequest) uri() {
 		return
 	}
 	a.uriDone = true
-	h := &a.req.Header
+	h := a.req
 	u := h.PeekBytes(hdrForwardedURI)
 	if len(u) == 0 {
 		u = h.PeekBytes(hdrOriginalURI)
@@ -302,16 +330,15 @@ func (a *authRequest) uri() {
 	// Gateways forward the raw URI but route on the normalized path: match
 	// and key on that one, or "/%61pi/" escapes a rule on "/api/".
 	if bytes.IndexByte(a.path, '%') >= 0 || bytes.Contains(a.path, []byte("//")) || bytes.Contains(a.path, []byte("/.")) {
-		a.pathURI = fasthttp.AcquireURI()
-		a.pathURI.SetPathBytes(a.path) // decodes %XX, merges slashes, resolves dot segments
-		a.path = a.pathURI.Path()
+		a.pathBuf = appendNormalPath(a.pathBuf[:0], a.path) // decodes %XX, merges slashes, resolves dot segments
+		a.path = a.pathBuf
 	}
 }
 
 func (a *authRequest) getMethod() []byte {
 	if !a.methodDone {
 		a.methodDone = true
-		h := &a.req.Header
+		h := a.req
 		a.method = h.PeekBytes(hdrForwardedMethod)
 		if len(a.method) == 0 {
 			a.method = h.PeekBytes(hdrOriginalMethod)
@@ -327,7 +354,7 @@ func (a *authRequest) getMethod() []byte {
 func (a *authRequest) getHost() []byte {
 	if !a.hostDone {
 		a.hostDone = true
-		h := &a.req.Header
+		h := a.req
 		host := firstListItem(h.PeekBytes(hdrForwardedHost))
 		if len(host) == 0 {
 			host = h.PeekBytes(hdrOriginalHost)
@@ -345,7 +372,7 @@ func (a *authRequest) getHost() []byte {
 func (a *authRequest) getIP() []byte {
 	if !a.ipDone {
 		a.ipDone = true
-		h := &a.req.Header
+		h := a.req
 		a.ip = firstListItem(h.PeekBytes(hdrForwardedFor))
 		if len(a.ip) == 0 {
 			a.ip = bytes.TrimSpace(h.PeekBytes(hdrRealIP))
@@ -375,11 +402,9 @@ func (a *authRequest) queryArg(name string) []byte {
 	if len(a.query) == 0 {
 		return nil
 	}
-	if a.args == nil {
-		a.args = fasthttp.AcquireArgs()
-		a.args.ParseBytes(a.query)
-	}
-	return a.args.Peek(name)
+	var v []byte
+	a.qbuf, v = queryArg(a.qbuf, a.query, name)
+	return v
 }
 
 // claim returns the value of a JWT claim from the unverified payload of the
@@ -411,7 +436,7 @@ func (a *authRequest) claim(name string, buf []byte) []byte {
 }
 
 func (a *authRequest) parseJWT() *fastjson.Object {
-	auth := a.req.Header.PeekBytes(hdrAuthorization)
+	auth := a.req.PeekBytes(hdrAuthorization)
 	const bearer = "bearer "
 	if len(auth) <= len(bearer) || !bytes.EqualFold(auth[:len(bearer)], []byte(bearer)) {
 		return nil
@@ -455,7 +480,7 @@ func (a *authRequest) parseJWT() *fastjson.Object {
 func (a *authRequest) value(src Source, buf []byte) []byte {
 	switch src.Kind {
 	case SourceHeader:
-		return a.req.Header.Peek(src.Name)
+		return a.req.Peek(src.Name)
 	case SourceIP:
 		return a.getIP()
 	case SourceQuery:
@@ -496,7 +521,7 @@ func (a *authRequest) routeMatches(m *Route) bool {
 // on_missing_key in Missing (see Match): callers must not decide those
 // with an empty Key. remoteIP is the connection's
 // peer address, used when no X-Forwarded-For or X-Real-IP header is given.
-func (s *Set) MatchAuth(req *fasthttp.Request, remoteIP net.IP, dst []Match) []Match {
+func (s *Set) MatchAuth(req AuthHeader, remoteIP net.IP, dst []Match) []Match {
 	if s == nil || len(s.auth) == 0 {
 		return dst
 	}

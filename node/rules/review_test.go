@@ -24,7 +24,7 @@ func TestMatchAuthNormalizesPath(t *testing.T) {
 		"/./api/items?user=u",
 	} {
 		req := authReq("GET", "/v1/auth", "X-Original-URI", uri, "X-Real-IP", "198.51.100.7")
-		if got := matches(s.MatchAuth(req, remote, nil)); got != want {
+		if got := matches(s.MatchAuth(&req.Header, remote, nil)); got != want {
 			t.Errorf("X-Original-URI %s: MatchAuth = %q, want %q", uri, got, want)
 		}
 	}
@@ -59,7 +59,7 @@ func TestSlidingLogLimitBounded(t *testing.T) {
 func TestPathPrefixNormalized(t *testing.T) {
 	s := mustParse(t, "rules:\n  - {name: sp, algorithm: gcra, limit: 1, period: 1s, key: ip, match: {path_prefix: /a%20b//}}\n")
 	req := authReq("GET", "/v1/auth", "X-Original-URI", "/a%20b/x", "X-Real-IP", "198.51.100.7")
-	if got := matches(s.MatchAuth(req, net.ParseIP("192.0.2.9"), nil)); got != "sp=198.51.100.7" {
+	if got := matches(s.MatchAuth(&req.Header, net.ParseIP("192.0.2.9"), nil)); got != "sp=198.51.100.7" {
 		t.Fatalf("MatchAuth = %q, want %q", got, "sp=198.51.100.7")
 	}
 }
@@ -70,7 +70,7 @@ func TestPathPrefixNormalized(t *testing.T) {
 func TestMatchAuthHostTrailingDot(t *testing.T) {
 	s := mustParse(t, matchFile)
 	req := authReq("GET", "/v1/auth", "X-Forwarded-Host", "API.example.com.:443")
-	if got := matches(s.MatchAuth(req, net.ParseIP("192.0.2.9"), nil)); got != "host-only=api.example.com" {
+	if got := matches(s.MatchAuth(&req.Header, net.ParseIP("192.0.2.9"), nil)); got != "host-only=api.example.com" {
 		t.Fatalf("MatchAuth = %q, want %q", got, "host-only=api.example.com")
 	}
 }

@@ -1,7 +1,7 @@
 // Package rules owns Sluice's rules: the YAML rule file, its validation, and
 // the matching of a request to the rules that apply to it and their counter
-// keys. It is a sub-package of node (DESIGN.md puts rules under node/) so
-// that it can be built, tested and fuzzed on its own; the node imports it.
+// keys. It is a sub-package of node so that it can be built, tested and
+// fuzzed on its own; the node imports it.
 //
 // # Rule file
 //
@@ -65,16 +65,20 @@
 //
 // so no two different lists of values give one key (headers "X-Tenant:
 // a|b, X-User: c" give a\|b|c, and "X-Tenant: a, X-User: b|c" give
-// a|b\|c). A value without '|' or '\' is written as is, so the keys of
-// such values are what they were before escaping existed. A fallback key
+// a|b\|c). A value without '|' or '\' is written as is. A fallback key
 // (on_missing_key: sources) is "\?" followed by the fallback values built
 // the same way: no regular key starts with it, since in those a '\' is
 // only ever followed by '\' or '|'. A key longer than api.MaxKeyLen bytes
-// (after escaping) is shortened to its first 239 bytes, '#', and the 16
-// hex digits of the xxhash of the whole key, so long values still count
-// separately. A check naming {"rule","key"} gives the key as is: it is
-// the counter key's tail, not a value to escape (a client that wants to
-// share a forward-auth counter must send the key in this format).
+// (after escaping) is shortened to its digest form (ShortenKey): its
+// first bytes (at most 211), the escape pair "\#" (api.LongKeyMark), and
+// the SHA-256 of the whole key in unpadded base64url, so long values
+// still count separately. A check naming {"rule","key"} gives the key as
+// is: it is the counter key's tail, not a value to escape (a client that
+// wants to share a forward-auth counter must send the key in this
+// format), except that it may not hold the escape pair "\#", so that no
+// key a client names is a long key's digest form: no two value lists,
+// and no value list and key given as is, give one key (but for a SHA-256
+// collision).
 //
 // # Forward-auth identity
 //

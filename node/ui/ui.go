@@ -2,9 +2,11 @@
 // JavaScript in static/, no framework and no build step), embedded in the
 // binary, and serves them under /ui/.
 //
-// The files hold no data: the page asks for the admin token, keeps it in
-// the tab's sessionStorage, and sends it as "Authorization: Bearer" to the
-// admin endpoints it reads (/v1/rules, /v1/stats, /v1/members,
+// The files hold no data: the page first asks the node without a token
+// (a node with no admin token admits loopback callers, and the dashboard
+// then opens at once); when refused, it asks for the admin token, keeps it
+// in the tab's sessionStorage, and sends it as "Authorization: Bearer" to
+// the admin endpoints it reads (/v1/rules, /v1/stats, /v1/members,
 // /v1/hotkeys) and writes (/v1/rules/{name}). Every file is answered with
 // a strict Content-Security-Policy (scripts, styles and connections from
 // the node itself only; no inline script; no framing), an ETag, and

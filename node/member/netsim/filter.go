@@ -54,6 +54,7 @@ type FilterTransport struct {
 	mu struct {
 		sync.Mutex
 		blocked map[string]struct{} // normalised addresses
+		dials   map[string]int      // DialTimeout calls per normalised address
 	}
 }
 
@@ -69,6 +70,7 @@ func NewFilterTransport(inner memberlist.Transport) *FilterTransport {
 		done:     make(chan struct{}),
 	}
 	t.mu.blocked = make(map[string]struct{})
+	t.mu.dials = make(map[string]int)
 	t.wg.Add(2)
 	go t.pumpPackets()
 	go t.pumpStreams()
@@ -133,6 +135,15 @@ func (t *FilterTransport) Blocked(addr string) bool {
 	return ok
 }
 
+// Dials returns how many times memberlist has dialled addr (a push-pull,
+// a join, a reconnect), blocked or not: a test waits for an attempt, an
+// event, instead of sleeping, and checks that an address is left alone.
+func (t *FilterTransport) Dials(addr string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.dials[normalise(addr)]
+}
+
 // Partition blocks every transport of side a from every transport of side b
 // and the reverse, using each transport's [FilterTransport.Addr].
 func Partition(a, b []*FilterTransport) {
@@ -174,6 +185,9 @@ func (t *FilterTransport) PacketCh() <-chan *memberlist.Packet { return t.packet
 // DialTimeout implements memberlist.Transport; dials to a blocked peer fail
 // at once with ErrBlocked.
 func (t *FilterTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	t.mu.Lock()
+	t.mu.dials[normalise(addr)]++
+	t.mu.Unlock()
 	if t.Blocked(addr) {
 		return nil, fmt.Errorf("cannot dial %s: %w", addr, ErrBlocked)
 	}

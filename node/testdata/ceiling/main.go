@@ -1,5 +1,5 @@
-// Command ceiling is the "bare fasthttp handler" of DESIGN's HTTP budget
-// (single check ≥ 80% of it): a fasthttp server with the node's settings
+// Command ceiling is the "bare fasthttp handler" of the HTTP budget
+// (a single check ≥ 80% of it; docs/performance.md): a fasthttp server with the node's settings
 // whose handler reads the body and replays one canned answer, the same
 // status, headers and body that sluiced gave to the same request. It does
 // no other work, so its throughput is the most any fasthttp server can do

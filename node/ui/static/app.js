@@ -125,23 +125,27 @@
     $('token').focus();
   }
 
-  async function tryToken(token) {
+  // tryToken opens the dashboard if the node admits token ('' sends
+  // none: a node without an admin token admits loopback callers).
+  // probing: no token was entered yet, so a refusal just asks for one.
+  async function tryToken(token, probing) {
     state.token = token;
     const r = await api('GET', '/v1/stats?scope=node');
     if (denied(r)) {
       sessionStorage.removeItem(TOKEN_KEY);
       state.token = null;
-      showLogin(r.status === 401 ? 'This node needs its admin token.' : 'The node refused this token.');
+      if (probing) showLogin(r.status === 401 ? '' : r.error);
+      else showLogin(r.status === 401 ? 'This node needs its admin token.' : 'The node refused this token.');
       return;
     }
     if (r.status !== 200) {
       showLogin('Cannot reach the admin API: ' + (r.error || 'HTTP ' + r.status));
       return;
     }
-    sessionStorage.setItem(TOKEN_KEY, token);
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
     $('login').hidden = true;
     $('app').hidden = false;
-    $('logout').hidden = false;
+    $('logout').hidden = !token; // nothing to log out of without a token
     $('pause').hidden = false;
     state.stats = r.data;
     state.running = true;
@@ -355,10 +359,15 @@
     const bw = W / n;
     const g = svg('svg', { class: 'spark', viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', 'aria-hidden': 'true' });
     for (let i = 0; i < n; i++) {
-      const ok = tot[i] - d.denied[i], bad = d.denied[i];
-      const hOk = H * ok / max, hBad = H * bad / max;
-      if (ok > 0) g.append(svg('rect', { class: 'bar allowed', x: (i * bw).toFixed(1), width: Math.max(1, bw - 1).toFixed(1), y: (H - hOk).toFixed(1), height: hOk.toFixed(1) }));
-      if (bad > 0) g.append(svg('rect', { class: 'bar denied', x: (i * bw).toFixed(1), width: Math.max(1, bw - 1).toFixed(1), y: (H - hOk - hBad).toFixed(1), height: hBad.toFixed(1) }));
+      // bottom up: let through, shadow denied (let through too), denied
+      const shadow = d.shadow_denied[i], bad = d.denied[i];
+      let y = H;
+      for (const [cls, v] of [['allowed', tot[i] - bad - shadow], ['shadow', shadow], ['denied', bad]]) {
+        if (v <= 0) continue;
+        const h = H * v / max;
+        y -= h;
+        g.append(svg('rect', { class: 'bar ' + cls, x: (i * bw).toFixed(1), width: Math.max(1, bw - 1).toFixed(1), y: y.toFixed(1), height: h.toFixed(1) }));
+      }
     }
     return g;
   }
@@ -508,7 +517,7 @@
     box.replaceChildren(el('table', { id: 'rules-table' },
       el('thead', null, el('tr', null,
         el('th', { text: 'Rule' }), el('th', { text: 'Limit' }), el('th', { text: 'Key' }),
-        el('th', { text: 'Last 5 min' }), el('th', { class: 'num', text: 'Allowed/min', title: 'allowed in the last minute' }), el('th', { class: 'num', text: '429/min', title: 'denied (429) in the last minute' }), el('th'))),
+        el('th', { text: 'Last 5 min' }), el('th', { class: 'num', text: 'Allowed/min', title: 'allowed in the last minute' }), el('th', { class: 'num', text: 'Denied/min', title: 'denied (429) in the last minute; for a shadow rule, the requests it would have denied (let through)' }), el('th'))),
       el('tbody', null, body)));
     updateRuleTraffic();
     const first = box.querySelector('.editor input:not([readonly]), .editor select');
@@ -523,8 +532,19 @@
       const spark = tr.querySelector('.spark-cell');
       spark.replaceChildren(r ? sparkline(r.rule) : '');
       tr.querySelector('.allowed-min').textContent = r ? fmt(perMinute(r.allowed)) : '–';
-      tr.querySelector('.denied-min').textContent = r ? fmt(perMinute(r.denied)) : '–';
+      tr.querySelector('.denied-min').replaceChildren(...(r ? deniedCell(r) : ['–']));
     }
+  }
+
+  // deniedCell is a row's denials in the last minute: the 429s, and what
+  // the rule denied in shadow mode (counted apart: those requests went
+  // through).
+  function deniedCell(r) {
+    const bad = perMinute(r.denied), shadow = perMinute(r.shadow_denied || []);
+    const out = [];
+    if (bad > 0 || shadow === 0) out.push(fmt(bad));
+    if (shadow > 0) out.push(el('span', { class: 'shadow-count', title: 'would have been denied (shadow)', text: (out.length ? ' + ' : '') + fmt(shadow) + ' shadow' }));
+    return out;
   }
 
   function selectRule(name) { setSelected(state.selected === name ? '' : name); }
@@ -782,8 +802,10 @@
       state.tick++;
       refresh(false);
     }, TICK_MS);
+    // Without a saved token, ask the node without one first: a node with no
+    // admin token opens at once, on loopback, with no prompt.
     const saved = sessionStorage.getItem(TOKEN_KEY);
-    if (saved === null) showLogin('');
+    if (saved === null) tryToken('', true);
     else tryToken(saved);
   }
 

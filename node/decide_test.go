@@ -5,12 +5,10 @@ import (
 	"errors"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/forward"
-	"github.com/sluicehq/sluice/node/rules"
 )
 
 // TestDecideRequests: Decide decides each request of a Batch as one
@@ -27,7 +25,7 @@ func TestDecideRequests(t *testing.T) {
 			}
 			t.Cleanup(func() { n.CloseCluster() })
 		}
-		var b Batch
+		var b engine.Batch
 		// tight (gcra, 1/h) and wide (10/h) both key on tenant: the first
 		// request takes both, the second is denied by tight and its hit
 		// on wide is refunded; the third names an unknown rule.
@@ -54,7 +52,7 @@ func TestDecideRequests(t *testing.T) {
 		if it := b.ItemsOf(1)[0]; !it.Decided || !it.Decision.Allowed {
 			t.Errorf("cluster=%v: request 1's wide item %+v, want decided and allowed (then refunded)", cluster, it)
 		}
-		var fe *api.FieldError
+		var fe *lease.FieldError
 		if !errors.As(q2.Err, &fe) || fe.Field != "rule" || q2.ErrItem != 5 || b.Items[4].Decided {
 			t.Errorf("cluster=%v: request 2 err %v item %d, want an error on field rule of item 5, nothing decided", cluster, q2.Err, q2.ErrItem)
 		}
@@ -73,7 +71,7 @@ func TestDecideRequests(t *testing.T) {
 // ErrNotReady.
 func TestDecideNotReady(t *testing.T) {
 	tn := newTestNode(t, "")
-	var b Batch
+	var b engine.Batch
 	b.Add("x", "k", 1)
 	tn.n.Decide(context.Background(), &b)
 	if !errors.Is(b.Requests[0].Err, ErrNotReady) {
@@ -87,7 +85,7 @@ func BenchmarkDecide(b *testing.B) {
 	tn := newTestNode(&testing.T{}, benchDecideRules)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		var bt Batch
+		var bt engine.Batch
 		for pb.Next() {
 			bt.Reset()
 			bt.Add("big", "k", 1)
@@ -107,14 +105,14 @@ func BenchmarkDecideBatch100(b *testing.B) {
 	for i := range keys {
 		keys[i] = "k-" + strconv.Itoa(i+1)
 	}
-	fill := func(bt *Batch) {
+	fill := func(bt *engine.Batch) {
 		bt.Reset()
 		for _, k := range keys {
 			bt.Add("big", k, 1)
 			bt.End()
 		}
 	}
-	var warm Batch
+	var warm engine.Batch
 	fill(&warm)
 	tn.n.Decide(context.Background(), &warm)
 	b.ReportAllocs()
@@ -122,7 +120,7 @@ func BenchmarkDecideBatch100(b *testing.B) {
 	cpu0 := cpuTime()
 	defer func() { reportCPU(b, cpu0) }()
 	b.RunParallel(func(pb *testing.PB) {
-		var bt Batch
+		var bt engine.Batch
 		for pb.Next() {
 			fill(&bt)
 			tn.n.Decide(context.Background(), &bt)
@@ -142,22 +140,6 @@ rules:
     period: 1s
 `
 
-// TestCombineOne: combine's short path for a request of one item gives
-// what combineItems gives, for every state of the item.
-func TestCombineOne(t *testing.T) {
-	for mask := range 1 << 5 {
-		bit := func(i int) bool { return mask&(1<<i) != 0 }
-		it := Item{Decided: bit(0), ri: &ruleInfo{rule: &rules.Rule{Shadow: bit(1)}}}
-		it.Decision = lease.Decision{Allowed: bit(2), Unavailable: bit(3), Degraded: bit(4), RetryAfter: time.Second}
-		s1, r1, g1, d1 := combineOne(&it)
-		s2, r2, g2, d2 := combineItems([]Item{it})
-		if s1 != s2 || r1 != r2 || g1 != g2 || d1 != d2 {
-			t.Errorf("decided=%v shadow=%v allowed=%v unavailable=%v degraded=%v: combineOne %d %d %v %v, combineItems %d %d %v %v",
-				bit(0), bit(1), bit(2), bit(3), bit(4), s1, r1, g1, d1, s2, r2, g2, d2)
-		}
-	}
-}
-
 // TestShedRefundsTheRequest: a request with a shed item is denied, so the
 // hits its other items took here are given back. Fails (the local key's
 // one token stays spent: 429 after) when shed does not mark the request
@@ -166,7 +148,7 @@ func TestShedRefundsTheRequest(t *testing.T) {
 	sn := newShedNode(t, forward.Config{}, busyPeer)
 	remote := keyOwnedBy(t, sn.n, "one", "r", "b")
 	local := keyOwnedBy(t, sn.n, "one", "l", "a")
-	var b Batch
+	var b engine.Batch
 	b.Add("one", local, 1)
 	b.Add("one", remote, 1)
 	sn.n.Decide(context.Background(), &b)

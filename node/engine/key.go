@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// MaxKeyLen bounds a key, in bytes (the public API's and the forwarding
+// wire's bound).
+const MaxKeyLen = 256
+
+// KeyProblem says what is wrong with key, or "" when it is valid: 1 to
+// MaxKeyLen bytes of UTF-8 without control characters (TextProblem), the
+// public API's rule for keys. It is the one key validation: Decide
+// applies it to every item before routing (so a key a peer would refuse
+// is never sent to it, nor decided here instead), and so do the owner
+// side (DecideOwned) and the internal endpoint.
+func KeyProblem(key string) string {
+	switch {
+	case len(key) == 0:
+		return "required"
+	case len(key) > MaxKeyLen:
+		return "longer than 256 bytes"
+	}
+	return TextProblem(key)
+}
+
+// TextProblem says what is wrong with s, a key or a value a front end
+// builds a key from (a forward-auth header's, an RLS descriptor's), or ""
+// when it is valid UTF-8 without control characters. Front ends that
+// shorten long keys to a digest check their values with it first, so that
+// what the digest hides is checked too.
+func TextProblem(s string) string {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return "must not hold control characters"
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			return "must be valid UTF-8"
+		}
+		i += n
+	}
+	return ""
+}
+
+// fieldError is the error of a request's field: lease.FieldError, which
+// front ends answer as a bad request naming the field.
+func fieldError(field, msg string) error {
+	return &lease.FieldError{Field: field, Msg: msg}
+}
