@@ -185,8 +185,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // hex xxhash of the counter key instead, and the counter key follows the
 // tag so that the Redis key stays unique:
 //
-//	{sl:user-42}:tb
-//	{sl:#9f86d081884c7d65}we}ird:tb
+//	{sl:user-42}:tb2
+//	{sl:#9f86d081884c7d65}we}ird:tb2
 func (s *Store) Key(counter string, a lease.Algorithm) string {
 	suffix := "x" // not a valid algorithm: no script ever uses it
 	if int(a) < len(keySuffix) && keySuffix[a] != "" {
