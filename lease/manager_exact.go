@@ -17,7 +17,7 @@ func (m *Manager) takeExact(key string, p Policy, hits int64) (Decision, error) 
 		return Decision{}, fmt.Errorf("cannot take %s: %w (use Acquire)", p.Algorithm, ErrWrongAlgorithm)
 	}
 	m.st.storeDecisions.Add(1)
-	decisionsStore.Inc()
+	m.met.decisionsStore.Inc()
 	key = strings.Clone(key) // Stores may keep it (a call that timed out may still be queued)
 	r, err := m.store.Log(m.ctx, key, p, hits)
 	if err != nil {
@@ -50,7 +50,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 	}
 	key = strings.Clone(key) // Stores may keep it
 	m.st.storeDecisions.Add(1)
-	decisionsStore.Inc()
+	m.met.decisionsStore.Inc()
 	r, err := m.store.Acquire(m.ctx, key, p, id, hits)
 	degraded := false
 	if err != nil {
@@ -58,7 +58,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 			return Decision{}, "", err
 		}
 		m.st.degraded.Add(1)
-		decisionsDegraded.Inc()
+		m.met.decisionsDegraded.Inc()
 		degraded = true
 		switch p.OnFailure {
 		case FailOpen:
