@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/lua/redistest"
 )
 
@@ -305,17 +306,12 @@ func TestUnavailable(t *testing.T) {
 // hung test, not a measurement).
 func waitOK(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
+	clocktest.EventuallyState(t, 30*time.Second, "the store to recover", func() (bool, string) {
+		if err := f(); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store did not recover: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true, ""
+	})
 }
 
 func TestValidation(t *testing.T) {
