@@ -13,7 +13,7 @@ func (m *Manager) takeExact(key string, p Policy, hits int64) (Decision, error) 
 	if err := p.Validate(); err != nil {
 		return Decision{}, err
 	}
-	if p.Algorithm != SlidingLog {
+	if p.Algorithm.kind() != kindLog {
 		return Decision{}, fmt.Errorf("cannot take %s: %w (use Acquire)", p.Algorithm, ErrWrongAlgorithm)
 	}
 	m.st.storeDecisions.Add(1)
@@ -38,7 +38,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 	if err := p.Validate(); err != nil {
 		return Decision{}, "", err
 	}
-	if p.Algorithm != Concurrency {
+	if !p.Algorithm.Acquired() {
 		return Decision{}, "", fmt.Errorf("cannot acquire %s: %w", p.Algorithm, ErrWrongAlgorithm)
 	}
 	if hits != 0 && hits != 1 {
@@ -87,7 +87,7 @@ func (m *Manager) Release(key string, p Policy, id string) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if p.Algorithm != Concurrency {
+	if !p.Algorithm.Acquired() {
 		return fmt.Errorf("cannot release %s: %w", p.Algorithm, ErrWrongAlgorithm)
 	}
 	if id == "" {

@@ -62,13 +62,13 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		if m.usable(b, now) {
 			local = b.tokens.Load()
 		}
-		if at := b.coverAt(hits - local); at != 0 {
+		if at, slack := b.coverAt(hits - local); at != 0 {
 			if now < du {
 				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
 			}
 			// Within the Store's rounding of the time, ask it: a denial
 			// must be sure; a RetryAfter must never be early.
-			if now < at-roundSlack(p.Algorithm) {
+			if now < at-slack {
 				if m.usable(b, now) && b.tokens.Load() > local {
 					// A lease call put tokens on hand since this check
 					// looked (calls add them before they publish the

@@ -100,9 +100,10 @@ type Limit struct {
 	// Name is rate_limit.name; Replaces the names it replaces.
 	Name     string
 	Replaces []string
-	// Algorithm is the Sluice algorithm counting it (fixed_window unless
-	// the Sluice extension field rate_limit.algorithm says otherwise).
-	Algorithm string
+	// Algorithm is the Sluice algorithm counting it (fixed_window, as
+	// envoyproxy/ratelimit counts, unless the Sluice extension field
+	// rate_limit.algorithm says otherwise).
+	Algorithm lease.Algorithm
 	// Period is the unit as a duration.
 	Period time.Duration
 
@@ -172,10 +173,19 @@ var unitPeriods = map[rlsv3.RateLimitResponse_RateLimit_Unit]time.Duration{
 	rlsv3.RateLimitResponse_RateLimit_YEAR:   365 * 24 * time.Hour,
 }
 
-// algorithms are the Sluice algorithms an RLS limit may use (the
-// extension field rate_limit.algorithm). Concurrency has no place in a
+// checkAlgorithms are the Sluice algorithms an RLS limit may use (the
+// extension field rate_limit.algorithm): those checked with Take.
+// Concurrency, whose slots are acquired and released, has no place in a
 // one-shot check.
-var algorithms = []string{"fixed_window", "sliding_window", "token_bucket", "gcra", "sliding_log"}
+func checkAlgorithms() []lease.Algorithm {
+	var as []lease.Algorithm
+	for _, a := range lease.Algorithms() {
+		if !a.Acquired() {
+			as = append(as, a)
+		}
+	}
+	return as
+}
 
 // Load reads a configuration file, or every *.yaml and *.yml file of a
 // directory (not its dot files or sub-directories), one domain per file.
@@ -459,7 +469,7 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 	if n.Kind != yaml.MappingNode {
 		return nil, p.fail(e.path, "rate_limit", n.Line, "must be a mapping with unit and requests_per_unit")
 	}
-	l := &Limit{Domain: p.domain, StatKey: e.path, Shadow: shadow, Algorithm: "fixed_window"}
+	l := &Limit{Domain: p.domain, StatKey: e.path, Shadow: shadow, Algorithm: lease.FixedWindow}
 	var unit string
 	unitLine, rpuSet, rpuLine := n.Line, false, n.Line
 	err := p.fields(n, e.path, func(k string, v *yaml.Node) *ConfigError {
@@ -486,10 +496,11 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 		case "algorithm": // Sluice extension
 			var s string
 			if s, err = p.scalar(v, e.path, "rate_limit.algorithm"); err == nil {
-				if !slices.Contains(algorithms, s) {
-					return p.fail(e.path, "rate_limit.algorithm", v.Line, "one of "+strings.Join(algorithms, ", "))
+				a, perr := lease.ParseAlgorithm(s)
+				if perr != nil || a.Acquired() {
+					return p.fail(e.path, "rate_limit.algorithm", v.Line, "one of "+lease.JoinAlgorithms(checkAlgorithms(), "or"))
 				}
-				l.Algorithm = s
+				l.Algorithm = a
 			}
 		default:
 			err = p.fail(e.path, "rate_limit."+k, v.Line, "unknown field")
@@ -521,8 +532,8 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 	if int64(l.RequestsPerUnit) > lease.MaxLimit {
 		return nil, p.fail(e.path, "rate_limit.requests_per_unit", rpuLine, "too large")
 	}
-	if l.Algorithm == "sliding_log" && l.RequestsPerUnit > rules.MaxLogLimit {
-		return nil, p.fail(e.path, "rate_limit.requests_per_unit", rpuLine, fmt.Sprintf("sliding_log allows at most %d", rules.MaxLogLimit))
+	if l.Algorithm.StoresEveryHit() && l.RequestsPerUnit > rules.MaxLogLimit {
+		return nil, p.fail(e.path, "rate_limit.requests_per_unit", rpuLine, fmt.Sprintf("%s allows at most %d", l.Algorithm, rules.MaxLogLimit))
 	}
 	p.c.limits = append(p.c.limits, l)
 	if len(p.c.limits) > MaxLimits {
@@ -534,7 +545,7 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 	l.Rule = p.ruleName(e.path)
 	p.specs = append(p.specs, rules.Spec{
 		Name:      l.Rule,
-		Algorithm: l.Algorithm,
+		Algorithm: l.Algorithm.String(),
 		Limit:     int64(l.RequestsPerUnit),
 		Period:    l.Period.String(),
 		Shadow:    shadow,
