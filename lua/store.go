@@ -3,6 +3,8 @@ package lua
 import (
 	"context"
 	"embed"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -33,7 +35,10 @@ var (
 // algorithms is the Redis side of lease's algorithm table: for each
 // algorithm, the suffix of its Redis key (so that a counter key whose rule
 // changes algorithm starts fresh instead of meeting another algorithm's
-// state, or a WRONGTYPE error) and its script files: lease and ret for a
+// state, or a WRONGTYPE error; the leased algorithms' suffixes end in their
+// state's format version: a key is read only by the scripts that wrote its
+// format, and nodes of releases that wrote another format (tb, gc, fw, sw:
+// hashes; gcra: a string) use other keys) and its script files: lease and ret for a
 // leased algorithm (Store.Lease and Return), log for sliding_log
 // (Store.Log), acquire and release for concurrency.
 var algorithms = [...]struct {
@@ -41,10 +46,10 @@ var algorithms = [...]struct {
 	lease, ret            string
 	log, acquire, release string
 }{
-	lease.TokenBucket:   {suffix: "tb", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
-	lease.GCRA:          {suffix: "gc", lease: "gcra_lease.lua", ret: "gcra_return.lua"}, // a hash since loans; "gcra" was a string
-	lease.FixedWindow:   {suffix: "fw", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
-	lease.SlidingWindow: {suffix: "sw", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
+	lease.TokenBucket:   {suffix: "tb2", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
+	lease.GCRA:          {suffix: "gc2", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
+	lease.FixedWindow:   {suffix: "fw2", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
+	lease.SlidingWindow: {suffix: "sw2", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
 	lease.SlidingLog:    {suffix: "log", log: "sliding_log.lua"},
 	lease.Concurrency:   {suffix: "cc", acquire: "concurrency_acquire.lua", release: "concurrency_release.lua"},
 }
@@ -169,8 +174,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // hex xxhash of the counter key instead, and the counter key follows the
 // tag so that the Redis key stays unique:
 //
-//	{sl:user-42}:tb
-//	{sl:#9f86d081884c7d65}we}ird:tb
+//	{sl:user-42}:tb2
+//	{sl:#9f86d081884c7d65}we}ird:tb2
 func (s *Store) Key(counter string, a lease.Algorithm) string {
 	suffix := "x" // not a valid algorithm: no script ever uses it
 	if int(a) < len(algorithms) && algorithms[a].suffix != "" {
@@ -192,7 +197,7 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	if err := lease.CheckLease(p, want, need, to); err != nil {
 		return lease.Grant{}, err
 	}
-	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), to.ID,
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
 	v, err := s.exec(ctx, "lease", s.scripts[p.Algorithm].lease, s.Key(key, p.Algorithm), args, 5)
@@ -210,7 +215,7 @@ func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens i
 	if holder == "" {
 		return nil // nothing lent: nothing to give back
 	}
-	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holder, itoa(tokens)}
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(holder), itoa(tokens)}
 	if err := ctx.Err(); err != nil {
 		return unavailable("return", err)
 	}
@@ -307,6 +312,20 @@ func unavailable(op string, err error) error {
 
 func result(v []int64) lease.Result {
 	return lease.Result{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: millis(v[2]), Reset: millis(v[3])}
+}
+
+// holderOf is the name a key's state gives a holder: the Lessee ID's
+// 64-bit xxhash in unpadded base64url (11 bytes, whatever the ID's
+// length: a Manager's ID is 34). Two holders of one key would share a
+// loan only if their IDs' hashes collided (about 2^-64 for a pair). ""
+// (no holder) stays "".
+func holderOf(id string) string {
+	if id == "" {
+		return ""
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], xxhash.Sum64String(id))
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -172,7 +173,7 @@ func TestDaemonCluster(t *testing.T) {
 	// view reaches the ring a moment later, and a node whose ring is still
 	// itself alone decides every key against its own memory store (seen
 	// under make race: 52 of 60 admitted).
-	eventually(t, "both nodes to see each other and route by both", func() bool {
+	clocktest.Eventually(t, waitBound, "both nodes to see each other and route by both", func() bool {
 		ma, mb := members(a), members(b)
 		return ma["a"] == member.StateAlive && ma["b"] == member.StateAlive &&
 			mb["a"] == member.StateAlive && mb["b"] == member.StateAlive &&
@@ -213,6 +214,6 @@ func TestDaemonCluster(t *testing.T) {
 	if l := b.log(); !strings.Contains(l, "left the cluster") || !strings.Contains(l, "msg=stopped") {
 		t.Errorf("b's log lacks the leave and stop messages:\n%s", l)
 	}
-	eventually(t, "a to see b left", func() bool { return members(a)["b"] == member.StateLeft })
+	clocktest.Eventually(t, waitBound, "a to see b left", func() bool { return members(a)["b"] == member.StateLeft })
 	a.term()
 }

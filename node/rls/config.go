@@ -17,8 +17,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice/internal/yamlnode"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/internal/yamlnode"
 	"github.com/sluicehq/sluice/node/rules"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice/internal/yamlnode"
+	"github.com/sluicehq/sluice/node/internal/yamlnode"
 )
 
 // Parse parses and validates a rule file. It is strict: unknown fields,
