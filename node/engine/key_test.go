@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,5 +34,19 @@ func TestKeyProblemAsAPI(t *testing.T) {
 			}
 		}
 		check(sb.String())
+	}
+}
+
+// BenchmarkKeyProblem is the one key validation of a short and a long
+// printable key.
+func BenchmarkKeyProblem(b *testing.B) {
+	for _, k := range []string{"user-42", "tenant-0123456789abcdef/user-0123456789"} {
+		b.Run(strconv.Itoa(len(k)), func(b *testing.B) {
+			for range b.N {
+				if KeyProblem(k) != "" {
+					b.Fatal(k)
+				}
+			}
+		})
 	}
 }
