@@ -267,8 +267,12 @@ func (s *Store) Release(ctx context.Context, key string, p lease.Policy, id stri
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if err := s.scripts[p.Algorithm].release.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, []string{id}).Error(); err != nil {
+	held, err := s.scripts[p.Algorithm].release.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, []string{id}).AsInt64()
+	if err != nil {
 		return unavailable("release", err)
+	}
+	if held == 0 {
+		return lease.ErrNoSlot
 	}
 	return nil
 }

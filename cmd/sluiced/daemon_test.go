@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -208,6 +209,37 @@ func TestDaemonCluster(t *testing.T) {
 	}
 	if admitted != 50 {
 		t.Errorf("admitted %d of 60 through two nodes, want 50", admitted)
+	}
+	// /metrics carries each component's metrics, from the sets the node
+	// gives them (forward, hot) and the process's default one (lease),
+	// each once. The key has one owner: only the other node forwards.
+	var all string
+	for _, p := range []*daemonProc{a, b} {
+		res, err := http.Get(p.http + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		types := map[string]bool{}
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "# TYPE ") {
+				if types[line] {
+					t.Errorf("%s/metrics: %q twice", p.http, line)
+				}
+				types[line] = true
+			}
+		}
+		for _, name := range []string{"sluice_checks_total{", "sluice_forward_served_items_total ", "sluice_forward_rejected_requests_total{",
+			"sluice_hot_splits_active ", "sluice_hot_keys_tracked ", "sluice_lease_decisions_total{", "sluice_store_calls_total{", "sluice_store_breaker_state "} {
+			if !strings.Contains(string(body), "\n"+name) {
+				t.Errorf("%s/metrics lacks %s", p.http, name)
+			}
+		}
+		all += string(body)
+	}
+	if !strings.Contains(all, "\nsluice_forward_items_total{peer=") {
+		t.Error("neither node's /metrics has sluice_forward_items_total{peer=...}")
 	}
 
 	b.term()
