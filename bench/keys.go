@@ -21,9 +21,14 @@ const (
 	// Hot sends a share of the checks to key 0 and spreads the rest
 	// uniformly over the other keys.
 	Hot
+	// Cycle visits the keys in order, 0 to Keys-1 and again: at a steady
+	// rate r every key comes back exactly Keys/r after its last check (the
+	// workload of keys that return after an idle spell). The runner hands
+	// out positions in the cycle from one counter shared by its workers.
+	Cycle
 )
 
-var distNames = [...]string{Uniform: "uniform", Zipf: "zipf", Hot: "hot"}
+var distNames = [...]string{Uniform: "uniform", Zipf: "zipf", Hot: "hot", Cycle: "cycle"}
 
 func (d Dist) String() string {
 	if int(d) < len(distNames) {
@@ -32,14 +37,14 @@ func (d Dist) String() string {
 	return fmt.Sprintf("dist(%d)", d)
 }
 
-// ParseDist parses "uniform", "zipf" or "hot".
+// ParseDist parses "uniform", "zipf", "hot" or "cycle".
 func ParseDist(s string) (Dist, error) {
 	for d, n := range distNames {
 		if n == s {
 			return Dist(d), nil
 		}
 	}
-	return 0, fmt.Errorf("dist: unknown distribution %q (want uniform, zipf or hot)", s)
+	return 0, fmt.Errorf("dist: unknown distribution %q (want uniform, zipf, hot or cycle)", s)
 }
 
 // KeyConfig describes the keys of a workload.
@@ -87,7 +92,7 @@ func (c KeyConfig) Validate() error {
 	switch {
 	case c.Keys < 1 || c.Keys > MaxKeys:
 		return fmt.Errorf("keys: must be between 1 and %d, got %d", MaxKeys, c.Keys)
-	case c.Dist > Hot:
+	case c.Dist > Cycle:
 		return fmt.Errorf("dist: unknown distribution %d", c.Dist)
 	case c.ZipfS < 0 || math.IsNaN(c.ZipfS) || math.IsInf(c.ZipfS, 0):
 		return fmt.Errorf("zipf-s: must be > 0, got %v", c.ZipfS)
@@ -125,6 +130,7 @@ type KeySampler struct {
 	cfg KeyConfig
 	rng *rand.Rand
 	cdf []float64 // Zipf: cdf[k] = P(rank ≤ k+1)
+	pos int32     // Cycle: the next key
 }
 
 // NewKeySampler validates cfg and builds its tables (Zipf: one float64 per
@@ -163,6 +169,10 @@ func (s *KeySampler) Next() int32 {
 	case Zipf:
 		u := s.rng.Float64()
 		return int32(sort.SearchFloat64s(s.cdf, u))
+	case Cycle:
+		k := s.pos
+		s.pos = (s.pos + 1) % int32(n)
+		return k
 	case Hot:
 		if n == 1 || s.rng.Float64() < s.cfg.HotShare {
 			return 0

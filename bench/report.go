@@ -181,6 +181,27 @@ func Markdown(s *Suite, charts []string) string {
 		w("| in-process `lease.Manager.Take`, batches of 100 calls (memory store, %d goroutines, Zipf over %s keys) | %s decisions/s, %s Store lease calls per decision | — |\n", workersOf(s, "inproc-manager"), keysOf(s, "inproc-manager"), human(h.InprocDPS), pct(h.InprocStorePerDec))
 	}
 
+	var base []*RunResult
+	for _, r := range s.Runs {
+		if r.Naive != nil {
+			base = append(base, r)
+		}
+	}
+	if len(base) > 0 {
+		w("\n## Redis CPU per decision: Sluice vs the naive counter\n\n")
+		w("Each workload runs twice on the same redis-server, back to back: through a node on the Redis store, then straight to Redis as the naive counter (one pipelined `INCRBY` + `EXPIRE` per check, fixed windows of the rule's period: envoyproxy/ratelimit's design), same keys in the same order, same rate or concurrency. Redis CPU is redis-server's user+system CPU during the run (INFO's `used_cpu_user` + `used_cpu_sys`). Target: Sluice ≤ 1/4 of the naive counter in every workload.\n\n")
+		w("| workload | keys | mode | Sluice decisions | Sluice Redis µs/decision | naive decisions | naive Redis µs/decision | ratio | script calls/decision |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range base {
+			n := r.Naive
+			ratio := "—"
+			if n.Ratio > 0 {
+				ratio = fmt.Sprintf("**%.2f×**", n.Ratio)
+			}
+			w("| %s | %s %s | %s | %d | %.2f | %d | %.2f | %s | %s |\n", r.Name, human(float64(r.Keys)), r.Dist, r.Mode, r.Decisions, r.RedisUsPerDec, n.Decisions, n.RedisUsPerDec, ratio, pct(r.RedisPerDec))
+		}
+		w("\nNot driven: the Envoy RLS drop-in (the suite has no gRPC driver); `redis-fw1s-5k` is the same per-second fixed-window workload over HTTP.\n")
+	}
+
 	w("\n## Runs\n\n")
 	w("Closed loop = maximum throughput with a fixed number of requests in flight; open loop = constant arrival rate, latency from the intended send time (no coordinated omission). A batch is one request. *Send lag* (open loop) is how late requests left the generator after their intended time — waiting for a free worker or connection, or for a CPU: when it is close to the latency, the machine or the generator, not the server, set the latency. CPU is user+system seconds during the run; *server* is the node (plus redis-server for Redis runs) or the ceiling process; *other* is every other process on the machine (from /proc/stat): on a shared machine, the load the suite did not make.\n\n")
 	w("| run | driver | mode | keys | in flight | offered req/s | req/s | decisions/s | vs ceiling | p50 | p90 | p99 | p99.9 | send lag p99 | errors | degraded | server CPU s | generator CPU s | other CPU s | Redis ops/decision | over | under |\n")

@@ -104,10 +104,27 @@ type RunResult struct {
 	RedisCalls      map[string]int64 `json:"redis_calls,omitempty"`
 	RedisPerDec     float64          `json:"redis_script_calls_per_decision,omitempty"` // EVAL/EVALSHA/FCALL: Store operations (inproc: Store lease calls)
 	RedisCmdsPerDec float64          `json:"redis_commands_per_decision,omitempty"`     // every command, including those run inside scripts
-	CeilingRPS      float64          `json:"ceiling_rps,omitempty"`
-	CeilingRatio    float64          `json:"ceiling_ratio,omitempty"`
-	Note            string           `json:"note,omitempty"`
-	hist            *Histogram
+	// RedisCPU is redis-server's user+system CPU during the run (what
+	// INFO's used_cpu_user + used_cpu_sys count), RedisUsPerDec that per
+	// decision, in µs.
+	RedisCPU      float64 `json:"redis_cpu_s,omitempty"`
+	RedisUsPerDec float64 `json:"redis_cpu_us_per_decision,omitempty"`
+	// Naive is the naive counter's figures for the same workload on the
+	// same Redis, run right after this one.
+	Naive        *Baseline `json:"naive,omitempty"`
+	CeilingRPS   float64   `json:"ceiling_rps,omitempty"`
+	CeilingRatio float64   `json:"ceiling_ratio,omitempty"`
+	Note         string    `json:"note,omitempty"`
+	hist         *Histogram
+}
+
+// Baseline is the naive counter's run beside a run on Redis.
+type Baseline struct {
+	Run           string  `json:"run"`
+	Decisions     int64   `json:"decisions"`
+	RedisUsPerDec float64 `json:"redis_cpu_us_per_decision"`
+	// Ratio is the run's Redis CPU per decision over the naive counter's.
+	Ratio float64 `json:"ratio"`
 }
 
 // Histogram returns the run's merged latency histogram.
@@ -128,6 +145,10 @@ func (c *RunConfig) normalize() error {
 	}
 	if c.SeqLen == 0 {
 		c.SeqLen = 1 << 20
+	}
+	if c.Keys.Dist == Cycle {
+		// One whole cycle: positions wrap without breaking it.
+		c.SeqLen = c.Keys.withDefaults().Keys
 	}
 	if c.Grace == 0 {
 		c.Grace = 2 * time.Second
@@ -180,7 +201,7 @@ func Run(ctx context.Context, d Driver, cfg RunConfig) (*RunResult, error) {
 	defer cancel()
 
 	stats := make([]workerStats, cfg.Workers)
-	var next atomic.Int64
+	var next, cyclePos atomic.Int64
 	var wg sync.WaitGroup
 	cpu0 := selfCPU()
 	mach0, _ := MachineCPU()
@@ -231,6 +252,11 @@ func Run(ctx context.Context, d Driver, cfg RunConfig) (*RunResult, error) {
 					if due >= cfg.Duration {
 						return
 					}
+				}
+				if cfg.Keys.Dist == Cycle {
+					// Shared: keys are checked in cycle order whichever
+					// worker sends them.
+					pos = int((cyclePos.Add(int64(cfg.Batch)) - int64(cfg.Batch)) % int64(len(seq)))
 				}
 				for j := range batch {
 					if pos >= len(seq) {

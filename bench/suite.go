@@ -94,7 +94,8 @@ type suite struct {
 	log   io.Writer
 	tmp   string
 	phase int
-	peak  float64 // mean closed-loop single-check req/s on the memory node
+	peak  float64  // mean closed-loop single-check req/s on the memory node
+	redis *Process // redis-server during the Redis phases
 
 	interrupted bool
 }
@@ -203,13 +204,19 @@ rules:
     period: %s
     burst: %d
     key: header:X-Bench-Key
+  # Per-second fixed windows (envoyproxy/ratelimit's unit: second), the
+  # same limit. No key: only explicit checks reach it.
+  - name: bench-fw
+    algorithm: fixed_window
+    limit: %d
+    period: 1s
   # Limits no workload reaches: every check is answered from leased tokens
   # (the node's best case). No key: only explicit checks reach it.
   - name: bench-big
     algorithm: token_bucket
     limit: 1000000000
     period: 1s
-`, l.Limit, l.Period, l.Burst)
+`, l.Limit, l.Period, l.Burst, l.Limit)
 	path := filepath.Join(st.tmp, "rules.yaml")
 	return path, os.WriteFile(path, []byte(yaml), 0o644)
 }
@@ -255,6 +262,14 @@ type phaseSpec struct {
 	batch int
 	keys  KeyConfig
 	acc   bool
+	// warm, when set, runs the workload unmeasured for that long first
+	// (same keys, same order): with Cycle keys, a warm pass of one whole
+	// cycle makes every measured check one of a key coming back after a
+	// cycle's idle spell.
+	warm time.Duration
+	// naive runs the naive counter (NewNaiveDriver) on the same Redis with
+	// the same workload right after the run, for the baseline.
+	naive bool
 }
 
 func (st *suite) keysFor(k KeyConfig) KeyConfig {
@@ -286,6 +301,15 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	}
 	defer d.Close()
 	rc := RunConfig{Name: ps.name, Mode: ps.mode, Rate: ps.rate, Duration: st.cfg.Phase, Workers: ps.work, Batch: ps.batch, Keys: kc}
+	if ps.warm > 0 {
+		w := rc
+		w.Name, w.Duration = ps.name+"-warm", ps.warm
+		st.logf("%-22s warming for %v (not measured)", ps.name, ps.warm)
+		if _, err := Run(ctx, d, w); err != nil {
+			st.note("%s: warm pass: %v", ps.name, err)
+			return nil
+		}
+	}
 	if ps.acc {
 		l := st.cfg.Limit
 		rc.Limit = &l
@@ -300,6 +324,7 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	for i, p := range procs {
 		cpu0[i] = p.CPU()
 	}
+	rcpu0 := st.redisCPU(redisAddr)
 	r, err := Run(ctx, d, rc)
 	if err != nil {
 		st.note("%s: %v", ps.name, err)
@@ -308,6 +333,7 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	for i, p := range procs {
 		r.ServerCPU += p.CPU() - cpu0[i]
 	}
+	st.setRedisCPU(r, redisAddr, rcpu0)
 	r.OtherCPU = max(0, r.OtherCPU-r.ServerCPU)
 	if redisAddr != "" && before != nil {
 		after, err := RedisCommandStats(ctx, redisAddr)
@@ -329,7 +355,64 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	if r.FirstErr != "" {
 		st.logf("  first error: %s", r.FirstErr)
 	}
+	if ps.naive && redisAddr != "" {
+		st.naive(ctx, redisAddr, r, rc)
+	}
 	return r
+}
+
+// redisCPU is redis-server's CPU so far when addr is the suite's Redis.
+func (st *suite) redisCPU(addr string) float64 {
+	if addr == "" || st.redis == nil {
+		return 0
+	}
+	return st.redis.CPU()
+}
+
+func (st *suite) setRedisCPU(r *RunResult, addr string, cpu0 float64) {
+	if addr == "" || st.redis == nil {
+		return
+	}
+	r.RedisCPU = st.redis.CPU() - cpu0
+	if r.Decisions > 0 {
+		r.RedisUsPerDec = 1e6 * r.RedisCPU / float64(r.Decisions)
+	}
+}
+
+// naive runs the naive counter on Redis with rc's workload (same keys,
+// same order, same rate or concurrency) and sets r.Naive. It measures no
+// accuracy: a fixed window admits up to twice its limit across a window
+// edge, which is its design, not a finding.
+func (st *suite) naive(ctx context.Context, addr string, r *RunResult, rc RunConfig) {
+	if ctx.Err() != nil {
+		return
+	}
+	l := st.cfg.Limit
+	d, err := NewNaiveDriver(NaiveConfig{Addr: addr, Keys: rc.Keys.KeyNames(), Limit: l})
+	if err != nil {
+		st.note("%s: naive baseline: %v", r.Name, err)
+		return
+	}
+	defer d.Close()
+	rc.Name, rc.Limit = "naive-"+strings.TrimPrefix(r.Name, "redis-"), nil
+	cpu0 := st.redisCPU(addr)
+	n, err := Run(ctx, d, rc)
+	if err != nil {
+		st.note("%s: naive baseline: %v", r.Name, err)
+		return
+	}
+	st.setRedisCPU(n, addr, cpu0)
+	n.ServerCPU = n.RedisCPU
+	n.OtherCPU = max(0, n.OtherCPU-n.ServerCPU)
+	n.Note = "baseline: one pipelined INCRBY + EXPIRE per check (fixed window, as envoyproxy/ratelimit)"
+	st.s.Runs = append(st.s.Runs, n)
+	b := &Baseline{Run: n.Name, Decisions: n.Decisions, RedisUsPerDec: n.RedisUsPerDec}
+	if b.RedisUsPerDec > 0 {
+		b.Ratio = r.RedisUsPerDec / b.RedisUsPerDec
+	}
+	r.Naive = b
+	st.logf("%-22s %8.0f req/s %10.0f dec/s  Redis CPU %.2f µs/decision (Sluice %.2f: %.2f×)",
+		n.Name, n.RPS, n.DPS, n.RedisUsPerDec, r.RedisUsPerDec, b.Ratio)
 }
 
 func (st *suite) run(ctx context.Context) {
@@ -471,6 +554,8 @@ func (st *suite) redisPhases(ctx context.Context, rules string) {
 		return
 	}
 	defer rp.Stop(5 * time.Second)
+	st.redis = rp
+	defer func() { st.redis = nil }()
 	node, addr, err := st.startNode("sluiced-redis", rules, raddr)
 	if err != nil {
 		st.note("Redis phases skipped: the node refused -redis or did not start: %v", err)
@@ -481,11 +566,20 @@ func (st *suite) redisPhases(ctx context.Context, rules string) {
 	procs := []*Process{node, rp}
 	zipf := KeyConfig{Keys: st.cfg.RedisKeys, Dist: Zipf, ZipfS: 1.0}
 	hot := KeyConfig{Keys: 1, Dist: Hot, HotShare: 1}
+	uniform := KeyConfig{Keys: 10_000, Dist: Uniform}
+	// Keys coming back after an idle spell: a cycle of idleCycle at
+	// idleRate checks/s, longer than a node's idle return (10s, plus up to
+	// a sweep interval), warmed by one whole cycle.
+	const idleRate, idleCycle = 1000, 15 * time.Second
+	idle := KeyConfig{Keys: int(idleRate * idleCycle / time.Second), Dist: Cycle}
 	var single *RunResult
 	for _, ps := range []phaseSpec{
-		{name: "redis-single", kind: Single, conns: 128, work: 128, batch: 1, keys: KeyConfig{Keys: st.cfg.Keys, Dist: Zipf}, acc: true},
-		{name: "redis-batch100-zipf1M", kind: Batch, conns: 16, work: 16, batch: 100, keys: zipf, acc: true},
-		{name: "redis-batch100-hotkey", kind: Batch, conns: 16, work: 16, batch: 100, keys: hot, acc: true},
+		{name: "redis-single", kind: Single, conns: 128, work: 128, batch: 1, keys: KeyConfig{Keys: st.cfg.Keys, Dist: Zipf}, acc: true, naive: true},
+		{name: "redis-batch100-zipf1M", kind: Batch, conns: 16, work: 16, batch: 100, keys: zipf, acc: true, naive: true},
+		{name: "redis-batch100-hotkey", kind: Batch, conns: 16, work: 16, batch: 100, keys: hot, acc: true, naive: true},
+		{name: "redis-uniform-5k", kind: Single, mode: Open, rate: 5000, conns: 64, work: 128, batch: 1, keys: uniform, acc: true, naive: true},
+		{name: "redis-idle-return", kind: Single, mode: Open, rate: idleRate, conns: 64, work: 128, batch: 1, keys: idle, acc: true, naive: true, warm: idleCycle},
+		{name: "redis-fw1s-5k", rule: "bench-fw", kind: Single, mode: Open, rate: 5000, conns: 64, work: 128, batch: 1, keys: uniform, naive: true},
 	} {
 		r := st.measure(ctx, addr, ps, procs, raddr)
 		if ps.name == "redis-single" {
@@ -494,7 +588,7 @@ func (st *suite) redisPhases(ctx context.Context, rules string) {
 	}
 	if single != nil && single.RPS > 0 {
 		st.measure(ctx, addr, phaseSpec{name: "redis-open-050%", kind: Single, mode: Open, rate: int64(math.Max(1, single.RPS/2)),
-			conns: 128, work: 256, batch: 1, keys: KeyConfig{Keys: st.cfg.Keys, Dist: Zipf}, acc: true}, procs, raddr)
+			conns: 128, work: 256, batch: 1, keys: KeyConfig{Keys: st.cfg.Keys, Dist: Zipf}, acc: true, naive: true}, procs, raddr)
 	}
 }
 

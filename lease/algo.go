@@ -123,7 +123,7 @@ func CheckLog(p Policy, hits int64) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if p.Algorithm != SlidingLog {
+	if p.Algorithm.kind() != kindLog {
 		return fmt.Errorf("cannot run a sliding_log check for a %s policy: %w", p.Algorithm, ErrWrongAlgorithm)
 	}
 	if hits < 0 || hits > MaxHits {
@@ -139,7 +139,7 @@ func CheckAcquire(p Policy, id string, hits int64) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if p.Algorithm != Concurrency {
+	if !p.Algorithm.Acquired() {
 		return fmt.Errorf("cannot acquire a slot of a %s policy: %w", p.Algorithm, ErrWrongAlgorithm)
 	}
 	if hits != 0 && hits != 1 {
@@ -157,7 +157,7 @@ func CheckRelease(p Policy, id string) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if p.Algorithm != Concurrency {
+	if !p.Algorithm.Acquired() {
 		return fmt.Errorf("cannot release a slot of a %s policy: %w", p.Algorithm, ErrWrongAlgorithm)
 	}
 	if id == "" {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // BreakerConfig configures a [Breaker]. Every field's zero value means its
@@ -46,6 +48,9 @@ type BreakerConfig struct {
 	// AfterFunc schedules the background probe on Now's clock. Nil means
 	// time.AfterFunc. Tests pass a fake clock's.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	// Metrics is the set of the sluice_store_* metrics. Nil means the
+	// process's default set (see Config.Metrics).
+	Metrics *metrics.Set
 	// Logger receives one line per state change, with its cause. Nil
 	// means slog.Default(). A Manager sets it to its own.
 	Logger *slog.Logger
@@ -147,6 +152,7 @@ var probePolicy = Policy{Algorithm: TokenBucket, Limit: 1, Period: time.Hour}
 type Breaker struct {
 	store Store
 	cfg   BreakerConfig
+	met   *leaseMetrics
 	state atomic.Uint32 // BreakerState, readable without mu
 	// openUntil is, while open, when the cool-down ends (Unix ns): until
 	// then Rejecting answers without the mutex.
@@ -176,7 +182,7 @@ type Breaker struct {
 
 // NewBreaker returns a Breaker around store.
 func NewBreaker(store Store, cfg BreakerConfig) *Breaker {
-	b := &Breaker{store: store, cfg: cfg.withDefaults()}
+	b := &Breaker{store: store, cfg: cfg.withDefaults(), met: newLeaseMetrics(cfg.Metrics)}
 	b.timeout.Store(int64(b.cfg.Timeout))
 	return b
 }
@@ -328,8 +334,8 @@ func (b *Breaker) setState(s BreakerState, why string) {
 	if old == s {
 		return
 	}
-	breakerState.Add(stateWeight(s) - stateWeight(old))
-	breakerTransitions[s].Inc()
+	b.met.breakerState.Add(stateWeight(s) - stateWeight(old))
+	b.met.breakerTransitions[s].Inc()
 	attrs := []any{"from", old.String(), "to", s.String(), "cause", why}
 	switch {
 	case s == BreakerOpen && old == BreakerClosed:
@@ -451,7 +457,7 @@ func (e *RTTEstimator) Timeout(lo, hi time.Duration) time.Duration {
 // Store's: a refused policy or algorithm is an answer, not a failure.
 func callerError(err error) bool {
 	var fe *FieldError
-	return errors.Is(err, ErrWrongAlgorithm) || errors.As(err, &fe)
+	return errors.Is(err, ErrWrongAlgorithm) || errors.Is(err, ErrNoSlot) || errors.As(err, &fe)
 }
 
 // errTimedOut marks a call that the breaker's timeout ended.
@@ -462,13 +468,13 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 	var zero T
 	probe, ok := b.admit()
 	if !ok {
-		storeCalls[op][resultRejected].Inc()
+		b.met.storeCalls[op][resultRejected].Inc()
 		return zero, errBreakerOpen
 	}
 	epoch := b.epoch.Load()
 	if err := ctx.Err(); err != nil {
 		b.record(probe, false, nil, epoch, -1)
-		storeCalls[op][resultCanceled].Inc()
+		b.met.storeCalls[op][resultCanceled].Inc()
 		return zero, err
 	}
 	timeout := b.Timeout()
@@ -484,21 +490,21 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 	// Read before cancel, after which cctx.Err() is never nil.
 	timedOut := cctx.Err() != nil
 	cancel()
-	storeLatency[op].Update(rtt.Seconds())
+	b.met.storeLatency[op].Update(rtt.Seconds())
 	switch {
 	case err == nil || callerError(err):
 		b.record(probe, true, nil, epoch, rtt)
-		storeCalls[op][resultOK].Inc()
+		b.met.storeCalls[op][resultOK].Inc()
 		return v, err
 	case ctx.Err() != nil:
 		// The caller's context ended: says nothing about the Store.
 		b.record(probe, false, nil, epoch, -1)
-		storeCalls[op][resultCanceled].Inc()
+		b.met.storeCalls[op][resultCanceled].Inc()
 		return zero, err
 	case errors.Is(err, context.DeadlineExceeded) || timedOut:
 		err = fmt.Errorf("cannot %s: %w: %w after %v", opNames[op], ErrStoreUnavailable, errTimedOut, timeout)
 		b.record(probe, true, err, epoch, -1)
-		storeCalls[op][resultTimeout].Inc()
+		b.met.storeCalls[op][resultTimeout].Inc()
 		return zero, err
 	default:
 		if errors.Is(err, ErrStoreUnavailable) {
@@ -507,7 +513,7 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 			err = fmt.Errorf("cannot %s: %w: %w", opNames[op], ErrStoreUnavailable, err)
 		}
 		b.record(probe, true, err, epoch, -1)
-		storeCalls[op][resultError].Inc()
+		b.met.storeCalls[op][resultError].Inc()
 		return zero, err
 	}
 }

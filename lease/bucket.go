@@ -166,20 +166,13 @@ func (b *bucket) settle(lent int64) int64 {
 
 // leaseExpiry is until when tokens of grant g, asked for at now (before
 // the Store call, so at or before the Store's own now), may be spent on
-// the fast path: the end of the grant's window, made early by up to 1ms
-// so that the rounding up of Reset never lets a token into the next
-// window; for token_bucket and gcra half of ttl after now (the Store lends
-// them until ttl after it received the call).
+// the fast path (the algorithm's code.expiry): the end of the
+// grant's window, made early by up to 1ms so that the rounding up of Reset
+// never lets a token into the next window; for token_bucket and gcra half
+// of ttl after now (the Store lends them until ttl after it received the
+// call).
 func leaseExpiry(p Policy, now int64, g Grant, ttl time.Duration) int64 {
-	switch p.Algorithm {
-	case FixedWindow:
-		// Reset is the time to the end of the current window.
-		return now + int64(g.Reset) - int64(time.Millisecond)
-	case SlidingWindow:
-		// After a grant cur > 0: Reset is the end of the next window.
-		return now + int64(g.Reset) - int64(p.Period) - int64(time.Millisecond)
-	}
-	return now + int64(ttl/2)
+	return p.Algorithm.leased().expiry(p, now, g, ttl)
 }
 
 // storeLevel is the Store's whole tokens of b's key at now as far as this
@@ -197,30 +190,10 @@ func (b *bucket) storeLevel(now int64) (level int64, known bool) {
 	if resetAt == 0 {
 		return 0, false
 	}
-	capacity := b.pol.Capacity()
 	if now >= resetAt {
-		return capacity, true
+		return b.pol.Capacity(), true
 	}
-	switch b.pol.Algorithm {
-	case TokenBucket, GCRA:
-		// In float64: the product can overflow int64. The epsilon keeps
-		// float error from costing a whole token.
-		missing := math.Ceil(float64(resetAt-now)*float64(b.pol.Limit)/float64(b.pol.Period) - 1e-9)
-		if missing >= float64(capacity) {
-			return 0, true
-		}
-		return capacity - int64(max(missing, 0)), true
-	}
-	return min(max(b.remaining.Load(), 0), capacity), true
-}
-
-// roundSlack is how much later than the Store's own time coverAt may be:
-// the Store rounds Reset up to a whole millisecond.
-func roundSlack(a Algorithm) int64 {
-	if a == SlidingWindow {
-		return 0
-	}
-	return int64(time.Millisecond)
+	return b.pol.Algorithm.leased().level(b, now, resetAt), true
 }
 
 // coverAt is when, by the Store's last answer, the key will have need
@@ -230,28 +203,14 @@ func roundSlack(a Algorithm) int64 {
 // falls no faster than limit per period, so this is never later than the
 // truth). Before the first answer it is 0 (ask the Store). Other holders
 // may have taken tokens since: the Store then denies, with a new answer.
-func (b *bucket) coverAt(need int64) int64 {
+// slack is how much later than the Store's own time at may be: the Store
+// rounds Reset up to a whole millisecond (0 for sliding_window's rate).
+func (b *bucket) coverAt(need int64) (at, slack int64) {
 	resetAt := b.resetAt.Load()
 	if resetAt == 0 {
-		return 0
+		return 0, 0
 	}
-	p := b.pol
-	switch p.Algorithm {
-	case TokenBucket, GCRA:
-		// Full at resetAt; need tokens (C − need) × period/limit before.
-		back := float64(p.Capacity()-need) * float64(p.Period) / float64(p.Limit)
-		return resetAt - int64(math.Min(back, float64(resetAt)))
-	case FixedWindow:
-		if b.remaining.Load() >= need {
-			return 0
-		}
-		return resetAt
-	}
-	short := need - b.remaining.Load()
-	if short <= 0 {
-		return 0
-	}
-	return addTime(b.answeredAt(), time.Duration(math.Ceil(float64(short)*float64(p.Period)/float64(p.Limit))))
+	return b.pol.Algorithm.leased().coverAt(b, need, resetAt)
 }
 
 // answer records the Store's answer g, received at (Unix ns).
@@ -305,22 +264,11 @@ func (b *bucket) spentBefore(kept int64) int64 {
 // projected is the Store's whole tokens of b's key at now by its last
 // answer, as coverAt projects it (0 before the first answer).
 func (b *bucket) projected(now int64) int64 {
-	if b.resetAt.Load() == 0 {
+	resetAt := b.resetAt.Load()
+	if resetAt == 0 {
 		return 0
 	}
-	c := b.pol.Capacity()
-	switch b.pol.Algorithm {
-	case TokenBucket, GCRA:
-		level, _ := b.storeLevel(now)
-		return level
-	case FixedWindow:
-		if now >= b.resetAt.Load() {
-			return c
-		}
-		return min(max(b.remaining.Load(), 0), c)
-	}
-	since := float64(max(now-b.answeredAt(), 0)) * float64(b.pol.Limit) / float64(b.pol.Period)
-	return int64(math.Min(float64(c), float64(max(b.remaining.Load(), 0))+math.Ceil(since)))
+	return b.pol.Algorithm.leased().projected(b, now, resetAt)
 }
 
 // refilled reports whether b's key is, by the Store's answer to the last
@@ -405,7 +353,7 @@ func leaseWant(rate float64, horizon time.Duration, minShare float64, need, capa
 // (token_bucket, gcra): a window's Wait already ends when the whole limit
 // is back.
 func batchWait(p Policy, minShare float64, need int64, horizon time.Duration) time.Duration {
-	if p.Algorithm != TokenBucket && p.Algorithm != GCRA {
+	if !p.Algorithm.refills() {
 		return 0
 	}
 	extra := math.Ceil(minShare*float64(p.Capacity())) - float64(need)

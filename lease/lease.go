@@ -190,6 +190,39 @@
 // operations in both stores); reported durations saturate at about 292
 // years.
 //
+// # Adding an algorithm
+//
+// Everything that depends on the algorithm consults the algorithm table
+// (algo_table.go): the Manager, the memory store, Policy.Validate and, by
+// Algorithm's methods (ParseAlgorithm, Leased, HasBurst, HasMinInterval,
+// StoresEveryHit, Acquired), rule files and RLS configurations. A new
+// algorithm of an existing kind (leased and refilling, leased and counted
+// per window, checked by Store.Log, or slots acquired and released) is:
+//
+//  1. In algo_table.go, a constant after the last one and its row: the
+//     configuration name, the kind, whether MinInterval applies, whether
+//     the Store keeps a record per hit, and its code.
+//  2. A file algo_<name>.go with that code, a zero-size type: validate
+//     (the policy bounds that are its own, such as gcra's exactness
+//     bound), newState (its memory-store state: a type with Lease and
+//     Return, Check, or Acquire and Release, and expiry, the pure math
+//     under the numeric rules of algo.go), and for a leased algorithm the
+//     Manager's view of the Store's answers (expiry, level, coverAt,
+//     projected: embed refillView or windowView where it has their shape);
+//     an exact one embeds exactCode.
+//  3. Its semantics above (# Algorithms, and the accuracy contract of a
+//     leased one).
+//  4. In package lua, the same math in Lua (one file, or a lease and a
+//     return file for a leased algorithm, which run behind prelude.lua and
+//     leased.lua) and its row there: its Redis key suffix and its files.
+//  5. Its tests: cases in lease/storetest (run against both Stores), its
+//     model in lease/modeltest (which refuses an algorithm it does not
+//     know), and its runs in the model and Go/Lua parity tests of lease
+//     and lua that list algorithms.
+//
+// A new kind (another Store operation) also needs a Store method, a
+// Manager path and the front ends that call it.
+//
 // # Concurrency
 //
 // Every exported type in this package is safe for concurrent use unless its
@@ -202,56 +235,6 @@ import (
 	"fmt"
 	"time"
 )
-
-// Algorithm names a rate-limit algorithm.
-type Algorithm uint8
-
-// The algorithms. The zero Algorithm is invalid.
-const (
-	TokenBucket Algorithm = iota + 1
-	GCRA
-	FixedWindow
-	SlidingWindow
-	SlidingLog
-	Concurrency
-)
-
-var algorithmNames = [...]string{
-	TokenBucket:   "token_bucket",
-	GCRA:          "gcra",
-	FixedWindow:   "fixed_window",
-	SlidingWindow: "sliding_window",
-	SlidingLog:    "sliding_log",
-	Concurrency:   "concurrency",
-}
-
-// String returns the algorithm's configuration name, such as "token_bucket".
-func (a Algorithm) String() string {
-	if a == 0 || int(a) >= len(algorithmNames) {
-		return fmt.Sprintf("algorithm(%d)", a)
-	}
-	return algorithmNames[a]
-}
-
-// ParseAlgorithm returns the Algorithm with the configuration name s.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a, name := range algorithmNames {
-		if name != "" && name == s {
-			return Algorithm(a), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, gcra, fixed_window, sliding_window, sliding_log or concurrency)", s)
-}
-
-// refills reports whether the algorithm's bucket refills over time
-// (token_bucket, gcra) rather than counting per window.
-func (a Algorithm) refills() bool { return a == TokenBucket || a == GCRA }
-
-// Leased reports whether the algorithm's tokens can be leased in batches.
-// sliding_log and concurrency cannot: every check is a Store call.
-func (a Algorithm) Leased() bool {
-	return a >= TokenBucket && a <= SlidingWindow
-}
 
 // Policy is the parameters of one limit. It is a small value, compared with
 // == to tell whether a counter key's limit changed.
@@ -277,7 +260,7 @@ type Policy struct {
 
 // Capacity is the largest number of hits a single check can ever be granted.
 func (p Policy) Capacity() int64 {
-	if (p.Algorithm == TokenBucket || p.Algorithm == GCRA) && p.Burst > 0 {
+	if p.Burst > 0 && p.Algorithm.HasBurst() {
 		return p.Burst
 	}
 	return p.Limit
@@ -286,7 +269,7 @@ func (p Policy) Capacity() int64 {
 // Validate reports whether p is usable, naming the offending field.
 func (p Policy) Validate() error {
 	switch {
-	case p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames):
+	case !p.Algorithm.valid():
 		return &FieldError{Field: "algorithm", Msg: "unknown algorithm"}
 	case p.Limit <= 0:
 		return &FieldError{Field: "limit", Msg: "must be > 0"}
@@ -300,22 +283,8 @@ func (p Policy) Validate() error {
 		return &FieldError{Field: "burst", Msg: fmt.Sprintf("must be between 0 and %d", int64(MaxLimit))}
 	case p.MinInterval < 0 || p.MinInterval > p.Period:
 		return &FieldError{Field: "min_interval", Msg: "must be between 0 and period"}
-	case p.Algorithm.refills() && float64(p.Capacity())*float64(p.Period.Microseconds())/float64(p.Limit) > MaxRefill:
-		// The time to refill a whole burst: gcra's TAT runs up to that
-		// far ahead of now and must stay an exact integer in float64
-		// (Lua) and int64, with no cap that would under-charge.
-		return &FieldError{Field: "burst", Msg: fmt.Sprintf("burst × period / limit (the time to refill a whole burst) must be at most 2^52µs (about 142 years), got %.3g years",
-			float64(p.Capacity())*p.Period.Hours()/float64(p.Limit)/(365*24))}
-	case p.Algorithm == GCRA && float64(p.Capacity())*float64(p.Period.Microseconds()) > MaxExact:
-		// avail = floor(burst − d × limit/period) with d ≤ burst ×
-		// period/limit: d × limit stays an exact float64 integer.
-		return &FieldError{Field: "burst", Msg: "burst × period must be at most 2^52 tokens·µs for gcra (e.g. 1.2M per hour, 52k per day), so that its arithmetic stays exact in float64; use token_bucket or a shorter period"}
-	case p.Algorithm == SlidingWindow && float64(p.Limit)*float64(p.Period.Microseconds()) > MaxExact:
-		// The previous window's weight ceil(prev × (period − e)/period)
-		// with prev ≤ limit: the product stays an exact float64 integer.
-		return &FieldError{Field: "limit", Msg: "limit × period must be at most 2^52 tokens·µs for sliding_window (e.g. 1.2M per hour, 52k per day), so that its weighted estimate stays exact in float64; use fixed_window or a shorter period"}
 	}
-	return nil
+	return algorithms[p.Algorithm].code.validate(p)
 }
 
 // MaxExact bounds capacity × period (µs) of gcra and sliding_window: their
@@ -467,7 +436,9 @@ type Exact interface {
 	// Log runs one sliding_log check of hits.
 	Log(ctx context.Context, key string, p Policy, hits int64) (Result, error)
 	// Acquire takes one concurrency slot of key for id (hits = 0 peeks and
-	// records nothing); Release frees it.
+	// records nothing); Release frees it, or returns ErrNoSlot when id
+	// holds no slot of key (never acquired, released already, or expired
+	// and reaped).
 	Acquire(ctx context.Context, key string, p Policy, id string, hits int64) (Result, error)
 	Release(ctx context.Context, key string, p Policy, id string) error
 }
@@ -480,4 +451,7 @@ var (
 	// ErrWrongAlgorithm means a call was made for a policy whose algorithm
 	// does not support it (a lease for sliding_log, say).
 	ErrWrongAlgorithm = errors.New("operation not supported by the policy's algorithm")
+	// ErrNoSlot means a release named an id that holds no slot of the key
+	// (a caller's error: the Store answered).
+	ErrNoSlot = errors.New("no such slot: never acquired, released already, or expired")
 )

@@ -74,6 +74,7 @@ import (
 // and returns every lease. A Manager is safe for concurrent use.
 type Manager struct {
 	cfg     Config
+	met     *leaseMetrics
 	store   *Breaker
 	local   Store
 	own     *MemoryStore // the default Local, closed by Close
@@ -189,7 +190,7 @@ type slot struct {
 // NewManager returns a Manager that leases from store.
 func NewManager(store Store, cfg Config) *Manager {
 	cfg = cfg.withDefaults()
-	m := &Manager{cfg: cfg}
+	m := &Manager{cfg: cfg, met: newLeaseMetrics(cfg.Metrics)}
 	if cfg.Now == nil {
 		m.clock = startCoarseClock(coarseTick)
 		m.nowFn = time.Now
@@ -198,6 +199,9 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	bc := cfg.Breaker
 	bc.Now = m.nowFn
+	if bc.Metrics == nil {
+		bc.Metrics = cfg.Metrics
+	}
 	if bc.Logger == nil {
 		bc.Logger = cfg.Logger
 	}

@@ -3,6 +3,8 @@ package lease
 import (
 	"log/slog"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // Config configures a [Manager]. Every field's zero value means its default
@@ -96,6 +98,12 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the Manager's logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics is the set the Manager's and its Breaker's metrics
+	// (sluice_lease_*, sluice_store_*) are registered in. Nil means the
+	// process's default set, which metrics.WritePrometheus writes: right
+	// for one Manager per process; give each its own set when several
+	// share one (a test cluster), or their counts mix.
+	Metrics *metrics.Set
 }
 
 // DefaultConfig returns the defaults. Horizon 100ms: big enough that a hot

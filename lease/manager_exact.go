@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -13,11 +14,11 @@ func (m *Manager) takeExact(key string, p Policy, hits int64) (Decision, error) 
 	if err := p.Validate(); err != nil {
 		return Decision{}, err
 	}
-	if p.Algorithm != SlidingLog {
+	if p.Algorithm.kind() != kindLog {
 		return Decision{}, fmt.Errorf("cannot take %s: %w (use Acquire)", p.Algorithm, ErrWrongAlgorithm)
 	}
 	m.st.storeDecisions.Add(1)
-	decisionsStore.Inc()
+	m.met.decisionsStore.Inc()
 	key = strings.Clone(key) // Stores may keep it (a call that timed out may still be queued)
 	r, err := m.store.Log(m.ctx, key, p, hits)
 	if err != nil {
@@ -38,7 +39,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 	if err := p.Validate(); err != nil {
 		return Decision{}, "", err
 	}
-	if p.Algorithm != Concurrency {
+	if !p.Algorithm.Acquired() {
 		return Decision{}, "", fmt.Errorf("cannot acquire %s: %w", p.Algorithm, ErrWrongAlgorithm)
 	}
 	if hits != 0 && hits != 1 {
@@ -50,7 +51,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 	}
 	key = strings.Clone(key) // Stores may keep it
 	m.st.storeDecisions.Add(1)
-	decisionsStore.Inc()
+	m.met.decisionsStore.Inc()
 	r, err := m.store.Acquire(m.ctx, key, p, id, hits)
 	degraded := false
 	if err != nil {
@@ -58,7 +59,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 			return Decision{}, "", err
 		}
 		m.st.degraded.Add(1)
-		decisionsDegraded.Inc()
+		m.met.decisionsDegraded.Inc()
 		degraded = true
 		switch p.OnFailure {
 		case FailOpen:
@@ -87,7 +88,7 @@ func (m *Manager) Release(key string, p Policy, id string) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if p.Algorithm != Concurrency {
+	if !p.Algorithm.Acquired() {
 		return fmt.Errorf("cannot release %s: %w", p.Algorithm, ErrWrongAlgorithm)
 	}
 	if id == "" {
@@ -95,9 +96,13 @@ func (m *Manager) Release(key string, p Policy, id string) error {
 	}
 	key = strings.Clone(key) // Stores may keep it
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StoreTimeout)
-	_ = m.local.Release(ctx, key, p, id) // a slot taken while degraded
+	localErr := m.local.Release(ctx, key, p, id) // a slot taken while degraded
 	cancel()
-	return m.store.Release(m.ctx, key, p, id)
+	err := m.store.Release(m.ctx, key, p, id)
+	if errors.Is(err, ErrNoSlot) && localErr == nil {
+		return nil // the slot was taken from memory while the Store was down
+	}
+	return err
 }
 
 // newID returns 16 random bytes in hex.

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/logkey"
+	"github.com/sluicehq/sluice/lease/logkey"
 )
 
 // failure decides a check of hits by p's failure mode after the Store
@@ -17,7 +17,7 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 		key = b.key
 	}
 	m.st.degraded.Add(1)
-	decisionsDegraded.Inc()
+	m.met.decisionsDegraded.Inc()
 	m.cfg.Logger.Debug("store unavailable", logkey.Attr(key), "mode", p.OnFailure.String(), "err", err)
 	var remaining int64
 	if b != nil {
@@ -198,10 +198,10 @@ func (m *Manager) reconcileAll() {
 func (m *Manager) charge(key string, p Policy, n int64) {
 	g, err := m.store.Lease(m.ctx, key, p, n, 0, Lessee{})
 	if err != nil {
-		reconciledTokens[reconcileFailed].AddInt64(n)
+		m.met.reconciledTokens[reconcileFailed].AddInt64(n)
 		m.cfg.Logger.Warn("cannot charge the Store for local-mode admissions", logkey.Attr(key), "hits", n, "err", err)
 		return
 	}
-	reconciledTokens[reconcileCharged].AddInt64(g.Granted)
-	reconciledTokens[reconcileExcess].AddInt64(n - g.Granted)
+	m.met.reconciledTokens[reconcileCharged].AddInt64(g.Granted)
+	m.met.reconciledTokens[reconcileExcess].AddInt64(n - g.Granted)
 }

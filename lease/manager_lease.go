@@ -68,13 +68,13 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		if m.usable(b, now) {
 			local = b.tokens.Load()
 		}
-		if at := b.coverAt(hits - local); at != 0 {
+		if at, slack := b.coverAt(hits - local); at != 0 {
 			if now < du {
 				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
 			}
 			// Within the Store's rounding of the time, ask it: a denial
 			// must be sure; a RetryAfter must never be early.
-			if now < at-roundSlack(p.Algorithm) {
+			if now < at-slack {
 				if m.usable(b, now) && b.tokens.Load() > local {
 					// A lease call put tokens on hand since this check
 					// looked (calls add them before they publish the
@@ -82,13 +82,13 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 					continue
 				}
 				m.st.localDenials.Add(1)
-				decisionsDenyLoc.Inc()
+				m.met.decisionsDenyLoc.Inc()
 				return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
 					RetryAfter: time.Duration(at - now), Reset: b.reset(local, now)}, nil
 			}
 		}
 		if m.store.Rejecting() {
-			storeCalls[opLease][resultRejected].Inc()
+			m.met.storeCalls[opLease][resultRejected].Inc()
 			return m.failure(b, key, p, hits, errBreakerOpen), nil
 		}
 		if bud == nil {
@@ -214,7 +214,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 
 	m.st.storeDecisions.Add(1)
 	m.st.leases.Add(1)
-	decisionsStore.Inc()
+	m.met.decisionsStore.Inc()
 	to := m.lesseeOf(b, keep)
 	to.Idle = idle
 	if p.Algorithm.refills() {
@@ -305,7 +305,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	if g.Granted >= need && g.Granted > 0 {
 		m.countLocal(b.basis.Load() - local)
 		m.st.tokensLeased.Add(g.Granted)
-		tokensLeased.AddInt64(g.Granted)
+		m.met.tokensLeased.AddInt64(g.Granted)
 		b.lastLeaseMs = unixMs32(now)
 		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
 		if keep > 0 && !p.Algorithm.refills() {
@@ -462,7 +462,7 @@ func (m *Manager) sizeLease(b *bucket, consumed, now, need int64) int64 {
 func (m *Manager) countLocal(n int64) {
 	if n > 0 {
 		m.st.localHits.Add(n)
-		localHits.AddInt64(n)
+		m.met.localHits.AddInt64(n)
 	}
 }
 
@@ -483,7 +483,7 @@ func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision
 // must be the Manager's own copy.
 func (m *Manager) peekStore(key string, p Policy) Decision {
 	m.st.storeDecisions.Add(1)
-	decisionsStore.Inc()
+	m.met.decisionsStore.Inc()
 	g, err := m.store.Lease(m.ctx, key, p, 0, 0, Lessee{})
 	if err != nil {
 		return m.failure(nil, key, p, 0, err)
@@ -562,7 +562,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 		want, need = 0, 0
 	}
 	m.st.prefetches.Add(1)
-	prefetches.Inc()
+	m.met.prefetches.Inc()
 	// held may be spent while the call is out: an upper bound, which the
 	// Store may count as lent until the next call settles it.
 	to := m.lesseeOf(b, held)
@@ -581,7 +581,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	b.keptAdd(held + g.Granted)
 	m.countLocal(b.basis.Load() - local)
 	m.st.tokensLeased.Add(g.Granted)
-	tokensLeased.AddInt64(g.Granted)
+	m.met.tokensLeased.AddInt64(g.Granted)
 	b.lastLeaseMs = unixMs32(now)
 	switch {
 	case g.Granted > 0:

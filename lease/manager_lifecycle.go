@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/logkey"
+	"github.com/sluicehq/sluice/lease/logkey"
 )
 
 // intern returns the shared copy of p.
@@ -45,7 +45,7 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 				continue
 			}
 			m.st.active.Add(1)
-			activeKeys.Inc()
+			m.met.activeKeys.Inc()
 			return nb
 		}
 		nb.key = old.key
@@ -120,7 +120,7 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 		err = m.store.Return(ctx, b.key, *b.pol, tokens, m.cfg.Holder)
 		if err == nil {
 			m.st.tokensReturned.Add(tokens)
-			tokensReturned.AddInt64(tokens)
+			m.met.tokensReturned.AddInt64(tokens)
 		} else {
 			m.cfg.Logger.Warn("cannot return leased tokens", logkey.Attr(b.key), "tokens", tokens, "err", err)
 		}
@@ -147,7 +147,7 @@ func (m *Manager) evict(b *bucket) bool {
 		return false
 	}
 	m.st.active.Add(-1)
-	activeKeys.Dec()
+	m.met.activeKeys.Dec()
 	marked := b.markEvicted()
 	m.endDegraded(b) // after the mark, which seedLocal checks under the lock
 	m.callEnded(b, Lessee{}, nil)

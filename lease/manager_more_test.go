@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
@@ -97,27 +99,58 @@ func TestCoarseClock(t *testing.T) {
 }
 
 func TestMetricsMove(t *testing.T) {
+	set := metrics.NewSet()
 	m, fs, _ := testManager(t, func(c *Config) {
 		c.Breaker = BreakerConfig{Failures: 1, Cooldown: time.Hour}
+		c.Metrics = set
 	})
+	get := func(name string) uint64 { return set.GetOrCreateCounter(name).Get() }
 	p := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Hour, OnFailure: FailOpen}
-	leased, ok := tokensLeased.Get(), storeCalls[opLease][resultOK].Get()
 	mustTake(t, m, "metrics-k", p, 1)
-	if tokensLeased.Get() == leased || storeCalls[opLease][resultOK].Get() != ok+1 {
+	if get(`sluice_lease_tokens_leased_total`) == 0 || get(`sluice_store_calls_total{op="lease",result="ok"}`) != 1 {
 		t.Fatal("lease not counted")
 	}
 	fs.mode.Store(faultError)
-	degraded, rejected := decisionsDegraded.Get(), storeCalls[opLease][resultRejected].Get()
 	mustTake(t, m, "metrics-k2", p, 1) // fails, opens
 	mustTake(t, m, "metrics-k3", p, 1) // rejected
-	if decisionsDegraded.Get() != degraded+2 || storeCalls[opLease][resultRejected].Get() != rejected+1 {
+	if get(`sluice_lease_decisions_total{source="degraded"}`) != 2 || get(`sluice_store_calls_total{op="lease",result="rejected"}`) != 1 {
 		t.Fatal("degraded decisions or rejected calls not counted")
 	}
-	if breakerState.Get() < 1 {
+	if set.GetOrCreateGauge(`sluice_store_breaker_state`, nil).Get() != 1 {
 		t.Fatal("breaker gauge does not show the open breaker")
 	}
 	if st := m.Stats(); st.Breaker != BreakerOpen || st.DegradedDecisions != 2 || st.ActiveKeys != 3 {
 		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+// TestMetricsPerSet: two Managers in one process (two nodes of a test
+// cluster), each with its own set, keep separate counts under the same
+// names; one without a set counts in the process's default set.
+func TestMetricsPerSet(t *testing.T) {
+	sets := [2]*metrics.Set{metrics.NewSet(), metrics.NewSet()}
+	var ms [2]*Manager
+	for i := range ms {
+		ms[i], _, _ = testManager(t, func(c *Config) { c.Metrics = sets[i] })
+	}
+	p := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Hour}
+	mustTake(t, ms[0], "a", p, 1)
+	mustTake(t, ms[0], "b", p, 1)
+	mustTake(t, ms[1], "a", p, 1)
+	for i, want := range []uint64{2, 1} {
+		if got := sets[i].GetOrCreateCounter(`sluice_store_calls_total{op="lease",result="ok"}`).Get(); got != want {
+			t.Errorf("Manager %d: sluice_store_calls_total{op=lease,result=ok} = %d, want %d", i, got, want)
+		}
+		if got := sets[i].GetOrCreateGauge(`sluice_lease_active_keys`, nil).Get(); got != float64(want) {
+			t.Errorf("Manager %d: sluice_lease_active_keys = %v, want %d", i, got, want)
+		}
+	}
+	def := metrics.GetDefaultSet().GetOrCreateCounter(`sluice_store_calls_total{op="lease",result="ok"}`)
+	before := def.Get()
+	m, _, _ := testManager(t, nil)
+	mustTake(t, m, "a", p, 1)
+	if got := def.Get() - before; got != 1 {
+		t.Errorf("a Manager without a set: default set's count +%d, want +1", got)
 	}
 }
 

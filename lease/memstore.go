@@ -66,11 +66,9 @@ type memEntry struct {
 	// expires is the unix µs from which the state equals no state
 	// (recomputed on every write, like a Redis PEXPIRE).
 	expires int64
-	// state is a *TokenBucketState, *GCRAState, ... matching alg.
+	// state is alg's state (its row's newState).
 	state algoState
 }
-
-type algoState interface{ expiry(Policy) int64 }
 
 var _ Store = (*MemoryStore)(nil)
 
@@ -184,39 +182,12 @@ func (sh *memShard) save(key string, e *memEntry, alg Algorithm, st algoState, p
 	e.expires = exp
 }
 
-// leaser is the pure math of one leased algorithm.
-type leaser[S any] interface {
-	*S
-	algoState
-	Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant
-	Return(p Policy, now time.Time, n int64, holder string)
-}
-
-func leaseOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.Time, want, need int64, to Lessee) Grant {
-	t := unixMicros(now)
-	e := sh.lookup(key, p.Algorithm, t)
-	var st PS
+// state returns e's state, or alg's new state if e is nil.
+func state(e *memEntry, alg Algorithm) algoState {
 	if e != nil {
-		st = e.state.(PS)
-	} else {
-		st = new(S)
+		return e.state
 	}
-	g := st.Lease(p, now, want, need, to)
-	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
-	// granting nothing settled, maybe to 0.
-	if g.Granted > 0 || g.Lent > 0 || (e != nil && p.Algorithm.refills()) {
-		sh.save(key, e, p.Algorithm, st, p, t)
-	}
-	return g
-}
-
-func returnOn[S any, PS leaser[S]](sh *memShard, key string, p Policy, now time.Time, n int64, holder string) {
-	t := unixMicros(now)
-	if e := sh.lookup(key, p.Algorithm, t); e != nil {
-		st := e.state.(PS)
-		st.Return(p, now, n, holder)
-		sh.save(key, e, p.Algorithm, st, p, t)
-	}
+	return algorithms[alg].code.newState()
 }
 
 // Lease implements Leaser.
@@ -231,16 +202,16 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	switch p.Algorithm {
-	case TokenBucket:
-		return leaseOn[TokenBucketState](sh, key, p, now, want, need, to), nil
-	case GCRA:
-		return leaseOn[GCRAState](sh, key, p, now, want, need, to), nil
-	case FixedWindow:
-		return leaseOn[FixedWindowState](sh, key, p, now, want, need, to), nil
-	default: // SlidingWindow: CheckLease admits only the leased algorithms
-		return leaseOn[SlidingWindowState](sh, key, p, now, want, need, to), nil
+	t := unixMicros(now)
+	e := sh.lookup(key, p.Algorithm, t)
+	st := state(e, p.Algorithm)
+	g := st.(leasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
+	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
+	// granting nothing settled, maybe to 0.
+	if g.Granted > 0 || g.Lent > 0 || (e != nil && p.Algorithm.refills()) {
+		sh.save(key, e, p.Algorithm, st, p, t)
 	}
+	return g, nil
 }
 
 // Return implements Leaser.
@@ -255,15 +226,10 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	switch p.Algorithm {
-	case TokenBucket:
-		returnOn[TokenBucketState](sh, key, p, now, tokens, holder)
-	case GCRA:
-		returnOn[GCRAState](sh, key, p, now, tokens, holder)
-	case FixedWindow:
-		returnOn[FixedWindowState](sh, key, p, now, tokens, holder)
-	default:
-		returnOn[SlidingWindowState](sh, key, p, now, tokens, holder)
+	t := unixMicros(now)
+	if e := sh.lookup(key, p.Algorithm, t); e != nil {
+		e.state.(leasedState).Return(p, now, tokens, holder)
+		sh.save(key, e, p.Algorithm, e.state, p, t)
 	}
 	return nil
 }
@@ -281,16 +247,11 @@ func (m *MemoryStore) Log(ctx context.Context, key string, p Policy, hits int64)
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.lookup(key, SlidingLog, t)
-	var st *SlidingLogState
-	if e != nil {
-		st = e.state.(*SlidingLogState)
-	} else {
-		st = new(SlidingLogState)
-	}
-	r := st.Check(p, now, hits)
+	e := sh.lookup(key, p.Algorithm, t)
+	st := state(e, p.Algorithm)
+	r := st.(logState).Check(p, now, hits)
 	if e != nil || (r.Allowed && hits > 0) {
-		sh.save(key, e, SlidingLog, st, p, t)
+		sh.save(key, e, p.Algorithm, st, p, t)
 	}
 	return r, nil
 }
@@ -308,16 +269,11 @@ func (m *MemoryStore) Acquire(ctx context.Context, key string, p Policy, id stri
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.lookup(key, Concurrency, t)
-	var st *ConcurrencyState
-	if e != nil {
-		st = e.state.(*ConcurrencyState)
-	} else {
-		st = new(ConcurrencyState)
-	}
-	r := st.Acquire(p, now, id, hits)
+	e := sh.lookup(key, p.Algorithm, t)
+	st := state(e, p.Algorithm)
+	r := st.(slotState).Acquire(p, now, id, hits)
 	if e != nil || (r.Allowed && hits > 0) {
-		sh.save(key, e, Concurrency, st, p, t)
+		sh.save(key, e, p.Algorithm, st, p, t)
 	}
 	return r, nil
 }
@@ -335,10 +291,13 @@ func (m *MemoryStore) Release(ctx context.Context, key string, p Policy, id stri
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.lookup(key, Concurrency, t); e != nil {
-		st := e.state.(*ConcurrencyState)
-		st.Release(now, id)
-		sh.save(key, e, Concurrency, st, p, t)
+	held := false
+	if e := sh.lookup(key, p.Algorithm, t); e != nil {
+		held = e.state.(slotState).Release(now, id)
+		sh.save(key, e, p.Algorithm, e.state, p, t)
+	}
+	if !held {
+		return ErrNoSlot
 	}
 	return nil
 }

@@ -16,13 +16,13 @@
 // up. Each script's header comment lists its KEYS, ARGV and return value.
 //
 //	file                       KEYS[1]                    ARGV                                  returns
-//	token_bucket_lease.lua     hash {t tokens, u µs}      limit, period_us, capacity, want, need  {granted, remaining, wait_ms, reset_ms}
+//	token_bucket_lease.lua     string {t tokens, u µs}    limit, period_us, capacity, want, need  {granted, remaining, wait_ms, reset_ms}
 //	token_bucket_return.lua    (same)                     limit, period_us, capacity, tokens      1, or 0 if nothing to do
-//	gcra_lease.lua             string: TAT µs             limit, period_us, burst, want, need     {granted, remaining, wait_ms, reset_ms}
+//	gcra_lease.lua             string {t TAT µs}          limit, period_us, burst, want, need     {granted, remaining, wait_ms, reset_ms}
 //	gcra_return.lua            (same)                     limit, period_us, burst, tokens         1 / 0
-//	fixed_window_lease.lua     hash {w start µs, c}       limit, period_us, want, need            {granted, remaining, wait_ms, reset_ms}
+//	fixed_window_lease.lua     string {w start µs, c}     limit, period_us, want, need            {granted, remaining, wait_ms, reset_ms}
 //	fixed_window_return.lua    (same)                     limit, period_us, tokens                1 / 0
-//	sliding_window_lease.lua   hash {w start µs, c, p}    limit, period_us, want, need            {granted, remaining, wait_ms, reset_ms}
+//	sliding_window_lease.lua   string {w start µs, c, p}  limit, period_us, want, need            {granted, remaining, wait_ms, reset_ms}
 //	sliding_window_return.lua  (same)                     limit, period_us, tokens                1 / 0
 //	sliding_log.lua            zset member→stamp µs       limit, period_us, min_interval_us, hits {allowed, remaining, retry_ms, reset_ms}
 //	concurrency_acquire.lua    zset id→expiry µs          limit, ttl_us, id, hits (0 = peek)      {allowed, remaining, retry_ms, reset_ms}
@@ -37,8 +37,15 @@
 // # Keys
 //
 // A counter key K of algorithm A lives in the Redis key
-// "{<prefix>:K}:<a>" (prefix "sl" by default; a = tb, gcra, fw, sw, log,
-// cc). The whole counter key is the Cluster hash tag: a counter's keys share
+// "{<prefix>:K}:<a>" (prefix "sl" by default; a = tb2, gc2, fw2, sw2, log,
+// cc). A leased key's state is one string (fields and loans, see
+// leased.lua) read with one GET and written with one SET; its suffix ends
+// in the format's version, so nodes of a release that kept another format
+// (the hashes at tb, gc, fw, sw) never share a Redis key with this one:
+// during a rolling upgrade each release counts a counter's limit on its
+// own key, up to the limit once per release.
+//
+// The whole counter key is the Cluster hash tag: a counter's keys share
 // one slot, and counters spread over all slots. A counter key containing
 // '}' would end the tag early, so it is tagged with its 64-bit xxhash
 // instead and follows the tag: "{sl:#<16 hex>}K:<a>" (still unique, since
@@ -55,25 +62,27 @@
 // # Memory
 //
 // MEMORY USAGE of one key (Redis 7.0, jemalloc, counter key "user-000042";
-// measured by TestMemoryPerKey, rerun with go test -run MemoryPerKey -v):
+// measured by TestMemoryPerKey, rerun with go test -run MemoryPerKey -v).
+// A holder is named by an 11-byte digest of its Lessee ID (see holderOf):
 //
-//	token_bucket     104 bytes; 179 with one holder's loan (a Manager's
-//	                 34-byte id: '@' + id = '<lent>,<expiry>,<expiry − last spend>',
-//	                 and '#' = '<last call>,<its grant>', see leased.lua);
-//	                 227 after its second lease, which keeps the tokens it
-//	                 reports spent as an ended loan ('~1' = '<lent>,<time>',
-//	                 up to 3, while they cap the level)
-//	gcra             104 bytes; 179 with one holder's loan; 195 after its
+//	token_bucket     104 bytes; 163 with one holder's loan ('@' holder '='
+//	                 '<lent>,<expiry>,<expiry − last spend>', and '#' =
+//	                 '<last call>,<its grant>', see leased.lua); 195 after
+//	                 its second lease, which keeps the tokens it reports
+//	                 spent as an ended loan ('~<lent>,<time>', up to 3,
+//	                 while they cap the level)
+//	gcra             104 bytes; 147 with one holder's loan; 179 after its
 //	                 second lease
-//	fixed_window     104 bytes; 147 with one holder's loan ('<lent>,0')
-//	sliding_window   104 bytes; 147 with one holder's loan
+//	fixed_window     104 bytes; 115 with one holder's loan ('<lent>,0')
+//	sliding_window   104 bytes; 115 with one holder's loan
 //	sliding_log      104 bytes with 1 stamp; ~36 bytes per stamp up to 128
 //	                 stamps (listpack), ~118 bytes per stamp beyond (skiplist)
 //	concurrency      120 bytes with 1 holder; ~51 bytes per holder (32-byte
 //	                 ids) up to 128, ~134 beyond
 //
-// A longer counter key costs about its extra length. One million active
-// leased keys, each held by one node, take about 180 MB of Redis memory.
+// A longer counter key costs about its extra length. BenchmarkScriptCost
+// measures used_memory over many keys, which adds the key's entries in
+// Redis's key and expiry tables.
 //
 // # Failures
 //

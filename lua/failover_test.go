@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/lua/redistest"
 )
 
@@ -96,7 +97,7 @@ func TestFailoverCluster(t *testing.T) {
 			}
 			// The event: the replica serves the slots, and the Cluster is ok.
 			slot := slotOf(s.Key(lim, lease.TokenBucket))
-			waitUntil(t, "the replica to be promoted", func() bool {
+			clocktest.Eventually(t, recoveryBound, "the replica to be promoted", func() bool {
 				owners, err := c.SlotMasters()
 				if err != nil || owners[slot] != replica.Addr {
 					return false
@@ -141,7 +142,7 @@ func TestFailoverSentinel(t *testing.T) {
 	l.Inject()
 	ss.Master.Kill()
 	l.Heal()
-	waitUntil(t, "the Sentinel to promote the replica", func() bool {
+	clocktest.Eventually(t, recoveryBound, "the Sentinel to promote the replica", func() bool {
 		addr, err := ss.MasterAddr()
 		return err == nil && addr == ss.Replica.Addr
 	})

@@ -43,32 +43,34 @@ func TestFault(t *testing.T) {
 	rows := []struct {
 		name string
 		// fault breaks Redis and, returning, ends the fault (the fault's
-		// duration is its own; nothing is asserted after a sleep).
+		// duration is its own; nothing is asserted after a sleep). Its
+		// time.Sleep is the fault's length: a real redis-server stays
+		// down that long, in real time, while the paced load measures it.
 		fault func(t *testing.T, srv *redistest.Server, p *delayProxy)
 	}{
 		{"redis-kill", func(t *testing.T, srv *redistest.Server, _ *delayProxy) {
 			srv.Kill()
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the fault lasts this long (real time)
 			srv.Restart()
 		}},
 		{"pause-5s", func(t *testing.T, srv *redistest.Server, _ *delayProxy) {
 			srv.Pause()
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the fault lasts this long (real time)
 			srv.Resume()
 		}},
 		{"freeze-100ms", func(t *testing.T, srv *redistest.Server, _ *delayProxy) {
 			srv.Pause()
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the fault lasts this long (real time)
 			srv.Resume()
 		}},
 		{"latency-30ms", func(t *testing.T, _ *redistest.Server, p *delayProxy) {
 			p.SetDelay(30 * time.Millisecond)
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the fault lasts this long (real time)
 			p.SetDelay(0)
 		}},
 		{"latency-200ms", func(t *testing.T, _ *redistest.Server, p *delayProxy) {
 			p.SetDelay(200 * time.Millisecond)
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the fault lasts this long (real time)
 			p.SetDelay(0)
 		}},
 	}

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/pace"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // Load shape: pairs of checks per second, each pair one check of a fresh
@@ -41,8 +43,7 @@ type faultLoad struct {
 	lim    lease.Policy
 	hot    lease.Policy
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	load *pace.Load
 
 	seq       atomic.Int64 // fresh keys handed out
 	issued    atomic.Int64 // checks started
@@ -66,38 +67,13 @@ type faultLoad struct {
 func startFaultLoad(t *testing.T, m *lease.Manager, fresh func(i int64) string, limKey string) *faultLoad {
 	l := &faultLoad{
 		t: t, m: m, fresh: fresh, limKey: limKey,
-		lim:  lease.Policy{Algorithm: lease.TokenBucket, Limit: limRate, Period: time.Second, OnFailure: lease.FailLocal},
-		hot:  lease.Policy{Algorithm: lease.TokenBucket, Limit: 1 << 30, Period: time.Second, OnFailure: lease.FailLocal},
-		stop: make(chan struct{}),
+		lim: lease.Policy{Algorithm: lease.TokenBucket, Limit: limRate, Period: time.Second, OnFailure: lease.FailLocal},
+		hot: lease.Policy{Algorithm: lease.TokenBucket, Limit: 1 << 30, Period: time.Second, OnFailure: lease.FailLocal},
 	}
-	interval := time.Second * faultWorkers / faultPairs
-	end := time.Now().Add(maxFaultRun)
-	for w := 0; w < faultWorkers; w++ {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			next := time.Now().Add(time.Duration(w) * interval / faultWorkers)
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				now := time.Now()
-				if now.After(end) {
-					return
-				}
-				if d := next.Sub(now); d > 0 {
-					time.Sleep(d)
-				} else if -d > 100*time.Millisecond {
-					next = now // fell behind (a stalled check): no burst to catch up
-				}
-				next = next.Add(interval)
-				l.check(l.fresh(l.seq.Add(1)), l.hot, true)
-				l.check(l.limKey, l.lim, false)
-			}
-		}()
-	}
+	l.load = pace.Start(pace.Config{Workers: faultWorkers, Rate: faultPairs, Max: maxFaultRun}, func(int, int) {
+		l.check(l.fresh(l.seq.Add(1)), l.hot, true)
+		l.check(l.limKey, l.lim, false)
+	})
 	t.Cleanup(l.Stop)
 	return l
 }
@@ -145,21 +121,14 @@ func atomicMax(a *atomic.Int64, v int64) {
 }
 
 // Stop ends the load and waits for its workers. It is idempotent.
-func (l *faultLoad) Stop() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
-}
+func (l *faultLoad) Stop() { l.load.Stop() }
 
 // waitChecks waits until n more checks have been answered (the load is
 // running and warm), bounded by recoveryBound.
 func (l *faultLoad) waitChecks(n int64) {
 	l.t.Helper()
 	target := l.answered.Load() + n
-	waitUntil(l.t, fmt.Sprintf("%d checks answered", n), func() bool { return l.answered.Load() >= target })
+	clocktest.Eventually(l.t, recoveryBound, fmt.Sprintf("%d checks answered", n), func() bool { return l.answered.Load() >= target })
 }
 
 // Inject marks the start of the fault (latencies from now on count as
@@ -174,7 +143,7 @@ func (l *faultLoad) Heal() { l.healAt.Store(time.Now().UnixNano()) }
 // another second's worth of checks to show it stays recovered.
 func (l *faultLoad) WaitRecovered() time.Duration {
 	l.t.Helper()
-	waitUntil(l.t, "checks decided by the Store again", func() bool { return l.recovered.Load() != 0 })
+	clocktest.Eventually(l.t, recoveryBound, "checks decided by the Store again", func() bool { return l.recovered.Load() != 0 })
 	l.phase.Store(2)
 	l.waitChecks(2 * faultPairs)
 	return time.Duration(l.recovered.Load() - l.healAt.Load())
@@ -252,19 +221,6 @@ func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
 }
 
-// waitUntil polls cond every 10ms until it holds, failing the test after
-// recoveryBound.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(recoveryBound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: not done after %v", what, recoveryBound)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // delayProxy is a TCP proxy on loopback that delays what the client sends
 // by a settable amount, in order: each round trip through it takes that much
 // longer. It stands between a Store and redis-server.
@@ -339,7 +295,7 @@ func (p *delayProxy) pipe(dst, src net.Conn, delayed bool) {
 		defer close(done)
 		for c := range ch {
 			if d := time.Until(c.due); d > 0 {
-				time.Sleep(d)
+				time.Sleep(d) // the delay the proxy adds: real time, as a slow network's
 			}
 			if _, err := dst.Write(c.b); err != nil {
 				for range ch { // drain until the reader ends

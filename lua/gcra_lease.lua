@@ -7,7 +7,7 @@
 -- keeps B*P/L ≤ 2^52 µs, so the TAT stays an exact integer. Joined after
 -- prelude.lua and leased.lua.
 --
--- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans, '#' = the
+-- KEYS[1]  string {t = TAT in unix µs (an integer), '@'..holder = loans, '#' = the
 --          last call (see last_call)}
 -- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us,
 --          spent_before, call, unanswered

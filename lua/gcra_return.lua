@@ -3,7 +3,7 @@
 -- now (an ended loan).
 -- Mirrors lease.GCRAState.Return. Joined after prelude.lua and leased.lua.
 --
--- KEYS[1]  hash {t = TAT, '@'..holder = loans} (see gcra_lease.lua)
+-- KEYS[1]  string {t = TAT, '@'..holder = loans} (see gcra_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local n = tonumber(ARGV[5])

@@ -8,33 +8,44 @@
 --          return: tokens
 --
 -- A loan is what the Store lent one holder and still counts against the
--- key's capacity: a hash field '@' .. holder = '<lent>,<expiry µs>' for
--- the windowed algorithms (expiry 0: their loans end with the window),
--- '<lent>,<expiry µs>,<expiry − last spend, µs>' for token_bucket and gcra
--- (the holder's last spend before its last call, lease.Loan.LastSpend, is
--- kept as its distance to the expiry: fewer digits). An ended loan (no
--- holder: tokens spent by its expiry, which still cap the level) is a
--- field '~' .. n = '<lent>,<expiry µs>'.
+-- key's capacity: '<lent>,<expiry µs>' for the windowed algorithms
+-- (expiry 0: their loans end with the window), '<lent>,<expiry
+-- µs>,<expiry − last spend, µs>' for token_bucket and gcra (the holder's
+-- last spend before its last call, lease.Loan.LastSpend, is kept as its
+-- distance to the expiry: fewer digits). An ended loan has no holder: its
+-- tokens were spent by its expiry, which still caps the level.
 local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder = ARGV[4]
 
--- read returns a hash's plain fields as a table, and its loans as a list of
--- {id, lent, exp, last}.
+-- A key's state is one string (GET, SET PX: one read and one write per
+-- call, no hash to rewrite field by field): entries separated by spaces,
+-- each a plain field (one letter, then its value: 't12.5', 'u17000…') or
+-- a loan ('@' .. holder .. '=' .. loan, '~' .. loan for an ended one).
+-- The holder is the Store's digest of the Lessee ID (11 characters, no
+-- space or '=').
+--
+-- read returns the key's plain fields as a table, and its loans as a list
+-- of {id, lent, exp, last}.
 local function read()
-  local h = redis.call('HGETALL', key)
+  local v = redis.call('GET', key)
   local st, ls = {}, {}
-  for i = 1, #h, 2 do
-    local f = h[i]
-    local c = string.byte(f, 1)
+  if not v then return st, ls end
+  for e in string.gmatch(v, '%S+') do
+    local c = string.byte(e, 1)
     if c == 64 or c == 126 then -- '@' or '~'
-      local l, e, b = string.match(h[i + 1], '^(%d+),(%d+),?(%d*)$')
+      local id, l, x, b
+      if c == 64 then
+        id, l, x, b = string.match(e, '^@([^=]*)=(%d+),(%d+),?(%d*)$')
+      else
+        id = ''
+        l, x, b = string.match(e, '^~(%d+),(%d+),?(%d*)$')
+      end
       local last = 0
-      if b ~= '' then last = tonumber(e) - tonumber(b) end
-      local id = ''
-      if c == 64 then id = string.sub(f, 2) end
-      ls[#ls + 1] = {id = id, lent = tonumber(l), exp = tonumber(e), last = last}
+      x = tonumber(x)
+      if b ~= '' then last = x - tonumber(b) end
+      ls[#ls + 1] = {id = id, lent = tonumber(l), exp = x, last = last}
     else
-      st[f] = h[i + 1]
+      st[string.sub(e, 1, 1)] = string.sub(e, 2)
     end
   end
   return st, ls
@@ -89,10 +100,7 @@ end
 
 -- last_call reads a token_bucket or gcra key's '#' field (st['#']): the
 -- Lessee.Call of the last call that settled a loan and what it granted
--- ('<call>,<grant>'; absent: 0, 0). It is a plain field, which the scripts
--- of earlier versions ignore and drop when they write the key: nodes of
--- both versions can share a key during an upgrade. Mirrors lease's
--- lastCall.
+-- ('<call>,<grant>'; absent: 0, 0). Mirrors lease's lastCall.
 local function last_call(st)
   local c, g = string.match(st['#'] or '', '^(%d+),(%d+)$')
   return tonumber(c) or 0, tonumber(g) or 0
@@ -328,24 +336,25 @@ local function floor_tat(ls, t)
   return f
 end
 
--- write replaces the hash with the fields of st (name, value pairs) and
--- the loans ls, expiring in ttl_ms.
+-- write replaces the key with the fields of st (name, value pairs) and
+-- the loans ls, expiring in ttl_ms (nil: keeping its expiry).
 local function write(st, ls, ttl_ms)
-  local k = 0
+  local out = {}
+  for i = 1, #st, 2 do
+    out[#out + 1] = st[i] .. st[i + 1]
+  end
   for _, l in ipairs(ls) do
-    if l.id == '' then
-      k = k + 1
-      st[#st + 1] = '~' .. k
-    else
-      st[#st + 1] = '@' .. l.id
-    end
+    local head = '~'
+    if l.id ~= '' then head = '@' .. l.id .. '=' end
     if l.last > 0 then
-      st[#st + 1] = string.format('%d,%d,%d', l.lent, l.exp, l.exp - l.last)
+      out[#out + 1] = string.format('%s%d,%d,%d', head, l.lent, l.exp, l.exp - l.last)
     else
-      st[#st + 1] = string.format('%d,%d', l.lent, l.exp)
+      out[#out + 1] = string.format('%s%d,%d', head, l.lent, l.exp)
     end
   end
-  redis.call('DEL', key)
-  redis.call('HSET', key, unpack(st))
-  redis.call('PEXPIRE', key, ttl_ms)
+  if ttl_ms then
+    redis.call('SET', key, table.concat(out, ' '), 'PX', ttl_ms)
+  else
+    redis.call('SET', key, table.concat(out, ' '), 'KEEPTTL')
+  end
 end

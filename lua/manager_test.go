@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/lua/redistest"
 )
 
@@ -181,19 +182,15 @@ func TestManagerStoreFailure(t *testing.T) {
 			t.Errorf("%s, local: check 6 of limit 5 = %+v, want denied from node memory", name, d)
 		}
 		up()
-		// The breaker probes after its cool-down; enforcement by the
-		// Store resumes. Each round takes first (a check is what probes
-		// a breaker that nothing else probes) and then looks at the
-		// breaker; bounded in rounds, not in time.
-		for i := 0; ; i++ {
-			if d := take(uniqueKey(t), pol(lease.FailClosed)); !d.Unavailable && m.StoreHealthy() {
-				break
-			}
-			if i == 3000 {
-				t.Fatalf("%s: the Store did not come back after %d checks", name, i)
-			}
-			time.Sleep(10 * time.Millisecond) // a round per 10ms: the cool-down is 100ms
-		}
+		// The breaker probes after its cool-down (100ms, real time: the
+		// Manager runs on the real clock against a real redis-server);
+		// enforcement by the Store resumes. Each poll takes first (a
+		// check is what probes a breaker that nothing else probes) and
+		// then looks at the breaker.
+		clocktest.Eventually(t, 30*time.Second, name+": the Store back in use", func() bool {
+			d := take(uniqueKey(t), pol(lease.FailClosed))
+			return !d.Unavailable && m.StoreHealthy()
+		})
 		healthy("after " + name)
 	}
 	outage("Redis killed", srv.Kill, srv.Restart)

@@ -25,9 +25,9 @@ func TestRulesStore(t *testing.T) {
 			s := newTestStore(t, tc.addrs(t)...)
 			ctx := context.Background()
 
-			v, specs, err := s.LoadRules(ctx)
-			if err != nil || v != 0 || len(specs) != 0 {
-				t.Fatalf("LoadRules on an empty Redis = %d, %q, %v; want 0, none, nil", v, specs, err)
+			v, specs, sig, err := s.LoadRules(ctx)
+			if err != nil || v != 0 || len(specs) != 0 || sig != nil {
+				t.Fatalf("LoadRules on an empty Redis = %d, %q, %q, %v; want 0, none, nil", v, specs, sig, err)
 			}
 			if v, err := s.RulesVersion(ctx); err != nil || v != 0 {
 				t.Fatalf("RulesVersion = %d, %v; want 0", v, err)
@@ -39,18 +39,18 @@ func TestRulesStore(t *testing.T) {
 			for _, n := range names {
 				in = append(in, []byte(`{"name":"`+n+`","limit":1}`))
 			}
-			v, ok, err := s.SaveRules(ctx, 0, names, in)
+			v, ok, err := s.SaveRules(ctx, 0, 1, names, in, []byte("sig-1"))
 			if err != nil || !ok || v != 1 {
 				t.Fatalf("SaveRules(expect 0) = %d, %v, %v; want 1, true", v, ok, err)
 			}
 			// A writer that read version 0 is refused: nothing written.
-			v, ok, err = s.SaveRules(ctx, 0, []string{"other"}, [][]byte{[]byte(`{}`)})
+			v, ok, err = s.SaveRules(ctx, 0, 1, []string{"other"}, [][]byte{[]byte(`{}`)}, nil)
 			if err != nil || ok || v != 1 {
 				t.Fatalf("stale SaveRules = %d, %v, %v; want 1, false", v, ok, err)
 			}
-			v, specs, err = s.LoadRules(ctx)
-			if err != nil || v != 1 || len(specs) != 3 {
-				t.Fatalf("LoadRules = %d, %q, %v", v, specs, err)
+			v, specs, sig, err = s.LoadRules(ctx)
+			if err != nil || v != 1 || len(specs) != 3 || string(sig) != "sig-1" {
+				t.Fatalf("LoadRules = %d, %q, %q, %v", v, specs, sig, err)
 			}
 			for i, n := range names {
 				if !strings.Contains(string(specs[i]), `"`+n+`"`) {
@@ -58,24 +58,29 @@ func TestRulesStore(t *testing.T) {
 				}
 			}
 
-			// A smaller set replaces the whole hash.
-			v, ok, err = s.SaveRules(ctx, 1, []string{"alpha"}, [][]byte{[]byte(`{"name":"alpha","limit":2}`)})
-			if err != nil || !ok || v != 2 {
-				t.Fatalf("SaveRules(expect 1) = %d, %v, %v", v, ok, err)
+			// A smaller set replaces the whole hash, at the version the
+			// writer gives (above the one it replaces); no signature
+			// removes the old one.
+			v, ok, err = s.SaveRules(ctx, 1, 5, []string{"alpha"}, [][]byte{[]byte(`{"name":"alpha","limit":2}`)}, nil)
+			if err != nil || !ok || v != 5 {
+				t.Fatalf("SaveRules(expect 1, next 5) = %d, %v, %v", v, ok, err)
 			}
-			v, specs, err = s.LoadRules(ctx)
-			if err != nil || v != 2 || len(specs) != 1 || string(specs[0]) != `{"name":"alpha","limit":2}` {
-				t.Fatalf("LoadRules = %d, %q, %v", v, specs, err)
+			v, specs, sig, err = s.LoadRules(ctx)
+			if err != nil || v != 5 || len(specs) != 1 || string(specs[0]) != `{"name":"alpha","limit":2}` || sig != nil {
+				t.Fatalf("LoadRules = %d, %q, %q, %v", v, specs, sig, err)
 			}
-			if v, err := s.RulesVersion(ctx); err != nil || v != 2 {
-				t.Fatalf("RulesVersion = %d, %v; want 2", v, err)
+			if v, err := s.RulesVersion(ctx); err != nil || v != 5 {
+				t.Fatalf("RulesVersion = %d, %v; want 5", v, err)
 			}
 			// The empty set is a version too.
-			if v, ok, err := s.SaveRules(ctx, 2, nil, nil); err != nil || !ok || v != 3 {
+			if v, ok, err := s.SaveRules(ctx, 5, 6, nil, nil, []byte("sig-6")); err != nil || !ok || v != 6 {
 				t.Fatalf("SaveRules(empty) = %d, %v, %v", v, ok, err)
 			}
-			if v, specs, err := s.LoadRules(ctx); err != nil || v != 3 || len(specs) != 0 {
-				t.Fatalf("LoadRules = %d, %q, %v", v, specs, err)
+			if v, specs, sig, err := s.LoadRules(ctx); err != nil || v != 6 || len(specs) != 0 || string(sig) != "sig-6" {
+				t.Fatalf("LoadRules = %d, %q, %q, %v", v, specs, sig, err)
+			}
+			if _, _, err := s.SaveRules(ctx, 6, 0, nil, nil, nil); err == nil {
+				t.Fatal("SaveRules(next 0) succeeded")
 			}
 		})
 	}

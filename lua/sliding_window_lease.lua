@@ -9,7 +9,7 @@
 -- Reset: pe + P if cur > 0, pe if only prev > 0, else 0. Joined after
 -- prelude.lua and leased.lua (capacity = limit here).
 --
--- KEYS[1]  hash {w = start of the current window, unix µs; c = cur; p = prev;
+-- KEYS[1]  string {w = start of the current window, unix µs; c = cur; p = prev;
 --          '@'..holder = what the current window lent each holder}
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us (ttl and idle unused)
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}

@@ -2,7 +2,9 @@ package lua
 
 import (
 	"context"
-	_ "embed"
+	"embed"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,79 +22,71 @@ import (
 
 var (
 	// prelude.lua goes in front of every script, leased.lua after it in
-	// front of the eight lease and return scripts (see newScripts).
+	// front of the leased algorithms' scripts (see newScripts).
 	//go:embed prelude.lua
 	preludeSrc string
 	//go:embed leased.lua
 	leasedSrc string
-	//go:embed token_bucket_lease.lua
-	tokenBucketLeaseSrc string
-	//go:embed token_bucket_return.lua
-	tokenBucketReturnSrc string
-	//go:embed gcra_lease.lua
-	gcraLeaseSrc string
-	//go:embed gcra_return.lua
-	gcraReturnSrc string
-	//go:embed fixed_window_lease.lua
-	fixedWindowLeaseSrc string
-	//go:embed fixed_window_return.lua
-	fixedWindowReturnSrc string
-	//go:embed sliding_window_lease.lua
-	slidingWindowLeaseSrc string
-	//go:embed sliding_window_return.lua
-	slidingWindowReturnSrc string
-	//go:embed sliding_log.lua
-	slidingLogSrc string
-	//go:embed concurrency_acquire.lua
-	concurrencyAcquireSrc string
-	//go:embed concurrency_release.lua
-	concurrencyReleaseSrc string
+	// The script files the algorithm table names.
+	//go:embed *.lua
+	scriptFiles embed.FS
 )
 
-// scripts holds one wrapped script per file. rueidis.Lua sends EVALSHA and
-// falls back to EVAL (which also loads the script) on NOSCRIPT, so a
-// restarted or new server needs no preparation.
-type scripts struct {
-	lease, ret [lease.SlidingWindow + 1]*rueidis.Lua // by leased Algorithm
-	log        *rueidis.Lua
-	acquire    *rueidis.Lua
-	release    *rueidis.Lua
+// algorithms is the Redis side of lease's algorithm table: for each
+// algorithm, the suffix of its Redis key (so that a counter key whose rule
+// changes algorithm starts fresh instead of meeting another algorithm's
+// state, or a WRONGTYPE error; the leased algorithms' suffixes end in their
+// state's format version: a key is read only by the scripts that wrote its
+// format, and nodes of releases that wrote another format (tb, gc, fw, sw:
+// hashes; gcra: a string) use other keys) and its script files: lease and ret for a
+// leased algorithm (Store.Lease and Return), log for sliding_log
+// (Store.Log), acquire and release for concurrency.
+var algorithms = [...]struct {
+	suffix                string
+	lease, ret            string
+	log, acquire, release string
+}{
+	lease.TokenBucket:   {suffix: "tb2", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
+	lease.GCRA:          {suffix: "gc2", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
+	lease.FixedWindow:   {suffix: "fw2", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
+	lease.SlidingWindow: {suffix: "sw2", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
+	lease.SlidingLog:    {suffix: "log", log: "sliding_log.lua"},
+	lease.Concurrency:   {suffix: "cc", acquire: "concurrency_acquire.lua", release: "concurrency_release.lua"},
 }
 
-// exactScript and leasedScript join a script file with the shared
-// prelude (TIME, the ttl and ms helpers) and, for the leased algorithms,
-// their argument parsing and loan helpers: each script file holds only its
-// own logic, and Redis still gets one self-contained script per file.
-func exactScript(src string) string  { return preludeSrc + src }
-func leasedScript(src string) string { return preludeSrc + leasedSrc + src }
+// scripts holds one wrapped script per file, by algorithm. rueidis.Lua
+// sends EVALSHA and falls back to EVAL (which also loads the script) on
+// NOSCRIPT, so a restarted or new server needs no preparation.
+type scripts [len(algorithms)]struct {
+	lease, ret            *rueidis.Lua
+	log, acquire, release *rueidis.Lua
+}
 
+// newScripts builds every script of the table. Each joins its file with
+// the shared prelude (TIME, the ttl and ms helpers) and, for the leased
+// algorithms, their argument parsing and loan helpers: each script file
+// holds only its own logic, and Redis still gets one self-contained script
+// per file.
 func newScripts() *scripts {
-	s := &scripts{
-		log:     rueidis.NewLuaScript(exactScript(slidingLogSrc)),
-		acquire: rueidis.NewLuaScript(exactScript(concurrencyAcquireSrc)),
-		release: rueidis.NewLuaScript(exactScript(concurrencyReleaseSrc)),
+	var s scripts
+	script := func(name string, leased bool) *rueidis.Lua {
+		if name == "" {
+			return nil
+		}
+		src, err := scriptFiles.ReadFile(name)
+		if err != nil {
+			panic("lua: the algorithm table names a script that is not embedded: " + name)
+		}
+		if leased {
+			return rueidis.NewLuaScript(preludeSrc + leasedSrc + string(src))
+		}
+		return rueidis.NewLuaScript(preludeSrc + string(src))
 	}
-	s.lease[lease.TokenBucket] = rueidis.NewLuaScript(leasedScript(tokenBucketLeaseSrc))
-	s.ret[lease.TokenBucket] = rueidis.NewLuaScript(leasedScript(tokenBucketReturnSrc))
-	s.lease[lease.GCRA] = rueidis.NewLuaScript(leasedScript(gcraLeaseSrc))
-	s.ret[lease.GCRA] = rueidis.NewLuaScript(leasedScript(gcraReturnSrc))
-	s.lease[lease.FixedWindow] = rueidis.NewLuaScript(leasedScript(fixedWindowLeaseSrc))
-	s.ret[lease.FixedWindow] = rueidis.NewLuaScript(leasedScript(fixedWindowReturnSrc))
-	s.lease[lease.SlidingWindow] = rueidis.NewLuaScript(leasedScript(slidingWindowLeaseSrc))
-	s.ret[lease.SlidingWindow] = rueidis.NewLuaScript(leasedScript(slidingWindowReturnSrc))
-	return s
-}
-
-// keySuffix names each algorithm's Redis key, so that a counter key whose
-// rule changes algorithm starts fresh instead of meeting another
-// algorithm's state (or a WRONGTYPE error).
-var keySuffix = [...]string{
-	lease.TokenBucket:   "tb",
-	lease.GCRA:          "gc", // a hash since loans; "gcra" was a string
-	lease.FixedWindow:   "fw",
-	lease.SlidingWindow: "sw",
-	lease.SlidingLog:    "log",
-	lease.Concurrency:   "cc",
+	for a, f := range algorithms {
+		s[a].lease, s[a].ret = script(f.lease, true), script(f.ret, true)
+		s[a].log, s[a].acquire, s[a].release = script(f.log, false), script(f.acquire, false), script(f.release, false)
+	}
+	return &s
 }
 
 // MaxLogHits bounds the hits of one sliding_log check: the script records
@@ -180,12 +174,12 @@ func (s *Store) Ping(ctx context.Context) error {
 // hex xxhash of the counter key instead, and the counter key follows the
 // tag so that the Redis key stays unique:
 //
-//	{sl:user-42}:tb
-//	{sl:#9f86d081884c7d65}we}ird:tb
+//	{sl:user-42}:tb2
+//	{sl:#9f86d081884c7d65}we}ird:tb2
 func (s *Store) Key(counter string, a lease.Algorithm) string {
 	suffix := "x" // not a valid algorithm: no script ever uses it
-	if int(a) < len(keySuffix) && keySuffix[a] != "" {
-		suffix = keySuffix[a]
+	if int(a) < len(algorithms) && algorithms[a].suffix != "" {
+		suffix = algorithms[a].suffix
 	}
 	if strings.IndexByte(counter, '}') < 0 {
 		return "{" + s.prefix + ":" + counter + "}:" + suffix
@@ -203,10 +197,10 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	if err := lease.CheckLease(p, want, need, to); err != nil {
 		return lease.Grant{}, err
 	}
-	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), to.ID,
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
-	v, err := s.exec(ctx, "lease", s.scripts.lease[p.Algorithm], s.Key(key, p.Algorithm), args, 5)
+	v, err := s.exec(ctx, "lease", s.scripts[p.Algorithm].lease, s.Key(key, p.Algorithm), args, 5)
 	if err != nil {
 		return lease.Grant{}, err
 	}
@@ -221,13 +215,13 @@ func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens i
 	if holder == "" {
 		return nil // nothing lent: nothing to give back
 	}
-	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holder, itoa(tokens)}
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(holder), itoa(tokens)}
 	if err := ctx.Err(); err != nil {
 		return unavailable("return", err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	err := s.scripts.ret[p.Algorithm].Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, args).Error()
+	err := s.scripts[p.Algorithm].ret.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, args).Error()
 	if err != nil {
 		return unavailable("return", err)
 	}
@@ -243,7 +237,7 @@ func (s *Store) Log(ctx context.Context, key string, p lease.Policy, hits int64)
 		return lease.Result{}, &lease.FieldError{Field: "hits", Msg: fmt.Sprintf("must be at most %d for sliding_log in Redis (one sorted-set member per hit), got %d", MaxLogHits, hits)}
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(micros(p.MinInterval)), itoa(hits)}
-	v, err := s.exec(ctx, "sliding_log", s.scripts.log, s.Key(key, lease.SlidingLog), args, 4)
+	v, err := s.exec(ctx, "sliding_log", s.scripts[p.Algorithm].log, s.Key(key, p.Algorithm), args, 4)
 	if err != nil {
 		return lease.Result{}, err
 	}
@@ -256,7 +250,7 @@ func (s *Store) Acquire(ctx context.Context, key string, p lease.Policy, id stri
 		return lease.Result{}, err
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), id, itoa(hits)}
-	v, err := s.exec(ctx, "acquire", s.scripts.acquire, s.Key(key, lease.Concurrency), args, 4)
+	v, err := s.exec(ctx, "acquire", s.scripts[p.Algorithm].acquire, s.Key(key, p.Algorithm), args, 4)
 	if err != nil {
 		return lease.Result{}, err
 	}
@@ -273,8 +267,12 @@ func (s *Store) Release(ctx context.Context, key string, p lease.Policy, id stri
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if err := s.scripts.release.Exec(ctx, s.client, []string{s.Key(key, lease.Concurrency)}, []string{id}).Error(); err != nil {
+	held, err := s.scripts[p.Algorithm].release.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, []string{id}).AsInt64()
+	if err != nil {
 		return unavailable("release", err)
+	}
+	if held == 0 {
+		return lease.ErrNoSlot
 	}
 	return nil
 }
@@ -318,6 +316,20 @@ func unavailable(op string, err error) error {
 
 func result(v []int64) lease.Result {
 	return lease.Result{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: millis(v[2]), Reset: millis(v[3])}
+}
+
+// holderOf is the name a key's state gives a holder: the Lessee ID's
+// 64-bit xxhash in unpadded base64url (11 bytes, whatever the ID's
+// length: a Manager's ID is 34). Two holders of one key would share a
+// loan only if their IDs' hashes collided (about 2^-64 for a pair). ""
+// (no holder) stays "".
+func holderOf(id string) string {
+	if id == "" {
+		return ""
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], xxhash.Sum64String(id))
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/lua/redistest"
 )
 
@@ -73,7 +77,7 @@ func TestKey(t *testing.T) {
 			t.Errorf("keys of counter %q use %d hash tags, want 1 (one slot per counter): %v", c, len(tags), tags)
 		}
 	}
-	if got, want := s.Key("user-42", lease.TokenBucket), "{sl:user-42}:tb"; got != want {
+	if got, want := s.Key("user-42", lease.TokenBucket), "{sl:user-42}:tb2"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}
 	if hashTag(s.Key("a}b", lease.GCRA)) == hashTag(s.Key("a}c", lease.GCRA)) {
@@ -155,7 +159,7 @@ func TestExpiry(t *testing.T) {
 
 // ttlOf orders TestExpiry's keys as their algorithms' TTLs are ordered.
 func ttlOf(key string) int {
-	for i, suffix := range []string{":tb", ":gc", ":log", ":cc", ":fw", ":sw"} {
+	for i, suffix := range []string{":tb2", ":gc2", ":log", ":cc", ":fw2", ":sw2"} {
 		if strings.HasSuffix(key, suffix) {
 			return i
 		}
@@ -302,17 +306,12 @@ func TestUnavailable(t *testing.T) {
 // hung test, not a measurement).
 func waitOK(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
+	clocktest.EventuallyState(t, 30*time.Second, "the store to recover", func() (bool, string) {
+		if err := f(); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store did not recover: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true, ""
+	})
 }
 
 func TestValidation(t *testing.T) {
@@ -343,47 +342,86 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-// TestLoanFieldsKeepEarlierFormat: a token_bucket or gcra key written by
-// this version stays readable by the scripts of the version before the
-// last-call field (2026-11-23), so nodes of both can share keys during a
-// rolling upgrade: those scripts read '@'/'~' fields with
-// ^(%d+),(%d+),?(%d*)$ (anything else fails the script) and ignore plain
-// fields. Each loan keeps that format; the last call is a field of its
-// own ('#').
-func TestLoanFieldsKeepEarlierFormat(t *testing.T) {
+// TestUpgradeKeysDisjoint: nodes of the previous release (its scripts are
+// kept in testdata/previous) and of this one on the same counter keys
+// during a rolling upgrade. Each release keeps a key's state in its own
+// format under its own Redis key (previous: a hash at :tb, :gc, :fw, :sw;
+// this one: a string at :tb2, :gc2, :fw2, :sw2), so neither release's
+// scripts ever meet the other's format (a WRONGTYPE error) and both keep
+// the contract on their own key. The cost: while both run, a counter's
+// limit is counted once by each release.
+func TestUpgradeKeysDisjoint(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, srv.Addr)
 	ctx := context.Background()
-	old := regexp.MustCompile(`^(\d+),(\d+),?(\d*)$`)
-	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
-		p := lease.Policy{Algorithm: a, Limit: 1000, Period: time.Hour}
-		to := lease.Lessee{ID: "m-" + strings.Repeat("5f", 16), TTL: 5 * time.Minute, Idle: time.Second, Call: 4_000_000_001}
-		for i := range 2 {
-			if _, err := s.Lease(ctx, "compat", p, 7, 7, to); err != nil {
+	prev := func(name string) *rueidis.Lua {
+		var src []byte
+		for _, f := range []string{"prelude", "leased", name} {
+			b, err := os.ReadFile(filepath.Join("testdata", "previous", f+".lua"))
+			if err != nil {
 				t.Fatal(err)
 			}
-			to.Call, to.Idle = uint32(i+2), 0
+			src = append(src, b...)
 		}
-		out, err := redistest.Command(srv.Addr, "HGETALL", s.Key("compat", a))
-		if err != nil {
-			t.Fatal(err)
+		return rueidis.NewLuaScript(string(src))
+	}
+	prevSuffix := map[lease.Algorithm]string{lease.TokenBucket: "tb", lease.GCRA: "gc", lease.FixedWindow: "fw", lease.SlidingWindow: "sw"}
+	file := map[lease.Algorithm]string{lease.TokenBucket: "token_bucket", lease.GCRA: "gcra", lease.FixedWindow: "fixed_window", lease.SlidingWindow: "sliding_window"}
+	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
+		p := lease.Policy{Algorithm: a, Limit: 10, Period: time.Hour}
+		counter := "upgrade-" + a.String()
+		prevKey := "{sl:" + counter + "}:" + prevSuffix[a]
+		if prevKey == s.Key(counter, a) {
+			t.Fatalf("%v: this release uses the previous release's key %s", a, prevKey)
 		}
-		f := strings.Split(out, "\n")
-		loans, last := 0, false
-		for i := 0; i+1 < len(f); i += 2 {
-			name, v := f[i], f[i+1]
-			switch {
-			case strings.HasPrefix(name, "@") || strings.HasPrefix(name, "~"):
-				loans++
-				if !old.MatchString(v) {
-					t.Errorf("%v: loan field %s = %q, which the earlier scripts cannot read", a, name, v)
-				}
-			case name == "#":
-				last = true
+		prevL, prevR := prev(file[a]+"_lease"), prev(file[a]+"_return")
+		// The previous release's arguments: limit, period, capacity, holder,
+		// want, need, held, ttl, idle, spent_before, call, unanswered.
+		prevLease := func(want int64, call int) []int64 {
+			args := []string{"10", itoa(micros(time.Hour)), "10", "m-old", itoa(want), "1", "0", itoa(micros(time.Minute)), "0", "0", strconv.Itoa(call), "0"}
+			v, err := prevL.Exec(ctx, s.client, []string{prevKey}, args).AsIntSlice()
+			if err != nil {
+				t.Fatalf("%v: previous release's lease script: %v", a, err)
 			}
+			return v
 		}
-		if loans < 2 || !last {
-			t.Errorf("%v: fields %q: want the holder's loan, an ended loan and the last call", a, f)
+		to := newLessee("m-new")
+		for i := range 3 {
+			if v := prevLease(3, i+1); v[0] != 3 {
+				t.Errorf("%v: previous release, lease %d granted %d, want 3", a, i, v[0])
+			}
+			g, err := s.Lease(ctx, counter, p, 3, 1, to)
+			if err != nil {
+				t.Fatalf("%v: this release's lease: %v", a, err)
+			}
+			if g.Granted != 3 {
+				t.Errorf("%v: this release, lease %d granted %d, want 3 (its own key: the previous release's grants do not count here)", a, i, g.Granted)
+			}
+			to.Held, to.Call = to.Held+3, to.Call+1
+		}
+		// Each release sees its own 9 of 10 lent.
+		if v := prevLease(10, 9); v[0] != 1 {
+			t.Errorf("%v: previous release granted %d of its last token, want 1", a, v[0])
+		}
+		if g, err := s.Lease(ctx, counter, p, 10, 1, to); err != nil || g.Granted != 1 {
+			t.Errorf("%v: this release granted %d, %v of its last token, want 1", a, g.Granted, err)
+		}
+		if err := prevR.Exec(ctx, s.client, []string{prevKey}, []string{"10", itoa(micros(time.Hour)), "10", "m-old", "2"}).Error(); err != nil {
+			t.Errorf("%v: previous release's return script: %v", a, err)
+		}
+		if err := s.Return(ctx, counter, p, 2, to.ID); err != nil {
+			t.Errorf("%v: this release's return: %v", a, err)
+		}
+		if typ := srv.Do("TYPE", prevKey); typ != "hash" {
+			t.Errorf("%v: previous release's key is a %s, want hash", a, typ)
+		}
+		if typ := srv.Do("TYPE", s.Key(counter, a)); typ != "string" {
+			t.Errorf("%v: this release's key is a %s, want string", a, typ)
 		}
 	}
+}
+
+// newLessee is a Manager-like holder with a 5-minute lease TTL.
+func newLessee(id string) lease.Lessee {
+	return lease.Lessee{ID: id, TTL: 5 * time.Minute, Call: 1}
 }

@@ -4,7 +4,7 @@
 -- prelude.lua and leased.lua (key, now, ttl, ms, lf, pf, cf, holder, the
 -- loan helpers).
 --
--- KEYS[1]  hash {t = tokens (fractional), u = time of that level, unix µs,
+-- KEYS[1]  string {t = tokens (fractional), u = time of that level, unix µs,
 --          '@'..holder = loans, '#' = the last call (see last_call)}
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us,
 --          spent_before, call, unanswered

@@ -33,8 +33,11 @@ import (
 // "removed":[],"changed":[]} (rule names; changed: same name, new
 // meaning). ?dry_run=1 on a PUT or DELETE validates and answers the
 // change without writing it. A write that changes no rule's meaning
-// keeps the version. If-Match: "N" (or N, W/"N", *) makes a write fail
-// with 412 unless N is the current version. Errors: 400 {"error","field"}
+// keeps the version; every other write gives a new one. If-Match (RFC
+// 9110 §13.1.1) makes a write fail with 412 unless one of its entity tags
+// is the current ETag ("N"; also spelt N or W/"N"); tags are opaque, so
+// any other one, well-formed or not, is 412; "*" matches the current set.
+// Errors: 400 {"error","field"}
 // for an invalid rule (field: "limit", "overrides[0].key"; for a whole
 // file "rules[2].period") with nothing changed, 404 for an unknown rule,
 // 409 when the rules come from a file (the message names it), 412 for a
@@ -227,23 +230,38 @@ func ruleFieldError(err error, file bool) error {
 	return fieldError(field, re.Error())
 }
 
-// ifMatch parses If-Match: ok=false when absent or "*".
-func ifMatch(ctx *fasthttp.RequestCtx) (versions []uint64, present bool, err error) {
+// ifMatch reads If-Match (RFC 9110 §13.1.1): the entity tags it lists,
+// and whether it sets a condition (absent or "*" do not: "*" matches any
+// current set, and a node answering has one). Tags are opaque: one that
+// is not an ETag this node gave simply does not match (412). A tag is
+// compared without its quotes and W/ prefix, so that a bare version (3)
+// matches too.
+func ifMatch(ctx *fasthttp.RequestCtx) (tags []string, conditional bool) {
 	h := strings.TrimSpace(string(ctx.Request.Header.Peek(fasthttp.HeaderIfMatch)))
 	if h == "" || h == "*" {
-		return nil, false, nil
+		return nil, false
 	}
 	for part := range strings.SplitSeq(h, ",") {
 		p := strings.TrimSpace(part)
 		p = strings.TrimPrefix(p, "W/")
-		p = strings.Trim(p, `"`)
-		v, err := strconv.ParseUint(p, 10, 64)
-		if err != nil {
-			return nil, true, fieldError("If-Match", "want a version as given in ETag, such as \"3\"")
+		p = strings.TrimSuffix(strings.TrimPrefix(p, `"`), `"`)
+		if p == "*" {
+			return nil, false
 		}
-		versions = append(versions, v)
+		tags = append(tags, p)
 	}
-	return versions, true, nil
+	return tags, true
+}
+
+// matches reports whether one of the If-Match tags is version v's ETag.
+func matches(tags []string, v uint64) bool {
+	want := strconv.FormatUint(v, 10)
+	for _, t := range tags {
+		if t == want {
+			return true
+		}
+	}
+	return false
 }
 
 // maxWriteAttempts bounds the retries of a write without If-Match whose
@@ -253,11 +271,7 @@ const maxWriteAttempts = 3
 // rulesWrite builds the next set from the current one, and unless dry
 // saves it to the store, installs it, logs and announces it.
 func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, build builder) {
-	want, conditional, err := ifMatch(ctx)
-	if err != nil {
-		n.writeError(ctx, err)
-		return
-	}
+	want, conditional := ifMatch(ctx)
 	ra := &n.ra
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
@@ -276,7 +290,7 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 				ErrReadOnlyRules, ra.cfg.File))
 			return
 		}
-		if conditional && !contains(want, cur) {
+		if conditional && !matches(want, cur) {
 			n.writeErrorVersion(ctx, cur, fmt.Errorf("%w: If-Match %s, but the current version is %d", ErrStaleVersion,
 				string(ctx.Request.Header.Peek(fasthttp.HeaderIfMatch)), cur))
 			return
@@ -289,7 +303,9 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 		added, removed, changed := rules.Diff(t.Set(), next)
 		ch := changeBody{Version: cur, PreviousVersion: cur, DryRun: dry,
 			Added: nonNil(added), Removed: nonNil(removed), Changed: nonNil(changed)}
-		if dry || next.Equal(t.Set()) {
+		// An unchanged set keeps its version, unless it came unsigned
+		// from the store: saving it signs it.
+		if dry || (next.Equal(t.Set()) && !ra.unsigned) {
 			n.writeJSON(ctx, cur, ch)
 			return
 		}
@@ -304,28 +320,29 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 			if replace != nil {
 				expect = *replace
 			}
+			nv := n.nextVersionLocked(expect)
+			var sig []byte
+			if ra.signer != nil {
+				sig = ra.signer.sign(nv, specs)
+			}
 			sctx, cancel := context.WithTimeout(context.Background(), ra.cfg.LoadTimeout)
-			v, saved, err := st.SaveRules(sctx, expect, names, specs)
+			v, saved, err := st.SaveRules(sctx, expect, nv, names, specs, sig)
 			cancel()
 			if err != nil {
 				n.writeErrorVersion(ctx, cur, fmt.Errorf("cannot save rules: %w", err))
 				return
 			}
 			if !saved {
-				// Another node wrote first. With If-Match the caller's
-				// version is stale; without, build again on the stored set.
-				stored, lerr := n.loadStoreLocked()
-				if conditional {
-					n.writeErrorVersion(ctx, stored, fmt.Errorf("%w: another write made version %d", ErrStaleVersion, v))
-					return
-				}
-				if attempt >= maxWriteAttempts {
-					n.writeErrorVersion(ctx, stored, fmt.Errorf("%w: the rules kept changing under this write (version %d); try again", ErrStaleVersion, v))
-					return
-				}
+				// The store does not hold this node's version. Another
+				// node wrote first: with If-Match the caller's version is
+				// stale; without, build again on the stored set. The store
+				// lost its data, or holds a set this node refuses (invalid,
+				// unsigned, badly signed, rolled back): this node's set is
+				// the current one, and the write replaces the stored one.
+				_, lerr := n.loadStoreLocked()
 				switch {
 				case lerr != nil && ra.bad == v:
-					n.log.Warn("the stored rules do not validate; this write replaces them with this node's rules and its change",
+					n.log.Warn("the stored rules were refused; this write replaces them with this node's rules and its change",
 						"stored_version", v, "err", lerr)
 					replace = &v
 				case lerr != nil:
@@ -333,13 +350,22 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 					return
 				case v == 0: // the store lost its data: store ours again
 					replace = &v
+				case conditional:
+					_, now := n.currentLocked()
+					n.writeErrorVersion(ctx, now, fmt.Errorf("%w: another write made version %d", ErrStaleVersion, now))
+					return
 				default:
 					replace = nil
+				}
+				if attempt >= maxWriteAttempts {
+					_, now := n.currentLocked()
+					n.writeErrorVersion(ctx, now, fmt.Errorf("%w: the rules kept changing under this write (version %d); try again", ErrStaleVersion, now))
+					return
 				}
 				continue
 			}
 			version = v
-			ra.loaded = true
+			ra.loaded, ra.unsigned = true, false
 		}
 		n.installLocked(next, version)
 		ch.Version = version
@@ -350,15 +376,6 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 		n.writeJSON(ctx, version, ch)
 		return
 	}
-}
-
-func contains(vs []uint64, v uint64) bool {
-	for _, x := range vs {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func nonNil(s []string) []string {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluicehq/sluice/internal/logkey"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"

@@ -43,23 +43,37 @@ import (
 // falls back to 0 (Redis lost its data) is not installed: the node keeps
 // its rules, logs a warning, and the next write stores them again.
 //
+// With RulesConfig.ClusterKey, sets in the store are signed (rulesign.go)
+// and a stored set is refused the same way, logged once per version and
+// counted in sluice_rules_store_refused_total{reason}, when it is not
+// signed ("unsigned": unless RulesConfig.AcceptUnsigned), badly signed
+// ("bad_signature"), or older than a version this node installed or
+// wrote ("rollback": a signed set of the past stored again). A write
+// through the admin API replaces a refused set.
+//
+// Versions only grow: a save stores the greater of the version it
+// replaces and the highest this node has seen, plus one, so that a store
+// that lost its data does not give a version (an ETag) a second meaning.
+//
 // Installing a set goes through SetRules, which keeps the counters of
 // every key whose rule and policy did not change.
 
 // RuleStore keeps the rule set written through the admin API, with a
-// version that every save increments. It is declared here, where it is
-// used; lua.Store (Redis) and DirStore implement it. Rules travel as their
-// JSON specs (a rules.Spec each), in order.
+// version that every save raises (to the version the writer gives) and
+// the writer's signature. It is declared here, where it is used;
+// lua.Store (Redis) and DirStore implement it. Rules travel as their JSON
+// specs (a rules.Spec each), in order.
 type RuleStore interface {
-	// LoadRules returns the stored version and rules; version 0 with no
-	// rules means nothing was ever saved.
-	LoadRules(ctx context.Context) (version uint64, specs [][]byte, err error)
+	// LoadRules returns the stored version, rules and signature (nil when
+	// none); version 0 with no rules means nothing was ever saved.
+	LoadRules(ctx context.Context) (version uint64, specs [][]byte, sig []byte, err error)
 	// RulesVersion returns the stored version (cheap: nodes poll it).
 	RulesVersion(ctx context.Context) (uint64, error)
-	// SaveRules replaces the stored set if the stored version is expect,
-	// returning the new version and true; otherwise it writes nothing and
-	// returns the stored version and false.
-	SaveRules(ctx context.Context, expect uint64, names []string, specs [][]byte) (version uint64, saved bool, err error)
+	// SaveRules replaces the stored set and its signature sig (opaque to
+	// the store; nil for none) as version next (not 0) if the stored
+	// version is expect, returning next and true; otherwise it writes
+	// nothing and returns the stored version and false.
+	SaveRules(ctx context.Context, expect, next uint64, names []string, specs [][]byte, sig []byte) (version uint64, saved bool, err error)
 }
 
 // Rule sources as GET /v1/rules names them.
@@ -87,6 +101,16 @@ type RulesConfig struct {
 	Poll time.Duration
 	// LoadTimeout bounds one read or write of the store. Zero means 5s.
 	LoadTimeout time.Duration
+	// ClusterKey, when not empty, signs the sets this node saves to Store
+	// and must sign the sets it installs from it (with a key derived
+	// from it: see rulesign.go). Empty trusts the store: whoever can
+	// write to it can install rules.
+	ClusterKey []byte
+	// AcceptUnsigned installs a stored set without a signature (logging a
+	// warning once per version) instead of refusing it: for the upgrade
+	// from a release that did not sign, until a write through an upgraded
+	// node signs the set. A badly signed set is refused all the same.
+	AcceptUnsigned bool
 }
 
 // ruleAdmin is a Node's rule source and version.
@@ -96,10 +120,25 @@ type ruleAdmin struct {
 	cfg     RulesConfig
 	source  string
 	version uint64
-	// seen is the table this version numbers: a set installed by
-	// SetRules directly (a rule file reload) gets the next version when
-	// the admin API next looks (see current).
-	seen *engine.Table
+	// seen is the set this version numbers (seenAny: one was seen): a set
+	// installed by SetRules directly (a rule file reload) gets the next
+	// version when the admin API next looks (see currentLocked). A table
+	// rebuilt around the same set (SetRLSRules) is not a new version.
+	seen    *rules.Set
+	seenAny bool
+	// high is the highest store version this node installed or saved:
+	// with a signer, a lower one is refused (a rollback). seenMax is the
+	// highest it saw in the store, refused ones included: a save stores a
+	// version above it, so that no node that refused a version number
+	// takes the saved set for the refused one.
+	high, seenMax uint64
+	// signer signs and verifies the store's sets; nil without a cluster
+	// key.
+	signer *rulesSigner
+	// unsigned: the installed stored set had no signature (accepted by
+	// AcceptUnsigned); the next write saves even without a change, to
+	// sign it.
+	unsigned bool
 	// loaded: the store's set was installed at least once.
 	loaded bool
 	// warnedEmpty: the store's version 0 while ours is not was logged.
@@ -134,6 +173,9 @@ func (n *Node) StartRules(cfg RulesConfig) error {
 	}
 	ra.mu.Lock()
 	ra.cfg = cfg
+	if cfg.Store != nil {
+		ra.signer = newRulesSigner(cfg.ClusterKey)
+	}
 	switch {
 	case cfg.File != "":
 		ra.source = SourceFile
@@ -191,11 +233,9 @@ func (ra *ruleAdmin) sourceLocked() string {
 func (n *Node) currentLocked() (*engine.Table, uint64) {
 	ra := &n.ra
 	t := n.eng.Table()
-	if t != ra.seen {
-		ra.seen = t
-		if t != nil {
-			ra.version++
-		}
+	if t != nil && (!ra.seenAny || t.Set() != ra.seen) {
+		ra.seen, ra.seenAny = t.Set(), true
+		ra.version++
 	}
 	return t, ra.version
 }
@@ -203,8 +243,22 @@ func (n *Node) currentLocked() (*engine.Table, uint64) {
 // installLocked installs set as version.
 func (n *Node) installLocked(set *rules.Set, version uint64) {
 	n.SetRules(set)
-	n.ra.seen = n.eng.Table()
-	n.ra.version = version
+	ra := &n.ra
+	ra.seen, ra.seenAny = set, true
+	ra.version = version
+	ra.high = max(ra.high, version)
+}
+
+// nextVersionLocked is the version a save that replaces expect stores:
+// above both expect (unless it is out of range) and every version this
+// node has seen.
+func (n *Node) nextVersionLocked(expect uint64) uint64 {
+	ra := &n.ra
+	m := max(ra.high, ra.seenMax, ra.version)
+	if expect <= maxRulesVersion {
+		m = max(m, expect)
+	}
+	return m + 1
 }
 
 // pollRules reads the store's version every Poll, or at once when a
@@ -216,11 +270,16 @@ func (n *Node) pollRules() {
 	t := time.NewTicker(ra.cfg.Poll)
 	defer t.Stop()
 	for {
+		// A broadcast loads the stored set even when its version is one
+		// this node refused: a member announces only sets it saved, and
+		// a refused version's number may have been taken again since.
+		kicked := false
 		select {
 		case <-ra.stop:
 			return
 		case <-t.C:
 		case <-ra.kick:
+			kicked = true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), ra.cfg.LoadTimeout)
 		v, err := ra.cfg.Store.RulesVersion(ctx)
@@ -230,7 +289,7 @@ func (n *Node) pollRules() {
 			continue
 		}
 		ra.mu.Lock()
-		stale := (!ra.loaded || v != ra.version) && (v != ra.bad || v == 0)
+		stale := (!ra.loaded || v != ra.version) && (v != ra.bad || v == 0 || kicked)
 		ra.mu.Unlock()
 		if stale {
 			if err := n.loadStore(); err != nil {
@@ -264,10 +323,14 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	ra := &n.ra
 	ctx, cancel := context.WithTimeout(context.Background(), ra.cfg.LoadTimeout)
 	defer cancel()
-	v, specs, err := ra.cfg.Store.LoadRules(ctx)
+	v, specs, sig, err := ra.cfg.Store.LoadRules(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("cannot load rules from the %s: %w", ra.source, err)
 	}
+	if v > maxRulesVersion {
+		return v, n.refuseStoredLocked(v, errRulesVersionRange)
+	}
+	ra.seenMax = max(ra.seenMax, v)
 	if ra.loaded && v == ra.version {
 		return v, nil
 	}
@@ -279,14 +342,32 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 		}
 		return v, nil
 	}
+	unsigned := false
+	// Version 0 without rules: nothing was ever saved (no signature to
+	// hold); a node that has rules keeps them (above).
+	if ra.signer != nil && (v != 0 || len(specs) != 0) {
+		err := ra.signer.verify(v, specs, sig)
+		switch {
+		case errors.Is(err, errRulesUnsigned) && ra.cfg.AcceptUnsigned:
+			unsigned = true
+		case err != nil:
+			return v, n.refuseStoredLocked(v, err)
+		case v < ra.high:
+			return v, n.refuseStoredLocked(v, fmt.Errorf("%w: this node has had version %d", errRulesRollback, ra.high))
+		}
+	}
 	set, err := decodeSpecs(specs)
 	if err != nil {
 		ra.bad = v
 		return v, fmt.Errorf("cannot install rules version %d from the %s: %w", v, ra.source, err)
 	}
+	if unsigned {
+		n.log.Warn("installing an unsigned rule set from the "+ra.source+" (-accept-unsigned-rules): whoever can write to it can install rules; "+
+			"the next write through the admin API signs it", "version", v)
+	}
 	prev, old := n.currentLocked()
 	n.installLocked(set, v)
-	ra.loaded, ra.warnedEmpty = true, false
+	ra.loaded, ra.warnedEmpty, ra.unsigned = true, false, unsigned
 	var prevSet *rules.Set
 	if prev != nil {
 		prevSet = prev.Set()
@@ -295,6 +376,42 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	n.log.Info("rules installed from the "+ra.source, "old_version", old, "new_version", v, "rules", set.Len(),
 		"added", added, "removed", removed, "changed", changed)
 	return v, nil
+}
+
+// maxRulesVersion bounds a stored version: versions are JSON numbers in
+// the admin API, exact in every client (JavaScript's included) up to
+// 2^53. A larger one (written by hand) is refused, so that the next
+// version never overflows.
+const maxRulesVersion = 1 << 53
+
+// errRulesVersionRange: a stored version above maxRulesVersion.
+var errRulesVersionRange = errors.New("its version is out of range (above 2^53)")
+
+// errRulesRollback: a signed set older than one the node installed.
+var errRulesRollback = errors.New("older than a version this node installed (a past set stored again)")
+
+// refuseStoredLocked refuses stored version v for err (a signature or
+// rollback error): it is not loaded again until the version moves, and is
+// counted. The error says what to do.
+func (n *Node) refuseStoredLocked(v uint64, err error) error {
+	ra := &n.ra
+	ra.bad = v
+	reason := "bad_signature"
+	switch {
+	case errors.Is(err, errRulesUnsigned):
+		reason = "unsigned"
+	case errors.Is(err, errRulesRollback):
+		reason = "rollback"
+	case errors.Is(err, errRulesVersionRange):
+		reason = "version_range"
+	}
+	n.met.set.GetOrCreateCounter(`sluice_rules_store_refused_total{reason="` + reason + `"}`).Inc()
+	keep := "no rules yet: not ready"
+	if ra.loaded || ra.version > 0 {
+		keep = "keeping version " + strconv.FormatUint(ra.version, 10)
+	}
+	return fmt.Errorf("refused rules version %d from the %s: %w; %s (a write through the admin API replaces it)",
+		v, ra.source, err, keep)
 }
 
 // decodeSpecs validates stored rule specs as one set.

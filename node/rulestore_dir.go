@@ -19,7 +19,8 @@ const DirRulesFile = "rules.json"
 const maxDirRulesBytes = 64 << 20
 
 // DirStore is a RuleStore in a local directory (sluiced -data-dir): one
-// file, DIR/rules.json, {"version":N,"rules":[...]}, replaced atomically
+// file, DIR/rules.json, {"version":N,"rules":[...],"sig":"..."} (sig only
+// when the writer signed the set), replaced atomically
 // on every save (written to a temporary file in the same directory,
 // fsynced, renamed over the old one, and the directory fsynced), so that
 // a crash leaves either the old set or the new one. It is safe for
@@ -39,7 +40,7 @@ func NewDirStore(dir string) (*DirStore, error) {
 		return nil, fmt.Errorf("cannot create the data directory: %w", err)
 	}
 	s := &DirStore{dir: dir}
-	if _, _, err := s.LoadRules(context.Background()); err != nil {
+	if _, _, _, err := s.LoadRules(context.Background()); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -51,19 +52,24 @@ func (s *DirStore) Path() string { return filepath.Join(s.dir, DirRulesFile) }
 type dirFile struct {
 	Version uint64            `json:"version"`
 	Rules   []json.RawMessage `json:"rules"`
+	Sig     string            `json:"sig,omitempty"`
 }
 
 // LoadRules implements RuleStore. A missing file is version 0, no rules.
-func (s *DirStore) LoadRules(context.Context) (uint64, [][]byte, error) {
+func (s *DirStore) LoadRules(context.Context) (uint64, [][]byte, []byte, error) {
 	f, err := s.read()
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	specs := make([][]byte, len(f.Rules))
 	for i, r := range f.Rules {
 		specs[i] = r
 	}
-	return f.Version, specs, nil
+	var sig []byte
+	if f.Sig != "" {
+		sig = []byte(f.Sig)
+	}
+	return f.Version, specs, sig, nil
 }
 
 // RulesVersion implements RuleStore.
@@ -96,7 +102,10 @@ func (s *DirStore) read() (dirFile, error) {
 }
 
 // SaveRules implements RuleStore.
-func (s *DirStore) SaveRules(_ context.Context, expect uint64, names []string, specs [][]byte) (uint64, bool, error) {
+func (s *DirStore) SaveRules(_ context.Context, expect, next uint64, names []string, specs [][]byte, sig []byte) (uint64, bool, error) {
+	if next == 0 {
+		return 0, false, errors.New("cannot save rules: version 0")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, err := s.read()
@@ -106,18 +115,18 @@ func (s *DirStore) SaveRules(_ context.Context, expect uint64, names []string, s
 	if cur.Version != expect {
 		return cur.Version, false, nil
 	}
-	next := dirFile{Version: cur.Version + 1, Rules: make([]json.RawMessage, len(specs))}
+	f := dirFile{Version: next, Rules: make([]json.RawMessage, len(specs)), Sig: string(sig)}
 	for i, b := range specs {
-		next.Rules[i] = b
+		f.Rules[i] = b
 	}
-	data, err := json.MarshalIndent(next, "", "  ")
+	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return 0, false, fmt.Errorf("cannot encode rules: %w", err)
 	}
 	if err := writeFileAtomic(s.dir, DirRulesFile, append(data, '\n')); err != nil {
 		return 0, false, err
 	}
-	return next.Version, true, nil
+	return next, true, nil
 }
 
 // writeFileAtomic replaces dir/name with data: temp file, fsync, rename,

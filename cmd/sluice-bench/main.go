@@ -124,7 +124,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rule := fs.String("rule", "bench", "rule name sent with each check")
 	var kc bench.KeyConfig
 	fs.IntVar(&kc.Keys, "keys", 10_000, "number of distinct keys")
-	dist := fs.String("dist", "zipf", "key distribution: uniform, zipf or hot")
+	dist := fs.String("dist", "zipf", "key distribution: uniform, zipf, hot or cycle")
 	fs.Float64Var(&kc.ZipfS, "zipf-s", 1.0, "Zipf exponent")
 	fs.Float64Var(&kc.HotShare, "hot-share", 0.5, "hot: share of checks to the hot key")
 	fs.StringVar(&kc.Prefix, "prefix", "", "key prefix (default: k<unix time>-, so every run starts with fresh buckets)")

@@ -58,6 +58,9 @@ type options struct {
 	// dataDir keeps the rules written through the admin API when there
 	// is neither a rule file nor Redis.
 	dataDir string
+	// acceptUnsignedRules: install a rule set from Redis that no node
+	// signed (the upgrade from a release that did not sign).
+	acceptUnsignedRules bool
 	// rlsListen is the gRPC address of the Envoy rate limit service (""
 	// = off); rlsConfig its envoyproxy/ratelimit configuration (file or
 	// directory); rlsHeaders adds the RateLimit headers to its answers.
@@ -254,6 +257,14 @@ func settings() []setting {
 				return errors.New("want true or false")
 			}
 			o.rlsHeaders = b
+			return nil
+		}},
+		{"accept-unsigned-rules", "SLUICE_ACCEPT_UNSIGNED_RULES", "false", "install a rule set from Redis that is not signed with the cluster key (written by a node of a release that did not sign): for an upgrade, until the next rules write signs it; a badly signed set is refused all the same", func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.acceptUnsignedRules = b
 			return nil
 		}},
 		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -107,7 +108,7 @@ func TestClusterHotKey(t *testing.T) {
 			t.Fatalf("no split of a key sprayed at 100 checks a second after %d checks: %s", out.get(200)+out.get(429), owner.d.node.Hot().AppendJSON(nil))
 		}
 	}
-	poll(t, "every node to route by the split", func() bool {
+	clocktest.Eventually(t, waitBound, "every node to route by the split", func() bool {
 		for _, x := range all {
 			if p, ok := x.d.node.Hot().Lookup("per-key:k"); !ok || len(p.Holders) != 3 {
 				return false
@@ -194,7 +195,7 @@ func TestClusterHotKey(t *testing.T) {
 	if st := owner.d.node.Hot().Stats(); st.Started != 1 || st.Ended != 1 {
 		t.Errorf("owner %s stats %+v after idle ticks, want 1 split started and ended", owner.name, st)
 	}
-	poll(t, "the split to end everywhere", func() bool {
+	clocktest.Eventually(t, waitBound, "the split to end everywhere", func() bool {
 		for _, x := range all {
 			if _, ok := x.d.node.Hot().Lookup("per-key:k"); ok {
 				return false
@@ -214,7 +215,7 @@ func TestClusterHotKeyLeave(t *testing.T) {
 	owner := tc.byName(a.d.node.Owner("per-key:k"))
 	var out tally
 	var p shard.Plan
-	poll(t, "a split", func() bool {
+	clocktest.Eventually(t, waitBound, "a split", func() bool {
 		tc.spray(100, 8, func() []*testNode { return all }, func(int) string { return "k" }, &out)
 		var ok bool
 		p, ok = owner.d.node.Hot().Lookup("per-key:k")
@@ -233,7 +234,7 @@ func TestClusterHotKeyLeave(t *testing.T) {
 	names := []string{rest[0].name, rest[1].name}
 	slices.Sort(names)
 	tc.converge(strings.Join(names, ","), rest...)
-	poll(t, "new holders", func() bool {
+	clocktest.Eventually(t, waitBound, "new holders", func() bool {
 		tc.spray(20, 4, func() []*testNode { return rest }, func(int) string { return "k" }, &out)
 		for _, x := range rest {
 			q, ok := x.d.node.Hot().Lookup("per-key:k")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,9 @@ func TestReloadRefusesEmptiedFile(t *testing.T) {
 	}
 	do := func(method, uri, body string, hdr ...string) (int, string) {
 		var ctx fasthttp.RequestCtx
+		// From loopback: /readyz shows the reload's reason to admin callers
+		// only, and a node without an admin token admits loopback.
+		ctx.SetRemoteAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000})
 		ctx.Request.Header.SetMethod(method)
 		ctx.Request.SetRequestURI(uri)
 		for i := 0; i+1 < len(hdr); i += 2 {

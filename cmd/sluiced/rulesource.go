@@ -11,10 +11,12 @@ import (
 var _ node.RuleStore = (*lua.Store)(nil)
 
 // startRules installs the node's first rule set from its one source
-// (docs/rules.md, "Changing rules at runtime"): the -rules file; else, with -redis, the
-// rules stored in Redis (loaded before the node reports ready, then
-// polled every -rules-poll and announced by gossip); else the -data-dir
-// file; else none, kept in memory (lost at restart).
+// (docs/rules.md, "Changing rules at runtime"): the -rules file; else,
+// with -redis, the rules stored in Redis (loaded before the node reports
+// ready, then polled every -rules-poll and announced by gossip; signed
+// with the cluster key when there is one, so that write access to Redis
+// alone cannot install rules); else the -data-dir file; else none, kept
+// in memory (lost at restart).
 func (d *daemon) startRules(o options) error {
 	switch {
 	case o.rules != "":
@@ -33,7 +35,11 @@ func (d *daemon) startRules(o options) error {
 		if o.dataDir != "" {
 			d.log.Warn("-data-dir is ignored: the rules are stored in Redis", "data_dir", o.dataDir)
 		}
-		return d.node.StartRules(node.RulesConfig{Store: rs, Source: node.SourceStore, Poll: o.rulesPoll})
+		if len(o.clusterKey) == 0 {
+			d.log.Warn("the rules stored in Redis are not signed (no -cluster-key): whoever can write to Redis can install rules on every node")
+		}
+		return d.node.StartRules(node.RulesConfig{Store: rs, Source: node.SourceStore, Poll: o.rulesPoll,
+			ClusterKey: o.clusterKey, AcceptUnsigned: o.acceptUnsignedRules})
 	case o.dataDir != "":
 		ds, err := node.NewDirStore(o.dataDir)
 		if err != nil {

@@ -108,7 +108,8 @@ type Options struct {
 	// Holders is the number of Managers sharing the Store, 1 to 3; 0
 	// picks 1 to 3 per seed.
 	Holders int
-	// Algorithms are the algorithms the keys use; nil means all six.
+	// Algorithms are the algorithms the keys use; nil means all of
+	// lease.Algorithms().
 	Algorithms []lease.Algorithm
 	// SafetyOnly checks only the safety side (the inequalities, the exact
 	// algorithms' admissions), not that denials are justified.

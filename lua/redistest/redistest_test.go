@@ -46,6 +46,8 @@ func TestStartWithClock(t *testing.T) {
 	if got, want := s.Do("TIME"), "1772366400\n123456"; got != want {
 		t.Fatalf("TIME = %q, want %q (frozen at start, in µs)", got, want)
 	}
+	// Real time must pass to see that the server's clock does not move:
+	// the server is a real process.
 	time.Sleep(20 * time.Millisecond)
 	if got, want := s.Do("TIME"), "1772366400\n123456"; got != want {
 		t.Fatalf("TIME 20ms later = %q, want %q: the clock must stay frozen", got, want)
@@ -73,7 +75,7 @@ func TestClockStaysFrozen(t *testing.T) {
 		s.Do("SET", "k"+string(rune('a'+i%26))+string(rune('a'+i/26)), "v", "PX", "100000")
 	}
 	for i := 0; i < 12; i++ {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real time, for the real server's expiry cycle to run
 		if got := s.Do("DBSIZE"); got != "200" {
 			t.Fatalf("after %dms: DBSIZE = %s, want 200: keys expired on a frozen clock", (i+1)*100, got)
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // failoverTimeout bounds how long a replicated set may take to form (every
@@ -96,7 +98,7 @@ func StartClusterWithReplicas(t testing.TB, nodeTimeout time.Duration) *Replicat
 			t.Fatalf("redistest: redis-cli --cluster add-node %s as replica of %s: %v\n%s", r.Addr, c.Masters[i].Addr, err, out)
 		}
 	}
-	waitFor(t, "replicated cluster to form", func() (bool, string) {
+	clocktest.EventuallyState(t, failoverTimeout, "redistest: replicated cluster to form", func() (bool, string) {
 		for _, r := range c.Replicas {
 			info, err := Command(r.Addr, "INFO", "replication")
 			if err != nil || !strings.Contains(info, "master_link_status:up") {
@@ -216,7 +218,7 @@ func StartSentinels(t testing.TB, downAfter time.Duration) *Sentinels {
 	master := StartServer(t)
 	host, port, _ := strings.Cut(master.Addr, ":")
 	replica := StartServer(t, "--replicaof", host, port)
-	waitFor(t, "replica in sync", func() (bool, string) {
+	clocktest.EventuallyState(t, failoverTimeout, "redistest: replica in sync", func() (bool, string) {
 		info, err := Command(replica.Addr, "INFO", "replication")
 		return err == nil && strings.Contains(info, "master_link_status:up"), fmt.Sprint(info, err)
 	})
@@ -225,7 +227,7 @@ func StartSentinels(t testing.TB, downAfter time.Duration) *Sentinels {
 		failoverTimeout = 2 * time.Second
 	}
 	sentinel := startSentinel(t, name, host, port, downAfter, failoverTimeout)
-	waitFor(t, "sentinel to see the replica", func() (bool, string) {
+	clocktest.EventuallyState(t, failoverTimeout, "redistest: sentinel to see the replica", func() (bool, string) {
 		out, err := Command(sentinel.Addr, "SENTINEL", "REPLICAS", name)
 		ok := err == nil && strings.Contains(out, "\n"+replica.Addr+"\n") &&
 			strings.Contains(out, "master-link-status\nok") && !strings.Contains(out, "disconnected")
@@ -245,23 +247,6 @@ func (s *Sentinels) MasterAddr() (string, error) {
 		return "", fmt.Errorf("sentinel reply %q", out)
 	}
 	return host + ":" + port, nil
-}
-
-// waitFor polls cond every 20ms until it holds, failing the test with
-// cond's last detail after failoverTimeout.
-func waitFor(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(failoverTimeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: waiting for %s: not done after %v: %s", what, failoverTimeout, detail)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // Running reports whether the server's process is running (not killed).

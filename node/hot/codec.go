@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluicehq/sluice/internal/logkey"
+	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/shard"
 )

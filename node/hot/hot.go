@@ -15,7 +15,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/sluicehq/sluice/internal/logkey"
+	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/shard"
 )
 

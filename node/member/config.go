@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -67,8 +68,18 @@ type Config struct {
 	Transport memberlist.Transport
 
 	// Logger receives memberlist's log lines, at their own levels, and the
-	// Cluster's. Nil discards them.
+	// Cluster's; lines about gossip refused (a packet that does not
+	// decrypt, a stream of a stranger) are logged at most once every 10s,
+	// each saying how many were suppressed. Nil discards them.
 	Logger *slog.Logger
+
+	// Metrics is the set sluice_gossip_rejected_packets_total (the packets
+	// and streams refused) is registered in. Nil means the process's
+	// default set.
+	Metrics *metrics.Set
+
+	// Now is the clock of the log's rate limit. Nil means time.Now.
+	Now func() time.Time
 
 	// OnMessage, when set, receives every message another member
 	// Broadcast. It is called serially from one goroutine owned by the
@@ -203,6 +214,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BindAddr == "" {
 		c.BindAddr = d.BindAddr
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.GetDefaultSet()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.MessageQueue == 0 {
 		c.MessageQueue = d.MessageQueue

@@ -7,12 +7,15 @@ import (
 )
 
 // memberlistLogger adapts memberlist's "[LEVEL] memberlist: msg" lines to
-// slog.
-func memberlistLogger(l *slog.Logger) *log.Logger {
-	return log.New(logWriter{l}, "", 0)
+// slog; lines about refused gossip go through rej.
+func memberlistLogger(l *slog.Logger, rej *rejectLog) *log.Logger {
+	return log.New(logWriter{l, rej}, "", 0)
 }
 
-type logWriter struct{ l *slog.Logger }
+type logWriter struct {
+	l   *slog.Logger
+	rej *rejectLog
+}
 
 func (w logWriter) Write(p []byte) (int, error) {
 	s := string(p)
@@ -29,6 +32,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 			break
 		}
 	}
-	w.l.Log(context.Background(), level, s)
+	if !w.rej.handle(level, s) {
+		w.l.Log(context.Background(), level, s)
+	}
 	return len(p), nil
 }

@@ -133,6 +133,7 @@ func Start(cfg Config, onChange func(members []Member)) (*Cluster, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "member")
+	rej := newRejectLog(logger, cfg.Now, cfg.Metrics)
 
 	transport := cfg.Transport
 	if transport == nil {
@@ -143,7 +144,7 @@ func Start(cfg Config, onChange func(members []Member)) (*Cluster, error) {
 		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 			BindAddrs: []string{host},
 			BindPort:  port,
-			Logger:    memberlistLogger(logger),
+			Logger:    memberlistLogger(logger, rej),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("cannot listen for gossip on %s: %w", cfg.BindAddr, err)
@@ -203,7 +204,7 @@ func Start(cfg Config, onChange func(members []Member)) (*Cluster, error) {
 	mc.SecretKey = cfg.ClusterKey
 	mc.Delegate = (*delegate)(c)
 	mc.Events = (*events)(c)
-	mc.Logger = memberlistLogger(logger)
+	mc.Logger = memberlistLogger(logger, rej)
 
 	// memberlist may gossip (and so call GetBroadcasts) before Create
 	// returns: the queue exists first and finds the memberlist through an

@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/internal/yamlnode"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
@@ -100,9 +100,10 @@ type Limit struct {
 	// Name is rate_limit.name; Replaces the names it replaces.
 	Name     string
 	Replaces []string
-	// Algorithm is the Sluice algorithm counting it (fixed_window unless
-	// the Sluice extension field rate_limit.algorithm says otherwise).
-	Algorithm string
+	// Algorithm is the Sluice algorithm counting it (fixed_window, as
+	// envoyproxy/ratelimit counts, unless the Sluice extension field
+	// rate_limit.algorithm says otherwise).
+	Algorithm lease.Algorithm
 	// Period is the unit as a duration.
 	Period time.Duration
 
@@ -172,10 +173,19 @@ var unitPeriods = map[rlsv3.RateLimitResponse_RateLimit_Unit]time.Duration{
 	rlsv3.RateLimitResponse_RateLimit_YEAR:   365 * 24 * time.Hour,
 }
 
-// algorithms are the Sluice algorithms an RLS limit may use (the
-// extension field rate_limit.algorithm). Concurrency has no place in a
+// checkAlgorithms are the Sluice algorithms an RLS limit may use (the
+// extension field rate_limit.algorithm): those checked with Take.
+// Concurrency, whose slots are acquired and released, has no place in a
 // one-shot check.
-var algorithms = []string{"fixed_window", "sliding_window", "token_bucket", "gcra", "sliding_log"}
+func checkAlgorithms() []lease.Algorithm {
+	var as []lease.Algorithm
+	for _, a := range lease.Algorithms() {
+		if !a.Acquired() {
+			as = append(as, a)
+		}
+	}
+	return as
+}
 
 // Load reads a configuration file, or every *.yaml and *.yml file of a
 // directory (not its dot files or sub-directories), one domain per file.
@@ -292,19 +302,15 @@ func (p *parser) fail(path, field string, line int, msg string) *ConfigError {
 }
 
 func (p *parser) document(data []byte) (string, *level, error) {
-	var root yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&root); err != nil {
-		if errors.Is(err, io.EOF) {
-			return "", nil, p.fail("", "", 0, "empty file")
-		}
-		return "", nil, p.fail("", "", 0, "not YAML: "+err.Error())
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+	n, more, perr := yamlnode.Parse(data)
+	switch {
+	case perr != nil:
+		return "", nil, p.fail("", "", 0, "not YAML: "+perr.Error())
+	case n == nil:
+		return "", nil, p.fail("", "", 0, "empty file")
+	case more:
 		return "", nil, p.fail("", "", 0, "more than one YAML document")
 	}
-	n := resolve(&root)
 	if n.Kind != yaml.MappingNode {
 		return "", nil, p.fail("", "", n.Line, "must be a mapping with domain and descriptors")
 	}
@@ -341,10 +347,10 @@ func (p *parser) document(data []byte) (string, *level, error) {
 // level reads a descriptors list.
 func (p *parser) level(n *yaml.Node, parent string, depth int) (*level, *ConfigError) {
 	l := &level{exact: map[string]*entry{}, keyOnly: map[string]*entry{}}
-	if n == nil || isNull(n) {
+	if yamlnode.IsNull(n) {
 		return l, nil
 	}
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind != yaml.SequenceNode {
 		return nil, p.fail(parent, "descriptors", n.Line, "must be a list")
 	}
@@ -386,7 +392,7 @@ func (p *parser) level(n *yaml.Node, parent string, depth int) (*level, *ConfigE
 
 // descriptor reads one descriptor and its children.
 func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *ConfigError) {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return nil, p.fail(parent, "descriptors", n.Line, "each descriptor must be a mapping with key, value, rate_limit...")
 	}
@@ -397,7 +403,7 @@ func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *Co
 	// The path names the descriptor in messages: find its key first.
 	here := parent
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k, v := resolve(n.Content[i]), resolve(n.Content[i+1]); k.Value == "key" && v.Kind == yaml.ScalarNode {
+		if k, v := yamlnode.Resolve(n.Content[i]), yamlnode.Resolve(n.Content[i+1]); k.Value == "key" && v.Kind == yaml.ScalarNode {
 			here = v.Value
 			if parent != "" {
 				here = parent + "." + v.Value
@@ -439,7 +445,7 @@ func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *Co
 	if parent != "" {
 		e.path = parent + "." + seg
 	}
-	if rl != nil && !isNull(rl) {
+	if rl != nil && !yamlnode.IsNull(rl) {
 		if e.limit, err = p.rateLimit(rl, e, shadow); err != nil {
 			return nil, err
 		}
@@ -455,11 +461,11 @@ func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *Co
 // rateLimit reads a rate_limit block and, for a limit that counts, adds
 // its Sluice rule.
 func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *ConfigError) {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return nil, p.fail(e.path, "rate_limit", n.Line, "must be a mapping with unit and requests_per_unit")
 	}
-	l := &Limit{Domain: p.domain, StatKey: e.path, Shadow: shadow, Algorithm: "fixed_window"}
+	l := &Limit{Domain: p.domain, StatKey: e.path, Shadow: shadow, Algorithm: lease.FixedWindow}
 	var unit string
 	unitLine, rpuSet, rpuLine := n.Line, false, n.Line
 	err := p.fields(n, e.path, func(k string, v *yaml.Node) *ConfigError {
@@ -486,10 +492,11 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 		case "algorithm": // Sluice extension
 			var s string
 			if s, err = p.scalar(v, e.path, "rate_limit.algorithm"); err == nil {
-				if !slices.Contains(algorithms, s) {
-					return p.fail(e.path, "rate_limit.algorithm", v.Line, "one of "+strings.Join(algorithms, ", "))
+				a, perr := lease.ParseAlgorithm(s)
+				if perr != nil || a.Acquired() {
+					return p.fail(e.path, "rate_limit.algorithm", v.Line, "one of "+lease.JoinAlgorithms(checkAlgorithms(), "or"))
 				}
-				l.Algorithm = s
+				l.Algorithm = a
 			}
 		default:
 			err = p.fail(e.path, "rate_limit."+k, v.Line, "unknown field")
@@ -521,8 +528,8 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 	if int64(l.RequestsPerUnit) > lease.MaxLimit {
 		return nil, p.fail(e.path, "rate_limit.requests_per_unit", rpuLine, "too large")
 	}
-	if l.Algorithm == "sliding_log" && l.RequestsPerUnit > rules.MaxLogLimit {
-		return nil, p.fail(e.path, "rate_limit.requests_per_unit", rpuLine, fmt.Sprintf("sliding_log allows at most %d", rules.MaxLogLimit))
+	if l.Algorithm.StoresEveryHit() && l.RequestsPerUnit > rules.MaxLogLimit {
+		return nil, p.fail(e.path, "rate_limit.requests_per_unit", rpuLine, fmt.Sprintf("%s allows at most %d", l.Algorithm, rules.MaxLogLimit))
 	}
 	p.c.limits = append(p.c.limits, l)
 	if len(p.c.limits) > MaxLimits {
@@ -534,7 +541,7 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 	l.Rule = p.ruleName(e.path)
 	p.specs = append(p.specs, rules.Spec{
 		Name:      l.Rule,
-		Algorithm: l.Algorithm,
+		Algorithm: l.Algorithm.String(),
 		Limit:     int64(l.RequestsPerUnit),
 		Period:    l.Period.String(),
 		Shadow:    shadow,
@@ -543,15 +550,15 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 }
 
 func (p *parser) replaces(n *yaml.Node, path string, l *Limit) *ConfigError {
-	n = resolve(n)
-	if isNull(n) {
+	n = yamlnode.Resolve(n)
+	if yamlnode.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		return p.fail(path, "rate_limit.replaces", n.Line, "must be a list of {name: ...}")
 	}
 	for _, r := range n.Content {
-		r = resolve(r)
+		r = yamlnode.Resolve(r)
 		if r.Kind != yaml.MappingNode {
 			return p.fail(path, "rate_limit.replaces", r.Line, "must be a list of {name: ...}")
 		}
@@ -604,15 +611,15 @@ func (p *parser) ruleName(path string) string {
 }
 
 func (p *parser) scalar(n *yaml.Node, path, field string) (string, *ConfigError) {
-	n = resolve(n)
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+	n = yamlnode.Resolve(n)
+	if n.Kind != yaml.ScalarNode || yamlnode.IsNull(n) {
 		return "", p.fail(path, field, n.Line, "must be a string")
 	}
 	return n.Value, nil
 }
 
 func (p *parser) boolean(n *yaml.Node, path, field string) (bool, *ConfigError) {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind == yaml.ScalarNode {
 		switch strings.ToLower(n.Value) {
 		case "true":
@@ -624,34 +631,10 @@ func (p *parser) boolean(n *yaml.Node, path, field string) (bool, *ConfigError) 
 	return false, p.fail(path, field, n.Line, "must be true or false")
 }
 
-// fields calls f for each key of the mapping n (at path), refusing
-// duplicate keys.
+// fields calls f for each key of the mapping n (at path) and its value,
+// refusing duplicate keys and keys that are not plain strings.
 func (p *parser) fields(n *yaml.Node, path string, f func(key string, v *yaml.Node) *ConfigError) *ConfigError {
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := resolve(n.Content[i])
-		if seen[k.Value] {
-			return p.fail(path, k.Value, k.Line, "given twice")
-		}
-		seen[k.Value] = true
-		if err := f(k.Value, n.Content[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-		return resolve(n.Content[0])
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	n = resolve(n)
-	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+	return yamlnode.Fields(n, f, func(field, msg string, line int) *ConfigError {
+		return p.fail(path, field, line, msg)
+	})
 }

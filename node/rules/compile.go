@@ -57,13 +57,13 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 	if p.Period, msg = parseDuration(spec.Period); msg != "" {
 		return nil, fail("period", msg)
 	}
-	if spec.Burst != 0 && alg != lease.TokenBucket && alg != lease.GCRA {
-		return nil, fail("burst", "only token_bucket and gcra have a burst; "+alg.String()+" would ignore it")
+	if spec.Burst != 0 && !alg.HasBurst() {
+		return nil, fail("burst", only(lease.Algorithm.HasBurst, "a burst")+"; "+alg.String()+" would ignore it")
 	}
 	p.Burst = spec.Burst
 	if spec.MinInterval != "" {
-		if alg != lease.SlidingLog {
-			return nil, fail("min_interval", "only sliding_log has a min_interval")
+		if !alg.HasMinInterval() {
+			return nil, fail("min_interval", only(lease.Algorithm.HasMinInterval, "a min_interval"))
 		}
 		if p.MinInterval, msg = parseDuration(spec.MinInterval); msg != "" {
 			return nil, fail("min_interval", msg)
@@ -201,8 +201,8 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 		op := r.Policy
 		op.Limit = o.Limit
 		op.Burst = o.Burst
-		if o.Burst != 0 && alg != lease.TokenBucket && alg != lease.GCRA {
-			return nil, fail(f+".burst", "only token_bucket and gcra have a burst")
+		if o.Burst != 0 && !alg.HasBurst() {
+			return nil, fail(f+".burst", only(lease.Algorithm.HasBurst, "a burst"))
 		}
 		if o.Period != "" {
 			if op.Period, msg = parseDuration(o.Period); msg != "" {
@@ -226,12 +226,29 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 	return r, nil
 }
 
-// logLimitMsg says what is wrong with a sliding_log policy's limit, or "".
+// logLimitMsg says what is wrong with the limit of a policy whose
+// algorithm stores every hit (sliding_log), or "".
 func logLimitMsg(p lease.Policy) string {
-	if p.Algorithm == lease.SlidingLog && p.Limit > MaxLogLimit {
-		return "must be ≤ 10000 for sliding_log (it stores every hit); use sliding_window for bigger limits"
+	if p.Algorithm.StoresEveryHit() && p.Limit > MaxLogLimit {
+		return "must be ≤ " + strconv.Itoa(MaxLogLimit) + " for " + p.Algorithm.String() + " (it stores every hit); use " + lease.SlidingWindow.String() + " for bigger limits"
 	}
 	return ""
+}
+
+// only says which algorithms have a field ("only token_bucket and gcra
+// have a burst"), by their trait has.
+func only(has func(lease.Algorithm) bool, field string) string {
+	var as []lease.Algorithm
+	for _, a := range lease.Algorithms() {
+		if has(a) {
+			as = append(as, a)
+		}
+	}
+	verb := " has "
+	if len(as) > 1 {
+		verb = " have "
+	}
+	return "only " + lease.JoinAlgorithms(as, "and") + verb + field
 }
 
 // policyError maps lease.Policy.Validate's error onto the rule's field.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/logkey"
+	"github.com/sluicehq/sluice/lease/logkey"
 )
 
 // TestAttr: text and JSON lines carry the rule and the key's hash, never

@@ -2,8 +2,15 @@ package lease
 
 import "time"
 
-// The exact algorithms' pure math. Each method expects a valid policy and
-// valid arguments (see CheckLog, CheckAcquire).
+// slidingLog is sliding_log's code in the algorithm table: kindLog, whose
+// Store state is a SlidingLogState.
+type slidingLog struct{ exactCode }
+
+func (slidingLog) validate(Policy) error { return nil }
+func (slidingLog) newState() algoState   { return new(SlidingLogState) }
+
+// The pure math of an exact algorithm (see algo.go): each method expects a
+// valid policy and valid arguments (see CheckLog, CheckAcquire).
 
 // LogStamp is a run of N requests recorded at At (unix µs). The Redis store
 // records N distinct members scored At; the memory store keeps one run.
@@ -111,74 +118,4 @@ func (s *SlidingLogState) expiry(p Policy) int64 {
 		return 0
 	}
 	return s.Stamps[len(s.Stamps)-1].At + periodMicros(p)
-}
-
-// ConcurrencyState is the Store state of one concurrency key: the held ids
-// and their expiry (unix µs). The zero value is a key without state. Not
-// safe for concurrent use.
-type ConcurrencyState struct {
-	Held map[string]int64
-}
-
-// reap removes the ids whose expiry is not after t (in Redis,
-// ZREMRANGEBYSCORE key -inf t).
-func (s *ConcurrencyState) reap(t int64) {
-	for id, exp := range s.Held {
-		if exp <= t {
-			delete(s.Held, id)
-		}
-	}
-}
-
-// Acquire runs one acquire of id at now (hits 1), or a peek (hits 0).
-// Choices the doc leaves open:
-//   - Acquiring an id that is already held renews its expiry to now +
-//     Period and is allowed even at the limit (a retried acquire is not
-//     denied by its own slot).
-//   - A peek is allowed if an acquire would be: fewer than Limit held, or
-//     id already held.
-//   - RetryAfter on denial is the time until the earliest held id expires;
-//     Reset is the time until the latest one expires (0 when none held).
-func (s *ConcurrencyState) Acquire(p Policy, now time.Time, id string, hits int64) Result {
-	t := unixMicros(now)
-	s.reap(t)
-	_, mine := s.Held[id]
-	var r Result
-	switch {
-	case mine || int64(len(s.Held)) < p.Limit:
-		r.Allowed = true
-		if hits > 0 {
-			if s.Held == nil {
-				s.Held = make(map[string]int64)
-			}
-			s.Held[id] = t + periodMicros(p)
-		}
-	default:
-		earliest := int64(-1)
-		for _, exp := range s.Held {
-			if earliest < 0 || exp < earliest {
-				earliest = exp
-			}
-		}
-		r.RetryAfter = ceilMillis(float64(earliest - t))
-	}
-	r.Remaining = max(0, p.Limit-int64(len(s.Held)))
-	r.Reset = ceilMillis(float64(s.expiry(p) - t))
-	return r
-}
-
-// Release frees id's slot (an unknown id is not an error) and reaps the
-// expired ones.
-func (s *ConcurrencyState) Release(now time.Time, id string) {
-	delete(s.Held, id)
-	s.reap(unixMicros(now))
-}
-
-// expiry is when the last held id expires.
-func (s *ConcurrencyState) expiry(Policy) int64 {
-	var last int64
-	for _, exp := range s.Held {
-		last = max(last, exp)
-	}
-	return last
 }

@@ -1,0 +1,27 @@
+-- fixed_window return: holder's loan in the current window ends; the
+-- count drops by min(n, lent), never below 0. Mirrors
+-- lease.FixedWindowState.Return: tokens granted in an earlier window are
+-- not returned to this one. Joined after prelude.lua and leased.lua.
+--
+-- KEYS[1]  hash {w, c, '@'..holder} (see fixed_window_lease.lua)
+-- ARGV     limit, period_us, capacity, holder, tokens
+-- returns  the tokens given back
+local pu, n = pf, tonumber(ARGV[5])
+local st, ls = read()
+if not st.w or n < 0 then
+  return 0
+end
+local count = tonumber(st.c)
+if tonumber(st.w) < now - math.fmod(now, pu) or count == 0 then
+  return 0
+end
+if lent_to(ls, holder, -1) == 0 then
+  return 0
+end
+local back
+ls, back = take(ls, n)
+redis.call('HDEL', key, '@' .. holder)
+if back > 0 then
+  redis.call('HSET', key, 'c', fmt(math.max(0, count - back)))
+end
+return back

@@ -1,0 +1,28 @@
+-- sliding_window return: holder's loan in the current window ends; cur
+-- drops by min(n, lent), never below 0. Mirrors
+-- lease.SlidingWindowState.Return. Joined after prelude.lua and
+-- leased.lua.
+--
+-- KEYS[1]  hash {w, c, p, '@'..holder} (see sliding_window_lease.lua)
+-- ARGV     limit, period_us, capacity, holder, tokens
+-- returns  the tokens given back (0: no state, the window the tokens were
+--          counted in is no longer current, or nothing lent)
+local n = tonumber(ARGV[5])
+local st, ls = read()
+if not st.w or n < 0 then
+  return 0
+end
+local cur = tonumber(st.c)
+if tonumber(st.w) < now - math.fmod(now, pf) or cur == 0 then
+  return 0
+end
+if lent_to(ls, holder, -1) == 0 then
+  return 0
+end
+local back
+ls, back = take(ls, n)
+redis.call('HDEL', key, '@' .. holder)
+if back > 0 then
+  redis.call('HSET', key, 'c', fmt(math.max(0, cur - back)))
+end
+return back

@@ -1,0 +1,35 @@
+-- token_bucket return: holder's loan ends; tokens = min(capacity, stored
+-- level refilled + min(n, lent)), the rest of the loan counts as spent now
+-- (an ended loan). Mirrors lease.TokenBucketState.Return. Joined after
+-- prelude.lua and leased.lua.
+--
+-- KEYS[1]  hash {t, u, '@'..holder = loans} (see token_bucket_lease.lua)
+-- ARGV     limit, period_us, capacity, holder, tokens
+-- returns  the tokens given back
+local n = tonumber(ARGV[5])
+local st, ls = read()
+if not st.t or n < 0 then
+  return 0
+end
+if lent_to(ls, holder, math.max(tonumber(st.u), now)) == 0 then
+  return 0 -- nothing lent to holder: nothing comes back, nothing changes
+end
+local updated = tonumber(st.u)
+local elapsed = now - updated
+if elapsed < 0 then elapsed = 0 end
+local raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
+updated = math.max(updated, now)
+local back
+ls, back = end_loan(ls, n, updated)
+ls = retire(ls, updated)
+local tokens = math.min(cf, raw + back)
+local function cap(l, a) return cf - a + (updated - l.exp) * lf / pf end
+ls = trim(ls, function(l, a) return cap(l, a) < cf end,
+  function(l, a) tokens = math.min(tokens, cap(l, a)) end)
+if tokens >= cf and #ls == 0 then
+  redis.call('DEL', key) -- full and nothing lent: the same as no state
+  return back
+end
+local d = full_in(ls, (cf - tokens) * pf / lf, updated)
+write({'t', fmt(tokens), 'u', fmt(updated)}, ls, ttl(updated - now + d))
+return back
