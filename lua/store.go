@@ -3,7 +3,6 @@ package lua
 import (
 	"context"
 	"embed"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -319,17 +318,16 @@ func result(v []int64) lease.Result {
 }
 
 // holderOf is the name a key's state gives a holder: the Lessee ID's
-// 64-bit xxhash in unpadded base64url (11 bytes, whatever the ID's
-// length: a Manager's ID is 34). Two holders of one key would share a
-// loan only if their IDs' hashes collided (about 2^-64 for a pair). ""
-// (no holder) stays "".
+// 64-bit xxhash as 8 bytes, whatever the ID's length (a Manager's is 34).
+// Two holders of one key would share a loan only if their IDs' hashes
+// collided (about 2^-64 for a pair). "" (no holder) stays "".
 func holderOf(id string) string {
 	if id == "" {
 		return ""
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], xxhash.Sum64String(id))
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return string(b[:])
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

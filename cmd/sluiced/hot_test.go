@@ -4,7 +4,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,32 +46,25 @@ func fastHot(c *hot.Config) {
 // the key's threshold for the cooling period (seen with a 100ms tick on
 // the real clock: the split ended and restarted mid-test, Started 3, and
 // the holders forwarded the split key again).
-type hotClock struct {
-	nanos atomic.Int64
-}
+type hotClock struct{ *clocktest.Clock }
 
-func newHotClock() *hotClock {
-	c := &hotClock{}
-	c.nanos.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *hotClock) now() time.Time { return time.Unix(0, c.nanos.Load()) }
+func newHotClock() hotClock { return hotClock{clocktest.New()} }
 
 // config is a tc.hot: an exact sketch, a 4s cooling period, the clock c,
 // and a re-announcement of the active splits at every tick (gossip is best
 // effort: a holder that missed the start learns it from the next tick).
-func (c *hotClock) config(h *hot.Config) {
+func (c hotClock) config(h *hot.Config) {
 	h.Tick = time.Hour
 	h.TopK = shard.TopKConfig{RateHalfLife: 200 * time.Millisecond}
 	h.Split = shard.SplitConfig{Cooling: 4 * time.Second}
 	h.Reannounce = time.Second
-	h.Now = c.now
+	h.Now = c.Now
 }
 
 // tick advances c by a second and runs one step of every node's loop.
-func (c *hotClock) tick(nodes ...*testNode) {
-	now := time.Unix(0, c.nanos.Add(int64(time.Second)))
+func (c hotClock) tick(nodes ...*testNode) {
+	c.Advance(time.Second)
+	now := c.Now()
 	for _, n := range nodes {
 		n.d.node.Hot().Tick(now)
 	}
