@@ -94,6 +94,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	mcfg.Horizon = o.leaseHorizon
 	mcfg.Idle = o.leaseIdle
 	mcfg.StoreTimeout = o.storeTimeout
+	mcfg.CheckBudget = o.checkBudget
 	mcfg.Logger = log
 	// A key this node never leased, decided here in local mode (its
 	// forward failed and so did the Store), gets 1/N of its capacity: the
