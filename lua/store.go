@@ -236,7 +236,7 @@ func (s *Store) Log(ctx context.Context, key string, p lease.Policy, hits int64)
 		return lease.Result{}, &lease.FieldError{Field: "hits", Msg: fmt.Sprintf("must be at most %d for sliding_log in Redis (one sorted-set member per hit), got %d", MaxLogHits, hits)}
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(micros(p.MinInterval)), itoa(hits)}
-	v, err := s.exec(ctx, "sliding_log", s.scripts[p.Algorithm].log, s.Key(key, p.Algorithm), args, 4)
+	v, err := s.exec(ctx, p.Algorithm.String(), s.scripts[p.Algorithm].log, s.Key(key, p.Algorithm), args, 4)
 	if err != nil {
 		return lease.Result{}, err
 	}

@@ -105,6 +105,11 @@ func (r *Routes) peerFor(ckey string) string {
 	return r.Addrs[o]
 }
 
+// OwnerAddr returns the address of the peer that owns counter key ckey,
+// or "" when this node does (or the owner has no address): the lease
+// protocol routes gateways' lease calls by it.
+func (r *Routes) OwnerAddr(ckey string) string { return r.peerFor(ckey) }
+
 // alive reports whether addr is the address of a member of the ring:
 // membership still calls it alive.
 func (r *Routes) alive(addr string) bool {
