@@ -68,9 +68,6 @@ func New(cfg Config) *Engine {
 	return e
 }
 
-// Manager returns the lease Manager the engine decides with.
-func (e *Engine) Manager() *lease.Manager { return e.mgr }
-
 // SetRules builds the table of s (nil means an empty set), the rule set
 // requests are matched against, plus the rules of extra (the Envoy RLS
 // configuration's, say), reachable by name only (a name in both keeps s's
