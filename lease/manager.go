@@ -264,5 +264,10 @@ func (m *Manager) Stats() Stats {
 	}
 }
 
+// Store returns the Store the Manager leases from, behind its breaker:
+// other holders of the same Store (a node serving gateways' leases) call
+// it with their own holder ids and the same timeouts.
+func (m *Manager) Store() *Breaker { return m.store }
+
 // StoreHealthy reports whether the Store's breaker is closed.
 func (m *Manager) StoreHealthy() bool { return m.store.State() == BreakerClosed }

@@ -45,6 +45,16 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 			n.releaseLease(ctx)
 		}
 		return routeRelease
+	case LeasePath:
+		if n.requirePost(ctx) {
+			n.lease(ctx)
+		}
+		return routeLease
+	case LeaseRulesPath:
+		if n.requireGet(ctx) {
+			n.leaseRules(ctx)
+		}
+		return routeLeaseRules
 	case "/metrics":
 		if n.requireGet(ctx) && n.requireMetrics(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")

@@ -111,6 +111,9 @@ type statsBody struct {
 	Rules    []statsRule `json:"rules"`
 	Store    *statsStore `json:"store"`
 	Nodes    []statsNode `json:"nodes"`
+	// Gateway is the lease protocol's figures by rule (gateway.go), summed
+	// over the nodes that answered; absent when the protocol is off.
+	Gateway map[string]GatewayRuleStats `json:"gateway,omitempty"`
 }
 
 // statsState is a Node's stats ring and its sampler goroutine.
@@ -271,6 +274,9 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	body := n.stat.local()
+	if n.gw != nil {
+		body.Gateway = n.gw.stats()
+	}
 	if scope != "node" {
 		if peers := n.statsPeers(); len(peers) > 0 {
 			// The caller's token goes only to members the cluster key
@@ -320,6 +326,17 @@ func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.
 			continue
 		}
 		body.Nodes = append(body.Nodes, statsNode{Name: p.Name, OK: true, Store: a.b.Store})
+		for rule, gs := range a.b.Gateway {
+			if body.Gateway == nil {
+				body.Gateway = map[string]GatewayRuleStats{}
+			}
+			sum := body.Gateway[rule]
+			sum.Lent += gs.Lent
+			sum.Granted += gs.Granted
+			sum.Returned += gs.Returned
+			sum.Reported += gs.Reported
+			body.Gateway[rule] = sum
+		}
 		if a.b.BucketMS != body.BucketMS {
 			continue // another version's buckets: shown as a member, not summed
 		}

@@ -42,6 +42,7 @@ type options struct {
 	// admin requests may carry in Host (see node.Config.AdminHosts).
 	adminHosts     []string
 	metricsToken   string
+	clientToken    string
 	leaseHorizon   time.Duration
 	leaseIdle      time.Duration
 	storeTimeout   time.Duration
@@ -79,7 +80,7 @@ type setting struct {
 // secret reports whether a setting's value must never be printed (a bad
 // cluster key or token would otherwise end up in logs).
 func (s *setting) secret() bool {
-	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token"
+	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token" || s.flag == "client-token"
 }
 
 // shown is how a value of s appears in an error message.
@@ -221,6 +222,10 @@ func settings() []setting {
 		}},
 		{"metrics-token", "SLUICE_METRICS_TOKEN", "", "bearer token /metrics requires; empty: /metrics is open", func(o *options, v string) error {
 			o.metricsToken = v
+			return nil
+		}},
+		{"client-token", "SLUICE_CLIENT_TOKEN", "", "bearer token of the lease protocol (POST /v1/lease, GET /v1/lease/rules) through which gateways (node/client's Limiter) decide in their own process; it can lease, return and read the rules, never administer. Empty: the protocol is off (404)", func(o *options, v string) error {
+			o.clientToken = v
 			return nil
 		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},

@@ -142,6 +142,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		ncfg.AdminHosts = append(ncfg.AdminHosts, h) // -listen by name: the node answers to it
 	}
 	ncfg.MetricsToken = o.metricsToken
+	ncfg.ClientToken = o.clientToken
 	ncfg.Logger = log
 	ncfg.Name = d.name
 	d.node = node.New(ncfg, d.mgr)
