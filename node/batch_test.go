@@ -211,12 +211,20 @@ func TestOwnerBatchOverlapsStoreCalls(t *testing.T) {
 		n++
 	}
 	sb.WriteString(`]}`)
-	done := make(chan resp)
-	go func() { done <- a.do(t, "POST", "/v1/checks", sb.String()) }()
+	done := make(chan error, 1)
+	var r resp
+	go func() {
+		var err error
+		r, err = a.try("POST", "/v1/checks", sb.String())
+		done <- err
+	}()
 	ok := gs.waitInflight()
-	r := <-done
+	err := <-done
 	if !ok {
 		t.Fatalf("only %d Store calls in flight together at the owner, want %d", gs.most.Load(), gs.n)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	if r.status != 200 || strings.Count(r.body, `"allowed":true`) != 20 {
 		t.Errorf("status %d %s, want 20 checks allowed", r.status, r.body)

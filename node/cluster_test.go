@@ -113,6 +113,15 @@ func newClusterNodesWith(t *testing.T, storeOf func(name string) lease.Store, ym
 
 func (cn *clusterNode) do(t *testing.T, method, uri, body string) resp {
 	t.Helper()
+	r, err := cn.try(method, uri, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, uri, err)
+	}
+	return r
+}
+
+// try is do for a goroutine other than the test's: it returns the error.
+func (cn *clusterNode) try(method, uri, body string) (resp, error) {
 	req := fasthttp.AcquireRequest()
 	res := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -121,9 +130,9 @@ func (cn *clusterNode) do(t *testing.T, method, uri, body string) resp {
 	req.Header.SetMethod(method)
 	req.SetBodyString(body)
 	if err := cn.client.DoTimeout(req, res, 10*time.Second); err != nil {
-		t.Fatalf("%s %s: %v", method, uri, err)
+		return resp{}, err
 	}
-	return resp{status: res.StatusCode(), body: string(res.Body())}
+	return resp{status: res.StatusCode(), body: string(res.Body())}, nil
 }
 
 // keyOwnedBy returns the first key "<prefix>N" whose counter key under

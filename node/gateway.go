@@ -241,6 +241,11 @@ func writeStatus(ctx *fasthttp.RequestCtx, status int, err error) {
 	ctx.SetBody(api.AppendError(nil, err.Error(), ""))
 }
 
+// clientAllowed reports whether ctx carries the client token.
+func (n *Node) clientAllowed(ctx *fasthttp.RequestCtx) bool {
+	return n.gw != nil && bearerMatches(ctx, n.gw.token)
+}
+
 // leaseFlood rate-limits the lease requests of the client token (Sluice
 // limiting its own clients); false means answered 429.
 func (n *Node) leaseFlood(ctx *fasthttp.RequestCtx) bool {
