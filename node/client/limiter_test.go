@@ -18,6 +18,8 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lease/clocktest"
+	"github.com/sluicehq/sluice/lua"
+	"github.com/sluicehq/sluice/lua/redistest"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/client"
@@ -129,6 +131,23 @@ func TestLimiterThreeGatewaysNeverOverAdmit(t *testing.T) {
 	clock := clocktest.New()
 	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
 	t.Cleanup(func() { store.Close() })
+	threeGateways(t, store, clock)
+}
+
+// The same over a real Redis whose clock is frozen (the Lua scripts read
+// the server's TIME).
+func TestLimiterThreeGatewaysNeverOverAdmitRedis(t *testing.T) {
+	srv, rclock := redistest.StartWithClock(t, clocktest.Epoch)
+	store, err := lua.NewStore(lua.Config{Addrs: []string{srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clock := clocktest.At(rclock.Now())
+	threeGateways(t, store, clock)
+}
+
+func threeGateways(t *testing.T, store lease.Store, clock *clocktest.Clock) {
 	var lims []*client.Limiter
 	for range 3 {
 		n := startLimiterNode(t, store, clock, limiterRules)
