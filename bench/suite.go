@@ -32,7 +32,7 @@ type SuiteConfig struct {
 	// bench/results.
 	Out string
 	// Phase is each measured run's duration; 0 means 8s (the suite has
-	// about 25 runs: ~4–5 minutes with startup).
+	// about 35 runs: ~5–6 minutes with startup).
 	Phase time.Duration
 	// Limit is the rule the node enforces and accuracy is measured
 	// against; zero means 100 per second, burst 100.
@@ -102,7 +102,7 @@ type suite struct {
 
 // DefaultSuiteConfig returns the defaults. Phase 8s: long enough for a
 // run to hold hundreds of thousands of requests and many lease horizons
-// (100ms), short enough that the ~25 runs take about four minutes. Limit
+// (100ms), short enough that the ~35 runs take about five minutes. Limit
 // 100 per second, burst 100: under Zipf(1.0) over 10,000 keys at tens of
 // thousands of checks a second, the hottest keys are denied most of the
 // time and the coldest never, so both over- and under-admission show.

@@ -24,8 +24,7 @@ import (
 //
 //	go test ./lua/ -run '^$' -bench ScriptCost -benchtime 1x
 //
-// SLUICE_COST_KEYS sets the keys per run (default 20,000; the figures in
-// the docs use 1,000,000).
+// SLUICE_COST_KEYS sets the keys per run (default 20,000).
 func BenchmarkScriptCost(b *testing.B) {
 	keys := 20_000
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_COST_KEYS")); err == nil && v > 0 {

@@ -38,7 +38,7 @@
 //
 // A counter key K of algorithm A lives in the Redis key
 // "{<prefix>:K}:<a>" (prefix "sl" by default; a = tb2, gc2, fw2, sw2, log,
-// cc). A leased key's state is one string (fields and loans, see
+// cc). A leased key's state is one binary string (fields and loans, see
 // leased.lua) read with one GET and written with one SET; its suffix ends
 // in the format's version, so nodes of a release that kept another format
 // (the hashes at tb, gc, fw, sw) never share a Redis key with this one:
@@ -63,18 +63,19 @@
 //
 // MEMORY USAGE of one key (Redis 7.0, jemalloc, counter key "user-000042";
 // measured by TestMemoryPerKey, rerun with go test -run MemoryPerKey -v).
-// A holder is named by an 11-byte digest of its Lessee ID (see holderOf):
+// A leased key's state is packed binary (see leased.lua): plain fields and
+// loans as doubles, a holder as an 8-byte digest of its Lessee ID (see
+// holderOf):
 //
-//	token_bucket     104 bytes; 163 with one holder's loan ('@' holder '='
-//	                 '<lent>,<expiry>,<expiry − last spend>', and '#' =
-//	                 '<last call>,<its grant>', see leased.lua); 195 after
-//	                 its second lease, which keeps the tokens it reports
-//	                 spent as an ended loan ('~<lent>,<time>', up to 3,
-//	                 while they cap the level)
-//	gcra             104 bytes; 147 with one holder's loan; 179 after its
+//	token_bucket     104 bytes; 147 with one holder's loan (holder, lent,
+//	                 expiry, last spend; and the last call and its grant);
+//	                 163 after its second lease, which keeps the tokens it
+//	                 reports spent as an ended loan (up to 3, while they
+//	                 cap the level)
+//	gcra             88 bytes; 147 with one holder's loan; 163 after its
 //	                 second lease
-//	fixed_window     104 bytes; 115 with one holder's loan ('<lent>,0')
-//	sliding_window   104 bytes; 115 with one holder's loan
+//	fixed_window     104 bytes; 115 with one holder's loan
+//	sliding_window   104 bytes; 131 with one holder's loan
 //	sliding_log      104 bytes with 1 stamp; ~36 bytes per stamp up to 128
 //	                 stamps (listpack), ~118 bytes per stamp beyond (skiplist)
 //	concurrency      120 bytes with 1 holder; ~51 bytes per holder (32-byte

@@ -68,6 +68,16 @@ type ClusterConfig struct {
 	// HotNoSplit makes the node detect and show hot keys (/v1/hotkeys)
 	// but never split them nor route by other members' splits.
 	HotNoSplit bool
+	// DemoteAfter routes around an owner, alive to membership, after
+	// this many forwarding requests to it in a row went unanswered (see
+	// node/engine's demote.go): its keys are then decided here from the
+	// Store while this node's Store is up, and it is probed every
+	// DemoteProbe until it answers. Zero never demotes: only nodes sharing one Store
+	// (Redis) may decide each other's keys. sluiced sets 2 with -redis.
+	DemoteAfter int
+	// DemoteProbe is how often a demoted owner is sent a check again.
+	// Zero means engine.DefaultDemoteProbe (1s).
+	DemoteProbe time.Duration
 }
 
 // cluster is a Node's cluster state. It exists only when EnableCluster was
@@ -172,10 +182,13 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 		newDecider(n.eng))
 	n.eng.SetRoutes(&engine.Routes{Self: cfg.Self, Ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
 	n.eng.EnableCluster(engine.ClusterConfig{
-		Forwarder: newForwarder(c.fwd, time.Duration(timeout)),
-		Hot:       c.hot.h,
-		Split:     c.hot.split,
-		ShedRetry: shedRetry,
+		Forwarder:   newForwarder(c.fwd, time.Duration(timeout)),
+		Hot:         c.hot.h,
+		Split:       c.hot.split,
+		ShedRetry:   shedRetry,
+		DemoteAfter: max(cfg.DemoteAfter, 0),
+		DemoteProbe: cfg.DemoteProbe,
+		Now:         fcfg.Now,
 	})
 	c.met.members.Store(1)
 	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })

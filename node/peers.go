@@ -38,6 +38,10 @@ func newForwarder(f *forward.Forwarder, timeout time.Duration) *forwarder {
 // timeout ends every request sooner, unless a peer's queue is backed up.
 func (a *forwarder) Budget() time.Duration { return a.f.MaxTimeout() + a.timeout }
 
+// Unanswered is the Forwarder's count of addr's requests in a row that got
+// no answer in time.
+func (a *forwarder) Unanswered(addr string) int { return a.f.Unanswered(addr) }
+
 // Forward sends items to addr with ForwardMany. forward.ErrPeerBusy
 // (the owner, alive, did not answer in time or is overloaded) is
 // answered as engine.ErrPeerBusy.

@@ -73,7 +73,9 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeReadyz
 	case "/v1/members":
-		if n.requireGet(ctx) && n.RequireAdmin(ctx) {
+		// The client token reads the members too: a gateway sends each
+		// key's lease calls to its owner (gateway.go).
+		if n.requireGet(ctx) && (n.clientAllowed(ctx) || n.RequireAdmin(ctx)) {
 			n.members(ctx)
 		}
 		return routeMembers

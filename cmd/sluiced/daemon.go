@@ -20,6 +20,13 @@ import (
 	"github.com/sluicehq/sluice/node/member"
 )
 
+// demoteAfter is how many forwarding requests in a row an owner may leave
+// unanswered before a node with Redis routes around it: one could be a
+// pause of a few tens of ms; two in a row, half a second apart (the
+// forwarder's back-off), is a stopped owner, routed around in well under a
+// second.
+const demoteAfter = 2
+
 // Shutdown budgets.
 const (
 	// shutdownTimeout bounds how long requests in flight may take to
@@ -163,6 +170,11 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		hcfg.CapacityShare = o.hotCapacityShare
 		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster, AuthWindow: o.internalWindow,
 			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
+		if o.redis != "" {
+			// One shared Store: a silent owner's keys may be decided by
+			// leasing from it (see node.ClusterConfig.DemoteAfter).
+			ccfg.DemoteAfter = demoteAfter
+		}
 		ccfg.Forward.TLS = peerTLS
 		if o.forwardTimeout > 0 {
 			ccfg.Forward.Timeout = o.forwardTimeout

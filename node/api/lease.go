@@ -2,6 +2,7 @@ package api
 
 import (
 	"strconv"
+	"unsafe"
 )
 
 // The lease protocol (POST /v1/lease): a gateway process (node/client's
@@ -605,4 +606,10 @@ func (s *scanner) leaseResults(dst []LeaseResult, n int, fe **FieldError) []Leas
 		}
 	}
 	return dst
+}
+
+// GivenKeyMsg says what is wrong with a key given as is (a check's or a
+// lease op's "key"), or "" when it is valid.
+func GivenKeyMsg(key string) string {
+	return givenKeyMsg(unsafe.Slice(unsafe.StringData(key), len(key)))
 }

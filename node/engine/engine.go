@@ -156,6 +156,9 @@ type Forwarder interface {
 	// Budget bounds one phase's forwarding (the Forwarder's own timeouts
 	// end every call sooner unless a peer's queue is backed up).
 	Budget() time.Duration
+	// Unanswered is how many requests in a row to addr got no answer in
+	// time (0 once it answers).
+	Unanswered(addr string) int
 }
 
 // Hot is what the engine needs from hot-key detection and splitting
@@ -182,6 +185,16 @@ type ClusterConfig struct {
 	// ShedRetry is the retry-after of a shed item (the Forwarder's
 	// back-off, after which the owner is tried again).
 	ShedRetry time.Duration
+	// DemoteAfter is how many requests in a row to an owner must go
+	// unanswered (Forwarder.Unanswered) before this node routes around it
+	// while its Store is up (see demote.go). Zero never demotes: right
+	// when the nodes do not share a Store.
+	DemoteAfter int
+	// DemoteProbe is how often a demoted owner is sent one phase's items
+	// to see whether it answers again. Zero means DefaultDemoteProbe.
+	DemoteProbe time.Duration
+	// Now is the demotion's clock. Nil means time.Now.
+	Now func() time.Time
 }
 
 // cluster is the engine's cluster state.
@@ -190,6 +203,7 @@ type cluster struct {
 	hot       Hot
 	split     bool
 	shedRetry time.Duration
+	demote    *demoter // nil: never
 	met       clusterMetrics
 }
 
@@ -202,6 +216,9 @@ type clusterMetrics struct {
 	// sent to owners; served: checks peers forwarded that this node
 	// decided.
 	forwarded, fallback, shed, local, refunds, served *metrics.Counter
+	// demoted: items decided here because their owner was demoted (it
+	// stopped answering; see demote.go).
+	demoted *metrics.Counter
 }
 
 // EnableCluster makes e route each item to the node that decides its
@@ -221,7 +238,19 @@ func (e *Engine) EnableCluster(cfg ClusterConfig) {
 			local:     e.set.NewCounter(`sluice_routed_items_total{decided_by="self"}`),
 			refunds:   e.set.NewCounter(`sluice_routed_refunds_total`),
 			served:    e.set.NewCounter(`sluice_routed_items_served_total`),
+			demoted:   e.set.NewCounter(`sluice_routed_items_total{decided_by="demoted_owner"}`),
 		},
+	}
+	if cfg.DemoteAfter > 0 {
+		d := &demoter{after: cfg.DemoteAfter, probe: cfg.DemoteProbe, now: cfg.Now,
+			unanswered: cfg.Forwarder.Unanswered, storeUp: e.mgr.StoreHealthy}
+		if d.probe <= 0 {
+			d.probe = DefaultDemoteProbe
+		}
+		if d.now == nil {
+			d.now = time.Now
+		}
+		e.cl.demote = d
 	}
 }
 

@@ -18,7 +18,8 @@ import (
 // all peers concurrently, so a batch costs one forwarding round trip per
 // phase, not one per item. An item whose owner, still a member, does not
 // answer in time or says it is overloaded (ErrPeerBusy) is shed
-// (answered 503, see shed); one whose owner cannot be reached (refused the
+// (answered 503, see shed), unless the owner has stopped answering
+// altogether and is routed around (demote.go); one whose owner cannot be reached (refused the
 // connection, left the ring) or answers with an item error (a rule it does
 // not know yet) is decided here by leasing from the shared Store.
 // Hits charged to items of a denied request are refunded where they were
@@ -31,13 +32,14 @@ type peerGroup struct {
 	items   []PeerItem
 	results []PeerResult
 	err     error
+	demoted bool // the peer is routed around: decided here, not sent (demote.go)
 }
 
 func (b *Batch) resetGroups() {
 	for i := range b.groups {
 		g := &b.groups[i]
 		clear(g.items) // drop the views of the request body
-		g.addr, g.idx, g.items, g.results, g.err = "", g.idx[:0], g.items[:0], g.results[:0], nil
+		g.addr, g.idx, g.items, g.results, g.err, g.demoted = "", g.idx[:0], g.items[:0], g.results[:0], nil, false
 	}
 	b.groups = b.groups[:0]
 }
@@ -124,6 +126,12 @@ func (e *Engine) phase(ctx context.Context, r *Routes, b *Batch, leased bool) {
 	if len(b.local) == 0 && len(b.groups) == 0 {
 		return
 	}
+	if d := e.cl.demoteOf(); d != nil {
+		for gi := range b.groups {
+			g := &b.groups[gi]
+			g.demoted = d.routeAround(g.addr)
+		}
+	}
 	wait := noWait
 	if len(b.groups) > 0 {
 		wait = e.send(ctx, b)
@@ -155,6 +163,14 @@ func (e *Engine) collect(b *Batch) {
 	var r *Routes // loaded at the first failure
 	for gi := range b.groups {
 		g := &b.groups[gi]
+		if g.demoted {
+			// Its owner stopped answering: decided here, from the Store.
+			for _, i := range g.idx {
+				e.decideLocal(b, i)
+				c.met.demoted.Inc()
+			}
+			continue
+		}
 		shed := false
 		if g.err != nil && errors.Is(g.err, ErrPeerBusy) {
 			if r == nil {
@@ -206,18 +222,27 @@ func (e *Engine) shed(b *Batch, i int32) {
 // is the only work of the phase. The caller must call wait before reading
 // the groups' results.
 func (e *Engine) send(ctx context.Context, b *Batch) (wait func()) {
-	if len(b.groups) == 0 {
+	n, last := 0, 0
+	for gi := range b.groups {
+		if !b.groups[gi].demoted {
+			n, last = n+1, gi
+		}
+	}
+	if n == 0 {
 		return noWait
 	}
 	c := e.cl
 	fctx, cancel := context.WithTimeout(ctx, c.fwd.Budget())
-	if len(b.groups) == 1 && len(b.local) == 0 {
-		c.forwardGroup(fctx, &b.groups[0])
+	if n == 1 && len(b.local) == 0 {
+		c.forwardGroup(fctx, &b.groups[last])
 		cancel()
 		return noWait
 	}
-	b.wg.Add(len(b.groups))
+	b.wg.Add(n)
 	for gi := range b.groups {
+		if b.groups[gi].demoted {
+			continue
+		}
 		go func(g *peerGroup) {
 			defer b.wg.Done()
 			c.forwardGroup(fctx, g)

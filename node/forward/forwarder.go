@@ -205,6 +205,18 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 	return firstErr
 }
 
+// Unanswered is how many requests in a row to the peer at addr got no
+// answer within their timeout (0 for a peer never sent to, or one that
+// answered since, late or with an error status). A caller that routes
+// around a silent peer reads it; only a request sent to the peer (a probe)
+// can bring it back to 0.
+func (f *Forwarder) Unanswered(addr string) int {
+	if p := (*f.peers.Load())[addr]; p != nil {
+		return int(p.unanswered.Load())
+	}
+	return 0
+}
+
 // busyCtxErr is the error of a call whose context ended while its items
 // were queued or in flight: the owner is backed up (or still deciding
 // them), so they are shed, not decided by the caller.

@@ -54,6 +54,10 @@ type peer struct {
 	wg   sync.WaitGroup // the collector and the senders
 	down atomic.Int64   // Unix nanoseconds until which the peer is down; 0: up
 	busy atomic.Bool    // the failure that marked it down said busy (ErrPeerBusy)
+	// unanswered counts the peer's requests in a row that got no answer
+	// within their timeout; any answer (even a late one, or an error
+	// status) resets it. See Forwarder.Unanswered.
+	unanswered atomic.Int32
 	// timeout is the current request timeout in nanoseconds, from rtt.
 	timeout atomic.Int64
 	rtt     struct {

@@ -43,6 +43,7 @@ func (p *peer) send(b *batch) {
 		defer close(fired)
 		if finished.CompareAndSwap(false, true) {
 			p.observe(timeout)
+			p.unanswered.Add(1)
 			p.fail(b, true, fmt.Errorf("no answer within %s", timeout))
 		}
 	})
@@ -50,6 +51,9 @@ func (p *peer) send(b *batch) {
 	var err error
 	var busy bool
 	b.results, plans, busy, err = p.do(b, b.body, b.n, start, timeout, timeout+lateWait)
+	if err == nil || !isTimeout(err) {
+		p.unanswered.Store(0) // the peer answered, if late: it is not silent
+	}
 	if !stopTimer() {
 		<-fired
 	}

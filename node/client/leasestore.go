@@ -1,0 +1,198 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/api"
+)
+
+// remoteStore is the lease.Store of a Limiter: the nodes' Store, reached
+// through the lease protocol. Each call goes to the owner of its key (the
+// ring of the member list, or any node, which forwards), batched per node
+// for LimiterConfig.Flush.
+type remoteStore struct {
+	l        *Limiter
+	batchers sync.Map // node address → *leaseBatcher
+}
+
+var _ lease.Store = (*remoteStore)(nil)
+
+// errNotLeased answers the exact calls: the Limiter sends exact rules as
+// checks, never through its Manager.
+var errNotLeased = fmt.Errorf("%w: exact rules are sent as checks", lease.ErrWrongAlgorithm)
+
+func (s *remoteStore) Log(context.Context, string, lease.Policy, int64) (lease.Result, error) {
+	return lease.Result{}, errNotLeased
+}
+
+func (s *remoteStore) Acquire(context.Context, string, lease.Policy, string, int64) (lease.Result, error) {
+	return lease.Result{}, errNotLeased
+}
+
+func (s *remoteStore) Release(context.Context, string, lease.Policy, string) error {
+	return errNotLeased
+}
+
+// Ping asks a node for the rules' version (the breaker's probe).
+func (s *remoteStore) Ping(ctx context.Context) error {
+	return s.l.refreshRules(ctx)
+}
+
+// splitKey splits a counter key into rule and key.
+func splitKey(ckey string) (rule, key string) {
+	rule, key, _ = strings.Cut(ckey, ":")
+	return rule, key
+}
+
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	rule, key := splitKey(ckey)
+	op := api.LeaseOp{Op: api.OpLease, Rule: rule, Key: key, Want: max(want, 1), Need: min(need, max(want, 1)),
+		Held: to.Held, TTLMS: min(max(ceilMS(to.TTL), 1), api.MaxLeaseTTLMS), SpentBefore: to.SpentBefore,
+		IdleMS: min(int64(to.Idle/time.Millisecond), api.MaxIdleMS), Call: to.Call, Unanswered: to.Unanswered}
+	r, err := s.do(ctx, ckey, op)
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	return lease.Grant{Granted: r.Granted, Remaining: r.Remaining, Lent: r.Lent,
+		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond}, nil
+}
+
+func (s *remoteStore) Return(ctx context.Context, ckey string, p lease.Policy, tokens int64, _ string) error {
+	rule, key := splitKey(ckey)
+	_, err := s.do(ctx, ckey, api.LeaseOp{Op: api.OpReturn, Rule: rule, Key: key, Tokens: max(tokens, 0)})
+	return err
+}
+
+// leaseAnswer is one op's answer.
+type leaseAnswer struct {
+	r   api.LeaseResult
+	err error
+}
+
+// do queues op for the owner of ckey and waits for its answer.
+func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.LeaseResult, error) {
+	c := s.l.c
+	if c.closed() {
+		return api.LeaseResult{}, ErrClosed
+	}
+	v := c.view.Load()
+	n := v.owner(ckey)
+	if n == nil {
+		n = c.any(v, nil)
+	}
+	if n == nil {
+		return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, ErrNoNodes)
+	}
+	bi, _ := s.batchers.LoadOrStore(n.addr, &leaseBatcher{s: s})
+	b := bi.(*leaseBatcher)
+	done := make(chan leaseAnswer, 1)
+	b.add(n, op, done)
+	select {
+	case a := <-done:
+		if a.err != nil {
+			return a.r, a.err
+		}
+		if a.r.Error != "" {
+			return a.r, fmt.Errorf("%w: %s", lease.ErrStoreUnavailable, a.r.Error)
+		}
+		return a.r, nil
+	case <-ctx.Done():
+		return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, ctx.Err())
+	}
+}
+
+// leaseBatcher gathers the ops to one node for LimiterConfig.Flush (or
+// until api.MaxLeaseOps) and sends them as one request.
+type leaseBatcher struct {
+	s     *remoteStore
+	mu    sync.Mutex
+	n     *node
+	ops   []api.LeaseOp
+	waits []chan leaseAnswer
+}
+
+func (b *leaseBatcher) add(n *node, op api.LeaseOp, done chan leaseAnswer) {
+	b.mu.Lock()
+	b.n = n
+	b.ops = append(b.ops, op)
+	b.waits = append(b.waits, done)
+	switch len(b.ops) {
+	case 1:
+		time.AfterFunc(b.s.l.cfg.Flush, b.flush)
+	case api.MaxLeaseOps:
+		ops, waits, n := b.take()
+		b.mu.Unlock()
+		go b.s.send(n, ops, waits)
+		return
+	}
+	b.mu.Unlock()
+}
+
+// take empties the batch (b.mu held).
+func (b *leaseBatcher) take() ([]api.LeaseOp, []chan leaseAnswer, *node) {
+	ops, waits := b.ops, b.waits
+	b.ops, b.waits = nil, nil
+	return ops, waits, b.n
+}
+
+func (b *leaseBatcher) flush() {
+	b.mu.Lock()
+	ops, waits, n := b.take()
+	b.mu.Unlock()
+	if len(ops) > 0 {
+		b.s.send(n, ops, waits)
+	}
+}
+
+// send posts one lease request and answers its waiters.
+func (s *remoteStore) send(n *node, ops []api.LeaseOp, waits []chan leaseAnswer) {
+	l := s.l
+	answerAll := func(err error) {
+		for _, w := range waits {
+			w <- leaseAnswer{err: err}
+		}
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(l.c.scheme() + "://" + n.addr + leasePath)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.Set(fasthttp.HeaderAuthorization, l.auth)
+	req.Header.SetContentType("application/json")
+	req.SetBody(api.AppendLeaseRequest(req.Body()[:0], &api.LeaseRequest{Holder: l.holder, Ops: ops}))
+	if err := n.hc.DoTimeout(req, resp, l.cfg.Timeout); err != nil {
+		l.c.markDown(n)
+		answerAll(fmt.Errorf("%w: %s: %w", lease.ErrStoreUnavailable, n.addr, err))
+		return
+	}
+	if st := resp.StatusCode(); st != fasthttp.StatusOK {
+		err := error(&StatusError{Node: n.addr, Status: st, Msg: errorMsg(resp.Body())})
+		if st == fasthttp.StatusTooManyRequests || st >= 500 {
+			err = fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
+		}
+		answerAll(err)
+		return
+	}
+	rs, err := api.DecodeLeaseResults(resp.Body(), nil, len(ops))
+	if err != nil {
+		answerAll(fmt.Errorf("%w: %s: %w", lease.ErrStoreUnavailable, n.addr, err))
+		return
+	}
+	for i, w := range waits {
+		w <- leaseAnswer{r: rs[i]}
+	}
+}

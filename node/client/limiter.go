@@ -1,0 +1,381 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// The lease protocol's paths (node.LeasePath, node.LeaseRulesPath).
+const (
+	leasePath      = "/v1/lease"
+	leaseRulesPath = "/v1/lease/rules"
+)
+
+// LimiterConfig configures a Limiter. The zero value of each field but
+// Nodes and Token means the default given in its comment.
+type LimiterConfig struct {
+	// Nodes are the nodes' addresses, "http://host:port" (or
+	// "https://host:port", verified with TLS) or "host:port". At least one.
+	Nodes []string
+	// Token is the nodes' client token (sluiced -client-token): it lets
+	// the Limiter lease, return and read the rules, never administer.
+	Token string
+	// TLS verifies the nodes over HTTPS. Nil means plain HTTP unless a
+	// node is given as https://, then the system roots.
+	TLS *tls.Config
+	// Timeout bounds one request to a node. Zero means 500ms.
+	Timeout time.Duration
+	// Flush is how long a lease or return waits for others to the same
+	// node before they are sent as one request. Zero means 1ms (a lease
+	// call is rare: one per key per Horizon when busy).
+	Flush time.Duration
+	// RulesPoll is how often the rules are fetched again (a request
+	// answered 304 when they did not change). Zero means 5s.
+	RulesPoll time.Duration
+	// Lease tunes the Limiter's lease.Manager (the same as a node's:
+	// Horizon, Idle, LowWater...). Zero fields mean lease.DefaultConfig's,
+	// except StoreTimeout (Timeout + Flush: a lease call crosses the
+	// network), LeaseTTL (30s: what a crashed gateway strands, at most
+	// the nodes' bound of 60s) and Holder (a random id per Limiter).
+	Lease lease.Config
+}
+
+// Decision is the answer of Limiter.Allow.
+type Decision struct {
+	Allowed bool
+	// Limit is the policy's limit for the key, Remaining what is left of
+	// it as the Limiter knows (its own tokens and the Store's last word).
+	Limit     int64
+	Remaining int64
+	// RetryAfter is, when denied, when to retry; Reset when the limit is
+	// fully available again with no traffic.
+	RetryAfter time.Duration
+	Reset      time.Duration
+	// Degraded: decided while no node answered, by the rule's
+	// on_store_failure (local: from what the Limiter holds).
+	Degraded bool
+	// Shadow: the rule is in shadow mode: Allowed is true, and
+	// ShadowDenied says whether it would have denied.
+	Shadow       bool
+	ShadowDenied bool
+	// Rule names the rule that decided (AllowDescriptors: the first that
+	// denied, or the last matched).
+	Rule string
+}
+
+// ErrUnknownRule means Allow named a rule the nodes do not have.
+var ErrUnknownRule = errors.New("unknown rule")
+
+// Limiter decides checks in the caller's process: it holds leases of the
+// nodes' Store through the lease protocol (a lease.Manager over a remote
+// Store) and decides each check from the tokens it holds, with no
+// network round trip. Exact rules (sliding_log, concurrency) are sent as
+// ordinary checks. A Limiter is safe for concurrent use.
+type Limiter struct {
+	cfg    LimiterConfig
+	c      *Client
+	auth   string // "Bearer <token>"
+	holder string
+	mgr    *lease.Manager
+	store  *remoteStore
+
+	rules atomic.Pointer[ruleSnap]
+	keys  sync.Pool // *[]byte: counter keys built per check
+
+	closed atomic.Bool
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+// ruleSnap is one version of the nodes' rules.
+type ruleSnap struct {
+	version string
+	set     *rules.Set
+	byName  map[string]*limRule
+}
+
+type limRule struct {
+	r      *rules.Rule
+	prefix string // name + ":"
+}
+
+// NewLimiter returns a Limiter that has fetched the rules from the first
+// node that answers; it fails when none does.
+func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
+	if len(cfg.Nodes) == 0 {
+		return nil, configError("Nodes", "at least one node address is required")
+	}
+	if cfg.Token == "" {
+		return nil, configError("Token", "the nodes' client token is required")
+	}
+	seeds := make([]string, len(cfg.Nodes))
+	for i, n := range cfg.Nodes {
+		switch {
+		case strings.HasPrefix(n, "https://"):
+			if cfg.TLS == nil {
+				cfg.TLS = &tls.Config{}
+			}
+			n = strings.TrimPrefix(n, "https://")
+		case strings.HasPrefix(n, "http://"):
+			n = strings.TrimPrefix(n, "http://")
+		}
+		seeds[i] = strings.TrimSuffix(n, "/")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 500 * time.Millisecond
+	}
+	if cfg.Flush <= 0 {
+		cfg.Flush = time.Millisecond
+	}
+	if cfg.RulesPoll <= 0 {
+		cfg.RulesPoll = 5 * time.Second
+	}
+	c, err := New(Config{Seeds: seeds, Timeout: cfg.Timeout, TLS: cfg.TLS, AdminToken: cfg.Token})
+	if err != nil {
+		return nil, err
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	l := &Limiter{cfg: cfg, c: c, auth: "Bearer " + cfg.Token, holder: hex.EncodeToString(id[:]),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	l.keys.New = func() any { b := make([]byte, 0, api.MaxRuleNameLen+1+api.MaxKeyLen); return &b }
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*cfg.Timeout)
+	err = l.refreshRules(ctx)
+	cancel()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	l.store = &remoteStore{l: l}
+	mcfg := cfg.Lease
+	if mcfg.StoreTimeout <= 0 {
+		mcfg.StoreTimeout = cfg.Timeout + cfg.Flush
+	}
+	if mcfg.LeaseTTL <= 0 {
+		mcfg.LeaseTTL = 30 * time.Second
+	}
+	mcfg.LeaseTTL = min(mcfg.LeaseTTL, time.Duration(api.MaxLeaseTTLMS)*time.Millisecond)
+	mcfg.Holder = l.holder
+	l.mgr = lease.NewManager(l.store, mcfg)
+	go l.pollRules()
+	return l, nil
+}
+
+// Holder returns the Limiter's holder id (the nodes namespace it by the
+// client token): what its loans are counted under.
+func (l *Limiter) Holder() string { return l.holder }
+
+// Close returns every token the Limiter holds to the Store, stops it and
+// closes its connections. Allow fails with ErrClosed after it.
+func (l *Limiter) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.closed.Store(true)
+		close(l.stop)
+		<-l.done
+		err = l.mgr.Close()
+		l.c.Close()
+	})
+	return err
+}
+
+// Allow decides hits of rule for key (hits 0 peeks). On a key whose
+// tokens the Limiter holds, it decides in memory without allocating.
+// The error is non-nil for a bad call (an unknown rule, an invalid key
+// or hits) or, for an exact rule, when no node answered.
+func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Decision, error) {
+	snap := l.rules.Load()
+	r := snap.byName[rule]
+	if r == nil {
+		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	return l.allow(ctx, r, key, hits)
+}
+
+func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64) (Decision, error) {
+	if l.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	if msg := api.GivenKeyMsg(key); msg != "" {
+		return Decision{}, &api.FieldError{Field: "key", Msg: msg}
+	}
+	p := r.r.PolicyFor(key)
+	if !p.Algorithm.Leased() {
+		return l.exact(ctx, r, key, hits)
+	}
+	bp := l.keys.Get().(*[]byte)
+	b := append(append((*bp)[:0], r.prefix...), key...)
+	d, err := l.mgr.Take(unsafe.String(unsafe.SliceData(b), len(b)), p, hits)
+	*bp = b
+	l.keys.Put(bp)
+	if err != nil {
+		return Decision{}, err
+	}
+	out := Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter,
+		Reset: d.Reset, Degraded: d.Degraded || d.Unavailable, Rule: r.r.Name}
+	if r.r.Shadow {
+		out.Shadow, out.ShadowDenied, out.Allowed, out.RetryAfter = true, !d.Allowed, true, 0
+	}
+	return out, nil
+}
+
+// exact sends a check of an exact rule to the nodes.
+func (l *Limiter) exact(ctx context.Context, r *limRule, key string, hits int64) (Decision, error) {
+	res, err := l.c.Check(ctx, r.r.Name, key, hits)
+	if err != nil {
+		return Decision{}, err
+	}
+	out := Decision{Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
+		RetryAfter: time.Duration(res.RetryAfterMS) * time.Millisecond, Reset: time.Duration(res.ResetMS) * time.Millisecond,
+		Degraded: res.Degraded, Rule: r.r.Name}
+	if r.r.Shadow {
+		out.Shadow, out.ShadowDenied, out.Allowed, out.RetryAfter = true, !res.Allowed, true, 0
+	}
+	return out, nil
+}
+
+// AllowDescriptors decides a descriptor check as the nodes would: every
+// rule whose descriptors match (the nodes' rules, followed as they
+// change) is charged hits; the check is allowed only if none denies.
+// The hits of the rules that allowed are not given back when another
+// denies (a node refunds them; the Limiter's cost of that is at most
+// hits per denied check). ErrUnknownRule when no rule matches.
+func (l *Limiter) AllowDescriptors(ctx context.Context, descriptors []api.Descriptor, hits int64) (Decision, error) {
+	snap := l.rules.Load()
+	var buf [4]rules.Match
+	ms := snap.set.MatchDescriptors(descriptors, buf[:0])
+	if len(ms) == 0 {
+		return Decision{}, fmt.Errorf("%w: no rule matches the descriptors", ErrUnknownRule)
+	}
+	for i := range ms {
+		if strings.Contains(ms[i].Key, api.LongKeyMark) {
+			// The digest of a long key is no key a client may name: the
+			// nodes decide the whole check.
+			return l.exactDescriptors(ctx, descriptors, hits)
+		}
+	}
+	var out Decision
+	for i := range ms {
+		r := snap.byName[ms[i].Rule.Name]
+		if r == nil {
+			continue
+		}
+		d, err := l.allow(ctx, r, ms[i].Key, hits)
+		if err != nil {
+			return Decision{}, err
+		}
+		if i == 0 || !d.Allowed && out.Allowed {
+			out = d
+		}
+		if !d.Allowed {
+			break
+		}
+	}
+	return out, nil
+}
+
+// exactDescriptors sends a descriptor check to the nodes.
+func (l *Limiter) exactDescriptors(ctx context.Context, descriptors []api.Descriptor, hits int64) (Decision, error) {
+	res, err := l.c.CheckDescriptors(ctx, descriptors, hits)
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
+		RetryAfter: time.Duration(res.RetryAfterMS) * time.Millisecond, Reset: time.Duration(res.ResetMS) * time.Millisecond,
+		Degraded: res.Degraded, Rule: res.Rule}, nil
+}
+
+// refreshRules fetches the rules from a node (304: unchanged).
+func (l *Limiter) refreshRules(ctx context.Context) error {
+	old := l.rules.Load()
+	v := l.c.view.Load()
+	var errs []error
+	for _, n := range v.nodes {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		snap, err := l.fetchRules(n, old)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if snap != nil {
+			l.rules.Store(snap)
+		}
+		return nil
+	}
+	return fmt.Errorf("cannot fetch the rules: %w: %w", ErrNoNodes, errors.Join(errs...))
+}
+
+func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(l.c.scheme() + "://" + n.addr + leaseRulesPath)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Set(fasthttp.HeaderAuthorization, l.auth)
+	if old != nil {
+		req.Header.Set(fasthttp.HeaderIfNoneMatch, `"`+old.version+`"`)
+	}
+	if err := n.hc.DoTimeout(req, resp, l.cfg.Timeout); err != nil {
+		return nil, fmt.Errorf("%s: %w", n.addr, err)
+	}
+	switch resp.StatusCode() {
+	case fasthttp.StatusNotModified:
+		return nil, nil
+	case fasthttp.StatusOK:
+	default:
+		return nil, &StatusError{Node: n.addr, Status: resp.StatusCode(), Msg: errorMsg(resp.Body())}
+	}
+	var body struct {
+		Version string       `json:"version"`
+		Rules   []rules.Spec `json:"rules"`
+	}
+	if err := json.Unmarshal(resp.Body(), &body); err != nil {
+		return nil, fmt.Errorf("%s: rules: %w", n.addr, err)
+	}
+	set, err := rules.NewSet(body.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("%s: rules: %w", n.addr, err)
+	}
+	snap := &ruleSnap{version: body.Version, set: set, byName: map[string]*limRule{}}
+	for _, r := range set.Rules() {
+		snap.byName[r.Name] = &limRule{r: r, prefix: r.Name + ":"}
+	}
+	return snap, nil
+}
+
+// pollRules follows the nodes' rules until Close.
+func (l *Limiter) pollRules() {
+	defer close(l.done)
+	t := time.NewTicker(l.cfg.RulesPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+			_ = l.refreshRules(ctx) // keep the rules we have; the next poll retries
+			cancel()
+		}
+	}
+}

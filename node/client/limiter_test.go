@@ -1,0 +1,371 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
+	"github.com/sluicehq/sluice/lua"
+	"github.com/sluicehq/sluice/lua/redistest"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/client"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+const limiterToken = "client-secret"
+
+const limiterRules = `
+rules:
+  - name: per-key
+    algorithm: token_bucket
+    limit: 1000
+    period: 1m
+    descriptor: api_key
+  - name: logged
+    algorithm: sliding_log
+    limit: 2
+    period: 1h
+  - name: open-on-failure
+    algorithm: token_bucket
+    limit: 100
+    period: 1m
+    on_store_failure: open
+`
+
+// limiterNode is a real node serving the lease protocol on loopback.
+type limiterNode struct {
+	n    *node.Node
+	mgr  *lease.Manager
+	addr string
+	stop func()
+}
+
+// startLimiterNode starts a node over store with the client token.
+func startLimiterNode(t *testing.T, store lease.Store, clock *clocktest.Clock, yml string) *limiterNode {
+	t.Helper()
+	mcfg := lease.DefaultConfig()
+	mcfg.Now = clock.Now
+	mcfg.StoreTimeout = 10 * time.Second // a loaded -race machine: routing, not timeouts, is under test
+	mgr := lease.NewManager(store, mcfg)
+	cfg := node.DefaultConfig()
+	cfg.ClientToken = limiterToken
+	n := node.New(cfg, mgr)
+	set, err := rules.Parse([]byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.SetRules(set)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(ln) }()
+	ln2 := &limiterNode{n: n, mgr: mgr, addr: ln.Addr().String()}
+	var once sync.Once
+	ln2.stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = n.Shutdown(ctx)
+			<-served
+			mgr.Close()
+		})
+	}
+	t.Cleanup(ln2.stop)
+	return ln2
+}
+
+func newLimiter(t *testing.T, clock *clocktest.Clock, addrs ...string) *client.Limiter {
+	t.Helper()
+	cfg := client.LimiterConfig{Nodes: addrs, Token: limiterToken, Timeout: 10 * time.Second}
+	cfg.Lease.Now = clock.Now
+	cfg.Lease.AfterFunc = clock.AfterFunc
+	cfg.Lease.SweepInterval = -1
+	for i := range cfg.Nodes {
+		cfg.Nodes[i] = "http://" + cfg.Nodes[i]
+	}
+	l, err := client.NewLimiter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// lentGauge reads sluice_gateway_tokens_lent of rule from a node.
+func lentGauge(t *testing.T, addr, rule string) int64 {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	m := regexp.MustCompile(`sluice_gateway_tokens_lent\{rule="` + rule + `"\} (\d+)`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n
+}
+
+// The contract end to end: three gateways on three nodes sharing one
+// Store, one saturated key, a frozen clock (nothing refills): the
+// gateways admit no more than the limit in total, and nearly all of it.
+func TestLimiterThreeGatewaysNeverOverAdmit(t *testing.T) {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	threeGateways(t, store, clock)
+}
+
+// The same over a real Redis whose clock is frozen (the Lua scripts read
+// the server's TIME).
+func TestLimiterThreeGatewaysNeverOverAdmitRedis(t *testing.T) {
+	srv, rclock := redistest.StartWithClock(t, clocktest.Epoch)
+	store, err := lua.NewStore(lua.Config{Addrs: []string{srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clock := clocktest.At(rclock.Now())
+	threeGateways(t, store, clock)
+}
+
+func threeGateways(t *testing.T, store lease.Store, clock *clocktest.Clock) {
+	var lims []*client.Limiter
+	for range 3 {
+		n := startLimiterNode(t, store, clock, limiterRules)
+		lims = append(lims, newLimiter(t, clock, n.addr))
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range lims {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 1000 {
+					d, err := l.Allow(t.Context(), "per-key", "hot", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	got := admitted.Load()
+	if got > 1000 {
+		t.Fatalf("admitted %d, over the limit of 1000", got)
+	}
+	// Loose: what is lent and unspent when the runs end stays unspent.
+	if got < 700 {
+		t.Fatalf("admitted %d of 1000: far under the limit", got)
+	}
+	t.Logf("admitted %d of 1000", got)
+}
+
+// Close gives back what the Limiter holds: the node's count of tokens
+// lent to gateways drops to zero.
+func TestLimiterCloseReturnsWhatItHolds(t *testing.T) {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	n := startLimiterNode(t, store, clock, limiterRules)
+	l := newLimiter(t, clock, n.addr)
+	d, err := l.Allow(t.Context(), "per-key", "k", 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Allow: %+v, %v", d, err)
+	}
+	if got := lentGauge(t, n.addr, "per-key"); got <= 0 || got > 250 {
+		t.Fatalf("lent to the gateway after one check: %d, want 1..250 (the share)", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := lentGauge(t, n.addr, "per-key"); got != 0 {
+		t.Fatalf("lent after Close: %d, want 0", got)
+	}
+	if _, err := l.Allow(t.Context(), "per-key", "k", 1); err == nil {
+		t.Fatal("Allow after Close succeeded")
+	}
+}
+
+// Exact rules go as checks (the lease endpoint refuses them); unknown
+// rules and bad keys are errors; descriptors match the nodes' rules.
+func TestLimiterExactUnknownAndDescriptors(t *testing.T) {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	n := startLimiterNode(t, store, clock, limiterRules)
+	l := newLimiter(t, clock, n.addr)
+	for i, want := range []bool{true, true, false} {
+		d, err := l.Allow(t.Context(), "logged", "k", 1)
+		if err != nil || d.Allowed != want {
+			t.Fatalf("sliding_log check %d: %+v, %v; want allowed=%v", i, d, err, want)
+		}
+	}
+	if _, err := l.Allow(t.Context(), "nope", "k", 1); !errors.Is(err, client.ErrUnknownRule) {
+		t.Fatalf("unknown rule: %v", err)
+	}
+	if _, err := l.Allow(t.Context(), "per-key", "", 1); err == nil {
+		t.Fatal("empty key accepted")
+	}
+	d, err := l.AllowDescriptors(t.Context(), []api.Descriptor{{Name: "api_key", Value: "k9"}}, 1)
+	if err != nil || !d.Allowed || d.Rule != "per-key" || d.Limit != 1000 {
+		t.Fatalf("descriptors: %+v, %v", d, err)
+	}
+}
+
+// When no node answers, a rule's on_store_failure applies in the
+// gateway: open admits (degraded).
+func TestLimiterNodeDownFollowsOnStoreFailure(t *testing.T) {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	n := startLimiterNode(t, store, clock, limiterRules)
+	l := newLimiter(t, clock, n.addr)
+	n.stop()
+	d, err := l.Allow(t.Context(), "open-on-failure", "k", 1)
+	if err != nil || !d.Allowed || !d.Degraded {
+		t.Fatalf("open rule with no node: %+v, %v; want allowed and degraded", d, err)
+	}
+}
+
+// The middleware answers 429 with Retry-After and the RateLimit headers.
+func TestLimiterMiddleware(t *testing.T) {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	n := startLimiterNode(t, store, clock, limiterRules)
+	l := newLimiter(t, clock, n.addr)
+	h := l.Middleware(client.MiddlewareConfig{Rule: "logged", Key: client.KeyFromHeader("X-API-Key")},
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	codes := []int{}
+	var last *httptest.ResponseRecorder
+	for range 3 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", "user-1")
+		last = httptest.NewRecorder()
+		h.ServeHTTP(last, r)
+		codes = append(codes, last.Code)
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("codes %v, want [200 200 429]", codes)
+	}
+	for _, hd := range []string{"Retry-After", "RateLimit", "RateLimit-Policy", "X-RateLimit-Limit"} {
+		if last.Header().Get(hd) == "" {
+			t.Errorf("429 lacks %s: %v", hd, last.Header())
+		}
+	}
+}
+
+func benchLimiter(b *testing.B) *client.Limiter {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	b.Cleanup(func() { store.Close() })
+	mcfg := lease.DefaultConfig()
+	mgr := lease.NewManager(store, mcfg)
+	cfg := node.DefaultConfig()
+	cfg.ClientToken = limiterToken
+	n := node.New(cfg, mgr)
+	set, err := rules.Parse([]byte(`
+rules:
+  - name: big
+    algorithm: token_bucket
+    limit: 1000000000000
+    period: 1s
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.SetRules(set)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = n.Serve(ln) }()
+	b.Cleanup(func() { _ = n.Shutdown(context.Background()); mgr.Close() })
+	lcfg := client.LimiterConfig{Nodes: []string{ln.Addr().String()}, Token: limiterToken}
+	lcfg.Lease.Idle = time.Hour // no key goes back while the benchmark runs
+	l, err := client.NewLimiter(lcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// BenchmarkLimiterAllow decides a leased key in the gateway's process.
+func BenchmarkLimiterAllow(b *testing.B) {
+	l := benchLimiter(b)
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, "big", "k", 1); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if d, err := l.Allow(ctx, "big", "k", 1); err != nil || !d.Allowed {
+				b.Fatalf("%+v %v", d, err)
+			}
+		}
+	})
+}
+
+// BenchmarkLimiterAllowZipf decides Zipf-distributed keys over 10k.
+func BenchmarkLimiterAllowZipf(b *testing.B) {
+	l := benchLimiter(b)
+	ctx := context.Background()
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	// Lease every key first, 100 at a time (one request per flush).
+	var wg sync.WaitGroup
+	for w := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(keys); i += 100 {
+				if _, err := l.Allow(ctx, "big", keys[i], 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var seed atomic.Uint64
+	b.RunParallel(func(pb *testing.PB) {
+		z := rand.NewZipf(rand.New(rand.NewPCG(seed.Add(1), 7)), 1.1, 1, uint64(len(keys)-1))
+		for pb.Next() {
+			if _, err := l.Allow(ctx, "big", keys[z.Uint64()], 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

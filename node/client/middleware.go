@@ -1,0 +1,98 @@
+package client
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// MiddlewareConfig configures Limiter.Middleware.
+type MiddlewareConfig struct {
+	// Rule is the rule every request is checked against; required.
+	Rule string
+	// Key gives a request's key (KeyFromHeader, KeyFromClientIP, or a
+	// function of your own). A request whose key is empty is passed
+	// through unchecked. Nil means KeyFromClientIP.
+	Key func(*http.Request) string
+	// Hits charged per request. Zero means 1.
+	Hits int64
+	// OnError is what a request gets when the Limiter cannot decide (an
+	// unknown rule, a bad key, no node answering an exact rule). Nil
+	// passes the request through (fail open) after nothing is charged.
+	OnError func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// KeyFromHeader keys requests by the value of header name.
+func KeyFromHeader(name string) func(*http.Request) string {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) string { return r.Header.Get(name) }
+}
+
+// KeyFromClientIP keys requests by the TCP peer's address (not
+// X-Forwarded-For: behind a proxy, key by a header the proxy sets).
+func KeyFromClientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// Middleware limits the requests next serves: each is checked against
+// cfg.Rule with its key, in this process; a denied request is answered
+// 429 with Retry-After and the RateLimit headers the nodes send
+// (RateLimit, RateLimit-Policy, X-RateLimit-*), an allowed one carries
+// the RateLimit headers too.
+func (l *Limiter) Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
+	if cfg.Key == nil {
+		cfg.Key = KeyFromClientIP
+	}
+	if cfg.Hits <= 0 {
+		cfg.Hits = 1
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := cfg.Key(r)
+		if key == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		d, err := l.Allow(r.Context(), cfg.Rule, key, cfg.Hits)
+		if err != nil {
+			if cfg.OnError != nil {
+				cfg.OnError(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		setRateHeaders(w.Header(), cfg.Rule, l, key, &d)
+		if !d.Allowed {
+			w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+			http.Error(w, "rate limited", http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// setRateHeaders writes the nodes' rate-limit headers for d.
+func setRateHeaders(h http.Header, rule string, l *Limiter, key string, d *Decision) {
+	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
+	reset := strconv.FormatInt(ceilSeconds(d.Reset), 10)
+	h.Set("RateLimit", strconv.Quote(rule)+";r="+remaining+";t="+reset)
+	if r := l.rules.Load().byName[rule]; r != nil {
+		p := r.r.PolicyFor(key)
+		h.Set("RateLimit-Policy", strconv.Quote(rule)+";q="+strconv.FormatInt(p.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(p.Period), 10))
+	}
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	h.Set("X-RateLimit-Remaining", remaining)
+	h.Set("X-RateLimit-Reset", reset)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
