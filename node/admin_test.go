@@ -46,7 +46,7 @@ type adminNode struct {
 // Authorization).
 func newAdminNode(t *testing.T, yml, token string, rc RulesConfig) *adminNode {
 	t.Helper()
-	clock := newFakeClock()
+	clock := testClock()
 	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
 	mcfg := lease.DefaultConfig()
 	mcfg.Now = clock.Now

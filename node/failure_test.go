@@ -55,7 +55,7 @@ rules:
 `
 
 func TestStoreDown(t *testing.T) {
-	tn := newTestNodeStore(t, failureRules, downStore{}, newFakeClock())
+	tn := newTestNodeStore(t, failureRules, downStore{}, testClock())
 	r := tn.do("POST", "/v1/check", `{"rule":"closed","key":"a"}`)
 	if r.status != 503 || r.hdr["Retry-After"] == "" || r.json(t)["allowed"] != false {
 		t.Errorf("closed: %d %s %v", r.status, r.body, r.hdr)
@@ -134,7 +134,7 @@ func (s *toggleStore) Lease(ctx context.Context, key string, p lease.Policy, wan
 // granted by the Store and would be admitted on top of the limit once the
 // Store is back.
 func TestDegradedChargeIsNotRefunded(t *testing.T) {
-	clock := newFakeClock()
+	clock := testClock()
 	store := &toggleStore{MemoryStore: lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})}
 	t.Cleanup(func() { store.Close() })
 	tn := newTestNodeStore(t, `

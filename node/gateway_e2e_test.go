@@ -440,7 +440,7 @@ func startProcess(t *testing.T, addr, logPath string, env []string, bin string, 
 		if i == 500 {
 			t.Fatalf("%s does not listen on %s: %v", bin, addr, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a real process starting: nothing to wait on but its port
 	}
 }
 

@@ -41,7 +41,7 @@ var clientAuth = "Authorization: Bearer " + testClientToken
 // a MemoryStore on a frozen clock (so that nothing refills).
 func newGatewayNode(t *testing.T) (*testNode, *lease.MemoryStore) {
 	t.Helper()
-	clock := newFakeClock()
+	clock := testClock()
 	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
 	t.Cleanup(func() { store.Close() })
 	cfg := DefaultConfig()

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/textproto"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,38 +14,16 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/rules"
 )
-
-// fakeClock is a settable clock shared by the Store and the Manager, so
-// that refills happen only when a test advances it.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // testNode is a Node serving on an in-memory listener, with a client.
 type testNode struct {
 	t      *testing.T
 	n      *Node
 	mgr    *lease.Manager
-	clock  *fakeClock
+	clock  *clocktest.Clock
 	client *fasthttp.Client
 	ln     *fasthttputil.InmemoryListener
 }
@@ -55,13 +32,13 @@ type testNode struct {
 // rules in yml ("" = no SetRules call).
 func newTestNode(t *testing.T, yml string) *testNode {
 	t.Helper()
-	clock := newFakeClock()
+	clock := testClock()
 	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
 	t.Cleanup(func() { store.Close() })
 	return newTestNodeStore(t, yml, store, clock)
 }
 
-func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *fakeClock) *testNode {
+func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *clocktest.Clock) *testNode {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.MaxBodyBytes = 64 << 10
@@ -69,7 +46,7 @@ func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *fakeCl
 }
 
 // newTestNodeConfig is newTestNodeStore with the node's Config.
-func newTestNodeConfig(t *testing.T, yml string, store lease.Store, clock *fakeClock, cfg Config) *testNode {
+func newTestNodeConfig(t *testing.T, yml string, store lease.Store, clock *clocktest.Clock, cfg Config) *testNode {
 	t.Helper()
 	mcfg := lease.DefaultConfig()
 	mcfg.Now = clock.Now
@@ -167,4 +144,10 @@ func (tn *testNode) do(method, uri, body string, hdrs ...string) resp {
 		r.hdr[textproto.CanonicalMIMEHeaderKey(string(k))] = string(v)
 	}
 	return r
+}
+
+// testClock is the tests' fake clock, shared by a node's Store and
+// Manager, so that refills happen only when a test advances it.
+func testClock() *clocktest.Clock {
+	return clocktest.At(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
 	"github.com/sluicehq/sluice/shard"
@@ -174,17 +175,6 @@ func (hc *hotCluster) split(t *testing.T) (key string, p shard.Plan) {
 	return key, p
 }
 
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestHotSplit: a key past its threshold is split by its owner over every
 // node, every node learns the plan by gossip, and each then serves the key
 // itself: no check of it is forwarded.
@@ -237,7 +227,7 @@ func TestHotSplitLearnedFromReply(t *testing.T) {
 		t.Fatal("b knows the split without gossip")
 	}
 	hc.send(t, b, key, 1) // forwarded to a, whose reply carries the plan
-	pollUntil(t, "b to learn the split from a's reply", func() bool {
+	clocktest.Eventually(t, 10*time.Second, "b to learn the split from a's reply", func() bool {
 		_, ok := b.n.Hot().Lookup("hot:" + key)
 		return ok
 	})
@@ -270,7 +260,7 @@ func TestHotUnsplit(t *testing.T) {
 	if st := hc.nodes["a"].n.Hot().Stats(); st.Started != 1 || st.Ended != 1 {
 		t.Errorf("owner stats %+v, want 1 split started and ended", st)
 	}
-	pollUntil(t, "b to return the ended key's tokens", func() bool { return b.mgr.Stats().ActiveKeys == 0 })
+	clocktest.Eventually(t, 10*time.Second, "b to return the ended key's tokens", func() bool { return b.mgr.Stats().ActiveKeys == 0 })
 	before := b.n.ForwardStats().Items
 	hc.send(t, b, key, 1)
 	if b.n.ForwardStats().Items != before+1 {

@@ -10,7 +10,7 @@ import (
 // decisions of a local rule are counted as local_fallback, not allowed
 // (finding 5).
 func TestStoreDownVisible(t *testing.T) {
-	tn := newTestNodeStore(t, failureRules, downStore{}, newFakeClock())
+	tn := newTestNodeStore(t, failureRules, downStore{}, testClock())
 	if r := tn.do("GET", "/readyz", ""); r.status != 200 || !strings.Contains(r.body, `"store":{"state":"closed"}`) {
 		t.Errorf("/readyz before the outage: %d %s", r.status, r.body)
 	}

@@ -47,7 +47,7 @@ func TestE2EPrometheusDashboard(t *testing.T) {
 		if i == 600 {
 			t.Fatalf("Prometheus did not ingest 6 scrapes of %s", addr)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a real Prometheus scraping on its own schedule
 	}
 
 	exprs := dashboardExprs(t, filepath.Join("..", "deploy", "grafana-dashboard.json"))
@@ -219,7 +219,7 @@ func startPrometheus(t *testing.T, bin, target string) *promServer {
 		if i == 300 {
 			t.Fatalf("prometheus not ready on %s", listen)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a real process starting: polled through its /-/ready
 	}
 }
 

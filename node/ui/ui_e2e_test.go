@@ -488,7 +488,7 @@ func launch(t *testing.T, bin, token string, args ...string) *sluiced {
 		if time.Now().After(deadline) {
 			t.Fatalf("sluiced not ready after 30s: %v\n%s", err, logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a real process starting: polled through its /readyz
 	}
 }
 
