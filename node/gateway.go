@@ -34,13 +34,6 @@ const (
 	// nothing further (so that nodes whose rings disagree for a moment
 	// cannot bounce a request between them).
 	LeaseHopHeader = "X-Sluice-Lease-Hop"
-	// GatewayShare is the most one gateway holder may hold of a key, as a
-	// fraction of the key's capacity (1/GatewayShare): a lease asking for
-	// more is granted what the bound allows (at least one token), never
-	// refused. A quarter lets four gateways hold tokens of one hot key at
-	// once, each with enough to decide locally for a while, and keeps
-	// three quarters for the others (nodes and other gateways).
-	GatewayShare = 4
 	// DefaultClientRate is the lease requests per second one client token
 	// may send to one node (and its burst), unless Config.ClientRate says
 	// otherwise: a Limiter sends about one request per node per flush
@@ -314,7 +307,7 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 			lo.peer = routes.OwnerAddr(ckey)
 		}
 		if op.Op == api.OpLease {
-			clampLease(op, p)
+			clampLease(op, p, r.Rule().GatewayShare)
 		}
 		ops[i] = lo
 	}
@@ -357,11 +350,12 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 }
 
 // clampLease bounds what one holder may hold of a key: want is at most
-// capacity/GatewayShare less what the holder says it holds (at least 1),
-// and need at most want.
-func clampLease(op *api.LeaseOp, p lease.Policy) {
-	share := max(p.Capacity()/GatewayShare, 1)
-	room := max(share-min(op.Held, share), 1)
+// the rule's gateway_share of the capacity less what the holder says it
+// holds (at least 1: a holder asking more than the bound gets what it
+// allows, never an error), and need at most want.
+func clampLease(op *api.LeaseOp, p lease.Policy, share float64) {
+	most := max(int64(float64(p.Capacity())*share), 1)
+	room := max(most-min(op.Held, most), 1)
 	op.Want = min(op.Want, room)
 	op.Need = min(op.Need, op.Want)
 }

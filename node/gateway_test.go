@@ -28,6 +28,11 @@ const gatewayRules = `rules:
     algorithm: sliding_log
     limit: 10
     period: 1m
+  - name: half
+    algorithm: gcra
+    limit: 100
+    period: 1m
+    gateway_share: 0.5
 `
 
 var clientAuth = "Authorization: Bearer " + testClientToken
@@ -134,6 +139,11 @@ func TestLeaseCountsAgainstCapacityWithShareBound(t *testing.T) {
 		`{"op":"lease","rule":"per-key","key":"k","want":50,"need":1,"held":25,"ttl_ms":10000}`), clientAuth))
 	if g := lr.Results[0]; g.Granted != 1 || g.Lent != 26 {
 		t.Fatalf("lease while holding the share: %+v, want 1 granted", g)
+	}
+	// A rule's gateway_share sets the bound.
+	lr = decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("half", "k", 1000)), clientAuth))
+	if g := lr.Results[0]; g.Granted != 50 {
+		t.Fatalf("lease of a rule with gateway_share 0.5: %+v, want 50 granted", g)
 	}
 	// The node's own checks see only what the gateway does not hold.
 	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"k","hits":75}`); !strings.Contains(r.body, `"allowed":false`) {

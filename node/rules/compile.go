@@ -79,6 +79,15 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 		return nil, fail("limit", msg)
 	}
 
+	switch {
+	case spec.GatewayShare == 0:
+		r.GatewayShare = DefaultGatewayShare
+	case spec.GatewayShare > 0 && spec.GatewayShare <= 1:
+		r.GatewayShare = spec.GatewayShare
+	default:
+		return nil, fail("gateway_share", "must be in (0, 1]: the share of a key's capacity one gateway may hold")
+	}
+
 	if spec.Key != "" {
 		for part := range strings.SplitSeq(spec.Key, ",") {
 			src, msg := parseSource(strings.TrimSpace(part))

@@ -202,6 +202,14 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 			return str(key, v, &spec.OnStoreFailure)
 		case "on_missing_key":
 			return str(key, v, &spec.OnMissingKey)
+		case "gateway_share":
+			if yamlnode.IsNull(v) {
+				return nil
+			}
+			if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") || v.Decode(&spec.GatewayShare) != nil {
+				return fail(key, "must be a number", v.Line)
+			}
+			return nil
 		case "shadow":
 			if yamlnode.IsNull(v) {
 				return nil

@@ -148,6 +148,11 @@ const (
 	MaxRules = 10000
 	// MaxSources bounds the key sources (and descriptor names) of a rule.
 	MaxSources = 16
+	// DefaultGatewayShare is a rule's gateway_share when not given: a
+	// quarter lets four gateways decide a hot key locally at once, each
+	// with enough for a while, and leaves three quarters to the nodes
+	// and the other gateways.
+	DefaultGatewayShare = 0.25
 	// MaxOverrides bounds the overrides of one rule.
 	MaxOverrides = 1000
 	// MaxSplit bounds hot.split.
@@ -311,6 +316,10 @@ type Rule struct {
 	// key's values gets (on_missing_key).
 	OnMissingKey MissingKey
 	Shadow       bool
+	// GatewayShare is the most one gateway holder may hold of a key, as
+	// a fraction of its capacity (gateway_share; DefaultGatewayShare
+	// when not given).
+	GatewayShare float64
 	Hot          Hot
 	// Overrides in file order; the first whose glob matches wins.
 	Overrides []Override
@@ -354,6 +363,7 @@ type Spec struct {
 	OnStoreFailure string         `yaml:"on_store_failure,omitempty" json:"on_store_failure,omitempty"`
 	OnMissingKey   string         `yaml:"on_missing_key,omitempty" json:"on_missing_key,omitempty"`
 	Shadow         bool           `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	GatewayShare   float64        `yaml:"gateway_share,omitempty" json:"gateway_share,omitempty"`
 	Hot            *HotSpec       `yaml:"hot,omitempty" json:"hot,omitempty"`
 	Overrides      []OverrideSpec `yaml:"overrides,omitempty" json:"overrides,omitempty"`
 }

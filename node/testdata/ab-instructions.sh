@@ -16,7 +16,7 @@ old=${1:?usage: ab-instructions.sh OLD_REF [daemon]}
 cd "$(git rev-parse --show-toplevel)"
 tmp=$(mktemp -d)
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; git worktree remove --force "$tmp/old" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; git worktree remove --force "$tmp/old" 2>/dev/null; rm -rf "$tmp"' EXIT
 git worktree add -q --detach "$tmp/old" "$old"
 (cd "$tmp/old" && go test -c -o "$tmp/old.test" ./node/ && go build -o "$tmp/old-sluiced" ./cmd/sluiced)
 go test -c -o "$tmp/new.test" ./node/
