@@ -94,9 +94,10 @@ func newGateway(cfg Config, set *metrics.Set) *gateway {
 		rate = DefaultClientRate
 	}
 	g := &gateway{
-		token:       &d,
-		ns:          "gw." + hex.EncodeToString(d[:4]) + ".",
-		flood:       lease.NewMemoryStore(lease.MemoryStoreConfig{}),
+		token: &d,
+		ns:    "gw." + hex.EncodeToString(d[:4]) + ".",
+		// One key, never expired: no janitor goroutine to stop.
+		flood:       lease.NewMemoryStore(lease.MemoryStoreConfig{SweepInterval: -1}),
 		floodPolicy: lease.Policy{Algorithm: lease.TokenBucket, Limit: int64(rate), Period: time.Second},
 		client: &fasthttp.Client{
 			ReadTimeout: time.Second, WriteTimeout: time.Second,

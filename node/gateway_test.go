@@ -50,8 +50,7 @@ func newGatewayNode(t *testing.T) (*testNode, *lease.MemoryStore) {
 	tn := newTestNodeConfig(t, gatewayRules, store, clock, cfg)
 	// The flood limit on the same frozen clock: the tests that do not
 	// look at it never exhaust it, the one that does sees no refill.
-	tn.n.gw.flood = lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
-	t.Cleanup(func() { tn.n.gw.flood.Close() })
+	tn.n.gw.flood = lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now, SweepInterval: -1})
 	return tn, store
 }
 
