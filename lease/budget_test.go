@@ -109,13 +109,18 @@ func TestCheckBudgetDecidesAStalledCheck(t *testing.T) {
 	if got := st.calls.Load(); got != calls {
 		t.Fatalf("the check after the Store answered made %d Store calls, want 0: the background grant did not reach the bucket", got-calls)
 	}
-	// The Store lent the grant and was charged the 2 hits local mode
-	// admitted (its bucket is full at the fake clock's start: exact).
+	// The 2 hits local mode admitted were spent from the grant (the
+	// Store lent it all: its bucket, full at the fake clock's start, is
+	// exact), not charged again on top of it: a charge would find the
+	// tokens the grant took already gone, and admit them twice.
 	g, err := mem.Lease(context.Background(), "k", p, 0, 0, Lessee{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Remaining != 100-want-2 {
-		t.Fatalf("Store remaining = %d, want %d (100 - %d lent - 2 local admissions charged)", g.Remaining, 100-want-2, want)
+	if g.Remaining != 100-want {
+		t.Fatalf("Store remaining = %d, want %d (100 - %d lent)", g.Remaining, 100-want, want)
+	}
+	if got := m.buckets.load("k").tokens.Load(); got != want-2-1 {
+		t.Fatalf("tokens on hand = %d, want %d (the grant of %d less the 2 local admissions and the check after)", got, want-3, want)
 	}
 }

@@ -134,7 +134,13 @@ type episode struct {
 // left the index), and charges the Store what it admitted, in the
 // background.
 func (m *Manager) endDegraded(b *bucket) {
-	if n := m.takeEpisode(b); n > 0 {
+	m.chargeLater(b, m.takeEpisode(b))
+}
+
+// chargeLater charges the Store n hits of b's key that local mode
+// admitted, in the background.
+func (m *Manager) chargeLater(b *bucket, n int64) {
+	if n > 0 {
 		if !m.goBG(func() { m.charge(b.key, *b.pol, n) }) {
 			m.charge(b.key, *b.pol, n)
 		}

@@ -295,7 +295,13 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		}
 		return m.failure(b, b.key, p, hits, err)
 	}
-	m.endDegraded(b)
+	// The key's FailLocal episode ends: its admissions (those of checks
+	// decided at their budget while this call was out, among others) are
+	// spent from this grant first, as if the Store had been charged them
+	// (the Store may have nothing left for a charge: this grant took it);
+	// what the grant cannot cover is charged in the background.
+	admitted := m.takeEpisode(b)
+	defer func() { m.chargeLater(b, admitted) }()
 	b.keptAdd(keep + g.Granted)
 	// The Store's durations count from its answer, not from now. The
 	// answer is published after the tokens it grants are on hand: a check
@@ -313,7 +319,9 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 			exp = min(exp, b.expires.Load())
 		}
 		b.expires.Store(exp)
-		b.tokens.Add(g.Granted + keep - hits)
+		use := min(admitted, g.Granted+keep-hits)
+		admitted -= use
+		b.tokens.Add(g.Granted + keep - hits - use)
 		b.answer(g, after)
 		m.touch(b, now)
 		// basis bounds Refund: what the Store lends this Manager, so it

@@ -206,15 +206,22 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 }
 
 // Unanswered is how many requests in a row to the peer at addr got no
-// answer within their timeout (0 for a peer never sent to, or one that
-// answered since, late or with an error status). A caller that routes
+// answer within their timeout: 0 for a peer never sent to, one that
+// answered since (late, or with an error status), or one that answered
+// anything within the last Backoff (an overloaded owner answers late,
+// but answers; a stopped one answers nothing). A caller that routes
 // around a silent peer reads it; only a request sent to the peer (a probe)
 // can bring it back to 0.
 func (f *Forwarder) Unanswered(addr string) int {
-	if p := (*f.peers.Load())[addr]; p != nil {
-		return int(p.unanswered.Load())
+	p := (*f.peers.Load())[addr]
+	if p == nil {
+		return 0
 	}
-	return 0
+	n := int(p.unanswered.Load())
+	if n > 0 && f.cfg.Now().UnixNano()-p.answered.Load() < int64(f.cfg.Backoff) {
+		return 0
+	}
+	return n
 }
 
 // busyCtxErr is the error of a call whose context ended while its items

@@ -58,6 +58,8 @@ type peer struct {
 	// within their timeout; any answer (even a late one, or an error
 	// status) resets it. See Forwarder.Unanswered.
 	unanswered atomic.Int32
+	// answered is when the peer last answered (Unix ns, cfg.Now).
+	answered atomic.Int64
 	// timeout is the current request timeout in nanoseconds, from rtt.
 	timeout atomic.Int64
 	rtt     struct {

@@ -53,6 +53,7 @@ func (p *peer) send(b *batch) {
 	b.results, plans, busy, err = p.do(b, b.body, b.n, start, timeout, timeout+lateWait)
 	if err == nil || !isTimeout(err) {
 		p.unanswered.Store(0) // the peer answered, if late: it is not silent
+		p.answered.Store(p.f.cfg.Now().UnixNano())
 	}
 	if !stopTimer() {
 		<-fired
