@@ -223,7 +223,7 @@ func TestOpenLoopCountsStalls(t *testing.T) {
 	var stalled atomic.Bool
 	addr := serve(t, func(ctx *fasthttp.RequestCtx) {
 		if stalled.CompareAndSwap(false, true) {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the stall: real time, which the generator measures
 		}
 		ctx.SetStatusCode(200)
 	})

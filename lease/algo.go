@@ -1,11 +1,12 @@
 package lease
 
-// This file and the other algo*.go files hold the pure math of the six
-// algorithms: each state type has methods that take now and the call's
-// arguments and return the answer, mutating the state in place. They do no
-// I/O and never read a clock. The MemoryStore wraps them with a map and a
-// mutex; the Redis store (lua/) implements the same math in Lua, and the
-// choices below are the ones it must mirror.
+// This file holds what the algorithms' math shares; each algorithm's own
+// is in its file algo_<name>.go (see the algorithm table, algo_table.go):
+// a state type whose methods take now and the call's arguments and return
+// the answer, mutating the state in place. They do no I/O and never read a
+// clock. The MemoryStore wraps them with a map and a mutex; the Redis store
+// (lua/) implements the same math in Lua, and the choices below are the
+// ones it must mirror.
 //
 // Numeric choices the package doc leaves open (the Lua scripts mirror them):
 //

@@ -66,11 +66,13 @@ func (s *ConcurrencyState) Acquire(p Policy, now time.Time, id string, hits int6
 	return r
 }
 
-// Release frees id's slot (an unknown id is not an error) and reaps the
-// expired ones.
-func (s *ConcurrencyState) Release(now time.Time, id string) {
+// Release frees id's slot and reaps the expired ones; held reports
+// whether id held a slot (a Store answers ErrNoSlot when it did not).
+func (s *ConcurrencyState) Release(now time.Time, id string) (held bool) {
+	_, held = s.Held[id]
 	delete(s.Held, id)
 	s.reap(unixMicros(now))
+	return held
 }
 
 // expiry is when the last held id expires.

@@ -143,7 +143,7 @@ type logState interface {
 type slotState interface {
 	algoState
 	Acquire(p Policy, now time.Time, id string, hits int64) Result
-	Release(now time.Time, id string)
+	Release(now time.Time, id string) (held bool)
 }
 
 // valid reports whether a has a row.

@@ -457,7 +457,7 @@ func (e *RTTEstimator) Timeout(lo, hi time.Duration) time.Duration {
 // Store's: a refused policy or algorithm is an answer, not a failure.
 func callerError(err error) bool {
 	var fe *FieldError
-	return errors.Is(err, ErrWrongAlgorithm) || errors.As(err, &fe)
+	return errors.Is(err, ErrWrongAlgorithm) || errors.Is(err, ErrNoSlot) || errors.As(err, &fe)
 }
 
 // errTimedOut marks a call that the breaker's timeout ended.

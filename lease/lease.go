@@ -436,7 +436,9 @@ type Exact interface {
 	// Log runs one sliding_log check of hits.
 	Log(ctx context.Context, key string, p Policy, hits int64) (Result, error)
 	// Acquire takes one concurrency slot of key for id (hits = 0 peeks and
-	// records nothing); Release frees it.
+	// records nothing); Release frees it, or returns ErrNoSlot when id
+	// holds no slot of key (never acquired, released already, or expired
+	// and reaped).
 	Acquire(ctx context.Context, key string, p Policy, id string, hits int64) (Result, error)
 	Release(ctx context.Context, key string, p Policy, id string) error
 }
@@ -449,4 +451,7 @@ var (
 	// ErrWrongAlgorithm means a call was made for a policy whose algorithm
 	// does not support it (a lease for sliding_log, say).
 	ErrWrongAlgorithm = errors.New("operation not supported by the policy's algorithm")
+	// ErrNoSlot means a release named an id that holds no slot of the key
+	// (a caller's error: the Store answered).
+	ErrNoSlot = errors.New("no such slot: never acquired, released already, or expired")
 )

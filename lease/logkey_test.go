@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/lease/clocktest"
+	"github.com/sluicehq/sluice/lease/logkey"
 )
 
 // lockedBuffer is a log destination safe for the Manager's goroutines.

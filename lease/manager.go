@@ -49,7 +49,9 @@ import (
 // The Store is wrapped in a [Breaker] with Config.StoreTimeout per call,
 // stretched up to Breaker.MaxTimeout (4 × StoreTimeout) for a Store that is
 // steadily slower, so a failing Store adds at most that to a check (a
-// check that waits for another's lease call shares that budget). What
+// check that waits for another's lease call shares that budget), or with
+// Config.CheckBudget at most the budget: the check is then decided by its
+// failure mode while its call goes on in the background. What
 // FailLocal admits is charged to the Store when it is back. When a Store call
 // fails, or the breaker is open, the policy's OnFailure decides: FailLocal
 // runs the same math on a private in-memory Store (this node's memory)
@@ -261,6 +263,11 @@ func (m *Manager) Stats() Stats {
 		Breaker:           m.store.State(),
 	}
 }
+
+// Store returns the Store the Manager leases from, behind its breaker:
+// other holders of the same Store (a node serving gateways' leases) call
+// it with their own holder ids and the same timeouts.
+func (m *Manager) Store() *Breaker { return m.store }
 
 // StoreHealthy reports whether the Store's breaker is closed.
 func (m *Manager) StoreHealthy() bool { return m.store.State() == BreakerClosed }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
-
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // TestTakeManyDecidesAsTake: every kind of check in one batch gets the
@@ -150,17 +152,13 @@ func TestTakeManyOverlapsStoreCalls(t *testing.T) {
 		defer close(done)
 		m.TakeMany(cs)
 	}()
-	// Bounded: give up after 30s rather than hang.
-	for deadline := time.Now().Add(30 * time.Second); gs.inflight.Load() < workers; {
-		if time.Now().After(deadline) {
-			close(gs.gate)
-			<-done
-			t.Fatalf("only %d Store calls in flight together, want %d", gs.most.Load(), workers)
-		}
-		runtime.Gosched()
-	}
-	close(gs.gate)
-	<-done
+	var open sync.Once
+	release := func() { open.Do(func() { close(gs.gate) }); <-done }
+	t.Cleanup(release) // if the wait fails: let the held calls go
+	clocktest.EventuallyState(t, 30*time.Second, fmt.Sprintf("%d Store calls in flight together", workers), func() (bool, string) {
+		return gs.inflight.Load() >= workers, fmt.Sprintf("%d at most", gs.most.Load())
+	})
+	release()
 	if most := gs.most.Load(); most != workers {
 		t.Errorf("%d Store calls in flight at most, want BatchWorkers = %d", most, workers)
 	}

@@ -50,6 +50,24 @@ type Config struct {
 	// with it, what a failing Store can add to a check. Zero means 50ms.
 	// It overrides Breaker.Timeout.
 	StoreTimeout time.Duration
+	// CheckBudget is how long a check may wait on the Store: for its own
+	// lease call, or for the key's call another check (or a prefetch)
+	// has in flight. A check still waiting when it runs out is decided by
+	// its policy's OnFailure from what the Manager knows (FailLocal: this
+	// node's memory, as while the Store is down; FailOpen: allowed;
+	// FailClosed: Unavailable), while its call goes on in the background:
+	// that call's grant is kept for the next checks, and what FailLocal
+	// admitted meanwhile is charged to the Store with it, as at the end
+	// of an outage. So a stalled Store adds at most CheckBudget to a
+	// check. Zero means none: a check waits as long as its Store call may
+	// take (StoreTimeout, stretched). sluiced sets 20ms, a gateway's
+	// usual timeout for its rate-limit call. The exact algorithms
+	// (sliding_log, concurrency) and peeks of unknown keys are not
+	// budgeted: their one Store call is the decision.
+	CheckBudget time.Duration
+	// AfterFunc is the clock of the checks' budgets (CheckBudget). Nil
+	// means time.AfterFunc; tests pass a fake clock's.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Breaker configures the breaker around the Store. Zero fields mean
 	// their defaults (5 consecutive failures open it; a probe after 1s).
 	Breaker BreakerConfig
@@ -180,6 +198,7 @@ func (c Config) withDefaults() Config {
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = d.StoreTimeout
 	}
+	c.CheckBudget = max(c.CheckBudget, 0)
 	if c.SweepInterval == 0 {
 		c.SweepInterval = c.Idle / 4
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -95,9 +96,13 @@ func (m *Manager) Release(key string, p Policy, id string) error {
 	}
 	key = strings.Clone(key) // Stores may keep it
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StoreTimeout)
-	_ = m.local.Release(ctx, key, p, id) // a slot taken while degraded
+	localErr := m.local.Release(ctx, key, p, id) // a slot taken while degraded
 	cancel()
-	return m.store.Release(m.ctx, key, p, id)
+	err := m.store.Release(m.ctx, key, p, id)
+	if errors.Is(err, ErrNoSlot) && localErr == nil {
+		return nil // the slot was taken from memory while the Store was down
+	}
+	return err
 }
 
 // newID returns 16 random bytes in hex.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,9 +34,14 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	// lastUse is the last spend (checks that spend touch it): how long
 	// this Manager has not spent a token of the key, for the Store.
 	idle := m.idleFor(b, now)
-	// The check's budget for Store calls and waits, in real time (the
-	// Manager's clock may be a test's fake); set when first needed.
-	var deadline time.Time
+	// The check's budget for Store calls and waits (see
+	// Config.CheckBudget), started when first needed.
+	var bud *budget
+	defer func() {
+		if bud != nil {
+			bud.stop()
+		}
+	}()
 	waited := false
 	for {
 		if m.usable(b, now) {
@@ -85,8 +91,8 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			m.met.storeCalls[opLease][resultRejected].Inc()
 			return m.failure(b, key, p, hits, errBreakerOpen), nil
 		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(m.store.Timeout()) // as long as the call it may wait for
+		if bud == nil {
+			bud = m.startBudget()
 		}
 		s, owner := m.claim(b)
 		if !owner {
@@ -96,7 +102,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			if slotWaitHook != nil {
 				slotWaitHook(b.key)
 			}
-			if !m.waitSlot(s, deadline) {
+			if !m.waitSlot(s, bud) {
 				return m.failure(b, key, p, hits, errStoreSlow), nil
 			}
 			if s.err != nil {
@@ -110,13 +116,16 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			m.release(b, s, nil)
 			continue
 		}
+		if m.cfg.CheckBudget > 0 {
+			return m.leaseSync(m.ctx, b, s, p, hits, now, idle, bud), nil
+		}
 		ctx := m.ctx
 		if waited {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(m.ctx, deadline)
+			ctx, cancel = context.WithDeadline(m.ctx, bud.deadline)
 			defer cancel()
 		}
-		return m.leaseSync(ctx, b, s, p, hits, now, idle), nil
+		return m.leaseSync(ctx, b, s, p, hits, now, idle, nil), nil
 	}
 }
 
@@ -126,30 +135,61 @@ var slotWaitHook func(key string)
 
 var errStoreSlow = fmt.Errorf("%w: a lease in flight for the key did not finish in time", ErrStoreUnavailable)
 
-// waitSlot waits for s until deadline; false if time ran out.
-func (m *Manager) waitSlot(s *slot, deadline time.Time) bool {
+// errBudget is the failure a check is decided by when its budget ran out
+// while its own lease call was still out.
+var errBudget = fmt.Errorf("%w: the check's budget ran out before the Store answered", ErrStoreUnavailable)
+
+// budget is one check's time for Store calls and waits: expired is
+// closed when it runs out, on the Manager's timer clock (Config.AfterFunc).
+type budget struct {
+	expired  chan struct{}
+	deadline time.Time // in real time: bounds the call of a check that waited, without CheckBudget
+	stop     func() bool
+}
+
+// startBudget starts a check's budget: Config.CheckBudget, or without one
+// the Store call's timeout (a check that waits for another's call waits as
+// long as that call may take).
+func (m *Manager) startBudget() *budget {
+	d := m.cfg.CheckBudget
+	if d <= 0 {
+		d = m.store.Timeout()
+	}
+	bu := &budget{expired: make(chan struct{}), deadline: time.Now().Add(d)}
+	bu.stop = m.afterFunc(d, func() { close(bu.expired) })
+	return bu
+}
+
+// afterFunc runs f after d on the Manager's timer clock.
+func (m *Manager) afterFunc(d time.Duration, f func()) (stop func() bool) {
+	if m.cfg.AfterFunc != nil {
+		return m.cfg.AfterFunc(d, f)
+	}
+	return time.AfterFunc(d, f).Stop
+}
+
+// waitSlot waits for s within bud; false if the budget ran out.
+func (m *Manager) waitSlot(s *slot, bud *budget) bool {
 	select {
 	case <-s.done:
 		return true
 	default:
 	}
-	d := time.Until(deadline)
-	if d <= 0 {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-s.done:
 		return true
-	case <-t.C:
+	case <-bud.expired:
 		return false
 	}
 }
 
 // leaseSync leases for a check of hits while holding b's slot s, and
-// releases it.
-func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration) Decision {
+// releases it. With a budget bud (Config.CheckBudget), the Store call owns
+// the slot: if bud runs out first, the check is decided by p's failure
+// mode (errBudget) and the call goes on in the background, where its
+// answer is kept as a prefetch's would be (the grant on hand for the next
+// checks, what local mode admitted meanwhile charged to the Store).
+func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration, bud *budget) Decision {
 	kept := int64(0)
 	if p.Algorithm.refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
@@ -187,12 +227,72 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		// at least Idle before.
 		to.Idle = max(idle, m.cfg.Idle-time.Duration(m.touchMs+1)*time.Millisecond)
 	}
-	g, err := m.store.Lease(ctx, b.key, p, want, need, to)
-	m.callEnded(b, to, err)
+	lc := leaseCall{b: b, s: s, p: p, now: now, need: need, keep: keep, kept: kept, local: local, to: to}
+	if bud == nil {
+		g, err := m.store.Lease(ctx, b.key, p, want, need, to)
+		return m.leaseEnded(lc, hits, g, err)
+	}
+	// The call, in the background; the first of its answer and the budget
+	// decides the check. state: 0 both pending, 1 answered first, 2 the
+	// budget ran out first.
+	var (
+		state    atomic.Int32
+		g        Grant
+		err      error
+		answered = make(chan struct{})
+		decided  = make(chan struct{})
+	)
+	call := func() {
+		g, err = m.store.Lease(ctx, b.key, p, want, need, to)
+		if state.CompareAndSwap(0, 1) {
+			close(answered)
+			return
+		}
+		// The check was decided by its failure mode: once that decision
+		// is recorded (a FailLocal admission in b's episode, which this
+		// answer ends and charges), keep the grant for the next checks.
+		<-decided
+		m.leaseEnded(lc, 0, g, err)
+	}
+	if !m.goBG(call) {
+		call() // closing: no background work, the call is bounded by its timeout
+	}
+	select {
+	case <-answered:
+	case <-bud.expired:
+		if state.CompareAndSwap(0, 2) {
+			d := m.failure(b, b.key, p, hits, errBudget)
+			close(decided)
+			return d
+		}
+		<-answered
+	}
+	return m.leaseEnded(lc, hits, g, err)
+}
+
+// leaseCall is what a sync lease call of leaseSync holds until its answer.
+type leaseCall struct {
+	b                            *bucket
+	s                            *slot
+	p                            Policy
+	now, need, keep, kept, local int64
+	to                           Lessee
+}
+
+// leaseEnded applies the answer (g, err) of lease call c for a check of
+// hits, and releases c's slot. hits 0 is a call whose check was decided
+// meanwhile by its failure mode: the answer only refills the bucket (the
+// Decision returned then means nothing).
+func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decision {
+	b, s, p, now, need, keep, kept, local := c.b, c.s, c.p, c.now, c.need, c.keep, c.kept, c.local
+	m.callEnded(b, c.to, err)
 	if err != nil {
 		b.tokens.Add(keep)
 		b.keptAdd(kept)
 		m.release(b, s, err)
+		if hits == 0 {
+			return Decision{}
+		}
 		return m.failure(b, b.key, p, hits, err)
 	}
 	m.endDegraded(b)

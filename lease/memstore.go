@@ -291,9 +291,13 @@ func (m *MemoryStore) Release(ctx context.Context, key string, p Policy, id stri
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	held := false
 	if e := sh.lookup(key, p.Algorithm, t); e != nil {
-		e.state.(slotState).Release(now, id)
+		held = e.state.(slotState).Release(now, id)
 		sh.save(key, e, p.Algorithm, e.state, p, t)
+	}
+	if !held {
+		return ErrNoSlot
 	}
 	return nil
 }

@@ -1,5 +1,5 @@
--- concurrency release: remove one holder id (an unknown id is not an
--- error) and reap the expired ones.
+-- concurrency release: remove one holder id (an unknown id removes
+-- nothing: the Store answers lease.ErrNoSlot) and reap the expired ones.
 --
 -- KEYS[1]  sorted set: member = holder id, score = its expiry in µs
 -- ARGV     id

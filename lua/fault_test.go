@@ -33,6 +33,9 @@ func faultsWanted() bool {
 	return f != nil && strings.Contains(f.Value.String(), "TestFault")
 }
 
+// faultBudget is the rows' lease.Config.CheckBudget, sluiced's default.
+const faultBudget = 20 * time.Millisecond
+
 func TestFault(t *testing.T) {
 	if !faultsWanted() {
 		t.Skip("fault rows run when -run names TestFault or SLUICE_FAULTS=1 (see the README's \"Faults, measured\")")
@@ -75,7 +78,9 @@ func TestFault(t *testing.T) {
 		t.Run(row.name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			p := startDelayProxy(t, srv.Addr)
-			m := newManager(t, newTestStore(t, p.Addr), lease.Config{})
+			// sluiced's default check budget: the most a Store fault may
+			// add to a check.
+			m := newManager(t, newTestStore(t, p.Addr), lease.Config{CheckBudget: faultBudget})
 			l := startFaultLoad(t, m, func(i int64) string { return fmt.Sprintf("fresh-%d", i) }, "lim")
 			l.waitChecks(2 * faultPairs) // a second's worth of baseline
 
@@ -83,7 +88,9 @@ func TestFault(t *testing.T) {
 			row.fault(t, srv, p)
 			l.Heal()
 			recovery := l.WaitRecovered()
-			l.Row(row.name, recovery).check(t)
+			r := l.Row(row.name, recovery)
+			r.budget = faultBudget
+			r.check(t)
 		})
 	}
 }

@@ -157,6 +157,10 @@ type faultRow struct {
 	baseMax, faultMax        time.Duration
 	admitted, allowance      int64
 	recovery                 time.Duration
+	// budget is the Manager's check budget (0: none): the most a fault
+	// should add to a check, plus the node's own work. Reported, not
+	// asserted: a loaded machine adds its own delays.
+	budget time.Duration
 }
 
 // Row stops the load and returns its figures.
@@ -192,6 +196,13 @@ func (r faultRow) check(t *testing.T) {
 		r.name, r.answered, r.issued, r.local5, ms(added), ms(r.faultMax), ms(r.baseMax),
 		r.admitted, r.allowance, 100*float64(r.admitted)/float64(r.allowance), ms(r.recovery))
 	t.Logf("%d of the checks decided from node memory (degraded)", r.degraded)
+	if r.budget > 0 {
+		verdict := "within"
+		if added > r.budget+5*time.Millisecond {
+			verdict = "OVER"
+		}
+		t.Logf("max added latency +%s: %s the check budget %s + 5 ms", ms(added), verdict, ms(r.budget))
+	}
 	if r.answered != r.issued {
 		t.Errorf("%d of %d checks answered", r.answered, r.issued)
 	}

@@ -36,7 +36,7 @@ elseif math.max(0, limit - count) >= need then
     count = count + granted
     current = true
     ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
-    write({'w', fmt(ws), 'c', fmt(count)}, ls, ttl(ws + 2 * pu - now))
+    write({'w', ws, 'c', count}, ls, ttl(ws + 2 * pu - now))
   end
 else
   wait = left

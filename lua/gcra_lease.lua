@@ -68,6 +68,6 @@ if granted > 0 or (sp.i and ls[sp.i].exp > now) then
   for _, l in ipairs(ls) do
     e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
   end
-  write(last_field({'t', string.format('%d', tat)}, call, granted), ls, ttl(e - now))
+  write(last_field({'t', tat}, call, granted), ls, ttl(e - now))
 end
 return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}

@@ -30,5 +30,5 @@ local e = tat
 for _, l in ipairs(ls) do
   e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
 end
-write({'t', string.format('%d', tat)}, ls, ttl(e - now))
+write({'t', tat}, ls, ttl(e - now))
 return back

@@ -17,36 +17,41 @@
 local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder = ARGV[4]
 
--- A key's state is one string (GET, SET PX: one read and one write per
--- call, no hash to rewrite field by field): entries separated by spaces,
--- each a plain field (one letter, then its value: 't12.5', 'u17000…') or
--- a loan ('@' .. holder .. '=' .. loan, '~' .. loan for an ended one).
--- The holder is the Store's digest of the Lessee ID (11 characters, no
--- space or '=').
+-- A key's state is one binary string (struct.pack, little-endian; GET,
+-- then SET: one read and one write per call, no hash to rewrite field by
+-- field, no number printed or parsed as text): a byte n, n plain fields
+-- (a one-letter name and a double: 't', 'u', 'w', 'c', 'p', '#', '$'),
+-- then the loans, each a kind byte followed by (0) lent, expiry: an ended
+-- loan; (1) holder, lent, expiry; (2) holder, lent, expiry, expiry − last
+-- spend. The holder is the Store's 8-byte digest of the Lessee ID.
 --
--- read returns the key's plain fields as a table, and its loans as a list
--- of {id, lent, exp, last}.
+-- read returns the key's plain fields as a table of numbers, and its loans
+-- as a list of {id, lent, exp, last}.
 local function read()
   local v = redis.call('GET', key)
   local st, ls = {}, {}
   if not v then return st, ls end
-  for e in string.gmatch(v, '%S+') do
-    local c = string.byte(e, 1)
-    if c == 64 or c == 126 then -- '@' or '~'
-      local id, l, x, b
-      if c == 64 then
-        id, l, x, b = string.match(e, '^@([^=]*)=(%d+),(%d+),?(%d*)$')
-      else
-        id = ''
-        l, x, b = string.match(e, '^~(%d+),(%d+),?(%d*)$')
-      end
-      local last = 0
-      x = tonumber(x)
-      if b ~= '' then last = x - tonumber(b) end
-      ls[#ls + 1] = {id = id, lent = tonumber(l), exp = x, last = last}
+  local n, pos = struct.unpack('<B', v)
+  for _ = 1, n do
+    local name, x
+    name, x, pos = struct.unpack('<c1d', v, pos)
+    st[name] = x
+  end
+  local size = #v
+  while pos <= size do
+    local kind, id, l, e, b
+    kind, pos = struct.unpack('<B', v, pos)
+    if kind == 0 then
+      id = ''
+      l, e, pos = struct.unpack('<dd', v, pos)
+    elseif kind == 1 then
+      id, l, e, pos = struct.unpack('<c8dd', v, pos)
     else
-      st[string.sub(e, 1, 1)] = string.sub(e, 2)
+      id, l, e, b, pos = struct.unpack('<c8ddd', v, pos)
     end
+    local last = 0
+    if b then last = e - b end
+    ls[#ls + 1] = {id = id, lent = l, exp = e, last = last}
   end
   return st, ls
 end
@@ -98,12 +103,11 @@ local function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
   return ls
 end
 
--- last_call reads a token_bucket or gcra key's '#' field (st['#']): the
+-- last_call reads a token_bucket or gcra key's '#' and '$' fields: the
 -- Lessee.Call of the last call that settled a loan and what it granted
--- ('<call>,<grant>'; absent: 0, 0). Mirrors lease's lastCall.
+-- (absent: 0, 0). Mirrors lease's lastCall.
 local function last_call(st)
-  local c, g = string.match(st['#'] or '', '^(%d+),(%d+)$')
-  return tonumber(c) or 0, tonumber(g) or 0
+  return st['#'] or 0, st['$'] or 0
 end
 
 -- unanswered handles a call of holder at t that names its previous call
@@ -128,13 +132,15 @@ local function tat_back(tat, n, t)
   return base - math.min(math.floor(n * pf / lf), base - t)
 end
 
--- last_field is the '#' field's name and value for a call that granted g,
--- appended to st (the fields to write): none when the call was not told
--- apart. Mirrors lease's lastCallOf.
+-- last_field appends the '#' and '$' fields for a call that granted g to
+-- st (the fields to write): none when the call was not told apart.
+-- Mirrors lease's lastCallOf.
 local function last_field(st, call, g)
   if call ~= 0 and holder ~= '' then
     st[#st + 1] = '#'
-    st[#st + 1] = string.format('%d,%d', call, g)
+    st[#st + 1] = call
+    st[#st + 1] = '$'
+    st[#st + 1] = g
   end
   return st
 end
@@ -336,25 +342,36 @@ local function floor_tat(ls, t)
   return f
 end
 
--- write replaces the key with the fields of st (name, value pairs) and
+-- write replaces the key with the fields of st (name, number pairs) and
 -- the loans ls, expiring in ttl_ms (nil: keeping its expiry).
 local function write(st, ls, ttl_ms)
-  local out = {}
+  local f, a = {'<B'}, {#st / 2}
   for i = 1, #st, 2 do
-    out[#out + 1] = st[i] .. st[i + 1]
+    f[#f + 1] = 'c1d'
+    a[#a + 1] = st[i]
+    a[#a + 1] = st[i + 1]
   end
   for _, l in ipairs(ls) do
-    local head = '~'
-    if l.id ~= '' then head = '@' .. l.id .. '=' end
-    if l.last > 0 then
-      out[#out + 1] = string.format('%s%d,%d,%d', head, l.lent, l.exp, l.exp - l.last)
+    if l.id == '' then
+      f[#f + 1] = 'Bdd'
+      a[#a + 1] = 0
+    elseif l.last > 0 then
+      f[#f + 1] = 'Bc8ddd'
+      a[#a + 1] = 2
+      a[#a + 1] = l.id
     else
-      out[#out + 1] = string.format('%s%d,%d', head, l.lent, l.exp)
+      f[#f + 1] = 'Bc8dd'
+      a[#a + 1] = 1
+      a[#a + 1] = l.id
     end
+    a[#a + 1] = l.lent
+    a[#a + 1] = l.exp
+    if l.id ~= '' and l.last > 0 then a[#a + 1] = l.exp - l.last end
   end
+  local v = struct.pack(table.concat(f), unpack(a))
   if ttl_ms then
-    redis.call('SET', key, table.concat(out, ' '), 'PX', ttl_ms)
+    redis.call('SET', key, v, 'PX', ttl_ms)
   else
-    redis.call('SET', key, table.concat(out, ' '), 'KEEPTTL')
+    redis.call('SET', key, v, 'KEEPTTL')
   end
 end

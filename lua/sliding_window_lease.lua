@@ -49,7 +49,7 @@ elseif a >= need then
     cur = cur + granted
     current = true
     ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
-    write({'w', fmt(ws), 'c', fmt(cur), 'p', fmt(prev)}, ls, ttl(ws + 2 * pf - now))
+    write({'w', ws, 'c', cur, 'p', prev}, ls, ttl(ws + 2 * pf - now))
   end
 else
   local room, room2 = limit - cur - need, limit - need

@@ -21,5 +21,5 @@ if lent_to(ls, holder, -1) == 0 then
 end
 local back
 ls, back = take(ls, n)
-write({'w', st.w, 'c', fmt(math.max(0, cur - back)), 'p', st.p}, ls, nil)
+write({'w', st.w, 'c', math.max(0, cur - back), 'p', st.p}, ls, nil)
 return back

@@ -3,7 +3,6 @@ package lua
 import (
 	"context"
 	"embed"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -237,7 +236,7 @@ func (s *Store) Log(ctx context.Context, key string, p lease.Policy, hits int64)
 		return lease.Result{}, &lease.FieldError{Field: "hits", Msg: fmt.Sprintf("must be at most %d for sliding_log in Redis (one sorted-set member per hit), got %d", MaxLogHits, hits)}
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(micros(p.MinInterval)), itoa(hits)}
-	v, err := s.exec(ctx, "sliding_log", s.scripts[p.Algorithm].log, s.Key(key, p.Algorithm), args, 4)
+	v, err := s.exec(ctx, p.Algorithm.String(), s.scripts[p.Algorithm].log, s.Key(key, p.Algorithm), args, 4)
 	if err != nil {
 		return lease.Result{}, err
 	}
@@ -267,8 +266,12 @@ func (s *Store) Release(ctx context.Context, key string, p lease.Policy, id stri
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if err := s.scripts[p.Algorithm].release.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, []string{id}).Error(); err != nil {
+	held, err := s.scripts[p.Algorithm].release.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, []string{id}).AsInt64()
+	if err != nil {
 		return unavailable("release", err)
+	}
+	if held == 0 {
+		return lease.ErrNoSlot
 	}
 	return nil
 }
@@ -315,17 +318,16 @@ func result(v []int64) lease.Result {
 }
 
 // holderOf is the name a key's state gives a holder: the Lessee ID's
-// 64-bit xxhash in unpadded base64url (11 bytes, whatever the ID's
-// length: a Manager's ID is 34). Two holders of one key would share a
-// loan only if their IDs' hashes collided (about 2^-64 for a pair). ""
-// (no holder) stays "".
+// 64-bit xxhash as 8 bytes, whatever the ID's length (a Manager's is 34).
+// Two holders of one key would share a loan only if their IDs' hashes
+// collided (about 2^-64 for a pair). "" (no holder) stays "".
 func holderOf(id string) string {
 	if id == "" {
 		return ""
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], xxhash.Sum64String(id))
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return string(b[:])
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -63,6 +63,6 @@ if granted > 0 or (sp.i and ls[sp.i].exp > t) then
   ls = trim(ls, function(l, a) return cap(l, a) < cf end,
     function(l, a) stored = math.min(stored, cap(l, a)) end)
   local d = full_in(ls, (cf - stored) * pf / lf, t)
-  write(last_field({'t', fmt(stored), 'u', fmt(t)}, call, granted), ls, ttl(t - now + d))
+  write(last_field({'t', stored, 'u', t}, call, granted), ls, ttl(t - now + d))
 end
 return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_to(ls, holder, now)}

@@ -31,5 +31,5 @@ if tokens >= cf and #ls == 0 then
   return back
 end
 local d = full_in(ls, (cf - tokens) * pf / lf, updated)
-write({'t', fmt(tokens), 'u', fmt(updated)}, ls, ttl(updated - now + d))
+write({'t', tokens, 'u', updated}, ls, ttl(updated - now + d))
 return back

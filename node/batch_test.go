@@ -186,3 +186,44 @@ func decodeResults(t *testing.T, body string) []api.CheckResult {
 	}
 	return out.Results
 }
+
+// TestOwnerBatchOverlapsStoreCalls: an owner decides the items a peer
+// forwards in one batch the way it decides its own (the engine's batch
+// path, Manager.TakeMany): their Store calls are in flight together. A
+// batch of 20 cold keys owned by b, sent to a: b holds 8 Store calls at
+// once (it decided forwarded items one at a time, up to 32 per goroutine,
+// and never got there).
+func TestOwnerBatchOverlapsStoreCalls(t *testing.T) {
+	gs := newHeldStore(t, 8)
+	nodes := newClusterNodes(t, gs, map[string]string{"a": testRules, "b": testRules})
+	a := nodes["a"]
+	var sb strings.Builder
+	sb.WriteString(`{"checks":[`)
+	for i, n := 0, 0; n < 20; i++ {
+		k := fmt.Sprint("owned-by-b-", i)
+		if a.n.Owner("per-key:"+k) != "b" {
+			continue
+		}
+		if n > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"rule":"per-key","key":"%s"}`, k)
+		n++
+	}
+	sb.WriteString(`]}`)
+	done := make(chan resp)
+	go func() { done <- a.do(t, "POST", "/v1/checks", sb.String()) }()
+	ok := gs.waitInflight()
+	r := <-done
+	if !ok {
+		t.Fatalf("only %d Store calls in flight together at the owner, want %d", gs.most.Load(), gs.n)
+	}
+	if r.status != 200 || strings.Count(r.body, `"allowed":true`) != 20 {
+		t.Errorf("status %d %s, want 20 checks allowed", r.status, r.body)
+	}
+	var m strings.Builder
+	a.n.MetricsSet().WritePrometheus(&m)
+	if want := `sluice_routed_items_total{decided_by="owner"} 20`; !strings.Contains(m.String(), want) {
+		t.Errorf("a's metrics lack %s: the checks were not decided by their owner", want)
+	}
+}

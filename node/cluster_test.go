@@ -69,7 +69,9 @@ func newClusterNodesWith(t *testing.T, storeOf func(name string) lease.Store, ym
 	var ms []member.Member
 	for name, yml := range ymls {
 		mgr := lease.NewManager(storeOf(name), patientManager())
-		n := New(DefaultConfig(), mgr)
+		cfg := DefaultConfig()
+		cfg.ClientToken = testClientToken // the lease protocol's tests route through these nodes
+		n := New(cfg, mgr)
 		n.SetRules(mustParse(t, yml))
 		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward}); err != nil {
 			t.Fatal(err)

@@ -53,6 +53,8 @@ func errorStatus(err error) (status int, msg, field string) {
 		return fasthttp.StatusConflict, err.Error(), ""
 	case errors.Is(err, ErrStaleVersion):
 		return fasthttp.StatusPreconditionFailed, err.Error(), "If-Match"
+	case errors.Is(err, lease.ErrNoSlot):
+		return fasthttp.StatusNotFound, err.Error(), "lease_id"
 	case errors.Is(err, ErrNotFound):
 		return fasthttp.StatusNotFound, err.Error(), ""
 	case errors.Is(err, ErrMethodNotAllowed):

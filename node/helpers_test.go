@@ -63,11 +63,17 @@ func newTestNode(t *testing.T, yml string) *testNode {
 
 func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *fakeClock) *testNode {
 	t.Helper()
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 64 << 10
+	return newTestNodeConfig(t, yml, store, clock, cfg)
+}
+
+// newTestNodeConfig is newTestNodeStore with the node's Config.
+func newTestNodeConfig(t *testing.T, yml string, store lease.Store, clock *fakeClock, cfg Config) *testNode {
+	t.Helper()
 	mcfg := lease.DefaultConfig()
 	mcfg.Now = clock.Now
 	mgr := lease.NewManager(store, mcfg)
-	cfg := DefaultConfig()
-	cfg.MaxBodyBytes = 64 << 10
 	n := New(cfg, mgr)
 	if yml != "" {
 		n.SetRules(mustParse(t, yml))

@@ -27,6 +27,8 @@ const (
 	routeUI
 	routeRulesAdmin
 	routeForward
+	routeLease
+	routeLeaseRules
 	routeOther
 	numRoutes
 )
@@ -46,6 +48,8 @@ var routeNames = [numRoutes]string{
 	routeUI:         "/ui/",
 	routeRulesAdmin: "/v1/rules",
 	routeForward:    "/internal/v1/batch",
+	routeLease:      "/v1/lease",
+	routeLeaseRules: "/v1/lease/rules",
 	routeOther:      "other",
 }
 

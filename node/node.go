@@ -12,8 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
@@ -35,6 +35,15 @@ type Config struct {
 	// MetricsToken, when not empty, is the bearer token /metrics requires.
 	// Empty means /metrics is open (Prometheus scrapes it unauthenticated).
 	MetricsToken string
+	// ClientToken is the bearer token of the lease protocol (POST
+	// /v1/lease, GET /v1/lease/rules), which gateways use to decide in
+	// their own process (docs/gateway.md). It can lease, return and read
+	// the rules, never administer. Empty means the protocol is off (404).
+	ClientToken string
+	// ClientRate bounds the lease requests per second (and their burst)
+	// the client token may send to this node; more are answered 429.
+	// Zero means DefaultClientRate.
+	ClientRate int
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413.
 	// Zero means api.MaxBodyBytes (1 MiB: a full batch of 1000 checks with
 	// 256-byte keys fits with room to spare).
@@ -146,6 +155,9 @@ type Node struct {
 	stat *statsState
 	// ui is the dashboard's files (node/ui).
 	ui *ui.Assets
+	// gw is the lease protocol's state (gateway.go); nil without
+	// Config.ClientToken.
+	gw *gateway
 }
 
 // New returns a Node that decides with mgr. It serves nothing until Serve,
@@ -162,6 +174,7 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	}
 	n.eng = engine.New(engine.Config{Manager: mgr, Metrics: n.met.set, Self: name, RuleData: newRuleHeaders})
 	n.stat = newStatsState(n)
+	n.gw = newGateway(cfg, n.met.set)
 	n.ui = ui.New()
 	n.states.New = func() any { return &reqState{n: n} }
 	n.srv = &fasthttp.Server{

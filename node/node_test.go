@@ -297,9 +297,16 @@ func TestAcquireRelease(t *testing.T) {
 	if r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"user-1"}`); r.status != 200 {
 		t.Errorf("acquire after release: %d %s", r.status, r.body)
 	}
-	// Releasing twice is not an error.
-	if r := tn.do("POST", "/v1/release", `{"lease_id":"`+ids[0]+`"}`); r.status != 200 {
-		t.Errorf("second release: %d %s", r.status, r.body)
+	// A slot released already, or a lease_id no acquire made (forged:
+	// it names a valid rule and key), holds nothing: 404, and nothing
+	// is freed (the key is full again: 2 held).
+	for _, lid := range []string{ids[0], "uploads~dXNlci0x~0123456789abcdef0123456789abcdef"} {
+		if r := tn.do("POST", "/v1/release", `{"lease_id":"`+lid+`"}`); r.status != 404 || r.json(t)["field"] != "lease_id" {
+			t.Errorf("release %s: %d %s, want 404 naming lease_id", lid, r.status, r.body)
+		}
+	}
+	if r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"user-1"}`); r.status != 429 {
+		t.Errorf("acquire after releases that freed nothing: %d %s, want 429", r.status, r.body)
 	}
 
 	// The longest key fits the lease_id: release by id alone, for every
@@ -323,8 +330,9 @@ func TestAcquireRelease(t *testing.T) {
 	if m := r.json(t); r.status != 200 || num(t, m, "remaining") != 1 || m["key"] != long || m["rule"] != "uploads" {
 		t.Errorf("release long key by id: %d %s", r.status, r.body)
 	}
-	if r := tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"`+long+`"}`); r.status != 200 {
-		t.Errorf("acquire after release by id: %d %s", r.status, r.body)
+	r = tn.do("POST", "/v1/acquire", `{"rule":"uploads","key":"`+long+`"}`)
+	if id, _ = r.json(t)["lease_id"].(string); r.status != 200 || id == "" {
+		t.Fatalf("acquire after release by id: %d %s", r.status, r.body)
 	}
 	// Rule and key may be given too, and must agree with the lease_id.
 	r = tn.do("POST", "/v1/release", `{"rule":"uploads","key":"`+long+`","lease_id":"`+id+`"}`)

@@ -42,9 +42,11 @@ type options struct {
 	// admin requests may carry in Host (see node.Config.AdminHosts).
 	adminHosts     []string
 	metricsToken   string
+	clientToken    string
 	leaseHorizon   time.Duration
 	leaseIdle      time.Duration
 	storeTimeout   time.Duration
+	checkBudget    time.Duration
 	forwardTimeout time.Duration
 	rulesPoll      time.Duration
 	logLevel       slog.Level
@@ -78,7 +80,7 @@ type setting struct {
 // secret reports whether a setting's value must never be printed (a bad
 // cluster key or token would otherwise end up in logs).
 func (s *setting) secret() bool {
-	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token"
+	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token" || s.flag == "client-token"
 }
 
 // shown is how a value of s appears in an error message.
@@ -222,10 +224,25 @@ func settings() []setting {
 			o.metricsToken = v
 			return nil
 		}},
+		{"client-token", "SLUICE_CLIENT_TOKEN", "", "bearer token of the lease protocol (POST /v1/lease, GET /v1/lease/rules) through which gateways (node/client's Limiter) decide in their own process; it can lease, return and read the rules, never administer. Empty: the protocol is off (404)", func(o *options, v string) error {
+			o.clientToken = v
+			return nil
+		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
-		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", "250ms", "timeout of one forwarding request to a key's owner (the least: it stretches up to 2× on an owner whose round trips are slower); past it the checks are shed (503 with Retry-After). Keep it above the Store's longest call (4 × -store-timeout), so that an owner waiting on a failing Store still answers", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
+		{"check-budget", "SLUICE_CHECK_BUDGET", "20ms", "the most a check waits on the Store (its lease call, or another check's for the same key): past it, it is decided by its rule's on_store_failure from what the node knows while the call goes on in the background; 0: wait as long as the Store call may take (up to 4 × -store-timeout)", func(o *options, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("invalid duration %q", v)
+			}
+			if d < 0 || d > time.Minute {
+				return fmt.Errorf("must be between 0 and 1m, got %s", v)
+			}
+			o.checkBudget = d
+			return nil
+		}},
+		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", "50ms", "timeout of one forwarding request to a key's owner (the least: it stretches up to 2× on an owner whose round trips are slower); past it the checks are shed (503 with Retry-After). It must be above -check-budget, plus a network hop: an owner answers within its check budget", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
 		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
 		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
 			o.dataDir = v
@@ -376,6 +393,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	})
 	if err := o.checkClusterKey(); err != nil {
 		return o, err
+	}
+	if o.checkBudget > 0 && o.forwardTimeout <= o.checkBudget {
+		return o, fmt.Errorf("-forward-timeout (SLUICE_FORWARD_TIMEOUT) %s must be above -check-budget (SLUICE_CHECK_BUDGET) %s: an owner may take its whole budget, and the sender would shed what it answers in time", o.forwardTimeout, o.checkBudget)
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return o, errors.New("-tls-cert (SLUICE_TLS_CERT) and -tls-key (SLUICE_TLS_KEY) go together: set both or neither")

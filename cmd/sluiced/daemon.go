@@ -94,6 +94,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	mcfg.Horizon = o.leaseHorizon
 	mcfg.Idle = o.leaseIdle
 	mcfg.StoreTimeout = o.storeTimeout
+	mcfg.CheckBudget = o.checkBudget
 	mcfg.Logger = log
 	// A key this node never leased, decided here in local mode (its
 	// forward failed and so did the Store), gets 1/N of its capacity: the
@@ -134,6 +135,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		ncfg.AdminHosts = append(ncfg.AdminHosts, h) // -listen by name: the node answers to it
 	}
 	ncfg.MetricsToken = o.metricsToken
+	ncfg.ClientToken = o.clientToken
 	ncfg.Logger = log
 	ncfg.Name = d.name
 	d.node = node.New(ncfg, d.mgr)

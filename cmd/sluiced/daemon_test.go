@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -172,7 +174,7 @@ func TestDaemonCluster(t *testing.T) {
 	// view reaches the ring a moment later, and a node whose ring is still
 	// itself alone decides every key against its own memory store (seen
 	// under make race: 52 of 60 admitted).
-	eventually(t, "both nodes to see each other and route by both", func() bool {
+	clocktest.Eventually(t, waitBound, "both nodes to see each other and route by both", func() bool {
 		ma, mb := members(a), members(b)
 		return ma["a"] == member.StateAlive && ma["b"] == member.StateAlive &&
 			mb["a"] == member.StateAlive && mb["b"] == member.StateAlive &&
@@ -208,11 +210,42 @@ func TestDaemonCluster(t *testing.T) {
 	if admitted != 50 {
 		t.Errorf("admitted %d of 60 through two nodes, want 50", admitted)
 	}
+	// /metrics carries each component's metrics, from the sets the node
+	// gives them (forward, hot) and the process's default one (lease),
+	// each once. The key has one owner: only the other node forwards.
+	var all string
+	for _, p := range []*daemonProc{a, b} {
+		res, err := http.Get(p.http + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		types := map[string]bool{}
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "# TYPE ") {
+				if types[line] {
+					t.Errorf("%s/metrics: %q twice", p.http, line)
+				}
+				types[line] = true
+			}
+		}
+		for _, name := range []string{"sluice_checks_total{", "sluice_forward_served_items_total ", "sluice_forward_rejected_requests_total{",
+			"sluice_hot_splits_active ", "sluice_hot_keys_tracked ", "sluice_lease_decisions_total{", "sluice_store_calls_total{", "sluice_store_breaker_state "} {
+			if !strings.Contains(string(body), "\n"+name) {
+				t.Errorf("%s/metrics lacks %s", p.http, name)
+			}
+		}
+		all += string(body)
+	}
+	if !strings.Contains(all, "\nsluice_forward_items_total{peer=") {
+		t.Error("neither node's /metrics has sluice_forward_items_total{peer=...}")
+	}
 
 	b.term()
 	if l := b.log(); !strings.Contains(l, "left the cluster") || !strings.Contains(l, "msg=stopped") {
 		t.Errorf("b's log lacks the leave and stop messages:\n%s", l)
 	}
-	eventually(t, "a to see b left", func() bool { return members(a)["b"] == member.StateLeft })
+	clocktest.Eventually(t, waitBound, "a to see b left", func() bool { return members(a)["b"] == member.StateLeft })
 	a.term()
 }

@@ -35,6 +35,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/pace"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/lua/redistest"
 	"github.com/sluicehq/sluice/node/member"
 	"github.com/sluicehq/sluice/shard"
@@ -65,14 +67,15 @@ const (
 	limRate       = 100 // the lim rule's limit per second (and burst)
 	maxFaultRun   = 90 * time.Second
 	recoveryBound = 60 * time.Second
+	faultBudget   = 20 * time.Millisecond // sluiced's default -check-budget
 )
 
 // nodeLoad sends paced checks to the given nodes.
 type nodeLoad struct {
 	t      *testing.T
 	client *http.Client
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	load   *pace.Load     // the paced load (nil for overload's open loop)
+	wg     sync.WaitGroup // overload's open-loop senders
 
 	issued, answered, fivexx, degraded atomic.Int64
 	// shed: 503 answers with a check body (allowed false, Retry-After):
@@ -92,42 +95,12 @@ func startNodeLoad(t *testing.T, targets []*daemonProc, limKey string, workers, 
 	l := &nodeLoad{
 		t:      t,
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * workers}},
-		stop:   make(chan struct{}),
 	}
-	var interval time.Duration
-	if pairs > 0 {
-		interval = time.Second * time.Duration(workers) / time.Duration(pairs)
-	}
-	end := time.Now().Add(maxFaultRun)
-	for w := 0; w < workers; w++ {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			next := time.Now().Add(time.Duration(w) * interval / time.Duration(workers))
-			for i := 0; ; i++ {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				now := time.Now()
-				if now.After(end) {
-					return
-				}
-				if interval > 0 {
-					if d := next.Sub(now); d > 0 {
-						time.Sleep(d)
-					} else if -d > 100*time.Millisecond {
-						next = now // fell behind: no burst to catch up
-					}
-					next = next.Add(interval)
-				}
-				target := targets[(w+i)%len(targets)]
-				l.check(target, "fresh", "f-"+strconv.FormatInt(l.seq.Add(1), 10), false)
-				l.check(target, "lim", limKey, true)
-			}
-		}()
-	}
+	l.load = pace.Start(pace.Config{Workers: workers, Rate: float64(pairs), Max: maxFaultRun}, func(w, i int) {
+		target := targets[(w+i)%len(targets)]
+		l.check(target, "fresh", "f-"+strconv.FormatInt(l.seq.Add(1), 10), false)
+		l.check(target, "lim", limKey, true)
+	})
 	t.Cleanup(l.Stop)
 	return l
 }
@@ -184,10 +157,8 @@ func (l *nodeLoad) check(p *daemonProc, rule, key string, lim bool) {
 }
 
 func (l *nodeLoad) Stop() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
+	if l.load != nil {
+		l.load.Stop()
 	}
 	l.wg.Wait()
 }
@@ -195,7 +166,7 @@ func (l *nodeLoad) Stop() {
 func (l *nodeLoad) waitChecks(n int64) {
 	l.t.Helper()
 	target := l.answered.Load() + n
-	waitFault(l.t, fmt.Sprintf("%d checks answered", n), func() bool { return l.answered.Load() >= target })
+	clocktest.Eventually(l.t, recoveryBound, fmt.Sprintf("%d checks answered", n), func() bool { return l.answered.Load() >= target })
 }
 
 // report stops the load, logs the row and asserts what must hold. It
@@ -214,6 +185,12 @@ func (l *nodeLoad) report(name string, recovery time.Duration) (admitted, allowa
 		name, answered, issued, l.fivexx.Load(), msec(added), msec(fault), msec(base),
 		admitted, allowance, 100*float64(admitted)/float64(allowance), msec(recovery))
 	t.Logf("%d answers degraded, %d shed (503 with Retry-After: the owner did not answer in time)", l.degraded.Load(), l.shed.Load())
+	// Reported, not asserted: a loaded machine adds delays of its own.
+	verdict := "within"
+	if added > faultBudget+5*time.Millisecond {
+		verdict = "OVER"
+	}
+	t.Logf("max added latency +%s: %s the check budget %s + 5 ms", msec(added), verdict, msec(faultBudget))
 	if answered != issued {
 		t.Errorf("%d of %d checks answered", answered, issued)
 	}
@@ -231,17 +208,6 @@ func msec(d time.Duration) string {
 		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
 	}
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
-}
-
-func waitFault(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(recoveryBound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: not done after %v", what, recoveryBound)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // memberStates is p's /v1/members as name → state, and "ring" → the
@@ -288,7 +254,10 @@ func TestFault(t *testing.T) {
 	}
 	for _, row := range []struct {
 		name string
-		// fault breaks c or Redis, and returns when the fault ends.
+		// fault breaks c or Redis, and returns when the fault ends. Its
+		// time.Sleep is the fault's length: a real process (sluiced or
+		// redis-server) stays down that long, in real time, while the
+		// paced load measures it.
 		fault func(c *daemonProc, redis *redistest.Server)
 		// back reports whether a and b are whole again.
 		back func(a, b *daemonProc) bool
@@ -297,18 +266,18 @@ func TestFault(t *testing.T) {
 			survivorsSee(func(s map[string]string) bool { return s["c"] != "" && s["c"] != member.StateAlive })},
 		{"node-sigstop", func(c *daemonProc, _ *redistest.Server) {
 			_ = c.cmd.Process.Signal(syscall.SIGSTOP)
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the fault lasts this long (real time)
 			_ = c.cmd.Process.Signal(syscall.SIGCONT)
 		}, survivorsSee(func(s map[string]string) bool { return s["c"] == member.StateAlive })},
 		// The Redis rows again, end to end: HTTP answers of three nodes.
 		{"sluiced-redis-kill", func(_ *daemonProc, redis *redistest.Server) {
 			redis.Kill()
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the fault lasts this long (real time)
 			redis.Restart()
 		}, storeClosed},
 		{"sluiced-redis-pause-5s", func(_ *daemonProc, redis *redistest.Server) {
 			redis.Pause()
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the fault lasts this long (real time)
 			redis.Resume()
 		}, storeClosed},
 	} {
@@ -320,7 +289,7 @@ func TestFault(t *testing.T) {
 			l.phase.Store(1)
 			row.fault(c, redis)
 			healed := time.Now()
-			waitFault(t, "a and b whole again", func() bool { return row.back(a, b) })
+			clocktest.Eventually(t, recoveryBound, "a and b whole again", func() bool { return row.back(a, b) })
 			recovery := time.Since(healed)
 			l.phase.Store(2)
 			l.waitChecks(2 * faultPairs)
@@ -362,7 +331,7 @@ func startFaultCluster(t *testing.T, bin string) (a, b, c *daemonProc, redis *re
 	b = startDaemon(t, bin, true, append(common, "-node-name", "b", "-join", a.gossip)...)
 	c = startDaemon(t, bin, true, append(common, "-node-name", "c", "-join", a.gossip)...)
 	var vnodes int
-	waitFault(t, "three nodes alive on each, and routed to", func() bool {
+	clocktest.Eventually(t, recoveryBound, "three nodes alive on each, and routed to", func() bool {
 		for _, p := range []*daemonProc{a, b, c} {
 			s, v := memberStates(p)
 			if s["a"] != member.StateAlive || s["b"] != member.StateAlive || s["c"] != member.StateAlive || s["ring"] != "a,b,c" {
@@ -398,7 +367,7 @@ func overload(t *testing.T, bin string) {
 	// not counted.
 	decided := func() int64 { return sat.answered.Load() - sat.shed.Load() }
 	n0, t0 := decided(), time.Now()
-	time.Sleep(3 * time.Second) // the measuring window
+	time.Sleep(3 * time.Second) // the measuring window: real processes at full load, in real time
 	n1, t1 := decided(), time.Now()
 	sat.Stop()
 	rate := float64(n1-n0) / t1.Sub(t0).Seconds()
@@ -408,7 +377,7 @@ func overload(t *testing.T, bin string) {
 	// twice the saturation) for 5 s, each sent at once on its own
 	// goroutine; an arrival that finds 1024 pairs in flight is dropped by
 	// the generator (counted, not sent), so the loop stays bounded.
-	l := &nodeLoad{t: t, stop: make(chan struct{}),
+	l := &nodeLoad{t: t,
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}}
 	l.maxLat[0].Store(sat.maxLat[0].Load()) // baseline: the latency at saturation
 	l.phase.Store(1)
@@ -443,7 +412,7 @@ func overload(t *testing.T, bin string) {
 	ended := time.Now()
 	// Recovery: every node answers a check again once the overload ends.
 	for _, p := range nodes {
-		waitFault(t, "a check answered after the overload", func() bool {
+		clocktest.Eventually(t, recoveryBound, "a check answered after the overload", func() bool {
 			res, err := http.Post(p.http+"/v1/check", "application/json", strings.NewReader(`{"rule":"fresh","key":"after"}`))
 			if err != nil {
 				return false

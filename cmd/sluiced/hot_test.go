@@ -4,10 +4,10 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -46,32 +46,25 @@ func fastHot(c *hot.Config) {
 // the key's threshold for the cooling period (seen with a 100ms tick on
 // the real clock: the split ended and restarted mid-test, Started 3, and
 // the holders forwarded the split key again).
-type hotClock struct {
-	nanos atomic.Int64
-}
+type hotClock struct{ *clocktest.Clock }
 
-func newHotClock() *hotClock {
-	c := &hotClock{}
-	c.nanos.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *hotClock) now() time.Time { return time.Unix(0, c.nanos.Load()) }
+func newHotClock() hotClock { return hotClock{clocktest.New()} }
 
 // config is a tc.hot: an exact sketch, a 4s cooling period, the clock c,
 // and a re-announcement of the active splits at every tick (gossip is best
 // effort: a holder that missed the start learns it from the next tick).
-func (c *hotClock) config(h *hot.Config) {
+func (c hotClock) config(h *hot.Config) {
 	h.Tick = time.Hour
 	h.TopK = shard.TopKConfig{RateHalfLife: 200 * time.Millisecond}
 	h.Split = shard.SplitConfig{Cooling: 4 * time.Second}
 	h.Reannounce = time.Second
-	h.Now = c.now
+	h.Now = c.Now
 }
 
 // tick advances c by a second and runs one step of every node's loop.
-func (c *hotClock) tick(nodes ...*testNode) {
-	now := time.Unix(0, c.nanos.Add(int64(time.Second)))
+func (c hotClock) tick(nodes ...*testNode) {
+	c.Advance(time.Second)
+	now := c.Now()
 	for _, n := range nodes {
 		n.d.node.Hot().Tick(now)
 	}
@@ -107,7 +100,7 @@ func TestClusterHotKey(t *testing.T) {
 			t.Fatalf("no split of a key sprayed at 100 checks a second after %d checks: %s", out.get(200)+out.get(429), owner.d.node.Hot().AppendJSON(nil))
 		}
 	}
-	poll(t, "every node to route by the split", func() bool {
+	clocktest.Eventually(t, waitBound, "every node to route by the split", func() bool {
 		for _, x := range all {
 			if p, ok := x.d.node.Hot().Lookup("per-key:k"); !ok || len(p.Holders) != 3 {
 				return false
@@ -194,7 +187,7 @@ func TestClusterHotKey(t *testing.T) {
 	if st := owner.d.node.Hot().Stats(); st.Started != 1 || st.Ended != 1 {
 		t.Errorf("owner %s stats %+v after idle ticks, want 1 split started and ended", owner.name, st)
 	}
-	poll(t, "the split to end everywhere", func() bool {
+	clocktest.Eventually(t, waitBound, "the split to end everywhere", func() bool {
 		for _, x := range all {
 			if _, ok := x.d.node.Hot().Lookup("per-key:k"); ok {
 				return false
@@ -214,7 +207,7 @@ func TestClusterHotKeyLeave(t *testing.T) {
 	owner := tc.byName(a.d.node.Owner("per-key:k"))
 	var out tally
 	var p shard.Plan
-	poll(t, "a split", func() bool {
+	clocktest.Eventually(t, waitBound, "a split", func() bool {
 		tc.spray(100, 8, func() []*testNode { return all }, func(int) string { return "k" }, &out)
 		var ok bool
 		p, ok = owner.d.node.Hot().Lookup("per-key:k")
@@ -233,7 +226,7 @@ func TestClusterHotKeyLeave(t *testing.T) {
 	names := []string{rest[0].name, rest[1].name}
 	slices.Sort(names)
 	tc.converge(strings.Join(names, ","), rest...)
-	poll(t, "new holders", func() bool {
+	clocktest.Eventually(t, waitBound, "new holders", func() bool {
 		tc.spray(20, 4, func() []*testNode { return rest }, func(int) string { return "k" }, &out)
 		for _, x := range rest {
 			q, ok := x.d.node.Hot().Lookup("per-key:k")

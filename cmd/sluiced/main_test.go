@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 func env(m map[string]string) func(string) string {
@@ -230,14 +232,14 @@ func TestDaemon(t *testing.T) {
 
 	// A new limit is picked up by polling.
 	writeFile(t, rulesPath, rulesV2)
-	eventually(t, "the new limit", func() bool {
+	clocktest.Eventually(t, waitBound, "the new limit", func() bool {
 		_, m := check("probe")
 		return m["limit"] == float64(50)
 	})
 
 	// A bad file is refused, shown in /readyz, and the last good set stays.
 	writeFile(t, rulesPath, "rules:\n  - name: per-key\n    algorithm: nope\n")
-	eventually(t, "/readyz to report the error", func() bool {
+	clocktest.Eventually(t, waitBound, "/readyz to report the error", func() bool {
 		res, err := http.Get(base + "/readyz")
 		if err != nil {
 			return false
@@ -279,17 +281,9 @@ func writeFile(t *testing.T, path, s string) {
 	}
 }
 
-// eventually polls cond (every 20ms, for at most 20s: a bound, not a
-// timing assertion).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
+// waitBound bounds the tests' waits for a daemon or a cluster to get
+// somewhere: a bound for a hung test, not a timing assertion.
+const waitBound = 20 * time.Second
 
 func TestClusteredOption(t *testing.T) {
 	cases := []struct {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/member/netsim"
 )
 
@@ -59,29 +61,21 @@ func version(n *testNode) uint64 {
 }
 
 // waitVersion waits until every node has installed version v and returns
-// how long that took from start. It looks every millisecond: the time is
-// reported, never asserted beyond poll's generous bound.
+// how long that took from start, to the resolution of clocktest's polls
+// (at most 50ms): the time is reported, never asserted beyond waitBound.
 func waitVersion(t *testing.T, v uint64, start time.Time, nodes ...*testNode) time.Duration {
 	t.Helper()
 	var took time.Duration
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
-		all := true
+	clocktest.EventuallyState(t, waitBound, fmt.Sprintf("version %d everywhere", v), func() (bool, string) {
+		var state []string
 		for _, n := range nodes {
-			if version(n) != v {
-				all = false
+			if got := version(n); got != v {
+				state = append(state, fmt.Sprintf("%s: version %d", n.name, got))
 			}
 		}
-		if all {
-			took = time.Since(start)
-			break
-		}
-		if time.Now().After(deadline) {
-			for _, n := range nodes {
-				t.Logf("%s: version %d", n.name, version(n))
-			}
-			t.Fatalf("timed out waiting for version %d everywhere", v)
-		}
-	}
+		took = time.Since(start)
+		return len(state) == 0, strings.Join(state, ", ")
+	})
 	return took
 }
 

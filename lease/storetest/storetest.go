@@ -294,6 +294,15 @@ func (e *env) release(key string, p lease.Policy, id, why string) {
 	}
 }
 
+// releaseNone releases an id that holds no slot: the Store answers
+// lease.ErrNoSlot (and frees nothing).
+func (e *env) releaseNone(key string, p lease.Policy, id, why string) {
+	e.t.Helper()
+	if err := e.s.Release(e.ctx, key, p, id); !errors.Is(err, lease.ErrNoSlot) {
+		e.t.Fatalf("Release(%s; id=%q): %v, want lease.ErrNoSlot\n  why: %s", describe(p), id, err, why)
+	}
+}
+
 // windowLeft returns the time to the end of the current window of length
 // period (windows are aligned on multiples of the period since the Unix
 // epoch), read with a fixed_window peek on a scratch key. If fewer than
@@ -535,8 +544,8 @@ func concAcquireRelease(e *env) {
 	e.acquire(k, p, "a", 1, resultExp{true, 0, 0, time.Hour}, "a held id is renewed even when full")
 	e.release(k, p, "a", "release a")
 	e.acquire(k, p, "c", 1, resultExp{true, 0, 0, time.Hour}, "after releasing a, c gets its slot")
-	e.release(k, p, "nobody", "releasing an unknown id is not an error")
-	e.release(e.key(), p, "nobody", "releasing on a key without state is not an error")
+	e.releaseNone(k, p, "nobody", "an unknown id holds no slot")
+	e.releaseNone(e.key(), p, "nobody", "a key without state holds no slot")
 	e.release(k, p, "b", "release b")
 	e.release(k, p, "c", "release c")
 	e.acquire(k, p, "", 0, resultExp{true, 2, 0, 0}, "all released: 2 remaining, reset 0")
@@ -550,7 +559,7 @@ func concExpiry(e *env) {
 	e.acquire(k, p, "b", 1, resultExp{false, 0, ms(200), ms(200)}, "full: a expires in 200ms")
 	e.advance(ms(200))
 	e.acquire(k, p, "b", 1, resultExp{true, 0, 0, ms(300)}, "a's TTL has passed: a is reaped and b is admitted")
-	e.release(k, p, "a", "releasing a reaped id is not an error")
+	e.releaseNone(k, p, "a", "a reaped id holds no slot")
 	e.acquire(k, p, "", 0, resultExp{false, 0, ms(300), ms(300)}, "b is still held")
 	e.release(k, p, "b", "release b")
 	e.acquire(k, p, "", 0, resultExp{true, 1, 0, 0}, "nothing held")

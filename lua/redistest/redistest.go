@@ -31,6 +31,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // startTimeout bounds how long a server may take to answer PING, and a
@@ -182,17 +184,11 @@ func StartSentinel(t testing.TB, master, masterAddr string) string {
 		t.Fatalf("redistest: master address %q: %v", masterAddr, err)
 	}
 	s := startSentinel(t, master, host, port, time.Second, 0)
-	deadline := time.Now().Add(startTimeout)
-	for {
+	clocktest.EventuallyState(t, startTimeout, "redistest: sentinel "+s.Addr+" to report master "+master+" at "+masterAddr, func() (bool, string) {
 		out, err := Command(s.Addr, "SENTINEL", "get-master-addr-by-name", master)
-		if err == nil && out == host+"\n"+port {
-			return s.Addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: sentinel %s does not report master %s at %s: %q %v", s.Addr, master, masterAddr, out, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && out == host+"\n"+port, fmt.Sprintf("%q %v", out, err)
+	})
+	return s.Addr
 }
 
 // startSentinel starts one redis-server in Sentinel mode on a free

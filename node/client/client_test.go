@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/client"
 	"github.com/sluicehq/sluice/shard"
@@ -378,12 +379,11 @@ func TestBackgroundRefresh(t *testing.T) {
 	tc.setMembers(tc.nodes[0])
 	c := newClient(t, tc, func(cfg *client.Config) { cfg.RefreshInterval = 10 * time.Millisecond })
 	tc.setMembers(tc.nodes...)
-	for i := 0; len(c.Members()) != 2; i++ {
-		if i == 500 {
-			t.Fatalf("the background refresh did not pick up the new member: %v", c.Members())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The refresh is a real ticker (every 10ms): wait for it.
+	clocktest.EventuallyState(t, 10*time.Second, "the background refresh to pick up the new member", func() (bool, string) {
+		ms := c.Members()
+		return len(ms) == 2, fmt.Sprint(ms)
+	})
 }
 
 func TestStandaloneNode(t *testing.T) {

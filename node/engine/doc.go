@@ -24,9 +24,11 @@
 // The owner side of forwarding (DecideOwned) decides what peers send
 // through the same batch path, minus routing; acquire and release of
 // concurrency slots (Acquire, Release) and refunds are engine operations
-// too. Per-rule decisions are counted in one place (Item.record, and
-// shed), and what a decision charged (so may be refunded) is said in one
-// place (Charged).
+// too. Per-rule decisions are counted in one place (Batch.recordAs: an
+// owner counts nothing, the node that answered the client does), and
+// what a decision charged (so may be refunded) is said in one place
+// (Charged). Every key passes one validation before routing
+// (KeyProblem).
 //
 // # Rooms and imports
 //

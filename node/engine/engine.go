@@ -68,9 +68,6 @@ func New(cfg Config) *Engine {
 	return e
 }
 
-// Manager returns the lease Manager the engine decides with.
-func (e *Engine) Manager() *lease.Manager { return e.mgr }
-
 // SetRules builds the table of s (nil means an empty set), the rule set
 // requests are matched against, plus the rules of extra (the Envoy RLS
 // configuration's, say), reachable by name only (a name in both keeps s's
@@ -107,6 +104,11 @@ func (r *Routes) peerFor(ckey string) string {
 	}
 	return r.Addrs[o]
 }
+
+// OwnerAddr returns the address of the peer that owns counter key ckey,
+// or "" when this node does (or the owner has no address): the lease
+// protocol routes gateways' lease calls by it.
+func (r *Routes) OwnerAddr(ckey string) string { return r.peerFor(ckey) }
 
 // alive reports whether addr is the address of a member of the ring:
 // membership still calls it alive.

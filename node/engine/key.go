@@ -32,14 +32,31 @@ func KeyProblem(key string) string {
 // shorten long keys to a digest check their values with it first, so that
 // what the digest hides is checked too.
 func TextProblem(s string) string {
-	for i := 0; i < len(s); {
+	i := 0
+	// Eight bytes at a time while they are printable ASCII (the common
+	// key): no byte with its high bit set, none below 0x20, none 0x7f.
+	for ; i+8 <= len(s); i += 8 {
+		_ = s[i+7] // one bounds check for the eight
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		del := x ^ 0x7f7f7f7f7f7f7f7f // a 0x7f byte becomes 0
+		if (x|((x-0x2020202020202020)&^x)|((del-0x0101010101010101)&^del))&0x8080808080808080 != 0 {
+			break // a byte to look at one by one
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i]-0x20 >= 0x7f-0x20 { // not printable ASCII: one comparison
+			break
+		}
+	}
+	for i < len(s) {
 		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == 0x7f {
-				return "must not hold control characters"
-			}
+		if c-0x20 < 0x7f-0x20 {
 			i++
 			continue
+		}
+		if c < utf8.RuneSelf {
+			return "must not hold control characters"
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && n == 1 {

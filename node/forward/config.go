@@ -94,12 +94,12 @@ func DefaultConfig() Config {
 		// network hop.
 		FlushInterval: 200 * time.Microsecond,
 		MaxBatch:      256,
-		// The Store's call timeout, stretching up to MaxTimeout (2 ×
-		// Timeout) when the peer's round trips are that slow. An owner
-		// whose Store fails waits up to the Store's longest call before
-		// it answers (in local mode): a sender whose timeout is shorter
-		// sheds checks the owner would have answered, so sluiced sets
-		// 250ms, above the Store's 4 × 50ms.
+		// Stretching up to MaxTimeout (2 × Timeout) when the peer's
+		// round trips are that slow. An owner whose Store fails waits up
+		// to its check budget (lease.Config.CheckBudget; without one, the
+		// Store's longest call) before it answers: a sender whose timeout
+		// is shorter sheds checks the owner would have answered, so
+		// sluiced refuses a timeout not above its check budget (20ms).
 		Timeout: 50 * time.Millisecond,
 		// A dead peer costs one timed-out batch per half second until
 		// memberlist removes it from the ring (a few seconds), and a peer

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/lease/clocktest"
+	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/shard"
 )
 

@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/internal/yamlnode"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
@@ -302,19 +302,15 @@ func (p *parser) fail(path, field string, line int, msg string) *ConfigError {
 }
 
 func (p *parser) document(data []byte) (string, *level, error) {
-	var root yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&root); err != nil {
-		if errors.Is(err, io.EOF) {
-			return "", nil, p.fail("", "", 0, "empty file")
-		}
-		return "", nil, p.fail("", "", 0, "not YAML: "+err.Error())
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+	n, more, perr := yamlnode.Parse(data)
+	switch {
+	case perr != nil:
+		return "", nil, p.fail("", "", 0, "not YAML: "+perr.Error())
+	case n == nil:
+		return "", nil, p.fail("", "", 0, "empty file")
+	case more:
 		return "", nil, p.fail("", "", 0, "more than one YAML document")
 	}
-	n := resolve(&root)
 	if n.Kind != yaml.MappingNode {
 		return "", nil, p.fail("", "", n.Line, "must be a mapping with domain and descriptors")
 	}
@@ -351,10 +347,10 @@ func (p *parser) document(data []byte) (string, *level, error) {
 // level reads a descriptors list.
 func (p *parser) level(n *yaml.Node, parent string, depth int) (*level, *ConfigError) {
 	l := &level{exact: map[string]*entry{}, keyOnly: map[string]*entry{}}
-	if n == nil || isNull(n) {
+	if yamlnode.IsNull(n) {
 		return l, nil
 	}
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind != yaml.SequenceNode {
 		return nil, p.fail(parent, "descriptors", n.Line, "must be a list")
 	}
@@ -396,7 +392,7 @@ func (p *parser) level(n *yaml.Node, parent string, depth int) (*level, *ConfigE
 
 // descriptor reads one descriptor and its children.
 func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *ConfigError) {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return nil, p.fail(parent, "descriptors", n.Line, "each descriptor must be a mapping with key, value, rate_limit...")
 	}
@@ -407,7 +403,7 @@ func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *Co
 	// The path names the descriptor in messages: find its key first.
 	here := parent
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k, v := resolve(n.Content[i]), resolve(n.Content[i+1]); k.Value == "key" && v.Kind == yaml.ScalarNode {
+		if k, v := yamlnode.Resolve(n.Content[i]), yamlnode.Resolve(n.Content[i+1]); k.Value == "key" && v.Kind == yaml.ScalarNode {
 			here = v.Value
 			if parent != "" {
 				here = parent + "." + v.Value
@@ -449,7 +445,7 @@ func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *Co
 	if parent != "" {
 		e.path = parent + "." + seg
 	}
-	if rl != nil && !isNull(rl) {
+	if rl != nil && !yamlnode.IsNull(rl) {
 		if e.limit, err = p.rateLimit(rl, e, shadow); err != nil {
 			return nil, err
 		}
@@ -465,7 +461,7 @@ func (p *parser) descriptor(n *yaml.Node, parent string, depth int) (*entry, *Co
 // rateLimit reads a rate_limit block and, for a limit that counts, adds
 // its Sluice rule.
 func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *ConfigError) {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return nil, p.fail(e.path, "rate_limit", n.Line, "must be a mapping with unit and requests_per_unit")
 	}
@@ -554,15 +550,15 @@ func (p *parser) rateLimit(n *yaml.Node, e *entry, shadow bool) (*Limit, *Config
 }
 
 func (p *parser) replaces(n *yaml.Node, path string, l *Limit) *ConfigError {
-	n = resolve(n)
-	if isNull(n) {
+	n = yamlnode.Resolve(n)
+	if yamlnode.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		return p.fail(path, "rate_limit.replaces", n.Line, "must be a list of {name: ...}")
 	}
 	for _, r := range n.Content {
-		r = resolve(r)
+		r = yamlnode.Resolve(r)
 		if r.Kind != yaml.MappingNode {
 			return p.fail(path, "rate_limit.replaces", r.Line, "must be a list of {name: ...}")
 		}
@@ -615,15 +611,15 @@ func (p *parser) ruleName(path string) string {
 }
 
 func (p *parser) scalar(n *yaml.Node, path, field string) (string, *ConfigError) {
-	n = resolve(n)
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+	n = yamlnode.Resolve(n)
+	if n.Kind != yaml.ScalarNode || yamlnode.IsNull(n) {
 		return "", p.fail(path, field, n.Line, "must be a string")
 	}
 	return n.Value, nil
 }
 
 func (p *parser) boolean(n *yaml.Node, path, field string) (bool, *ConfigError) {
-	n = resolve(n)
+	n = yamlnode.Resolve(n)
 	if n.Kind == yaml.ScalarNode {
 		switch strings.ToLower(n.Value) {
 		case "true":
@@ -635,34 +631,10 @@ func (p *parser) boolean(n *yaml.Node, path, field string) (bool, *ConfigError) 
 	return false, p.fail(path, field, n.Line, "must be true or false")
 }
 
-// fields calls f for each key of the mapping n (at path), refusing
-// duplicate keys.
+// fields calls f for each key of the mapping n (at path) and its value,
+// refusing duplicate keys and keys that are not plain strings.
 func (p *parser) fields(n *yaml.Node, path string, f func(key string, v *yaml.Node) *ConfigError) *ConfigError {
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := resolve(n.Content[i])
-		if seen[k.Value] {
-			return p.fail(path, k.Value, k.Line, "given twice")
-		}
-		seen[k.Value] = true
-		if err := f(k.Value, n.Content[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-		return resolve(n.Content[0])
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	n = resolve(n)
-	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+	return yamlnode.Fields(n, f, func(field, msg string, line int) *ConfigError {
+		return p.fail(path, field, line, msg)
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,38 +16,20 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/rls"
 )
-
-// clock is a settable clock shared by the Store, the Manager and the
-// server: windows roll over only when a test advances it.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
 
 // start is aligned on every unit's window (a multiple of 365 days since
 // the epoch is also a multiple of a week and a day), plus 1ms.
 var start = time.Unix(56*365*86400, 0).Add(time.Millisecond)
 
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // rig is a node (memory store, fake clock) behind an RLS server on a real
 // loopback TCP port, and a go-control-plane client connected to it.
 type rig struct {
 	t      *testing.T
-	clock  *clock
+	clock  *clocktest.Clock
 	node   *node.Node
 	srv    *rls.Server
 	client rlsv3.RateLimitServiceClient
@@ -58,7 +39,7 @@ type rig struct {
 
 func newRig(t testing.TB, yml string, opts ...func(*rls.ServerConfig)) *rig {
 	t.Helper()
-	clk := &clock{now: start}
+	clk := clocktest.At(start)
 	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now})
 	mcfg := lease.DefaultConfig()
 	mcfg.Now = clk.Now

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/node/internal/yamlnode"
 )
 
 // Parse parses and validates a rule file. It is strict: unknown fields,
@@ -29,7 +31,7 @@ func Parse(data []byte) (*Set, error) {
 		return nil, &Error{Index: -1, Line: root.Line, Msg: "a rule file is a mapping with a rules: list"}
 	}
 	var list *yaml.Node
-	e = eachField(root, func(key string, v *yaml.Node) *Error {
+	e = yamlnode.Fields(root, func(key string, v *yaml.Node) *Error {
 		if key != "rules" {
 			return &Error{Index: -1, Field: key, Line: v.Line, Msg: "unknown field (want rules)"}
 		}
@@ -44,7 +46,7 @@ func Parse(data []byte) (*Set, error) {
 	if list == nil {
 		return nil, &Error{Index: -1, Field: "rules", Line: root.Line, Msg: noRulesMsg}
 	}
-	if isNull(list) {
+	if yamlnode.IsNull(list) {
 		return nil, &Error{Index: -1, Field: "rules", Line: list.Line, Msg: noRulesMsg}
 	}
 	if list.Kind != yaml.SequenceNode {
@@ -54,7 +56,7 @@ func Parse(data []byte) (*Set, error) {
 		return nil, &Error{Index: -1, Field: "rules", Line: list.Line, Msg: "more than 10000 rules"}
 	}
 	for i, item := range list.Content {
-		item = resolve(item)
+		item = yamlnode.Resolve(item)
 		spec, lines, e := decodeSpec(item, i)
 		if e != nil {
 			return nil, e
@@ -127,55 +129,17 @@ func ParseSpec(data []byte) (Spec, error) {
 	return spec, nil
 }
 
-// parseYAML returns the document's root node, or nil for an empty document.
+// parseYAML returns the document's root node, or nil for an empty
+// document (or one that is only null). Only the first document counts.
 func parseYAML(data []byte) (root *yaml.Node, e *Error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	root, _, err := yamlnode.Parse(data)
+	if err != nil {
 		return nil, &Error{Index: -1, Msg: "invalid YAML: " + err.Error()}
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return nil, nil
-	}
-	root = resolve(doc.Content[0])
-	if isNull(root) {
+	if yamlnode.IsNull(root) {
 		return nil, nil
 	}
 	return root, nil
-}
-
-// resolve follows aliases.
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
-}
-
-// eachField calls f for each key of mapping n, refusing non-mappings,
-// non-scalar keys and duplicate keys.
-func eachField(n *yaml.Node, f func(key string, v *yaml.Node) *Error, fail func(field, msg string, line int) *Error) *Error {
-	if n.Kind != yaml.MappingNode {
-		return fail("", "must be a mapping", n.Line)
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		if k == nil || v == nil || k.Kind != yaml.ScalarNode {
-			return fail("", "field names must be plain strings", n.Content[i].Line)
-		}
-		for j := 0; j < i; j += 2 {
-			if pk := resolve(n.Content[j]); pk != nil && pk.Value == k.Value {
-				return fail(k.Value, "given twice", k.Line)
-			}
-		}
-		if e := f(k.Value, v); e != nil {
-			return e
-		}
-	}
-	return nil
 }
 
 // decodeSpec decodes one rule mapping (idx is its position, or -1) and
@@ -186,7 +150,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 	name := ""
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if k, v := resolve(n.Content[i]), resolve(n.Content[i+1]); k != nil && v != nil && k.Value == "name" && v.Kind == yaml.ScalarNode {
+			if k, v := yamlnode.Resolve(n.Content[i]), yamlnode.Resolve(n.Content[i+1]); k != nil && v != nil && k.Value == "name" && v.Kind == yaml.ScalarNode {
 				name = v.Value
 			}
 		}
@@ -195,7 +159,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 		return &Error{Rule: name, Index: idx, Field: field, Line: line, Msg: msg}
 	}
 	str := func(field string, v *yaml.Node, dst *string) *Error {
-		if isNull(v) {
+		if yamlnode.IsNull(v) {
 			*dst = ""
 			return nil
 		}
@@ -206,7 +170,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 		return nil
 	}
 	integer := func(field string, v *yaml.Node, dst *int64) *Error {
-		if isNull(v) {
+		if yamlnode.IsNull(v) {
 			*dst = 0
 			return nil
 		}
@@ -215,7 +179,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 		}
 		return nil
 	}
-	e := eachField(n, func(key string, v *yaml.Node) *Error {
+	e := yamlnode.Fields(n, func(key string, v *yaml.Node) *Error {
 		lines[key] = v.Line
 		switch key {
 		case "name":
@@ -239,7 +203,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 		case "on_missing_key":
 			return str(key, v, &spec.OnMissingKey)
 		case "shadow":
-			if isNull(v) {
+			if yamlnode.IsNull(v) {
 				return nil
 			}
 			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&spec.Shadow) != nil {
@@ -247,12 +211,12 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 			}
 			return nil
 		case "match":
-			if isNull(v) {
+			if yamlnode.IsNull(v) {
 				return nil
 			}
 			m := &MatchSpec{}
 			spec.Match = m
-			return eachField(v, func(k string, v *yaml.Node) *Error {
+			return yamlnode.Fields(v, func(k string, v *yaml.Node) *Error {
 				f := "match." + k
 				lines[f] = v.Line
 				switch k {
@@ -261,7 +225,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 				case "host":
 					return str(f, v, &m.Host)
 				case "methods":
-					if isNull(v) {
+					if yamlnode.IsNull(v) {
 						return nil
 					}
 					if v.Kind == yaml.ScalarNode { // methods: GET
@@ -278,7 +242,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 						var s string
 						fi := f + "[" + strconv.Itoa(i) + "]"
 						lines[fi] = mv.Line
-						if e := str(fi, resolve(mv), &s); e != nil {
+						if e := str(fi, yamlnode.Resolve(mv), &s); e != nil {
 							return e
 						}
 						m.Methods = append(m.Methods, s)
@@ -288,17 +252,17 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 				return fail(f, "unknown field (want path_prefix, methods or host)", v.Line)
 			}, func(field, msg string, line int) *Error { return fail(prefixed("match", field), msg, line) })
 		case "hot":
-			if isNull(v) {
+			if yamlnode.IsNull(v) {
 				return nil
 			}
 			h := &HotSpec{}
 			spec.Hot = h
-			return eachField(v, func(k string, v *yaml.Node) *Error {
+			return yamlnode.Fields(v, func(k string, v *yaml.Node) *Error {
 				f := "hot." + k
 				lines[f] = v.Line
 				switch k {
 				case "threshold":
-					if isNull(v) {
+					if yamlnode.IsNull(v) {
 						return nil
 					}
 					if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") || v.Decode(&h.Threshold) != nil {
@@ -319,7 +283,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 				return fail(f, "unknown field (want threshold or split)", v.Line)
 			}, func(field, msg string, line int) *Error { return fail(prefixed("hot", field), msg, line) })
 		case "overrides":
-			if isNull(v) {
+			if yamlnode.IsNull(v) {
 				return nil
 			}
 			if v.Kind != yaml.SequenceNode {
@@ -333,7 +297,7 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 				o := &spec.Overrides[i]
 				p := "overrides[" + strconv.Itoa(i) + "]"
 				lines[p] = ov.Line
-				e := eachField(resolve(ov), func(k string, v *yaml.Node) *Error {
+				e := yamlnode.Fields(yamlnode.Resolve(ov), func(k string, v *yaml.Node) *Error {
 					f := p + "." + k
 					lines[f] = v.Line
 					switch k {

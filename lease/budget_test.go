@@ -1,0 +1,121 @@
+package lease
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
+)
+
+// pausedStore is a Store whose lease calls that ask for tokens stall,
+// while stall is set, until gate is closed: a Store pause (Redis under
+// SIGSTOP) at our own seam. entered receives one value per stalled call.
+type pausedStore struct {
+	Store
+	stall   atomic.Bool
+	entered chan Lessee
+	gate    chan struct{}
+	calls   atomic.Int64
+	wants   atomic.Int64 // tokens asked for by stalled calls
+}
+
+func (s *pausedStore) Lease(ctx context.Context, key string, p Policy, want, need int64, to Lessee) (Grant, error) {
+	s.calls.Add(1)
+	if want > 0 && s.stall.Load() {
+		s.wants.Add(want)
+		s.entered <- to
+		<-s.gate
+	}
+	return s.Store.Lease(ctx, key, p, want, need, to)
+}
+
+// A check whose lease call stalls is decided by its rule's failure mode
+// when its budget runs out, and so is a check waiting for that call; the
+// call goes on in the background, its grant reaches the bucket (the next
+// check spends it without a Store call) and the Store is charged what
+// local mode admitted meanwhile.
+func TestCheckBudgetDecidesAStalledCheck(t *testing.T) {
+	clk := clocktest.New()
+	mem := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &pausedStore{Store: mem, entered: make(chan Lessee, 4), gate: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Now = clk.Now
+	cfg.AfterFunc = clk.AfterFunc
+	cfg.SweepInterval = -1
+	cfg.StoreTimeout = time.Minute // the Store's timeout never ends the call: only the budget does
+	cfg.CheckBudget = 20 * time.Millisecond
+	m := NewManager(st, cfg)
+	t.Cleanup(func() { _ = m.Close() })
+	var open sync.Once
+	release := func() { open.Do(func() { close(st.gate) }) }
+	t.Cleanup(release) // before Close: a failed test must not leave the call stalled
+	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Minute, OnFailure: FailLocal}
+
+	st.stall.Store(true)
+	res := make(chan Decision, 2)
+	take := func() {
+		d, err := m.Take("k", p, 1)
+		if err != nil {
+			t.Errorf("Take: %v", err)
+		}
+		res <- d
+	}
+	go take()
+	<-st.entered // the first check's lease call is at the Store, its budget running
+	waiting := make(chan struct{})
+	slotWaitHook = func(string) { close(waiting) }
+	t.Cleanup(func() { slotWaitHook = nil })
+	go take()
+	<-waiting // the second check waits for the first one's call
+	clocktest.Eventually(t, 10*time.Second, "both checks' budgets started", func() bool { return clk.Timers() == 2 })
+
+	clk.Advance(cfg.CheckBudget - time.Millisecond)
+	select {
+	case d := <-res:
+		t.Fatalf("a check was decided before its budget ran out: %+v", d)
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	for i := range 2 {
+		select {
+		case d := <-res:
+			if !d.Allowed || !d.Degraded {
+				t.Fatalf("check %d at its budget: %+v, want allowed by on_store_failure local (Degraded)", i, d)
+			}
+		case <-time.After(10 * time.Second): // a guard, not a measure: the check never ends on the old code
+			t.Fatalf("check %d still waits on the stalled Store after its budget ran out", i)
+		}
+	}
+	if got := m.Stats().DegradedDecisions; got != 2 {
+		t.Fatalf("DegradedDecisions = %d, want 2", got)
+	}
+
+	// The Store answers: the call goes on and its grant is kept.
+	st.stall.Store(false)
+	release()
+	m.Settle()
+	want := st.wants.Load()
+	if want < 2 {
+		t.Fatalf("the stalled call asked for %d tokens, want at least 2 (MinLeaseShare of 100)", want)
+	}
+	calls := st.calls.Load()
+	if d := mustTake(t, m, "k", p, 1); !d.Allowed || d.Degraded {
+		t.Fatalf("check after the Store answered: %+v, want allowed from the kept grant", d)
+	}
+	if got := st.calls.Load(); got != calls {
+		t.Fatalf("the check after the Store answered made %d Store calls, want 0: the background grant did not reach the bucket", got-calls)
+	}
+	// The Store lent the grant and was charged the 2 hits local mode
+	// admitted (its bucket is full at the fake clock's start: exact).
+	g, err := mem.Lease(context.Background(), "k", p, 0, 0, Lessee{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Remaining != 100-want-2 {
+		t.Fatalf("Store remaining = %d, want %d (100 - %d lent - 2 local admissions charged)", g.Remaining, 100-want-2, want)
+	}
+}

@@ -1,0 +1,301 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+const (
+	testClientToken = "client-secret"
+	testAdminToken  = "admin-secret"
+	holderA         = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	holderB         = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+const gatewayRules = `rules:
+  - name: per-key
+    algorithm: token_bucket
+    limit: 100
+    period: 1m
+  - name: logged
+    algorithm: sliding_log
+    limit: 10
+    period: 1m
+`
+
+var clientAuth = "Authorization: Bearer " + testClientToken
+
+// newGatewayNode starts a node with the client and admin tokens set, over
+// a MemoryStore on a frozen clock (so that nothing refills).
+func newGatewayNode(t *testing.T) (*testNode, *lease.MemoryStore) {
+	t.Helper()
+	clock := newFakeClock()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	cfg := DefaultConfig()
+	cfg.ClientToken = testClientToken
+	cfg.AdminToken = testAdminToken
+	tn := newTestNodeConfig(t, gatewayRules, store, clock, cfg)
+	// The flood limit on the same frozen clock: the tests that do not
+	// look at it never exhaust it, the one that does sees no refill.
+	tn.n.gw.flood = lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { tn.n.gw.flood.Close() })
+	return tn, store
+}
+
+type leaseReply struct {
+	Results []struct {
+		Granted, Remaining, Lent int64
+		WaitMS                   int64 `json:"wait_ms"`
+		Error                    string
+	}
+}
+
+func leaseBody(holder string, ops ...string) string {
+	return `{"holder":"` + holder + `","ops":[` + strings.Join(ops, ",") + `]}`
+}
+
+func leaseOpJSON(rule, key string, want int64) string {
+	return fmt.Sprintf(`{"op":"lease","rule":%q,"key":%q,"want":%d,"need":1,"ttl_ms":10000}`, rule, key, want)
+}
+
+func returnOpJSON(rule, key string, tokens int64) string {
+	return fmt.Sprintf(`{"op":"return","rule":%q,"key":%q,"tokens":%d}`, rule, key, tokens)
+}
+
+func decodeLeaseReply(t *testing.T, r resp) leaseReply {
+	t.Helper()
+	if r.status != 200 {
+		t.Fatalf("lease: %d %s", r.status, r.body)
+	}
+	var lr leaseReply
+	if err := json.Unmarshal([]byte(r.body), &lr); err != nil {
+		t.Fatalf("lease reply %q: %v", r.body, err)
+	}
+	return lr
+}
+
+func TestLeaseProtocolOffWithoutClientToken(t *testing.T) {
+	tn := newTestNode(t, gatewayRules)
+	r := tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 1)), clientAuth)
+	if r.status != 404 || !strings.Contains(r.body, "client-token") {
+		t.Fatalf("without a client token: %d %s, want 404 naming -client-token", r.status, r.body)
+	}
+}
+
+func TestLeaseClientTokenRequiredAndNeverAdmin(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	body := leaseBody(holderA, leaseOpJSON("per-key", "k", 1))
+	if r := tn.do("POST", LeasePath, body); r.status != 401 {
+		t.Errorf("no token: %d %s, want 401", r.status, r.body)
+	}
+	if r := tn.do("POST", LeasePath, body, "Authorization: Bearer wrong"); r.status != 403 {
+		t.Errorf("wrong token: %d %s, want 403", r.status, r.body)
+	}
+	if r := tn.do("POST", LeasePath, body, "Authorization: Bearer "+testAdminToken); r.status != 403 {
+		t.Errorf("admin token on the lease protocol: %d %s, want 403", r.status, r.body)
+	}
+	if r := tn.do("GET", LeaseRulesPath, ""); r.status != 401 {
+		t.Errorf("rules without a token: %d %s, want 401", r.status, r.body)
+	}
+	// The client token administers nothing.
+	for _, path := range []string{"/v1/rules", "/v1/stats", "/v1/members", "/v1/hotkeys"} {
+		if r := tn.do("GET", path, "", clientAuth); r.status != 403 {
+			t.Errorf("GET %s with the client token: %d %s, want 403", path, r.status, r.body)
+		}
+	}
+	if r := tn.do("PUT", "/v1/rules/x", `{"name":"x","algorithm":"token_bucket","limit":1,"period":"1s"}`, clientAuth); r.status != 403 {
+		t.Errorf("PUT /v1/rules/x with the client token: %d %s, want 403", r.status, r.body)
+	}
+	if r := tn.do("POST", LeasePath, body, clientAuth); r.status != 200 {
+		t.Errorf("client token: %d %s, want 200", r.status, r.body)
+	}
+}
+
+// A gateway's loan counts against capacity like a node's: what gateways
+// hold is not there for checks, and a holder's share is bounded.
+func TestLeaseCountsAgainstCapacityWithShareBound(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	// Asking for far more than the capacity gets the share (100/4), not
+	// an error.
+	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 1000)), clientAuth))
+	if g := lr.Results[0]; g.Granted != 25 || g.Lent != 25 || g.Remaining != 75 || g.Error != "" {
+		t.Fatalf("first lease: %+v, want 25 granted (the share), 25 lent, 75 remaining", g)
+	}
+	// Holding its share, the holder gets at most one more token a call.
+	lr = decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		`{"op":"lease","rule":"per-key","key":"k","want":50,"need":1,"held":25,"ttl_ms":10000}`), clientAuth))
+	if g := lr.Results[0]; g.Granted != 1 || g.Lent != 26 {
+		t.Fatalf("lease while holding the share: %+v, want 1 granted", g)
+	}
+	// The node's own checks see only what the gateway does not hold.
+	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"k","hits":75}`); !strings.Contains(r.body, `"allowed":false`) {
+		t.Fatalf("a check of 75 while a gateway holds 26 of 100: %s, want denied", r.body)
+	}
+	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"k","hits":74}`); !strings.Contains(r.body, `"allowed":true`) {
+		t.Fatalf("a check of the 74 left: %s, want allowed", r.body)
+	}
+}
+
+// A holder acts on its own loans only: another holder's return gives
+// back nothing of them.
+func TestLeaseHolderIsolation(t *testing.T) {
+	tn, store := newGatewayNode(t)
+	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 25)), clientAuth))
+	if lr.Results[0].Granted != 25 {
+		t.Fatalf("lease: %+v", lr.Results[0])
+	}
+	remaining := func() int64 {
+		g, err := store.Lease(t.Context(), "per-key:k", lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Minute}, 1, 0, lease.Lessee{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Remaining + g.Granted
+	}
+	// B returns "A's" tokens: nothing comes back.
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderB, returnOpJSON("per-key", "k", 25)), clientAuth))
+	if got := remaining(); got != 75 {
+		t.Fatalf("after another holder's return: %d available, want 75 (A's loan untouched)", got)
+	}
+	// A node's holder ids are out of reach: a gateway's are namespaced.
+	if !strings.HasPrefix(tn.n.gw.ns, "gw.") {
+		t.Fatalf("namespace %q", tn.n.gw.ns)
+	}
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, returnOpJSON("per-key", "k", 25)), clientAuth))
+	if got := remaining(); got != 99 { // the probe above took 1
+		t.Fatalf("after A's return: %d available, want 99", got)
+	}
+}
+
+func TestLeaseBadInput(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	for _, c := range []struct{ body, field, msg string }{
+		{leaseBody(holderA, leaseOpJSON("per-key", "k", 0)), "ops[0].want", ""},
+		{leaseBody("nothex", leaseOpJSON("per-key", "k", 1)), "holder", ""},
+		{leaseBody(holderA, leaseOpJSON("per-key", "k", 1), leaseOpJSON("nope", "k", 1)), "ops[1].rule", "unknown rule"},
+		{leaseBody(holderA, leaseOpJSON("logged", "k", 1)), "ops[0].rule", "exact: send checks"},
+		{leaseBody(holderA, `{"op":"lease","rule":"per-key","key":"k","want":1,"ttl_ms":600000}`), "ops[0].ttl_ms", ""},
+	} {
+		r := tn.do("POST", LeasePath, c.body, clientAuth)
+		m := map[string]any{}
+		_ = json.Unmarshal([]byte(r.body), &m)
+		if r.status != 400 || m["field"] != c.field || !strings.Contains(r.body, c.msg) {
+			t.Errorf("%.70s…: %d %s, want 400 naming %s (%q)", c.body, r.status, r.body, c.field, c.msg)
+		}
+	}
+	// Nothing half applied: a request with a bad second op leased nothing.
+	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 25)), clientAuth))
+	if lr.Results[0].Remaining != 75 {
+		t.Fatalf("a refused request was half applied: %+v", lr.Results[0])
+	}
+}
+
+func TestLeaseFloodIsLimited(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	tn.n.gw.floodPolicy.Limit = 2 // and a burst of 2, on a frozen clock
+	body := leaseBody(holderA, leaseOpJSON("per-key", "k", 1))
+	for i := range 2 {
+		if r := tn.do("POST", LeasePath, body, clientAuth); r.status != 200 {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	r := tn.do("POST", LeasePath, body, clientAuth)
+	if r.status != 429 || r.hdr["Retry-After"] == "" {
+		t.Fatalf("third request: %d %v %s, want 429 with Retry-After", r.status, r.hdr, r.body)
+	}
+}
+
+func TestLeaseRulesAndETag(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	r := tn.do("GET", LeaseRulesPath, "", clientAuth)
+	if r.status != 200 || !strings.Contains(r.body, `"per-key"`) || !strings.Contains(r.body, `"sliding_log"`) {
+		t.Fatalf("lease rules: %d %s", r.status, r.body)
+	}
+	etag := r.hdr["Etag"]
+	if etag == "" {
+		t.Fatalf("no ETag: %v", r.hdr)
+	}
+	if r := tn.do("GET", LeaseRulesPath, "", clientAuth, "If-None-Match: "+etag); r.status != 304 {
+		t.Fatalf("If-None-Match of the current version: %d", r.status)
+	}
+	tn.n.SetRules(mustParse(t, gatewayRules+`  - name: more
+    algorithm: gcra
+    limit: 5
+    period: 1s
+`))
+	r = tn.do("GET", LeaseRulesPath, "", clientAuth, "If-None-Match: "+etag)
+	if r.status != 200 || r.hdr["Etag"] == etag || !strings.Contains(r.body, `"more"`) {
+		t.Fatalf("after a reload: %d %s (etag %s → %s)", r.status, r.body, etag, r.hdr["Etag"])
+	}
+}
+
+func TestLeaseStatsAndMetrics(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 10)), clientAuth))
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		`{"op":"lease","rule":"per-key","key":"k","want":5,"need":1,"held":4,"spent_before":6,"ttl_ms":10000}`), clientAuth))
+	st := tn.n.gw.stats()["per-key"]
+	if st.Granted != 15 || st.Reported != 6 || st.Lent != 9 {
+		t.Fatalf("gateway stats %+v, want 15 granted, 6 reported, 9 lent (4 held + 5)", st)
+	}
+	r := tn.do("GET", "/metrics", "")
+	for _, want := range []string{`sluice_gateway_tokens_lent{rule="per-key"} 9`, `sluice_gateway_decisions_reported_total{rule="per-key"} 6`} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if r := tn.do("GET", "/v1/stats?scope=node", "", "Authorization: Bearer "+testAdminToken); !strings.Contains(r.body, `"gateway":{"per-key":{"lent":9`) {
+		t.Errorf("/v1/stats: %s", r.body)
+	}
+}
+
+// In a cluster whose nodes each keep their own memory Store, a lease call
+// is served by the key's owner, whichever node the gateway asked.
+func TestLeaseRoutedToOwner(t *testing.T) {
+	stores := map[string]*lease.MemoryStore{}
+	for _, name := range []string{"a", "b"} {
+		stores[name] = lease.NewMemoryStore(lease.MemoryStoreConfig{})
+		t.Cleanup(func() { stores[name].Close() })
+	}
+	nodes := newClusterNodesWith(t, func(name string) lease.Store { return stores[name] }, map[string]string{"a": gatewayRules, "b": gatewayRules})
+	owner := nodes["a"].n.eng.Routes().Ring.Owner("per-key:k")
+	other := "a"
+	if owner == "a" {
+		other = "b"
+	}
+	post := func(cn *clusterNode, holder string) leaseReply {
+		req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(res)
+		req.SetRequestURI("http://" + cn.addr + LeasePath)
+		req.Header.SetMethod("POST")
+		req.Header.Set("Authorization", "Bearer "+testClientToken)
+		req.SetBodyString(leaseBody(holder, leaseOpJSON("per-key", "k", 100)))
+		if err := cn.client.DoTimeout(req, res, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		return decodeLeaseReply(t, resp{status: res.StatusCode(), body: string(res.Body())})
+	}
+	// Four holders take the whole capacity through the node that does
+	// not own the key; a fifth, asking the owner, gets nothing: both
+	// nodes used the owner's Store.
+	for i := range 4 {
+		h := strings.Repeat(fmt.Sprint(i), 32)
+		if g := post(nodes[other], h).Results[0]; g.Granted != 25 || g.Error != "" {
+			t.Fatalf("holder %d through %s: %+v", i, other, g)
+		}
+	}
+	if g := post(nodes[owner], strings.Repeat("9", 32)).Results[0]; g.Granted != 0 {
+		t.Fatalf("fifth holder through the owner: %+v, want nothing left", g)
+	}
+	if g, _ := stores[other].Lease(t.Context(), "per-key:k", lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Minute}, 1, 0, lease.Lessee{}); g.Remaining != 99 {
+		t.Fatalf("the non-owner's Store was used: %+v", g)
+	}
+}

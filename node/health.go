@@ -1,0 +1,57 @@
+package node
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// readyz answers 200 once a rule set is loaded (503 before), with the rule
+// count, whether the last reload failed, and the state of the Store's
+// breaker. An open breaker does not make the node unready: checks are
+// still answered (local rules enforce from memory). /readyz is public:
+// the reload error itself (it may name the rule file and rules) is shown
+// to admin callers only, others get readyzReloadFailed.
+func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
+	t := n.eng.Table()
+	var body struct {
+		Ready           bool   `json:"ready"`
+		Rules           int    `json:"rules"`
+		Joined          bool   `json:"joined"`
+		LastReloadError string `json:"last_reload_error,omitempty"`
+		LastReload      string `json:"last_reload,omitempty"`
+		Store           struct {
+			// State is the breaker's: closed (healthy), open (failing:
+			// rules follow on_store_failure) or half-open (probing).
+			State string `json:"state"`
+		} `json:"store"`
+	}
+	body.Store.State = n.mgr.Stats().Breaker.String()
+	n.reload.Lock()
+	if n.reload.err != nil {
+		body.LastReloadError = readyzReloadFailed
+		if n.adminAllowed(ctx) {
+			body.LastReloadError = n.reload.err.Error()
+		}
+	}
+	if !n.reload.when.IsZero() {
+		body.LastReload = n.reload.when.UTC().Format(time.RFC3339)
+	}
+	n.reload.Unlock()
+	body.Joined = n.clusterReady()
+	body.Ready = t != nil && body.Joined
+	if t != nil {
+		body.Rules = t.Len()
+	}
+	if !body.Ready {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+	}
+	b, _ := json.Marshal(body)
+	ctx.SetContentTypeBytes(contentTypeJSON)
+	ctx.SetBody(b)
+}
+
+// readyzReloadFailed is /readyz's last_reload_error for a caller that is
+// not admin.
+const readyzReloadFailed = "the last reload failed (the reason is shown to admin callers)"
