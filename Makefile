@@ -7,12 +7,16 @@ FUZZTIME ?= 10s
 MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build run cluster cluster-status cluster-stop test race e2e e2e-deps bench bench-go fuzz lint deps clean
+.PHONY: all build caddy run cluster cluster-status cluster-stop test race e2e e2e-deps bench bench-go fuzz lint deps clean
 
 all: lint test
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+## caddy: Caddy with the Sluice handler (contrib/caddy, its own Go module) in $(BIN)/caddy-sluice.
+caddy:
+	cd contrib/caddy && $(GO) build -o ../../$(BIN)/caddy-sluice ./cmd/caddy
 
 ## run: build and start one node on the in-memory store with the example rules.
 run: build
@@ -73,11 +77,14 @@ e2e-deps: deps
 	fi
 
 ## e2e: end-to-end tests against real gateways and tools (TestE2E* behind the e2e build tag),
-## in the packages that have some (building every package's tests would double the time).
-e2e: e2e-deps
-	@pkgs=$$(grep -rl --include='*_test.go' '^//go:build e2e' . | xargs -r -n1 dirname | sort -u); \
+## in the packages that have some (building every package's tests would double the time),
+## then those of contrib/caddy (another module) against the built sluiced and caddy-sluice.
+e2e: e2e-deps build caddy
+	@pkgs=$$(grep -rl --include='*_test.go' --exclude-dir=contrib '^//go:build e2e' . | xargs -r -n1 dirname | sort -u); \
 	echo "e2e packages:" $$pkgs; \
 	$(GO) test -tags e2e -count=1 -v -run '^TestE2E' $$pkgs
+	cd contrib/caddy && SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced SLUICE_E2E_CADDY=$(CURDIR)/$(BIN)/caddy-sluice \
+		$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
 
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:
@@ -98,11 +105,12 @@ fuzz:
 	done
 	SLUICE_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestModel$$' ./lease/ ./lua/
 
-## lint: gofmt and go vet must be clean.
+## lint: gofmt and go vet must be clean (contrib/caddy, its own module, included).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd contrib/caddy && $(GO) vet ./...
 
 clean:
 	rm -rf $(BIN)
