@@ -23,9 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -165,39 +163,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	}
-	setRateHeaders(w.Header(), h.Rule, d)
+	h.limiter.WriteHeaders(w.Header(), h.Rule, key, &d)
 	if !d.Allowed {
 		w.WriteHeader(http.StatusTooManyRequests)
 		return nil
 	}
 	return next.ServeHTTP(w, r)
-}
-
-// setRateHeaders writes the headers a node writes on a check's answer:
-// RateLimit-Policy `"rule";q=limit;w=seconds`, RateLimit
-// `"rule";r=remaining;t=reset`, X-RateLimit-Limit, -Remaining and -Reset,
-// and, when denied, Retry-After (seconds, rounded up, at least 1).
-func setRateHeaders(h http.Header, rule string, d client.Decision) {
-	q := strconv.Quote(rule)
-	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
-	reset := strconv.FormatInt(ceilSeconds(d.Reset), 10)
-	limit := strconv.FormatInt(d.Limit, 10)
-	h.Set("RateLimit-Policy", q+";q="+limit+";w="+strconv.FormatInt(ceilSeconds(d.Window), 10))
-	h.Set("RateLimit", q+";r="+remaining+";t="+reset)
-	h.Set("X-RateLimit-Limit", limit)
-	h.Set("X-RateLimit-Remaining", remaining)
-	h.Set("X-RateLimit-Reset", reset)
-	if !d.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
-	}
-}
-
-// ceilSeconds rounds d up to whole seconds (negative → 0).
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // Interface guards.

@@ -66,9 +66,8 @@ func (l *Limiter) Middleware(cfg MiddlewareConfig, next http.Handler) http.Handl
 			next.ServeHTTP(w, r)
 			return
 		}
-		setRateHeaders(w.Header(), cfg.Rule, l, key, &d)
+		l.WriteHeaders(w.Header(), cfg.Rule, key, &d)
 		if !d.Allowed {
-			w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
 			http.Error(w, "rate limited", http.StatusTooManyRequests)
 			return
 		}
@@ -76,8 +75,13 @@ func (l *Limiter) Middleware(cfg MiddlewareConfig, next http.Handler) http.Handl
 	})
 }
 
-// setRateHeaders writes the nodes' rate-limit headers for d.
-func setRateHeaders(h http.Header, rule string, l *Limiter, key string, d *Decision) {
+// WriteHeaders writes the rate-limit headers a node writes on a check's
+// answer, for the decision d of rule and key: RateLimit-Policy
+// ("rule";q=limit;w=seconds), RateLimit ("rule";r=remaining;t=reset), the
+// legacy X-RateLimit-Limit, -Remaining and -Reset, and, when denied,
+// Retry-After (whole seconds, rounded up, at least 1). Gateways built on
+// a Limiter (the middleware, the Caddy module) answer with it.
+func (l *Limiter) WriteHeaders(h http.Header, rule, key string, d *Decision) {
 	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
 	reset := strconv.FormatInt(ceilSeconds(d.Reset), 10)
 	h.Set("RateLimit", strconv.Quote(rule)+";r="+remaining+";t="+reset)
@@ -88,6 +92,9 @@ func setRateHeaders(h http.Header, rule string, l *Limiter, key string, d *Decis
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 	h.Set("X-RateLimit-Remaining", remaining)
 	h.Set("X-RateLimit-Reset", reset)
+	if !d.Allowed {
+		h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+	}
 }
 
 func ceilSeconds(d time.Duration) int64 {
