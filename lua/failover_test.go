@@ -5,7 +5,7 @@ package lua
 // killed and its replica promoted. What must hold whatever the machine's
 // load is asserted (every check answered, no 503 for local rules, at most
 // one window over the limit, the Store back within a generous bound); the
-// figures are logged as a row of the README's "Faults, measured" table.
+// figures are logged as a row of the fault table of docs/faults.md.
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 package lua
 
-// The Redis rows of the README's "Faults, measured" table: a lease.Manager
+// The Redis rows of the fault table of docs/faults.md: a lease.Manager
 // on a standalone Redis under the load of faultload_test.go while Redis is
 // killed, paused, frozen or slowed. Each row is one subtest that prints its
 // figures with -v, for example
@@ -38,7 +38,7 @@ const faultBudget = 20 * time.Millisecond
 
 func TestFault(t *testing.T) {
 	if !faultsWanted() {
-		t.Skip("fault rows run when -run names TestFault or SLUICE_FAULTS=1 (see the README's \"Faults, measured\")")
+		t.Skip("fault rows run when -run names TestFault or SLUICE_FAULTS=1 (see docs/faults.md)")
 	}
 	rows := []struct {
 		name string

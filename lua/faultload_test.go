@@ -2,8 +2,8 @@ package lua
 
 // The load harness of the fault tests (failover_test.go, fault_test.go): one
 // lease.Manager over a real Store, driven by a paced, bounded load loop
-// while a test breaks Redis, measuring what the README's "Faults, measured"
-// table reports.
+// while a test breaks Redis, measuring what the fault table of
+// docs/faults.md reports.
 
 import (
 	"fmt"
@@ -149,7 +149,7 @@ func (l *faultLoad) WaitRecovered() time.Duration {
 	return time.Duration(l.recovered.Load() - l.healAt.Load())
 }
 
-// faultRow is one row of the README's fault table.
+// faultRow is one row of the fault table of docs/faults.md.
 type faultRow struct {
 	name                     string
 	issued, answered, local5 int64

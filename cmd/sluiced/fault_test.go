@@ -1,6 +1,6 @@
 package main
 
-// The node rows of the README's "Faults, measured" table: three sluiced
+// The node rows of the fault table of docs/faults.md: three sluiced
 // processes (default settings, one Redis) under a paced, bounded HTTP load
 // sent to two of them, while the third, which owns the limit key and a
 // third of the other keys, is killed (SIGKILL) or stopped (SIGSTOP) for 5 s,
@@ -239,7 +239,7 @@ func memberStates(p *daemonProc) (map[string]string, int) {
 // under load among three.
 func TestFault(t *testing.T) {
 	if !faultsWanted() {
-		t.Skip("fault rows run when -run names TestFault or SLUICE_FAULTS=1 (see the README's \"Faults, measured\")")
+		t.Skip("fault rows run when -run names TestFault or SLUICE_FAULTS=1 (see docs/faults.md)")
 	}
 	bin := buildSluiced(t)
 	survivorsSee := func(want func(states map[string]string) bool) func(a, b *daemonProc) bool {
