@@ -130,6 +130,20 @@ func (b *bucket) tryTake(hits int64) (left int64, ok bool) {
 	}
 }
 
+// takeUpTo takes at most n > 0 tokens and returns how many it took.
+func (b *bucket) takeUpTo(n int64) int64 {
+	for {
+		t := b.tokens.Load()
+		k := min(t, n)
+		if k <= 0 {
+			return 0
+		}
+		if b.tokens.CompareAndSwap(t, t-k) {
+			return k
+		}
+	}
+}
+
 // refund puts hits back, never above basis; it returns how many it put
 // back (counted in kept after they are on hand: see keptSwap).
 func (b *bucket) refund(hits int64) int64 {

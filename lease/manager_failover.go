@@ -137,13 +137,37 @@ func (m *Manager) endDegraded(b *bucket) {
 	m.chargeLater(b, m.takeEpisode(b))
 }
 
-// chargeLater charges the Store n hits of b's key that local mode
-// admitted, in the background.
+// chargeLater pays, in the background, for n hits of b's key that local
+// mode admitted (see payEpisode).
 func (m *Manager) chargeLater(b *bucket, n int64) {
 	if n > 0 {
-		if !m.goBG(func() { m.charge(b.key, *b.pol, n) }) {
-			m.charge(b.key, *b.pol, n)
+		if !m.goBG(func() { m.payEpisode(b, n) }) {
+			// Closing: the caller may hold the key's slot (an eviction),
+			// and no lease call is started any more.
+			m.payEpisodeHeld(b, n)
 		}
+	}
+}
+
+// payEpisode pays for n hits of b's key that local mode admitted: from
+// the tokens this Manager holds of the key first (the Store lent them:
+// spending them is the charge, already made), then by charging the
+// Store the rest. It holds the key's lease slot, so that no lease call is
+// out meanwhile: a grant that lands after the charge found the Store empty
+// (the grant took what was left) would otherwise leave the hits unpaid,
+// counted as the outage's excess while this Manager holds tokens to pay
+// them.
+func (m *Manager) payEpisode(b *bucket, n int64) {
+	s := m.claimWait(b)
+	defer m.release(b, s, nil)
+	m.payEpisodeHeld(b, n)
+}
+
+// payEpisodeHeld is payEpisode for a caller that holds b's key's slot, or
+// knows no lease call can start.
+func (m *Manager) payEpisodeHeld(b *bucket, n int64) {
+	if n -= b.takeUpTo(n); n > 0 {
+		m.charge(b.key, *b.pol, n)
 	}
 }
 
@@ -170,15 +194,14 @@ func (m *Manager) takeEpisode(b *bucket) int64 {
 // theirs with their first lease; each episode is charged once.
 func (m *Manager) reconcileAll() {
 	type charge struct {
-		key string
-		p   Policy
-		n   int64
+		b *bucket
+		n int64
 	}
 	var todo []charge
 	m.degraded.m.Range(func(k, _ any) bool {
 		b := k.(*bucket)
 		if n := m.takeEpisode(b); n > 0 {
-			todo = append(todo, charge{b.key, *b.pol, n})
+			todo = append(todo, charge{b, n})
 		}
 		return true
 	})
@@ -190,7 +213,7 @@ func (m *Manager) reconcileAll() {
 	for range min(len(todo), m.cfg.ReturnWorkers) {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
-				m.charge(todo[i].key, todo[i].p, todo[i].n)
+				m.payEpisode(todo[i].b, todo[i].n)
 			}
 		})
 	}
