@@ -33,11 +33,14 @@ const dialTimeout = 2 * time.Second
 
 // NewProxy listens on 127.0.0.1 with a free port and forwards every
 // connection to target ("host:port"). Close it when done.
-func NewProxy(target string) (*Proxy, error) {
+func NewProxy(target string) (*Proxy, error) { return ListenProxy("127.0.0.1:0", target) }
+
+// ListenProxy is NewProxy listening on addr ("127.0.0.1:port").
+func ListenProxy(addr, target string) (*Proxy, error) {
 	if _, _, err := net.SplitHostPort(target); err != nil {
 		return nil, fmt.Errorf("netsim: target %q: want host:port: %w", target, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen for proxy: %w", err)
 	}
