@@ -28,7 +28,8 @@
 // owner counts nothing, the node that answered the client does), and
 // what a decision charged (so may be refunded) is said in one place
 // (Charged). Every key passes one validation before routing
-// (KeyProblem).
+// (KeyProblem). An owner that stops answering while this node's Store is
+// up is routed around (demote.go).
 //
 // # Rooms and imports
 //

@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,10 +49,14 @@ func TestE2EDashboard(t *testing.T) {
 	node.checks(t, "per-ip", 120, 6)
 	node.checks(t, "tenant-minute", 40, 3)
 
+	// The browser reaches the node through a proxy that can hold the
+	// page's reads of /v1/rules (see the concurrent change below).
+	gate := newRulesGate(t, node.base)
+
 	ctx := newBrowser(t, chrome)
 	console := watchConsole(t, ctx)
 
-	step(t, ctx, "open the page", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(node.base+"/ui/"),
+	step(t, ctx, "open the page", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(gate.url+"/ui/"),
 		chromedp.WaitVisible(chromedp.ID("token")))
 	// The page asked the node without a token first: it needs one, so the
 	// page asks for it, with no complaint yet.
@@ -126,8 +133,20 @@ func TestE2EDashboard(t *testing.T) {
 		}
 	}
 
+	// Closing the editor refreshes the page's rules: the gate holds that
+	// read until another admin's write is in, so its answer (the new
+	// version) lands while the next form is open, as a slow refresh on a
+	// loaded machine does. The form must keep the version it was opened
+	// with: a refresh that moved it on made the Save below succeed over
+	// the other admin's write, and this test flaky.
+	gate.hold()
 	step(t, ctx, "cancel the edit", chromedp.Click(chromedp.CSS(`.editor button.cancel`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`.editor`)))
+	gate.waitHeld(t)
+	refreshed, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.dataset.refreshes || '0'`))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// A concurrent change: another admin writes login while its form is
 	// open; Save is refused (412), nothing is overwritten, the form keeps
@@ -138,6 +157,11 @@ func TestE2EDashboard(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`.editor [data-field="limit"]`), "4"),
 	)
 	node.putRule(t, token, "login", `{"algorithm":"sliding_log","limit":6,"period":"1m","key":"ip","on_store_failure":"closed"}`)
+	gate.release()
+	poll(t, ctx, "the held refresh to finish", `Number(document.documentElement.dataset.refreshes || '0') > `+refreshed)
+	if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('.editor [data-field="limit"]').value`)); err != nil || v != "4" {
+		t.Fatalf("the open form's limit after a refresh: %q (err %v), want the 4 typed", v, err)
+	}
 	step(t, ctx, "save", chromedp.Click(chromedp.CSS(`.editor button.save`)))
 	poll(t, ctx, "the conflict message", `document.querySelector('.editor .form-error').textContent.includes('changed since')`)
 	if got := node.ruleLimit(t, token, "login"); got != 6 {
@@ -215,6 +239,64 @@ func TestE2EDashboard(t *testing.T) {
 		t.Errorf("browser console: %s", m)
 	}
 }
+
+// rulesGate is a reverse proxy to a node whose GET /v1/rules can be held:
+// hold arms it, the next such request waits (waitHeld sees it arrive)
+// until release.
+type rulesGate struct {
+	url     string
+	mu      sync.Mutex
+	armed   bool
+	arrived chan struct{} // closed when an armed read arrives
+	open    chan struct{} // closed by release
+}
+
+func newRulesGate(t *testing.T, base string) *rulesGate {
+	t.Helper()
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &rulesGate{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/rules" {
+			g.mu.Lock()
+			armed, arrived, open := g.armed, g.arrived, g.open
+			g.armed = false
+			g.mu.Unlock()
+			if armed {
+				close(arrived)
+				select {
+				case <-open:
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	g.url = srv.URL
+	return g
+}
+
+func (g *rulesGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed, g.arrived, g.open = true, make(chan struct{}), make(chan struct{})
+}
+
+func (g *rulesGate) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the page did not read /v1/rules after closing the editor")
+	}
+}
+
+func (g *rulesGate) release() { close(g.open) }
 
 // outDir is where screenshots go: $E2E_OUT, by default
 // bench/results/tmp-e2e/ (ignored by git).

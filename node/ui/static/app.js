@@ -25,6 +25,7 @@
     running: false,
     paused: false,
     tick: 0,
+    refreshes: 0,
     busy: false,
     stats: null,
     members: null,
@@ -184,12 +185,18 @@
       }
       if (mem && mem.status === 200) state.members = mem.data;
       if (hot && hot.status === 200) state.hot = hot.data;
-      if (rl) applyRules(rl);
+      // A read that started before a form opened answers for the rules
+      // before the form: applied now, it would rebuild the open form from
+      // another admin's write and move its If-Match on, so that Save
+      // overwrote that write instead of being refused (412).
+      if (rl && state.editing === null) applyRules(rl);
       renderStats();
       if (slow) { renderMembers(); renderHot(); }
       $('updated').textContent = 'updated ' + clock(Date.now());
     } finally {
       state.busy = false;
+      // How many refreshes ended: what a test waits on, not a clock.
+      document.documentElement.dataset.refreshes = String(++state.refreshes);
     }
   }
 
