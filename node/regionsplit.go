@@ -90,8 +90,10 @@ func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp
 		h = &splitHolder{last: now, credit: math.Inf(1)}
 		k.holders[holder] = h
 	}
-	h.demand = float64(op.Demand)
-	if op.Demand <= 0 { // unknown: its lease size is all we know
+	switch {
+	case op.Demand > 0:
+		h.demand = float64(op.Demand)
+	case h.demand == 0: // unknown (the region's first calls of the key): its lease size is all there is
 		h.demand = float64(op.Want) / max(p.Period.Seconds(), 1e-3)
 	}
 	h.seen = now

@@ -325,10 +325,11 @@ type demandCounter struct {
 	n    atomic.Int64 // checks counted
 	used atomic.Bool  // counted since the last sweep
 
-	mu    sync.Mutex // rate's state
-	lastN int64
-	last  time.Time
-	rate  float64
+	mu       sync.Mutex // rate's state
+	lastN    int64
+	last     time.Time
+	rate     float64
+	measured bool // rate holds a measurement (a whole rateWindow)
 }
 
 func (t *demandTable) add(ckey string) {
@@ -368,16 +369,19 @@ func (t *demandTable) rate(ckey string) int64 {
 	now := t.clock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el := now.Sub(c.last); el >= rateWindow || c.rate == 0 {
+	if el := now.Sub(c.last); el >= rateWindow {
 		n := c.n.Load()
-		inst := float64(n-c.lastN) / max(el.Seconds(), 1e-3)
-		if c.rate == 0 {
-			c.rate = inst
+		inst := float64(n-c.lastN) / el.Seconds()
+		if !c.measured {
+			c.rate, c.measured = inst, true
 		} else {
 			a := el.Seconds() / (el.Seconds() + 1) // a time constant of 1s
 			c.rate += a * (inst - c.rate)
 		}
 		c.lastN, c.last = n, now
+	}
+	if !c.measured {
+		return 0 // the key's first rateWindow: unknown
 	}
 	return int64(c.rate + 0.999)
 }

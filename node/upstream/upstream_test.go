@@ -18,7 +18,11 @@ func TestDemandRate(t *testing.T) {
 	for range 100 {
 		d.add("g:k")
 	}
-	clk.Advance(time.Second)
+	clk.Advance(rateWindow / 5)
+	if r := d.rate("g:k"); r != 0 {
+		t.Fatalf("before a whole window: %d/s, want 0 (unknown)", r)
+	}
+	clk.Advance(time.Second - rateWindow/5)
 	if r := d.rate("g:k"); r != 100 {
 		t.Fatalf("100 checks in 1s: %d/s, want 100", r)
 	}
