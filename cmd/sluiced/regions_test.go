@@ -266,3 +266,49 @@ func TestRegionsStartFailures(t *testing.T) {
 		}
 	}
 }
+
+// In a region of several nodes, each key of a global rule is leased by
+// its owner; when a node joins and keys move to it, their former owner
+// gives their tokens back to the global tier at once.
+func TestRegionsClusterHandoff(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t, regionRules)
+	tc.member = steadyMembership
+	// An idle longer than the test: only the handoff returns tokens.
+	tc.args = []string{"-upstream", "http://" + global.d.ln.Addr().String(), "-upstream-token", upstreamToken,
+		"-region", "eu", "-lease-idle", "1m"}
+	a := tc.start("a")
+	tc.converge("a", a)
+	const keys = 20
+	for i := range keys {
+		res, err := tc.http.Post(a.base+"/v1/check", "application/json", strings.NewReader(`{"rule":"g","key":"k`+strconv.Itoa(i)+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("check k%d: %d", i, res.StatusCode)
+		}
+	}
+	up := a.d.upstream.Manager()
+	if n := up.Stats().ActiveKeys; n != keys {
+		t.Fatalf("a holds leases of %d keys, want %d", n, keys)
+	}
+	b := tc.start("b", a)
+	tc.converge("a,b", a, b)
+	kept := 0
+	for i := range keys {
+		if a.d.node.Ring().Owner("g:k"+strconv.Itoa(i)) == "a" {
+			kept++
+		}
+	}
+	if kept == keys {
+		t.Fatal("no key moved to b")
+	}
+	clocktest.Eventually(t, waitBound, "a to give back the keys that moved", func() bool {
+		return up.Stats().ActiveKeys == int64(kept)
+	})
+}
