@@ -312,3 +312,35 @@ func TestRegionsClusterHandoff(t *testing.T) {
 		return up.Stats().ActiveKeys == int64(kept)
 	})
 }
+
+// A regional node lends its region rules to gateways, never a global
+// rule (it holds those of the global tier): 400 naming the op's rule.
+func TestRegionsGatewayLease(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startRegionNode(t, regionRules, "-upstream", "http://"+global.d.ln.Addr().String(),
+		"-upstream-token", upstreamToken, "-client-token", "region-client-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := func(rule string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, n.base+"/v1/lease", strings.NewReader(
+			`{"holder":"0123456789abcdef0123456789abcdef","ops":[{"op":"lease","rule":"`+rule+`","key":"k","want":2,"need":1,"ttl_ms":1000}]}`))
+		req.Header.Set("Authorization", "Bearer region-client-token")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if st, body := lease("g"); st != http.StatusBadRequest || !strings.Contains(body, "ops[0].rule") || !strings.Contains(body, "global") {
+		t.Errorf("lease of a global rule from a regional node: %d %s, want 400 naming ops[0].rule", st, body)
+	}
+	if st, body := lease("r"); st != http.StatusOK || !strings.Contains(body, `"granted":1`) {
+		t.Errorf("lease of a region rule: %d %s, want 1 granted (a quarter of its capacity 5)", st, body)
+	}
+}
