@@ -124,3 +124,59 @@ func TestCheckBudgetDecidesAStalledCheck(t *testing.T) {
 		t.Fatalf("tokens on hand = %d, want %d (the grant of %d less the 2 local admissions and the check after)", got, want-3, want)
 	}
 }
+
+// A check that waits for a lease call another check of its key gave up on
+// (its budget ran out) is decided at once, not after a budget of its own:
+// the checks of one key that arrive together (a forwarded batch, decided
+// in order after TakeMany) each waited a whole budget after the one
+// before, and a Redis pause added two budgets and more to a check end to
+// end.
+func TestCheckBudgetNotStackedOnAGivenUpCall(t *testing.T) {
+	clk := clocktest.New()
+	mem := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &pausedStore{Store: mem, entered: make(chan Lessee, 4), gate: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Now = clk.Now
+	cfg.AfterFunc = clk.AfterFunc
+	cfg.SweepInterval = -1
+	cfg.StoreTimeout = time.Minute
+	cfg.CheckBudget = 20 * time.Millisecond
+	m := NewManager(st, cfg)
+	t.Cleanup(func() { _ = m.Close() })
+	var open sync.Once
+	t.Cleanup(func() { open.Do(func() { close(st.gate) }) })
+	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Minute, OnFailure: FailLocal}
+
+	st.stall.Store(true)
+	res := make(chan Decision, 2)
+	take := func() {
+		d, err := m.Take("k", p, 1)
+		if err != nil {
+			t.Errorf("Take: %v", err)
+		}
+		res <- d
+	}
+	go take()
+	<-st.entered
+	clocktest.Eventually(t, 10*time.Second, "the first check's budget started", func() bool { return clk.Timers() == 1 })
+	clk.Advance(cfg.CheckBudget / 2)
+	waiting := make(chan struct{})
+	slotWaitHook = func(string) { close(waiting) }
+	t.Cleanup(func() { slotWaitHook = nil })
+	go take()
+	<-waiting
+	clocktest.Eventually(t, 10*time.Second, "the second check's budget started", func() bool { return clk.Timers() == 2 })
+
+	clk.Advance(cfg.CheckBudget / 2) // the first check's budget runs out
+	for i := range 2 {
+		select {
+		case d := <-res:
+			if !d.Allowed || !d.Degraded {
+				t.Fatalf("check %d: %+v, want allowed by on_store_failure local (Degraded)", i, d)
+			}
+		case <-time.After(10 * time.Second): // a guard, not a measure: on the old code the second check waits for its own budget
+			t.Fatalf("check %d still waits on a call a check gave up on", i)
+		}
+	}
+}

@@ -184,6 +184,11 @@ type Stats struct {
 // err is the outcome of the call, written before done is closed.
 type slot struct {
 	done chan struct{}
+	// late is closed when a check gave up on the slot's call (its budget
+	// ran out): the checks waiting for that call are decided at once
+	// instead of each waiting out a budget of its own after it. Nil for
+	// calls no check waits on (prefetch, returns).
+	late chan struct{}
 	err  error
 }
 

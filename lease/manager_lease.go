@@ -168,7 +168,8 @@ func (m *Manager) afterFunc(d time.Duration, f func()) (stop func() bool) {
 	return time.AfterFunc(d, f).Stop
 }
 
-// waitSlot waits for s within bud; false if the budget ran out.
+// waitSlot waits for s within bud; false if the budget ran out, or a
+// check gave up on s's call (its own budget ran out first).
 func (m *Manager) waitSlot(s *slot, bud *budget) bool {
 	select {
 	case <-s.done:
@@ -178,6 +179,8 @@ func (m *Manager) waitSlot(s *slot, bud *budget) bool {
 	select {
 	case <-s.done:
 		return true
+	case <-s.late:
+		return false
 	case <-bud.expired:
 		return false
 	}
@@ -261,6 +264,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	case <-answered:
 	case <-bud.expired:
 		if state.CompareAndSwap(0, 2) {
+			close(s.late) // the checks waiting for this call stop waiting
 			d := m.failure(b, b.key, p, hits, errBudget)
 			close(decided)
 			return d
@@ -509,7 +513,7 @@ func (m *Manager) claim(b *bucket) (s *slot, owner bool) {
 	if s := m.inflight.m[b.key]; s != nil {
 		return s, false
 	}
-	s = &slot{done: make(chan struct{})}
+	s = &slot{done: make(chan struct{}), late: make(chan struct{})}
 	m.inflight.m[b.key] = s
 	return s, true
 }
