@@ -11,8 +11,10 @@ BENCHTIME ?= 1s
 
 all: lint test
 
+## build: the binaries in $(BIN)/; the tag vtprotobuf compiles go-control-plane's generated
+## marshalling, which the Envoy RLS server (node/rls) uses for its responses.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -tags vtprotobuf -o $(BIN)/ ./cmd/...
 
 ## caddy: Caddy with the Sluice handler (contrib/caddy, its own Go module) in $(BIN)/caddy-sluice.
 caddy:
@@ -54,6 +56,7 @@ deps:
 ## test: install what is missing, then run every test.
 test: deps
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags vtprotobuf ./node/rls/
 
 ## race: every test under the race detector.
 race: deps

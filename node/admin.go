@@ -296,6 +296,9 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 			return
 		}
 		next, err := build(t.Set())
+		if err == nil {
+			err = n.CheckRules(next)
+		}
 		if err != nil {
 			n.writeErrorVersion(ctx, cur, err)
 			return

@@ -267,6 +267,11 @@ func (c *cluster) runHandoff() {
 		if err := c.n.mgr.ReturnKeys(keep); err != nil {
 			c.n.log.Warn("cannot return the leases of keys that moved", "err", err)
 		}
+		if u := c.n.cfg.Upstream; u != nil { // the global rules' keys, leased from the global tier
+			if err := u.Manager().ReturnKeys(keep); err != nil {
+				c.n.log.Warn("cannot return to the global tier the leases of keys that moved", "err", err)
+			}
+		}
 		now := make(map[string]bool, len(r.Addrs))
 		for _, a := range r.Addrs {
 			now[a] = true

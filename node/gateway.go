@@ -61,6 +61,9 @@ type gateway struct {
 
 	client *fasthttp.Client
 	book   loanBook
+	// split shares saturated keys among regional holders by demand
+	// (regionsplit.go).
+	split *regionSplit
 
 	// rules caches the /v1/lease/rules body of the last table served.
 	rules atomic.Pointer[leaseRules]
@@ -105,6 +108,7 @@ func newGateway(cfg Config, set *metrics.Set) *gateway {
 		},
 		set:    set,
 		byRule: map[string]*gatewayRuleMetrics{},
+		split:  newRegionSplit(nil),
 	}
 	g.book.m = map[string]loanEntry{}
 	return g
@@ -263,6 +267,10 @@ type leaseOp struct {
 	p    lease.Policy
 	rm   *gatewayRuleMetrics
 	peer string // the owner's address; "" decides here
+	// region: the holder is a region's node (LeaseRequest.Region), split
+	// by demand rather than bound by gateway_share (regionsplit.go).
+	region bool
+	share  float64 // the rule's gateway_share
 }
 
 // lease serves POST /v1/lease.
@@ -297,23 +305,31 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		p := r.Rule().PolicyFor(op.Key)
+		if r.Rule().Global && n.cfg.Upstream != nil {
+			n.writeError(ctx, fieldError("ops["+strconv.Itoa(i)+"].rule",
+				"rule "+strconv.Quote(op.Rule)+" is global: this node leases it from the global tier; gateways send its checks (/v1/checks)"))
+			return
+		}
 		if !p.Algorithm.Leased() {
 			n.writeError(ctx, fieldError("ops["+strconv.Itoa(i)+"].rule",
 				"rule "+strconv.Quote(op.Rule)+" is exact ("+p.Algorithm.String()+"): exact: send checks (/v1/checks), it cannot be leased"))
 			return
 		}
 		ckey := op.Rule + ":" + op.Key
-		lo := leaseOp{op: op, ckey: ckey, p: p}
+		lo := leaseOp{op: op, ckey: ckey, p: p, region: req.Region != "", share: r.Rule().GatewayShare}
 		if !hop {
 			lo.peer = routes.OwnerAddr(ckey)
 		}
-		if op.Op == api.OpLease {
-			clampLease(op, p, r.Rule().GatewayShare)
+		if op.Op == api.OpLease && !lo.region {
+			clampLease(op, p, lo.share)
 		}
 		ops[i] = lo
 	}
 	results := make([]api.LeaseResult, len(ops))
 	holder := g.ns + req.Holder
+	if req.Region != "" {
+		holder = g.ns + "r." + req.Region + "." + req.Holder
+	}
 	var wg sync.WaitGroup
 	byPeer := map[string][]int{}
 	for i := range ops {
@@ -326,7 +342,7 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.forward(addr, auth, req.Holder, ops, idx, results)
+			g.forward(addr, auth, req.Holder, req.Region, ops, idx, results)
 		}()
 	}
 	// The ops this node owns: its Store, a few at once.
@@ -373,6 +389,9 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 		}
 		lo.rm.returned.Add(int(op.Tokens))
 		g.book.set(holder, lo.ckey, lo.rm, 0, time.Time{})
+		if lo.region {
+			g.split.drop(lo.ckey, holder)
+		}
 		return api.LeaseResult{}
 	}
 	if op.Op == api.OpPeek {
@@ -384,6 +403,15 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 		}
 		return api.LeaseResult{Remaining: gr.Remaining, WaitMS: ceilMS(gr.Wait), ResetMS: ceilMS(gr.Reset)}
 	}
+	if lo.region {
+		res, deny, ok := g.split.clamp(lo.ckey, holder, lo.p, op)
+		switch {
+		case !ok:
+			clampLease(op, lo.p, lo.share)
+		case deny:
+			return res
+		}
+	}
 	ttl := time.Duration(op.TTLMS) * time.Millisecond
 	gr, err := store.Lease(ctx, lo.ckey, lo.p, op.Want, op.Need, lease.Lessee{
 		ID: holder, Held: op.Held, TTL: ttl, SpentBefore: op.SpentBefore,
@@ -391,6 +419,9 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 	})
 	if err != nil {
 		return api.LeaseResult{Error: err.Error()}
+	}
+	if lo.region {
+		g.split.granted(lo.ckey, holder, gr.Granted)
 	}
 	lo.rm.granted.Add(int(gr.Granted))
 	lo.rm.spent.Add(int(op.SpentBefore))
@@ -412,13 +443,13 @@ func ceilMS(d time.Duration) int64 {
 // (marked as a hop, with the client's own credentials), filling results;
 // an op the owner did not answer is answered with an error, which the
 // gateway treats as a failed Store call.
-func (g *gateway) forward(addr, auth, holder string, ops []leaseOp, idx []int, results []api.LeaseResult) {
+func (g *gateway) forward(addr, auth, holder, region string, ops []leaseOp, idx []int, results []api.LeaseResult) {
 	fail := func(msg string) {
 		for _, i := range idx {
 			results[i] = api.LeaseResult{Error: msg}
 		}
 	}
-	sub := api.LeaseRequest{Holder: holder, Ops: make([]api.LeaseOp, len(idx))}
+	sub := api.LeaseRequest{Holder: holder, Region: region, Ops: make([]api.LeaseOp, len(idx))}
 	for j, i := range idx {
 		sub.Ops[j] = *ops[i].op
 	}

@@ -26,8 +26,19 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 			// rules follow on_store_failure) or half-open (probing).
 			State string `json:"state"`
 		} `json:"store"`
+		// Upstream is the global tier's state (sluiced -upstream): like
+		// the Store's, an unreachable upstream does not make the node
+		// unready (global rules decide from what the node holds, then by
+		// on_store_failure and regional_floor).
+		Upstream *readyzUpstream `json:"upstream,omitempty"`
 	}
 	body.Store.State = n.mgr.Stats().Breaker.String()
+	if u := n.cfg.Upstream; u != nil {
+		body.Upstream = &readyzUpstream{Reachable: true}
+		if err := u.Ready(); err != nil {
+			body.Upstream.Reachable, body.Upstream.Error = false, err.Error()
+		}
+	}
 	n.reload.Lock()
 	if n.reload.err != nil {
 		body.LastReloadError = readyzReloadFailed
@@ -50,6 +61,11 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	b, _ := json.Marshal(body)
 	ctx.SetContentTypeBytes(contentTypeJSON)
 	ctx.SetBody(b)
+}
+
+type readyzUpstream struct {
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
 }
 
 // readyzReloadFailed is /readyz's last_reload_error for a caller that is

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -65,6 +66,38 @@ type Config struct {
 	// Name is this node's name in /v1/members when it runs alone (a
 	// clustered node reports ClusterConfig.Self). Empty means "local".
 	Name string
+	// Upstream, when not nil, is the global tier this node leases the
+	// keys of global rules from (scope: global; docs/regions.md): its
+	// Manager decides them, /readyz and /metrics show its state.
+	Upstream Upstream
+}
+
+// Upstream is what a Node needs of the global tier (node/upstream's
+// Upstream implements it).
+type Upstream interface {
+	// Manager decides the keys of global rules.
+	Manager() *lease.Manager
+	// Demand is told of every check of a global rule decided here.
+	Demand(ckey string)
+	// Ready says whether the global tier answers; the error says why not.
+	Ready() error
+	// CheckRules says why s cannot be installed: a global rule of s that
+	// the global tier does not have, or has otherwise (a *rules.Error
+	// naming the rule). Every source of rules is checked before its set
+	// is installed.
+	CheckRules(s *rules.Set) error
+	// WriteMetrics writes its metrics (sluice_upstream_*) to /metrics.
+	WriteMetrics(w io.Writer)
+}
+
+// CheckRules says why s cannot be installed on this node (see
+// Upstream.CheckRules); nil without an upstream. A rule file reload
+// calls it before SetRules.
+func (n *Node) CheckRules(s *rules.Set) error {
+	if n.cfg.Upstream == nil {
+		return nil
+	}
+	return n.cfg.Upstream.CheckRules(s)
 }
 
 // DefaultConfig returns the defaults described on each Config field.
@@ -172,7 +205,11 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	if name == "" {
 		name = singleName
 	}
-	n.eng = engine.New(engine.Config{Manager: mgr, Metrics: n.met.set, Self: name, RuleData: newRuleHeaders})
+	ecfg := engine.Config{Manager: mgr, Metrics: n.met.set, Self: name, RuleData: newRuleHeaders}
+	if cfg.Upstream != nil {
+		ecfg.Global, ecfg.Demand = cfg.Upstream.Manager(), cfg.Upstream.Demand
+	}
+	n.eng = engine.New(ecfg)
 	n.stat = newStatsState(n)
 	n.gw = newGateway(cfg, n.met.set)
 	n.ui = ui.New()

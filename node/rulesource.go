@@ -357,6 +357,9 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 		}
 	}
 	set, err := decodeSpecs(specs)
+	if err == nil {
+		err = n.CheckRules(set)
+	}
 	if err != nil {
 		ra.bad = v
 		return v, fmt.Errorf("cannot install rules version %d from the %s: %w", v, ra.source, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -67,6 +68,13 @@ type options struct {
 	// directory); rlsHeaders adds the RateLimit headers to its answers.
 	rlsListen, rlsConfig string
 	rlsHeaders           bool
+	// upstream: the global tier's nodes (docs/regions.md); upstreamToken
+	// its client token; region this node's region name there;
+	// upstreamRTT the round trip to size its leases for (0: measured).
+	upstream      []string
+	upstreamToken string
+	region        string
+	upstreamRTT   time.Duration
 }
 
 // setting is one flag and its environment variable.
@@ -80,7 +88,7 @@ type setting struct {
 // secret reports whether a setting's value must never be printed (a bad
 // cluster key or token would otherwise end up in logs).
 func (s *setting) secret() bool {
-	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token" || s.flag == "client-token"
+	return s.flag == "cluster-key" || s.flag == "admin-token" || s.flag == "metrics-token" || s.flag == "client-token" || s.flag == "upstream-token"
 }
 
 // shown is how a value of s appears in an error message.
@@ -288,6 +296,43 @@ func settings() []setting {
 			o.hotCapacityShare = f
 			return nil
 		}},
+		{"upstream", "SLUICE_UPSTREAM", "", "the global tier: URLs of a Sluice cluster's nodes (http://host:port,...) whose lease protocol this node leases the keys of global rules (scope: global) from; empty: global rules are counted by this node's own Store", func(o *options, v string) error {
+			o.upstream = nil
+			for u := range strings.SplitSeq(v, ",") {
+				u = strings.TrimSpace(u)
+				if u == "" {
+					continue
+				}
+				rest, ok := strings.CutPrefix(u, "http://")
+				if !ok {
+					rest, ok = strings.CutPrefix(u, "https://")
+				}
+				if _, _, err := net.SplitHostPort(strings.TrimSuffix(rest, "/")); !ok || err != nil {
+					return fmt.Errorf("%q: want http://host:port or https://host:port", u)
+				}
+				o.upstream = append(o.upstream, u)
+			}
+			return nil
+		}},
+		{"upstream-token", "SLUICE_UPSTREAM_TOKEN", "", "the global tier's client token (its -client-token)", func(o *options, v string) error {
+			o.upstreamToken = v
+			return nil
+		}},
+		{"region", "SLUICE_REGION", "", "this node's region, as the global tier names its holder (A-Z a-z 0-9 _ . -); empty: the node name", func(o *options, v string) error {
+			if v != "" && !api.ValidName(v) {
+				return errors.New("want 1 to 64 bytes of A-Z a-z 0-9 _ . -")
+			}
+			o.region = v
+			return nil
+		}},
+		{"upstream-rtt", "SLUICE_UPSTREAM_RTT", "0", "the round trip to the global tier that leases of global rules are sized for (they cover at least 8 round trips); 0: measured at start", func(o *options, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > time.Minute {
+				return fmt.Errorf("want a duration between 0 and 1m, got %q", v)
+			}
+			o.upstreamRTT = d
+			return nil
+		}},
 		{"log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error", func(o *options, v string) error {
 			var l slog.Level
 			if err := l.UnmarshalText([]byte(v)); err != nil {
@@ -402,6 +447,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	}
 	if o.tlsCA != "" && o.tlsCert == "" {
 		return o, errors.New("-tls-ca (SLUICE_TLS_CA) needs -tls-cert and -tls-key")
+	}
+	if len(o.upstream) > 0 && o.upstreamToken == "" {
+		return o, errors.New("-upstream (SLUICE_UPSTREAM) needs the global tier's client token: SLUICE_UPSTREAM_TOKEN (-upstream-token)")
 	}
 	return o, nil
 }

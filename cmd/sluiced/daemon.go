@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
+	"github.com/sluicehq/sluice/node/upstream"
 )
 
 // demoteAfter is how many forwarding requests in a row an owner may leave
@@ -54,6 +55,8 @@ type hooks struct {
 	forward func(*forward.Config)
 	// hot adjusts the hot-key config (a short tick and cooling period).
 	hot func(*hot.Config)
+	// upstream adjusts the global tier's config (a short probe).
+	upstream func(*upstream.Config)
 }
 
 // clustered reports whether o asks for a cluster: -join given, or -gossip
@@ -74,7 +77,8 @@ type daemon struct {
 	rls        *rlsDaemon // nil without -rls-listen
 	ln         net.Listener
 	served     chan error
-	cluster    *member.Cluster // nil on a single node
+	cluster    *member.Cluster    // nil on a single node
+	upstream   *upstream.Upstream // nil without -upstream
 }
 
 // start builds and starts a node from o: Store, Manager, rules, HTTP
@@ -145,6 +149,23 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	ncfg.ClientToken = o.clientToken
 	ncfg.Logger = log
 	ncfg.Name = d.name
+	if len(o.upstream) > 0 {
+		region := o.region
+		if region == "" {
+			region = regionName(d.name)
+		}
+		ucfg := upstream.Config{URLs: o.upstream, Token: o.upstreamToken, Region: region,
+			RTT: o.upstreamRTT, Horizon: o.leaseHorizon, Idle: o.leaseIdle, Logger: log}
+		if h.upstream != nil {
+			h.upstream(&ucfg)
+		}
+		d.upstream, err = upstream.Start(ucfg)
+		if err != nil {
+			return nil, fmt.Errorf("-upstream: %w", err)
+		}
+		undo = append(undo, func() { d.upstream.Close() })
+		ncfg.Upstream = d.upstream
+	}
 	d.node = node.New(ncfg, d.mgr)
 
 	d.rl = &reloader{path: o.rules, node: d.node, log: log}
@@ -248,6 +269,11 @@ func (d *daemon) stop(graceful bool) error {
 	}
 	d.node.CloseCluster()
 	d.node.CloseRules()
+	if d.upstream != nil {
+		if err := d.upstream.Close(); err != nil && graceful {
+			errs = append(errs, fmt.Errorf("cannot return leases to the upstream: %w", err))
+		}
+	}
 	if err := d.mgr.Close(); err != nil && graceful {
 		errs = append(errs, fmt.Errorf("cannot return leases: %w", err))
 	}
@@ -258,6 +284,24 @@ func (d *daemon) stop(graceful bool) error {
 		d.closeStore()
 	}
 	return errors.Join(errs...)
+}
+
+// regionName is a node name as a region name: the characters a region
+// name may not hold become '-', cut to 64 bytes.
+func regionName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	if len(b) == 0 {
+		return "region"
+	}
+	return string(b)
 }
 
 // loadTLS reads -tls-cert, -tls-key and -tls-ca: the server's config (nil

@@ -125,6 +125,9 @@ func (r *reloader) load(force bool) (*rules.Set, error) {
 		return nil, nil
 	}
 	set, err := rules.Parse(data)
+	if err == nil && r.node != nil {
+		err = r.node.CheckRules(set) // a global rule as the global tier has it
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot load rules from %s: %w", r.path, err)
 	}

@@ -83,11 +83,22 @@ type LeaseOp struct {
 	Unanswered  uint32
 	// Return: the unspent tokens given back (0 ends the loan).
 	Tokens int64
+	// Demand (lease, optional) is the checks per second the holder sees
+	// of the key, denied ones included, rounded up: a regional holder's
+	// demand, by which the global tier splits a saturated key (0:
+	// unknown).
+	Demand int64
 }
 
 // LeaseRequest is the body of POST /v1/lease.
 type LeaseRequest struct {
 	Holder string
+	// Region (optional) makes the holder a region's node leasing from the
+	// global tier (sluiced -upstream), named by it: a regional holder is
+	// not bound by gateway_share; a saturated key is split among the
+	// regional holders in proportion to their demand. A rule name's
+	// characters, at most MaxRuleNameLen bytes.
+	Region string
 	Ops    []LeaseOp
 }
 
@@ -133,10 +144,11 @@ func DecodeLease(data []byte, dst *LeaseRequest) error {
 	}
 	dst.Holder = ""
 	ops := dst.Ops[:0]
+	dst.Region = ""
 	var (
-		fe                 *FieldError
-		kb                 [16]byte
-		holderSet, opsSeen bool
+		fe                            *FieldError
+		kb                            [16]byte
+		holderSet, opsSeen, regionSet bool
 	)
 	bad := func(field, msg string) {
 		if fe == nil {
@@ -167,6 +179,18 @@ func DecodeLease(data []byte, dst *LeaseRequest) error {
 						bad("holder", msg)
 					} else {
 						setString(&dst.Holder, v)
+					}
+				}
+			case string(k) == "region":
+				if regionSet {
+					bad("region", "given twice")
+				}
+				regionSet = true
+				if v, ok := s.leaseStr(&fe, "region", MaxRuleNameLen); ok {
+					if msg := nameMsg(v); msg != "" {
+						bad("region", msg)
+					} else {
+						setString(&dst.Region, v)
 					}
 				}
 			case string(k) == "ops":
@@ -306,9 +330,10 @@ const (
 	lfCall
 	lfUnanswered
 	lfTokens
+	lfDemand
 )
 
-var leaseFieldNames = [...]string{"op", "rule", "key", "want", "need", "held", "ttl_ms", "spent_before", "idle_ms", "call", "unanswered", "tokens"}
+var leaseFieldNames = [...]string{"op", "rule", "key", "want", "need", "held", "ttl_ms", "spent_before", "idle_ms", "call", "unanswered", "tokens", "demand"}
 
 func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 	s.pos++
@@ -397,6 +422,8 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 					dst.Unanswered = uint32(n)
 				case lfTokens:
 					dst.Tokens, _ = s.leaseInt(fe, field, 0, MaxHits)
+				case lfDemand:
+					dst.Demand, _ = s.leaseInt(fe, field, 0, MaxHits)
 				}
 			}
 			if !s.next('}') {
@@ -433,6 +460,10 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 func AppendLeaseRequest(dst []byte, r *LeaseRequest) []byte {
 	dst = append(dst, `{"holder":`...)
 	dst = AppendString(dst, r.Holder)
+	if r.Region != "" {
+		dst = append(dst, `,"region":`...)
+		dst = AppendString(dst, r.Region)
+	}
 	dst = append(dst, `,"ops":[`...)
 	for i := range r.Ops {
 		op := &r.Ops[i]
@@ -476,6 +507,10 @@ func AppendLeaseRequest(dst []byte, r *LeaseRequest) []byte {
 		dst = strconv.AppendUint(dst, uint64(op.Call), 10)
 		dst = append(dst, `,"unanswered":`...)
 		dst = strconv.AppendUint(dst, uint64(op.Unanswered), 10)
+		if op.Demand > 0 {
+			dst = append(dst, `,"demand":`...)
+			dst = strconv.AppendInt(dst, op.Demand, 10)
+		}
 		dst = append(dst, '}')
 	}
 	return append(dst, "]}"...)

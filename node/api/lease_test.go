@@ -24,11 +24,13 @@ var leaseSeeds = []string{
 	`{"holder":"` + holder + `","ops":[{"op":"lease","op":"lease"}]}`,
 	`{"holder":"` + holder + `","ops":{}}`,
 	`[`, `{`, `""`, `{"ops":[1]}`,
+	`{"holder":"` + holder + `","region":"eu-west","ops":[{"op":"lease","rule":"r","key":"k","want":1,"ttl_ms":1,"demand":120}]}`,
+	`{"holder":"` + holder + `","region":"a b","ops":[{"op":"return","rule":"r","key":"k","demand":1}]}`,
 }
 
 func TestDecodeLeaseRoundTrip(t *testing.T) {
-	want := LeaseRequest{Holder: holder, Ops: []LeaseOp{
-		{Op: OpLease, Rule: "per-key", Key: `a"b\c` + "é", Want: 40, Need: 1, Held: 3, TTLMS: 10000, SpentBefore: 2, IdleMS: 5, Call: 1<<32 - 1, Unanswered: 6},
+	want := LeaseRequest{Holder: holder, Region: "eu-west.1", Ops: []LeaseOp{
+		{Op: OpLease, Rule: "per-key", Key: `a"b\c` + "é", Want: 40, Need: 1, Held: 3, TTLMS: 10000, SpentBefore: 2, IdleMS: 5, Call: 1<<32 - 1, Unanswered: 6, Demand: 700},
 		{Op: OpReturn, Rule: "per-key", Key: "u2", Tokens: 5},
 	}}
 	body := AppendLeaseRequest(nil, &want)
@@ -77,6 +79,11 @@ func TestDecodeLeaseNamesTheField(t *testing.T) {
 		op(`{"op":"return","rule":"r","key":"k","tokens":-1}`):                                       "ops[1].tokens",
 		op(`{"op":"lease","rule":"r","key":"k","want":1,"ttl_ms":1,"call":4294967296}`):              "ops[1].call",
 		op(`7`): "ops[1]",
+		op(`{"op":"lease","rule":"r","key":"k","want":1,"ttl_ms":1,"demand":-1}`):                 "ops[1].demand",
+		op(`{"op":"return","rule":"r","key":"k","demand":1}`):                                     "ops[1].op",
+		`{"holder":"` + holder + `","region":"a b","ops":[{"op":"return","rule":"r","key":"k"}]}`: "region",
+		`{"holder":"` + holder + `","region":7,"ops":[{"op":"return","rule":"r","key":"k"}]}`:     "region",
+		`{"holder":"` + holder + `","region":"","ops":[{"op":"return","rule":"r","key":"k"}]}`:    "region",
 	} {
 		var req LeaseRequest
 		err := DecodeLease([]byte(body), &req)

@@ -74,6 +74,9 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 	op := api.LeaseOp{Op: api.OpLease, Rule: rule, Key: key, Want: max(want, 0), Need: min(max(need, 0), max(want, 0)),
 		Held: to.Held, TTLMS: min(max(ceilMS(to.TTL), 1), api.MaxLeaseTTLMS), SpentBefore: to.SpentBefore,
 		IdleMS: min(int64(to.Idle/time.Millisecond), api.MaxIdleMS), Call: to.Call, Unanswered: to.Unanswered}
+	if d := s.l.cfg.Demand; d != nil {
+		op.Demand = min(max(d(ckey), 0), api.MaxHits)
+	}
 	r, err := s.do(ctx, ckey, op)
 	if err != nil {
 		return lease.Grant{}, err
@@ -184,7 +187,7 @@ func (s *remoteStore) send(n *node, ops []api.LeaseOp, waits []chan leaseAnswer)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.Set(fasthttp.HeaderAuthorization, l.auth)
 	req.Header.SetContentType("application/json")
-	req.SetBody(api.AppendLeaseRequest(req.Body()[:0], &api.LeaseRequest{Holder: l.holder, Ops: ops}))
+	req.SetBody(api.AppendLeaseRequest(req.Body()[:0], &api.LeaseRequest{Holder: l.holder, Region: l.cfg.Region, Ops: ops}))
 	if err := n.hc.DoTimeout(req, resp, l.cfg.Timeout); err != nil {
 		l.c.markDown(n)
 		answerAll(fmt.Errorf("%w: %s: %w", lease.ErrStoreUnavailable, n.addr, err))

@@ -54,6 +54,16 @@ type LimiterConfig struct {
 	// network), LeaseTTL (30s: what a crashed gateway strands, at most
 	// the nodes' bound of 60s) and Holder (a random id per Limiter).
 	Lease lease.Config
+	// Region, when set, makes the Limiter a region's node leasing from the
+	// global tier (sluiced -upstream, docs/regions.md): its lease requests
+	// name the region, and the nodes split a saturated key among regional
+	// holders by their demand instead of bounding each by gateway_share.
+	// A rule name's characters, at most 64 bytes.
+	Region string
+	// Demand, when not nil, returns the checks per second the caller sees
+	// of a counter key ("rule:key"), denied ones included: sent with each
+	// lease call of a Region Limiter.
+	Demand func(ckey string) int64
 }
 
 // Decision is the answer of Limiter.Allow.
@@ -125,6 +135,9 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	if cfg.Token == "" {
 		return nil, configError("Token", "the nodes' client token is required")
 	}
+	if cfg.Region != "" && !api.ValidName(cfg.Region) {
+		return nil, configError("Region", "1 to 64 bytes of A-Z a-z 0-9 _ . -")
+	}
 	seeds := make([]string, len(cfg.Nodes))
 	for i, n := range cfg.Nodes {
 		switch {
@@ -177,6 +190,13 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	go l.pollRules()
 	return l, nil
 }
+
+// Manager returns the Limiter's lease.Manager (a region's node decides
+// the checks of global rules with it: Config.Region).
+func (l *Limiter) Manager() *lease.Manager { return l.mgr }
+
+// Rules returns the rules the Limiter last fetched from the nodes.
+func (l *Limiter) Rules() *rules.Set { return l.rules.Load().set }
 
 // Holder returns the Limiter's holder id (the nodes namespace it by the
 // client token): what its loans are counted under.

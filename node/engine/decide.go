@@ -193,7 +193,7 @@ func (e *Engine) refundEarly(b *Batch, i int32) {
 	}
 	for k := range its {
 		if it := &its[k]; it.charged && it.owner == "" {
-			e.mgr.Refund(it.ckey, it.Policy, it.Hits)
+			it.ri.mgr.Refund(it.ckey, it.Policy, it.Hits)
 			it.charged = false
 		}
 	}
@@ -228,10 +228,14 @@ func (b *Batch) noteDenied(it *Item) {
 // decideOne asks the Manager about one item and counts the decision.
 func (e *Engine) decideOne(b *Batch, it *Item) error {
 	var err error
+	m := it.ri.mgr
 	if it.peek {
-		it.Decision, _, err = e.mgr.Acquire(it.ckey, it.Policy, 0)
+		it.Decision, _, err = m.Acquire(it.ckey, it.Policy, 0)
 	} else {
-		it.Decision, err = e.mgr.Take(it.ckey, it.Policy, it.Hits)
+		if it.ri.demand != nil {
+			it.ri.demand(it.ckey)
+		}
+		it.Decision, err = m.Take(it.ckey, it.Policy, it.Hits)
 	}
 	if err != nil {
 		return err

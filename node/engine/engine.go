@@ -25,6 +25,15 @@ var ErrPeerBusy = errors.New("peer busy")
 type Config struct {
 	// Manager decides the items this node decides; required.
 	Manager *lease.Manager
+	// Global, when not nil, decides instead the items of global rules
+	// (scope: global): a Manager whose Store is the global tier's lease
+	// protocol (docs/regions.md). Nil: global rules are decided by
+	// Manager, as region rules.
+	Global *lease.Manager
+	// Demand, when not nil, is told of every check of a global rule
+	// decided here (its counter key, a view: copy it to keep it), so that
+	// the global tier can split a saturated key by demand.
+	Demand func(ckey string)
 	// Metrics receives the engine's counters (sluice_checks_total and
 	// the routing counters). Nil means a new set.
 	Metrics *metrics.Set
@@ -40,6 +49,8 @@ type Config struct {
 // Engine decides batches of checks (see the package doc).
 type Engine struct {
 	mgr      *lease.Manager
+	global   *lease.Manager // nil: global rules on mgr
+	demand   func(ckey string)
 	set      *metrics.Set
 	ruleData func(*rules.Rule) any
 
@@ -63,7 +74,7 @@ func New(cfg Config) *Engine {
 	if cfg.Self == "" {
 		cfg.Self = "local"
 	}
-	e := &Engine{mgr: cfg.Manager, set: cfg.Metrics, ruleData: cfg.RuleData}
+	e := &Engine{mgr: cfg.Manager, global: cfg.Global, demand: cfg.Demand, set: cfg.Metrics, ruleData: cfg.RuleData}
 	e.routes.Store(&Routes{Self: cfg.Self, Ring: shard.NewRing([]string{cfg.Self}, 1)})
 	return e
 }

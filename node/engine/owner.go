@@ -91,7 +91,7 @@ func (e *Engine) refundOwned(t *Table, b *Batch, it *PeerItem) string {
 		return "key: " + msg
 	}
 	if p := ri.rule.PolicyFor(it.Key); p.Algorithm.Leased() {
-		e.mgr.Refund(b.counterKey(ri.prefix, it.Key), p, it.Hits)
+		ri.mgr.Refund(b.counterKey(ri.prefix, it.Key), p, it.Hits)
 	}
 	return ""
 }

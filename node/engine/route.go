@@ -279,7 +279,7 @@ func (e *Engine) refund(ctx context.Context, b *Batch) {
 			}
 			it.charged = false
 			if it.owner == "" {
-				e.mgr.Refund(it.ckey, it.Policy, it.Hits)
+				it.ri.mgr.Refund(it.ckey, it.Policy, it.Hits)
 				continue
 			}
 			g := b.group(it.owner)

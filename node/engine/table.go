@@ -27,7 +27,13 @@ type Rule struct {
 	// prefix is the counter key prefix: name + ":".
 	prefix string
 	// base is the rule's policy without overrides.
-	base   lease.Policy
+	base lease.Policy
+	// mgr decides the rule's keys: the engine's Manager, or its Global
+	// one for a global rule; demand is the Engine's Demand for a global
+	// rule decided by Global, else nil; global says mgr is Global.
+	mgr    *lease.Manager
+	demand func(ckey string)
+	global bool
 	checks [NumDecisions]*metrics.Counter
 	// skipped counts forward-auth checks the rule skipped because the
 	// request lacked its key (on_missing_key: skip); nil for a rule
@@ -113,7 +119,11 @@ func (e *Engine) addRules(t *Table, s *rules.Set) {
 			name:   r.Name,
 			prefix: r.Name + ":",
 			base:   r.Policy,
+			mgr:    e.mgr,
 			checks: e.checkCounters(r.Name),
+		}
+		if r.Global && e.global != nil {
+			ri.mgr, ri.demand, ri.global = e.global, e.demand, true
 		}
 		if len(r.Sources) > 0 {
 			ri.skipped = e.set.GetOrCreateCounter(`sluice_checks_skipped_total{rule=` + strconv.Quote(r.Name) + `,reason="missing_key"}`)

@@ -38,8 +38,8 @@ func (b *batchTake) reset() {
 // the order of the batch.
 func (b *batchTake) offer(items []Item, i int) bool {
 	it := &items[i]
-	if b.seen.add(it.ckey) || !it.alone || it.peek {
-		return false
+	if b.seen.add(it.ckey) || !it.alone || it.peek || it.ri.global {
+		return false // a global rule's item is decided by its own Manager
 	}
 	// In place, as Batch.Add: reset keeps the slots past len zero.
 	n := len(b.cs)

@@ -1,10 +1,15 @@
 package rls_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,90 +27,199 @@ import (
 	"github.com/sluicehq/sluice/node/rules"
 )
 
+// benchNode starts a node (memory store) serving HTTP and Envoy RLS on
+// loopback ports, each deciding the same kind of limit (fixed_window, never
+// reached): rule "per-key" over HTTP, domain "bench" descriptor "user" over
+// RLS. stop shuts both down.
+func benchNode(tb testing.TB) (httpAddr, rlsAddr string, stop func()) {
+	store := lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
+	mgr := lease.NewManager(store, lease.DefaultConfig())
+	n := node.New(node.DefaultConfig(), mgr)
+	set, err := rules.Parse([]byte("rules:\n  - name: per-key\n    algorithm: fixed_window\n    limit: 1000000000\n    period: 1s\n"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.SetRules(set)
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go n.Serve(httpLn)
+	srv := rls.NewServer(rls.ServerConfig{Engine: n, Metrics: n.MetricsSet()})
+	c, err := rls.Parse(rls.Doc{Name: "bench.yaml", Data: []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv.SetConfig(c)
+	rlsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go srv.Serve(rlsLn)
+	return httpLn.Addr().String(), rlsLn.Addr().String(), func() {
+		srv.Close(context.Background())
+		n.Shutdown(context.Background())
+		mgr.Close()
+		store.Close()
+	}
+}
+
+// benchCalls returns the two calls the benchmarks compare, over 1000 keys:
+// an Envoy RLS call (one descriptor, go-control-plane's client, one HTTP/2
+// connection) and an HTTP POST /v1/check (fasthttp client, keep-alive
+// connections).
+func benchCalls(tb testing.TB, httpAddr, rlsAddr string) (rlsCall, httpCall func(i int) error, stop func()) {
+	conn, err := grpc.NewClient(rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	hc := &fasthttp.Client{MaxConnsPerHost: 256}
+	url := "http://" + httpAddr + "/v1/check"
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i)
+	}
+	rlsCall = func(i int) error {
+		_, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[i%len(keys)]}}}}})
+		return err
+	}
+	httpCall = func(i int) error {
+		req := fasthttp.AcquireRequest()
+		res := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(res)
+		req.SetRequestURI(url)
+		req.Header.SetMethod("POST")
+		req.SetBodyString(`{"rule":"per-key","key":"` + keys[i%len(keys)] + `"}`)
+		if err := hc.Do(req, res); err != nil {
+			return err
+		}
+		if res.StatusCode() != fasthttp.StatusOK {
+			return fmt.Errorf("POST /v1/check: %d %s", res.StatusCode(), res.Body())
+		}
+		return nil
+	}
+	return rlsCall, httpCall, func() { conn.Close() }
+}
+
 // BenchmarkRLSvsHTTP compares, in one run on one node, an Envoy RLS call
-// (one descriptor, go-control-plane's client over loopback TCP, one HTTP/2
-// connection) with an HTTP POST /v1/check (fasthttp client, keep-alive
-// connections) deciding the same kind of limit (fixed_window, never
-// reached) over 1000 keys. It reports calls/s and the p99 latency of each:
+// with an HTTP POST /v1/check deciding the same kind of limit (see
+// benchCalls), client and server in this process. It reports calls/s, the
+// p99 latency and the allocations of each (client and server):
 //
 //	go test -run '^$' -bench RLSvsHTTP -benchtime 3s ./node/rls/
 //
 // It runs three rounds, each RLS then HTTP.
 func BenchmarkRLSvsHTTP(b *testing.B) {
-	store := lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
-	defer store.Close()
-	mgr := lease.NewManager(store, lease.DefaultConfig())
-	defer mgr.Close()
-	n := node.New(node.DefaultConfig(), mgr)
-	set, err := rules.Parse([]byte("rules:\n  - name: per-key\n    algorithm: fixed_window\n    limit: 1000000000\n    period: 1s\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	n.SetRules(set)
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go n.Serve(httpLn)
-	defer n.Shutdown(context.Background())
-
-	srv := rls.NewServer(rls.ServerConfig{Engine: n, Metrics: n.MetricsSet()})
-	c, err := rls.Parse(rls.Doc{Name: "bench.yaml", Data: []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv.SetConfig(c)
-	rlsLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve(rlsLn)
-	defer srv.Close(context.Background())
-
-	conn, err := grpc.NewClient(rlsLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	hc := &fasthttp.Client{MaxConnsPerHost: 256}
-	url := "http://" + httpLn.Addr().String() + "/v1/check"
-
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = "user-" + strconv.Itoa(i)
-	}
-
-	rls := func(b *testing.B) {
-		run(b, func(i int) error {
-			_, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench",
-				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[i%len(keys)]}}}}})
-			return err
-		})
-	}
-	http := func(b *testing.B) {
-		run(b, func(i int) error {
-			req := fasthttp.AcquireRequest()
-			res := fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(res)
-			req.SetRequestURI(url)
-			req.Header.SetMethod("POST")
-			req.SetBodyString(`{"rule":"per-key","key":"` + keys[i%len(keys)] + `"}`)
-			return hc.Do(req, res)
-		})
-	}
+	httpAddr, rlsAddr, stop := benchNode(b)
+	defer stop()
+	rlsCall, httpCall, stopCalls := benchCalls(b, httpAddr, rlsAddr)
+	defer stopCalls()
 	// Rounds interleave the two, so that a shared machine's load shifts
 	// hit both alike (compare within a round).
 	for r := 1; r <= 3; r++ {
-		b.Run("round"+strconv.Itoa(r)+"/rls", rls)
-		b.Run("round"+strconv.Itoa(r)+"/http", http)
+		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, rlsCall, nil) })
+		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, httpCall, nil) })
 	}
 }
 
+// BenchmarkServerCPU is BenchmarkRLSvsHTTP with the node in a process of
+// its own (this test binary, running TestBenchServer), so that the CPU
+// time the node spends per call can be read from /proc apart from the
+// clients': it reports calls/s, server-µs/call (user + system CPU of the
+// node's process per call) and server-allocs/call (the node's heap
+// allocations per call, a count that does not swing with the machine's
+// load) for RLS and HTTP, three interleaved rounds.
+//
+//	go test -run '^$' -bench ServerCPU -benchtime 3s ./node/rls/
+func BenchmarkServerCPU(b *testing.B) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchServer$")
+	cmd.Env = append(os.Environ(), "SLUICE_RLS_BENCH_SERVER=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer in.Close() // the server process ends when its stdin does
+	var httpAddr, rlsAddr string
+	sc := bufio.NewScanner(out)
+	for httpAddr == "" && sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "bench-server" {
+			httpAddr, rlsAddr = f[1], f[2]
+		}
+	}
+	if httpAddr == "" {
+		b.Fatal("the server process printed no addresses")
+	}
+	stats := serverStats(b, httpAddr)
+	rlsCall, httpCall, stopCalls := benchCalls(b, httpAddr, rlsAddr)
+	defer stopCalls()
+	for r := 1; r <= 3; r++ {
+		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, rlsCall, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, httpCall, stats) })
+	}
+}
+
+// serverStats returns a reader of a node's CPU time so far (user +
+// system, 10 ms steps) and its count of heap allocations, from its
+// /metrics at httpAddr.
+func serverStats(b *testing.B, httpAddr string) func() (time.Duration, int64) {
+	return func() (time.Duration, int64) {
+		code, body, err := fasthttp.Get(nil, "http://"+httpAddr+"/metrics")
+		if err != nil || code != fasthttp.StatusOK {
+			b.Fatalf("GET /metrics: %d %v", code, err)
+		}
+		var (
+			cpu     float64
+			mallocs int64
+			found   int
+		)
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+				cpu, err = strconv.ParseFloat(v, 64)
+				found++
+			} else if v, ok := strings.CutPrefix(line, "go_memstats_mallocs_total "); ok {
+				mallocs, err = strconv.ParseInt(v, 10, 64)
+				found++
+			}
+			if err != nil {
+				b.Fatalf("GET /metrics: %q: %v", line, err)
+			}
+		}
+		if found != 2 {
+			b.Fatal("GET /metrics: no process_cpu_seconds_total or go_memstats_mallocs_total")
+		}
+		return time.Duration(cpu * float64(time.Second)), mallocs
+	}
+}
+
+// TestBenchServer is BenchmarkServerCPU's node process, not a test: with
+// SLUICE_RLS_BENCH_SERVER=1 it serves benchNode, prints its addresses and
+// runs until its stdin ends.
+func TestBenchServer(t *testing.T) {
+	if os.Getenv("SLUICE_RLS_BENCH_SERVER") == "" {
+		t.Skip("BenchmarkServerCPU's server process (SLUICE_RLS_BENCH_SERVER=1)")
+	}
+	httpAddr, rlsAddr, stop := benchNode(t)
+	defer stop()
+	fmt.Println("bench-server", httpAddr, rlsAddr)
+	_, _ = bufio.NewReader(os.Stdin).ReadString(0) // until EOF
+}
+
 // run calls call b.N times from 16 goroutines per core and reports
-// calls/s and the p99 latency.
-func run(b *testing.B, call func(i int) error) {
+// calls/s and the p99 latency, and with server (a node's CPU time and
+// allocation count so far) what the node spent per call.
+func run(b *testing.B, call func(i int) error, server func() (time.Duration, int64)) {
 	b.ReportAllocs()
 	b.SetParallelism(16)
 	var (
@@ -113,6 +227,13 @@ func run(b *testing.B, call func(i int) error) {
 		lat  []time.Duration
 		next atomic.Int64
 	)
+	var (
+		cpu0    time.Duration
+		allocs0 int64
+	)
+	if server != nil {
+		cpu0, allocs0 = server()
+	}
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		var mine []time.Duration
@@ -136,4 +257,9 @@ func run(b *testing.B, call func(i int) error) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "calls/s")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	if server != nil {
+		cpu, allocs := server()
+		b.ReportMetric(float64((cpu-cpu0).Microseconds())/float64(len(lat)), "server-µs/call")
+		b.ReportMetric(float64(allocs-allocs0)/float64(len(lat)), "server-allocs/call")
+	}
 }

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/engine"
@@ -49,6 +48,7 @@ const (
 	MaxHitsAddend     = 1 << 32
 	maxRecvMsgSize    = 256 << 10
 	maxDetailedSeries = 10000
+	streamWorkers     = 128
 )
 
 // ServerConfig configures a Server. The zero value of each field means the
@@ -77,13 +77,14 @@ type ServerConfig struct {
 // SetConfig may be called at any time (the configuration is swapped
 // atomically; calls in flight finish with the one they started with).
 type Server struct {
-	cfg    ServerConfig
-	log    *slog.Logger
-	conf   atomic.Pointer[Config]
-	grpc   *grpc.Server
-	health *health.Server
-	met    *statsSet
-	states sync.Pool // of *callState
+	cfg     ServerConfig
+	log     *slog.Logger
+	conf    atomic.Pointer[Config]
+	grpc    *grpc.Server
+	health  *health.Server
+	met     *statsSet
+	states  sync.Pool // of *callState
+	replies sync.Pool // of *reply
 
 	closeOnce sync.Once
 }
@@ -105,8 +106,13 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, met: newStatsSet(cfg.Metrics)}
 	s.states.New = func() any { return &callState{} }
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize))
-	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
+	s.replies.New = func() any { return &reply{pool: &s.replies} }
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.ForceServerCodecV2(newCodec()),
+		// Calls run on long-lived goroutines (up to this many at a time;
+		// more get one each): a goroutine per call grew its stack on every
+		// call, a fifth of the server's CPU.
+		grpc.NumStreamWorkers(streamWorkers))
+	s.grpc.RegisterService(&serviceDesc, s)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -190,7 +196,27 @@ func growClear[T any](v []T, n int) []T {
 // ShouldRateLimit answers one request: a status per descriptor, in order,
 // and OVER_LIMIT overall when any descriptor is over its limit.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := s.shouldRateLimit(ctx, req)
+	r := &reply{}
+	if err := s.answer(ctx, req, r); err != nil {
+		return nil, err
+	}
+	return &r.resp, nil
+}
+
+// shouldRateLimitPooled is ShouldRateLimit answering with a pooled reply,
+// which the codec releases once sent.
+func (s *Server) shouldRateLimitPooled(ctx context.Context, req *rlsv3.RateLimitRequest) (*reply, error) {
+	r := s.replies.Get().(*reply)
+	if err := s.answer(ctx, req, r); err != nil {
+		r.release()
+		return nil, err
+	}
+	return r, nil
+}
+
+// answer fills r with the answer to req and counts the call.
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, r *reply) error {
+	err := s.shouldRateLimit(ctx, req, r)
 	if err != nil {
 		switch status.Code(err) {
 		case codes.InvalidArgument:
@@ -201,18 +227,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			s.met.countCall("INTERNAL")
 		}
 	} else {
-		s.met.countCall(resp.OverallCode.String())
+		s.met.countCall(r.resp.OverallCode.String())
 	}
-	return resp, err
+	return err
 }
 
-func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, r *reply) error {
 	if err := validate(req); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	c := s.conf.Load()
 	if c == nil {
-		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
+		return status.Error(codes.Unavailable, "no rate limit configuration loaded")
 	}
 	top := c.domains[req.Domain]
 	ds := req.Descriptors
@@ -263,17 +289,17 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if len(st.batch.Requests) > 0 {
 		s.cfg.Engine.Decide(ctx, &st.batch)
 		if err := s.drainDenied(ctx, st); err != nil {
-			return nil, err
+			return err
 		}
 	}
 
 	// Statuses in descriptor order.
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	r.start(len(ds))
+	resp := &r.resp
 	var tightest *rlsv3.RateLimitResponse_DescriptorStatus
 	for i := range ds {
 		l := st.limits[i]
-		ss := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = ss
+		ss := resp.Statuses[i]
 		if l == nil {
 			continue
 		}
@@ -284,11 +310,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			ss.LimitRemaining = math.MaxUint32
 			continue
 		}
-		ss.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		cl := r.limit(i)
+		cl.Name, cl.RequestsPerUnit, cl.Unit = l.Name, l.RequestsPerUnit, l.Unit
 		var over bool
 		if l.Rule == "" { // requests_per_unit 0
 			over = hits > 0
-			ss.DurationUntilReset = durationpb.New(windowLeft(s.cfg.Now(), l.Period))
+			r.setReset(i, windowLeft(s.cfg.Now(), l.Period))
 		} else {
 			q := &st.batch.Requests[st.req[i]]
 			if q.Err != nil {
@@ -296,19 +323,19 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				if fe := (*lease.FieldError)(nil); errors.As(q.Err, &fe) { // a key the engine refuses: an empty value, say
 					code = codes.InvalidArgument
 				}
-				return nil, status.Error(code, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
+				return status.Error(code, "cannot decide descriptors["+strconv.Itoa(i)+"]: "+q.Err.Error())
 			}
 			it := &st.batch.ItemsOf(st.req[i])[0]
 			d := &it.Decision
 			if d.Unavailable {
-				return nil, status.Error(codes.Unavailable, "the rate limit store is unavailable (descriptors["+strconv.Itoa(i)+"])")
+				return status.Error(codes.Unavailable, "the rate limit store is unavailable (descriptors["+strconv.Itoa(i)+"])")
 			}
 			over = !d.Allowed
 			if !over {
 				ss.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 				s.countNear(stats, l, d.Remaining, hits)
 			}
-			ss.DurationUntilReset = durationpb.New(d.Reset)
+			r.setReset(i, d.Reset)
 		}
 		if over {
 			stats.overLimit.Add(int(hits))
@@ -326,7 +353,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if s.cfg.ResponseHeaders && tightest != nil {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(tightest)
 	}
-	return resp, nil
+	return nil
 }
 
 // drainDenied makes a denied descriptor count as envoyproxy/ratelimit

@@ -88,6 +88,28 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 		return nil, fail("gateway_share", "must be in (0, 1]: the share of a key's capacity one gateway may hold")
 	}
 
+	switch strings.TrimSpace(spec.Scope) {
+	case "", "region":
+		spec.Scope = ""
+	case "global":
+		if !alg.Leased() {
+			return nil, fail("scope", "global needs a leased algorithm (token_bucket, gcra, fixed_window, sliding_window): "+alg.String()+" is exact and decided by one Store")
+		}
+		r.Global = true
+		spec.Scope = "global"
+	default:
+		return nil, fail("scope", "must be region (the default: this cluster's Store) or global (leased from the -upstream cluster)")
+	}
+	switch f := spec.RegionalFloor; {
+	case f == 0:
+	case !r.Global:
+		return nil, fail("regional_floor", "only for scope: global (what a region cut off from the global tier may still admit)")
+	case f > 0 && f <= 1:
+		r.RegionalFloor = f
+	default:
+		return nil, fail("regional_floor", "must be in [0, 1]: the share of the limit a cut-off region may still admit per period")
+	}
+
 	if spec.Key != "" {
 		for part := range strings.SplitSeq(spec.Key, ",") {
 			src, msg := parseSource(strings.TrimSpace(part))

@@ -210,6 +210,16 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 				return fail(key, "must be a number", v.Line)
 			}
 			return nil
+		case "scope":
+			return str(key, v, &spec.Scope)
+		case "regional_floor":
+			if yamlnode.IsNull(v) {
+				return nil
+			}
+			if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") || v.Decode(&spec.RegionalFloor) != nil {
+				return fail(key, "must be a number", v.Line)
+			}
+			return nil
 		case "shadow":
 			if yamlnode.IsNull(v) {
 				return nil

@@ -320,7 +320,17 @@ type Rule struct {
 	// a fraction of its capacity (gateway_share; DefaultGatewayShare
 	// when not given).
 	GatewayShare float64
-	Hot          Hot
+	// Global: the rule's keys are counted by the global tier, a Sluice
+	// cluster this node leases from as a holder (scope: global; sluiced
+	// -upstream, docs/regions.md). False (scope: region, the default):
+	// by this node's own Store.
+	Global bool
+	// RegionalFloor is the share of the limit a region cut off from the
+	// global tier may still admit per period beyond the tokens it holds,
+	// under on_store_failure: local (regional_floor; global rules only; 0
+	// when not given: nothing beyond what it holds).
+	RegionalFloor float64
+	Hot           Hot
 	// Overrides in file order; the first whose glob matches wins.
 	Overrides []Override
 	// Spec is the rule as written (normalized), for the admin API and
@@ -364,6 +374,8 @@ type Spec struct {
 	OnMissingKey   string         `yaml:"on_missing_key,omitempty" json:"on_missing_key,omitempty"`
 	Shadow         bool           `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	GatewayShare   float64        `yaml:"gateway_share,omitempty" json:"gateway_share,omitempty"`
+	Scope          string         `yaml:"scope,omitempty" json:"scope,omitempty"`
+	RegionalFloor  float64        `yaml:"regional_floor,omitempty" json:"regional_floor,omitempty"`
 	Hot            *HotSpec       `yaml:"hot,omitempty" json:"hot,omitempty"`
 	Overrides      []OverrideSpec `yaml:"overrides,omitempty" json:"overrides,omitempty"`
 }

@@ -195,3 +195,26 @@ func TestFilterTransportShutdownIsIdempotent(t *testing.T) {
 		t.Fatalf("second Shutdown: %v", err)
 	}
 }
+
+// A delayed proxy adds its delay each way: a round trip through it takes
+// at least twice the delay (a lower bound: a loaded machine only adds).
+func TestProxyDelay(t *testing.T) {
+	p, err := netsim.NewProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const d = 20 * time.Millisecond
+	p.SetDelay(d)
+	start := time.Now()
+	if err := roundTrip(p.Addr(), "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if rt := time.Since(start); rt < 2*d {
+		t.Fatalf("round trip %v through a proxy delaying %v each way, want ≥ %v", rt, d, 2*d)
+	}
+	p.SetDelay(0)
+	if err := roundTrip(p.Addr(), "again"); err != nil {
+		t.Fatalf("after SetDelay(0): %v", err)
+	}
+}

@@ -3,9 +3,9 @@ package netsim
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +18,7 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 	wg     sync.WaitGroup // the accept loop and every pipe goroutine
+	delay  atomic.Int64   // one-way delay, ns (SetDelay)
 
 	mu struct {
 		sync.Mutex
@@ -32,11 +33,14 @@ const dialTimeout = 2 * time.Second
 
 // NewProxy listens on 127.0.0.1 with a free port and forwards every
 // connection to target ("host:port"). Close it when done.
-func NewProxy(target string) (*Proxy, error) {
+func NewProxy(target string) (*Proxy, error) { return ListenProxy("127.0.0.1:0", target) }
+
+// ListenProxy is NewProxy listening on addr ("127.0.0.1:port").
+func ListenProxy(addr, target string) (*Proxy, error) {
 	if _, _, err := net.SplitHostPort(target); err != nil {
 		return nil, fmt.Errorf("netsim: target %q: want host:port: %w", target, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen for proxy: %w", err)
 	}
@@ -63,6 +67,11 @@ func (p *Proxy) Cut() {
 	}
 	p.mu.Unlock()
 }
+
+// SetDelay makes every byte through the proxy arrive d later, each way
+// (a round trip through it takes 2d more): an inter-region link. Bytes
+// keep their order; d applies to what is read from then on.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(max(d, 0))) }
 
 // Restore lets new connections through again after Cut.
 func (p *Proxy) Restore() {
@@ -146,7 +155,7 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.untrack(server)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
+		p.copy(dst, src)
 		// Half-close so that the peer sees EOF, as with a direct link.
 		if tc, ok := dst.(*net.TCPConn); ok {
 			tc.CloseWrite()
@@ -157,4 +166,42 @@ func (p *Proxy) serve(client net.Conn) {
 	go pipe(client, server)
 	<-done
 	<-done
+}
+
+// chunk is bytes read at a time, to be written at due.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// copy copies src to dst as io.Copy does, each chunk held back by the
+// proxy's delay as of its reading.
+func (p *Proxy) copy(dst, src net.Conn) {
+	ch := make(chan chunk, 64)
+	go func() {
+		defer close(ch)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				ch <- chunk{b: buf[:n], due: time.Now().Add(time.Duration(p.delay.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	failed := false
+	for c := range ch { // drain even after a failed write: the reader ends with src
+		if failed {
+			continue
+		}
+		if w := time.Until(c.due); w > 0 {
+			time.Sleep(w) // the simulated link's latency
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			failed = true
+			src.Close()
+		}
+	}
 }
