@@ -369,12 +369,14 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 // clampLease bounds what one holder may hold of a key: want is at most
 // the rule's gateway_share of the capacity less what the holder says it
 // holds (at least 1: a holder asking more than the bound gets what it
-// allows, never an error), and need at most want.
+// allows, never an error), but never below need. Need is what the check
+// that asked must have at once, and the Store grants at least need or
+// nothing: a grant below it would leave the holder with tokens no check
+// of its asked for, which it could not account for.
 func clampLease(op *api.LeaseOp, p lease.Policy, share float64) {
 	most := max(int64(float64(p.Capacity())*share), 1)
 	room := max(most-min(op.Held, most), 1)
-	op.Want = min(op.Want, room)
-	op.Need = min(op.Need, op.Want)
+	op.Want = max(min(op.Want, room), op.Need)
 }
 
 // apply runs one op on this node's Store.
@@ -391,6 +393,15 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 			g.split.drop(lo.ckey, holder)
 		}
 		return api.LeaseResult{}
+	}
+	if op.Op == api.OpPeek {
+		// A peek lends nothing: no holder named, so that no loan of the
+		// holder's is settled by it.
+		gr, err := store.Lease(ctx, lo.ckey, lo.p, 0, 0, lease.Lessee{})
+		if err != nil {
+			return api.LeaseResult{Error: err.Error()}
+		}
+		return api.LeaseResult{Remaining: gr.Remaining, WaitMS: ceilMS(gr.Wait), ResetMS: ceilMS(gr.Reset)}
 	}
 	if lo.region {
 		res, deny, ok := g.split.clamp(lo.ckey, holder, lo.p, op)

@@ -153,6 +153,42 @@ func TestLeaseCountsAgainstCapacityWithShareBound(t *testing.T) {
 	}
 }
 
+// The share bound never cuts a lease below its need: a check of more hits
+// than the share is granted what it needs or nothing (as a Store grants),
+// never a part of it.
+func TestLeaseShareBoundKeepsNeed(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		`{"op":"lease","rule":"per-key","key":"k","want":60,"need":40,"ttl_ms":10000}`), clientAuth))
+	if g := lr.Results[0]; g.Granted != 40 || g.Lent != 40 || g.Remaining != 60 {
+		t.Fatalf("a lease needing 40 of a share of 25: %+v, want 40 granted (the need), 60 remaining", g)
+	}
+	lr = decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderB,
+		`{"op":"lease","rule":"per-key","key":"k","want":70,"need":70,"ttl_ms":10000}`), clientAuth))
+	if g := lr.Results[0]; g.Granted != 0 || g.Remaining != 60 {
+		t.Fatalf("a lease needing 70 of the 60 left: %+v, want nothing granted", g)
+	}
+}
+
+// A peek lends nothing, and leaves the holder's loan as it was.
+func TestLeasePeekLendsNothing(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 10)), clientAuth))
+	for range 3 {
+		lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+			`{"op":"peek","rule":"per-key","key":"k"}`), clientAuth))
+		if g := lr.Results[0]; g.Granted != 0 || g.Remaining != 90 || g.Error != "" {
+			t.Fatalf("peek: %+v, want nothing granted and the 90 not lent remaining", g)
+		}
+	}
+	// The holder still holds its 10: a lease of 1 more says so.
+	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		`{"op":"lease","rule":"per-key","key":"k","want":1,"need":1,"held":10,"ttl_ms":10000}`), clientAuth))
+	if g := lr.Results[0]; g.Granted != 1 || g.Lent != 11 || g.Remaining != 89 {
+		t.Fatalf("lease after the peeks: %+v, want 1 granted, 11 lent, 89 remaining", g)
+	}
+}
+
 // A holder acts on its own loans only: another holder's return gives
 // back nothing of them.
 func TestLeaseHolderIsolation(t *testing.T) {
@@ -186,7 +222,8 @@ func TestLeaseHolderIsolation(t *testing.T) {
 func TestLeaseBadInput(t *testing.T) {
 	tn, _ := newGatewayNode(t)
 	for _, c := range []struct{ body, field, msg string }{
-		{leaseBody(holderA, leaseOpJSON("per-key", "k", 0)), "ops[0].want", ""},
+		{leaseBody(holderA, `{"op":"lease","rule":"per-key","key":"k","want":-1,"ttl_ms":10000}`), "ops[0].want", ""},
+		{leaseBody(holderA, leaseOpJSON("per-key", "k", 0)), "ops[0].need", "must be ≤ want"},
 		{leaseBody("nothex", leaseOpJSON("per-key", "k", 1)), "holder", ""},
 		{leaseBody(holderA, leaseOpJSON("per-key", "k", 1), leaseOpJSON("nope", "k", 1)), "ops[1].rule", "unknown rule"},
 		{leaseBody(holderA, leaseOpJSON("logged", "k", 1)), "ops[0].rule", "exact: send checks"},
