@@ -45,8 +45,9 @@ const upstreamToken = "upstream-client-token"
 
 // regionNode is one sluiced started in-process by a regions test.
 type regionNode struct {
-	d    *daemon
-	base string
+	d     *daemon
+	base  string
+	rules string // its rule file
 }
 
 // startRegionNode starts a single sluiced with rules and args (in this
@@ -63,12 +64,12 @@ func startRegionNode(t *testing.T, rules string, args ...string) (*regionNode, e
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	d, err := start(o, log, hooks{upstream: func(c *upstream.Config) { c.Probe = 50 * time.Millisecond }})
+	d, err := start(o, log, hooks{upstream: func(c *upstream.Config) { c.Probe, c.RulesPoll = 50*time.Millisecond, 50*time.Millisecond }})
 	if err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() { d.stop(true) })
-	return &regionNode{d: d, base: "http://" + d.ln.Addr().String()}, nil
+	return &regionNode{d: d, base: "http://" + d.ln.Addr().String(), rules: path}, nil
 }
 
 // check sends one check and returns its status.
@@ -343,4 +344,37 @@ func TestRegionsGatewayLease(t *testing.T) {
 	if st, body := lease("r"); st != http.StatusOK || !strings.Contains(body, `"granted":1`) {
 		t.Errorf("lease of a region rule: %d %s, want 1 granted (a quarter of its capacity 5)", st, body)
 	}
+}
+
+// When the global tier changes a global rule, a region whose copy now
+// differs says so (/readyz, sluice_upstream_rules_differ, the log) until
+// they agree again.
+func TestRegionsRulesDiffer(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startRegionNode(t, regionRules, "-upstream", "http://"+global.d.ln.Addr().String(), "-upstream-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	differ := func() bool {
+		_, body := n.get(t, "/readyz")
+		_, met := n.get(t, "/metrics")
+		return strings.Contains(body, `"reachable":true,"error":"rule \"g\": scope: global, but the global tier's rule differs`) &&
+			strings.Contains(met, "sluice_upstream_rules_differ 1")
+	}
+	if differ() {
+		t.Fatal("the rules differ before any change")
+	}
+	writeFile(t, global.rules, strings.Replace(globalRules, "limit: 100", "limit: 200", 1))
+	global.d.rl.reload(true) // as SIGHUP does (in-process nodes poll no file)
+	clocktest.Eventually(t, waitBound, "the region to report that g differs", differ)
+	writeFile(t, global.rules, globalRules)
+	global.d.rl.reload(true)
+	clocktest.Eventually(t, waitBound, "the region to agree again", func() bool {
+		_, body := n.get(t, "/readyz")
+		_, met := n.get(t, "/metrics")
+		return strings.Contains(body, `"upstream":{"reachable":true}`) && strings.Contains(met, "sluice_upstream_rules_differ 0")
+	})
 }
