@@ -266,3 +266,81 @@ func TestRegionsStartFailures(t *testing.T) {
 		}
 	}
 }
+
+// In a region of several nodes, each key of a global rule is leased by
+// its owner; when a node joins and keys move to it, their former owner
+// gives their tokens back to the global tier at once.
+func TestRegionsClusterHandoff(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t, regionRules)
+	tc.member = steadyMembership
+	// An idle longer than the test: only the handoff returns tokens.
+	tc.args = []string{"-upstream", "http://" + global.d.ln.Addr().String(), "-upstream-token", upstreamToken,
+		"-region", "eu", "-lease-idle", "1m"}
+	a := tc.start("a")
+	tc.converge("a", a)
+	const keys = 20
+	for i := range keys {
+		res, err := tc.http.Post(a.base+"/v1/check", "application/json", strings.NewReader(`{"rule":"g","key":"k`+strconv.Itoa(i)+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("check k%d: %d", i, res.StatusCode)
+		}
+	}
+	up := a.d.upstream.Manager()
+	if n := up.Stats().ActiveKeys; n != keys {
+		t.Fatalf("a holds leases of %d keys, want %d", n, keys)
+	}
+	b := tc.start("b", a)
+	tc.converge("a,b", a, b)
+	kept := 0
+	for i := range keys {
+		if a.d.node.Ring().Owner("g:k"+strconv.Itoa(i)) == "a" {
+			kept++
+		}
+	}
+	if kept == keys {
+		t.Fatal("no key moved to b")
+	}
+	clocktest.Eventually(t, waitBound, "a to give back the keys that moved", func() bool {
+		return up.Stats().ActiveKeys == int64(kept)
+	})
+}
+
+// A regional node lends its region rules to gateways, never a global
+// rule (it holds those of the global tier): 400 naming the op's rule.
+func TestRegionsGatewayLease(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startRegionNode(t, regionRules, "-upstream", "http://"+global.d.ln.Addr().String(),
+		"-upstream-token", upstreamToken, "-client-token", "region-client-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := func(rule string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, n.base+"/v1/lease", strings.NewReader(
+			`{"holder":"0123456789abcdef0123456789abcdef","ops":[{"op":"lease","rule":"`+rule+`","key":"k","want":2,"need":1,"ttl_ms":1000}]}`))
+		req.Header.Set("Authorization", "Bearer region-client-token")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if st, body := lease("g"); st != http.StatusBadRequest || !strings.Contains(body, "ops[0].rule") || !strings.Contains(body, "global") {
+		t.Errorf("lease of a global rule from a regional node: %d %s, want 400 naming ops[0].rule", st, body)
+	}
+	if st, body := lease("r"); st != http.StatusOK || !strings.Contains(body, `"granted":1`) {
+		t.Errorf("lease of a region rule: %d %s, want 1 granted (a quarter of its capacity 5)", st, body)
+	}
+}
