@@ -302,6 +302,40 @@ func TestLeaseStatsAndMetrics(t *testing.T) {
 	}
 }
 
+// /v1/stats lists the holders a node lends to, with what each holds by
+// rule, the most first; a holder that returned everything is gone.
+func TestLeaseStatsListHolders(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		leaseOpJSON("per-key", "k1", 10), leaseOpJSON("per-key", "k2", 5), leaseOpJSON("half", "k1", 20)), clientAuth))
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderB, leaseOpJSON("per-key", "k1", 3)), clientAuth))
+	holders := func() statsBody {
+		t.Helper()
+		r := tn.do("GET", "/v1/stats?scope=node", "", "Authorization: Bearer "+testAdminToken)
+		var b statsBody
+		if err := json.Unmarshal([]byte(r.body), &b); err != nil || r.status != 200 {
+			t.Fatalf("/v1/stats: %d %s: %v", r.status, r.body, err)
+		}
+		return b
+	}
+	b := holders()
+	if len(b.GatewayHolders) != 2 {
+		t.Fatalf("holders %+v, want A and B", b.GatewayHolders)
+	}
+	a, bh := b.GatewayHolders[0], b.GatewayHolders[1]
+	if a.Holder != holderA || a.Lent != 35 || a.Keys != 3 || a.Rules["per-key"] != 15 || a.Rules["half"] != 20 || a.Node != b.Self || a.UntilMS <= 0 {
+		t.Errorf("first holder %+v, want A: 35 lent on 3 keys, per-key 15, half 20, lent by %s", a, b.Self)
+	}
+	if bh.Holder != holderB || bh.Lent != 3 || bh.Rules["per-key"] != 3 {
+		t.Errorf("second holder %+v, want B: 3 lent of per-key", bh)
+	}
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		returnOpJSON("per-key", "k1", 10), returnOpJSON("per-key", "k2", 5), returnOpJSON("half", "k1", 20)), clientAuth))
+	if b := holders(); len(b.GatewayHolders) != 1 || b.GatewayHolders[0].Holder != holderB {
+		t.Errorf("holders after A returned all: %+v, want B alone", b.GatewayHolders)
+	}
+}
+
 // In a cluster whose nodes each keep their own memory Store, a lease call
 // is served by the key's owner, whichever node the gateway asked.
 func TestLeaseRoutedToOwner(t *testing.T) {
