@@ -149,10 +149,23 @@ func TestRegionsGlobalLimit(t *testing.T) {
 	if got := a.admit(t, "g", "k", 60); got != 60 {
 		t.Fatalf("region a admitted %d of 60 checks of a global key with limit 100 untouched", got)
 	}
+	lentMetric := func(n *regionNode) string {
+		_, met := n.get(t, "/metrics")
+		for line := range strings.SplitSeq(met, "\n") {
+			if v, ok := strings.CutPrefix(line, `sluice_upstream_tokens_lent{rule="g"} `); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	if v := lentMetric(a); v == "" || v == "0" {
+		t.Errorf("sluice_upstream_tokens_lent{rule=\"g\"} in a: %q, want what it holds of k", v)
+	}
 	// a may hold the rest of the key's tokens (its lease) until it has
 	// not checked the key for -lease-idle; then it gives them back, for b.
+	// (sluice_upstream_tokens_lent then drops the rule).
 	clocktest.Eventually(t, waitBound, "a to give its tokens back", func() bool {
-		return a.d.upstream.Manager().Stats().ActiveKeys == 0
+		return a.d.upstream.Manager().Stats().ActiveKeys == 0 && lentMetric(a) == ""
 	})
 	gotB := 0
 	gotB += b.admit(t, "g", "k", 100)

@@ -81,6 +81,9 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 	if err != nil {
 		return lease.Grant{}, err
 	}
+	if f := s.l.cfg.OnLent; f != nil {
+		f(ckey, r.Lent)
+	}
 	return lease.Grant{Granted: r.Granted, Remaining: r.Remaining, Lent: r.Lent,
 		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond}, nil
 }
@@ -88,6 +91,9 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 func (s *remoteStore) Return(ctx context.Context, ckey string, p lease.Policy, tokens int64, _ string) error {
 	rule, key := splitKey(ckey)
 	_, err := s.do(ctx, ckey, api.LeaseOp{Op: api.OpReturn, Rule: rule, Key: key, Tokens: max(tokens, 0)})
+	if f := s.l.cfg.OnLent; f != nil && err == nil {
+		f(ckey, 0)
+	}
 	return err
 }
 

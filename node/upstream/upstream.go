@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,7 @@ type Upstream struct {
 	lim    *client.Limiter
 	set    *metrics.Set // sluice_upstream_*
 	demand demandTable
+	lent   lentTable
 	local  *floorStore // the Manager's Local Store
 	hc     *fasthttp.Client
 
@@ -123,6 +125,7 @@ func Start(cfg Config) (*Upstream, error) {
 	u := &Upstream{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}),
 		hc: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute}}
 	u.demand.m = map[string]*demandCounter{}
+	u.lent.m = map[string]int64{}
 	rtt := time.Duration(1<<63 - 1)
 	for i, url := range cfg.URLs {
 		cfg.URLs[i] = strings.TrimSuffix(url, "/")
@@ -145,6 +148,7 @@ func Start(cfg Config) (*Upstream, error) {
 	u.local = &floorStore{inner: lease.NewMemoryStore(lease.DefaultMemoryStoreConfig()), floor: u.floor}
 	lim, err := client.NewLimiter(client.LimiterConfig{
 		Nodes: cfg.URLs, Token: cfg.Token, Timeout: timeout, Region: cfg.Region, Demand: u.demand.rate, RulesPoll: cfg.RulesPoll,
+		OnLent: u.lent.set,
 		Lease: lease.Config{Horizon: horizon, Idle: cfg.Idle, StoreTimeout: timeout, Local: u.local,
 			Metrics: metrics.NewSet(), Logger: cfg.Logger},
 	})
@@ -327,8 +331,54 @@ func (u *Upstream) probe(url string, timeout time.Duration) (time.Duration, erro
 	return d, nil
 }
 
-// WriteMetrics writes sluice_upstream_* in Prometheus text format.
-func (u *Upstream) WriteMetrics(w io.Writer) { u.set.WritePrometheus(w) }
+// WriteMetrics writes sluice_upstream_* in Prometheus text format,
+// with sluice_upstream_tokens_lent{rule}: what the global tier lends this
+// node of each global rule's keys (the tokens it holds, at most).
+func (u *Upstream) WriteMetrics(w io.Writer) {
+	u.set.WritePrometheus(w)
+	byRule := u.lent.byRule()
+	names := make([]string, 0, len(byRule))
+	for r := range byRule {
+		names = append(names, r)
+	}
+	slices.Sort(names)
+	for _, r := range names { // rule names are [A-Za-z0-9_.-]
+		metrics.WriteGaugeUint64(w, `sluice_upstream_tokens_lent{rule="`+r+`"}`, uint64(byRule[r]))
+	}
+}
+
+// lentTable is what the global tier lends this node of each key, as its
+// last answer said. Bounded like demandTable.
+type lentTable struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (t *lentTable) set(ckey string, lent int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, had := t.m[ckey]
+	switch {
+	case lent <= 0 || (!had && len(t.m) >= maxDemandKeys):
+		delete(t.m, ckey)
+	case had:
+		t.m[ckey] = lent
+	default:
+		t.m[strings.Clone(ckey)] = lent
+	}
+}
+
+// byRule sums the table by rule.
+func (t *lentTable) byRule() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int64{}
+	for k, v := range t.m {
+		rule, _, _ := strings.Cut(k, ":")
+		out[rule] += v
+	}
+	return out
+}
 
 // register adds sluice_upstream_* to the metrics set.
 func (u *Upstream) register() {
