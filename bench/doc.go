@@ -1,8 +1,9 @@
 // Package bench is Sluice's load generator: workloads (open-loop constant
 // arrival rate and closed-loop maximum throughput; keys uniform, Zipf or one
 // hot key), drivers (HTTP single checks, pipelined checks, /v1/checks
-// batches, forward-auth, a raw HTTP driver for any other limiter, and the
-// in-process lease.Manager), and the measurements the standard suite reports:
+// batches, forward-auth, a raw HTTP driver for any other limiter, the
+// in-process lease.Manager, and a gateway deciding in process with
+// node/client's Limiter), and the measurements the standard suite reports:
 // throughput, latency percentiles from a log-linear histogram, accuracy
 // (over- and under-admission per key against what the rule allows), Redis
 // commands per decision and CPU seconds of every process involved. Reports
@@ -30,6 +31,9 @@
 //     closed loop on the node and then on the ceiling (single and batch:
 //     node, ceiling, ceiling, node), Zipf(1.0) over 10,000 keys;
 //  3. runs batches of 100 on "bench-big" (every check from leased tokens);
+//     then a gateway (client.Limiter in the suite's process, leasing from
+//     the node with its client token) on "bench-big" and on "bench", Zipf
+//     over 10,000 keys, charging the node's CPU to the gateway's decisions;
 //  4. sweeps open-loop single checks at 10%–150% of the closed-loop peak;
 //  5. starts redis-server (free loopback port, no persistence) and a node
 //     on it, and measures single checks, batches over 1M Zipf keys and one

@@ -177,6 +177,14 @@ func Markdown(s *Suite, charts []string) string {
 	if h.P99AtHalf != "" {
 		w("| under-admission at half of peak (Zipf) | %.2f%% | small (leased tokens unused at the end) |\n", h.UnderPctHalfPeak)
 	}
+	if h.GatewayDPS > 0 {
+		ratio := "—"
+		if h.GatewayNodeCPUPerM > 0 && h.SingleNodeCPUPerM > 0 {
+			ratio = fmt.Sprintf("**1/%.0f**", h.SingleNodeCPUPerM/h.GatewayNodeCPUPerM)
+		}
+		w("| node CPU per 1M decisions made in a gateway (`client.Limiter`, rule `bench-big`, %d goroutines, Zipf over %s keys: %s decisions/s) vs per 1M single `POST /v1/check` | %.3f s vs %.2f s = %s | ≤ 1/50 |\n",
+			workersOf(s, "gateway-leased"), keysOf(s, "gateway-leased"), human(h.GatewayDPS), h.GatewayNodeCPUPerM, h.SingleNodeCPUPerM, ratio)
+	}
 	if h.InprocDPS > 0 {
 		w("| in-process `lease.Manager.Take`, batches of 100 calls (memory store, %d goroutines, Zipf over %s keys) | %s decisions/s, %s Store lease calls per decision | — |\n", workersOf(s, "inproc-manager"), keysOf(s, "inproc-manager"), human(h.InprocDPS), pct(h.InprocStorePerDec))
 	}

@@ -86,6 +86,11 @@ type Headline struct {
 	UnderPctHalfPeak     float64  `json:"under_admission_pct_half_peak"`
 	InprocDPS            float64  `json:"inproc_decisions_per_s"`
 	InprocStorePerDec    float64  `json:"inproc_store_calls_per_decision"`
+	// The node's CPU seconds per 1M decisions: made by a gateway
+	// (client.Limiter, leased) and answered over HTTP (single checks).
+	GatewayDPS         float64 `json:"gateway_decisions_per_s,omitempty"`
+	GatewayNodeCPUPerM float64 `json:"gateway_node_cpu_s_per_1m,omitempty"`
+	SingleNodeCPUPerM  float64 `json:"single_node_cpu_s_per_1m,omitempty"`
 }
 
 type suite struct {
@@ -96,6 +101,7 @@ type suite struct {
 	phase int
 	peak  float64  // mean closed-loop single-check req/s on the memory node
 	redis *Process // redis-server during the Redis phases
+	token string   // the nodes' client token (the gateway phases lease with it)
 
 	interrupted bool
 }
@@ -234,8 +240,13 @@ func (st *suite) startNode(name, rules, redisAddr string) (*Process, string, err
 	// A cluster (of one) needs a cluster key: a fresh one per node.
 	var key [32]byte
 	_, _ = rand.Read(key[:])
+	if st.token == "" {
+		var tok [16]byte
+		_, _ = rand.Read(tok[:])
+		st.token = base64.RawURLEncoding.EncodeToString(tok[:])
+	}
 	args := []string{"-listen", addr, "-rules", rules, "-gossip", gossip, "-log-level", "warn",
-		"-cluster-key", base64.StdEncoding.EncodeToString(key[:])}
+		"-cluster-key", base64.StdEncoding.EncodeToString(key[:]), "-client-token", st.token}
 	if redisAddr != "" {
 		args = append(args, "-redis", redisAddr)
 	}
@@ -270,6 +281,9 @@ type phaseSpec struct {
 	// naive runs the naive counter (NewNaiveDriver) on the same Redis with
 	// the same workload right after the run, for the baseline.
 	naive bool
+	// gateway decides in this process with a client.Limiter leasing from
+	// the node (NewGatewayDriver) instead of sending checks (kind unused).
+	gateway bool
 }
 
 func (st *suite) keysFor(k KeyConfig) KeyConfig {
@@ -294,7 +308,13 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	if rule == "" {
 		rule = "bench"
 	}
-	d, err := NewHTTPDriver(HTTPConfig{Kind: ps.kind, Addr: addr, Conns: ps.conns, Rule: rule, Keys: kc.KeyNames()})
+	var d Driver
+	var err error
+	if ps.gateway {
+		d, err = NewGatewayDriver(GatewayConfig{Nodes: []string{addr}, Token: st.token, Rule: rule, Keys: kc.KeyNames()})
+	} else {
+		d, err = NewHTTPDriver(HTTPConfig{Kind: ps.kind, Addr: addr, Conns: ps.conns, Rule: rule, Keys: kc.KeyNames()})
+	}
 	if err != nil {
 		st.note("%s: %v", ps.name, err)
 		return nil
@@ -491,6 +511,14 @@ func (st *suite) run(ctx context.Context) {
 		// The node's best case: every decision from leased tokens.
 		st.measure(ctx, addr, phaseSpec{name: "mem-batch100-leased", rule: "bench-big", kind: Batch, conns: 16, work: 16, batch: 100,
 			keys: KeyConfig{Keys: 1000, Dist: Uniform}}, []*Process{node}, "")
+		// Decisions made in a gateway: a client.Limiter in this process
+		// leases from the node and decides from memory; the node's CPU per
+		// decision is set against mem-single's. Leased: every key's tokens
+		// last the run (the gateway's best case); then the accuracy rule,
+		// whose hot keys the gateway denies and whose cold ones it leases
+		// again and again.
+		st.measure(ctx, addr, phaseSpec{name: "gateway-leased", rule: "bench-big", gateway: true, work: 64, batch: 100, keys: zipf}, []*Process{node}, "")
+		st.measure(ctx, addr, phaseSpec{name: "gateway-bench", gateway: true, work: 64, batch: 100, keys: zipf, acc: true}, []*Process{node}, "")
 	}
 	peak := 0.0
 	for _, p := range peaks {
@@ -701,6 +729,17 @@ func (st *suite) headline() {
 	}
 	if r := st.find("inproc-manager"); r != nil {
 		h.InprocDPS, h.InprocStorePerDec = r.DPS, r.RedisPerDec
+	}
+	if r := st.find("gateway-leased"); r != nil && r.Decisions > 0 {
+		h.GatewayDPS, h.GatewayNodeCPUPerM = r.DPS, 1e6*r.ServerCPU/float64(r.Decisions)
+		var cpu, dec float64
+		for _, s := range st.findAll("mem-single", "mem-single#2") {
+			cpu += s.ServerCPU
+			dec += float64(s.Decisions)
+		}
+		if dec > 0 {
+			h.SingleNodeCPUPerM = 1e6 * cpu / dec
+		}
 	}
 }
 

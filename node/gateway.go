@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -81,6 +82,7 @@ type leaseRules struct {
 
 // gatewayRuleMetrics are one rule's gateway counters.
 type gatewayRuleMetrics struct {
+	name     string
 	granted  *metrics.Counter // tokens granted to gateways
 	returned *metrics.Counter // tokens gateways returned
 	spent    *metrics.Counter // tokens gateways reported spent (SpentBefore)
@@ -122,6 +124,7 @@ func (g *gateway) ruleMetrics(rule string) *gatewayRuleMetrics {
 	if m == nil {
 		l := `{rule="` + rule + `"}` // rule names are [A-Za-z0-9_.-]
 		m = &gatewayRuleMetrics{
+			name:     rule,
 			granted:  g.set.GetOrCreateCounter("sluice_gateway_tokens_granted_total" + l),
 			returned: g.set.GetOrCreateCounter("sluice_gateway_tokens_returned_total" + l),
 			spent:    g.set.GetOrCreateCounter("sluice_gateway_decisions_reported_total" + l),
@@ -158,6 +161,68 @@ func (g *gateway) stats() map[string]GatewayRuleStats {
 		out[name] = GatewayRuleStats{Lent: m.lent.Load(), Granted: m.granted.Get(), Returned: m.returned.Get(), Reported: m.spent.Get()}
 	}
 	return out
+}
+
+// GatewayHolderStats is one gateway holder's loans from a node, in
+// /v1/stats.
+type GatewayHolderStats struct {
+	// Holder is the id the gateway sends (client.Limiter.Holder); Node
+	// the node that lends to it.
+	Holder string `json:"holder"`
+	Node   string `json:"node"`
+	// Lent is what the Store lends the holder as of its last lease call
+	// of each key (not yet reported spent, returned, nor expired), in
+	// total and by rule; Keys how many keys it holds.
+	Lent  int64            `json:"lent"`
+	Rules map[string]int64 `json:"rules"`
+	Keys  int              `json:"keys"`
+	// UntilMS is when its last loan ends unless renewed (Unix ms).
+	UntilMS int64 `json:"until_ms"`
+}
+
+// MaxStatsHolders bounds the holders /v1/stats lists (the most lent
+// first); the rest are counted in gateway_holders_more.
+const MaxStatsHolders = 100
+
+// holders lists the holders this node lends to, the most lent first,
+// at most MaxStatsHolders, and how many more there are.
+func (g *gateway) holders(node string) ([]GatewayHolderStats, int) {
+	now := time.Now()
+	g.book.sweep(now, g)
+	by := map[string]*GatewayHolderStats{}
+	g.book.mu.Lock()
+	for k, e := range g.book.m {
+		if now.After(e.until) {
+			continue
+		}
+		holder, _, _ := strings.Cut(k, "\x00")
+		h := by[holder]
+		if h == nil {
+			h = &GatewayHolderStats{Holder: strings.TrimPrefix(holder, g.ns), Node: node, Rules: map[string]int64{}}
+			by[holder] = h
+		}
+		h.Lent += e.lent
+		h.Rules[e.rule.name] += e.lent
+		h.Keys++
+		h.UntilMS = max(h.UntilMS, e.until.UnixMilli())
+	}
+	g.book.mu.Unlock()
+	out := make([]GatewayHolderStats, 0, len(by))
+	for _, h := range by {
+		out = append(out, *h)
+	}
+	return topHolders(out)
+}
+
+// topHolders sorts hs, the most lent first, and keeps MaxStatsHolders.
+func topHolders(hs []GatewayHolderStats) ([]GatewayHolderStats, int) {
+	slices.SortFunc(hs, func(a, b GatewayHolderStats) int {
+		return cmp.Or(cmp.Compare(b.Lent, a.Lent), cmp.Compare(a.Holder, b.Holder), cmp.Compare(a.Node, b.Node))
+	})
+	if len(hs) > MaxStatsHolders {
+		return hs[:MaxStatsHolders], len(hs) - MaxStatsHolders
+	}
+	return hs, 0
 }
 
 // loanBook tracks, per holder and counter key, what the Store said it
@@ -369,12 +434,14 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 // clampLease bounds what one holder may hold of a key: want is at most
 // the rule's gateway_share of the capacity less what the holder says it
 // holds (at least 1: a holder asking more than the bound gets what it
-// allows, never an error), and need at most want.
+// allows, never an error), but never below need. Need is what the check
+// that asked must have at once, and the Store grants at least need or
+// nothing: a grant below it would leave the holder with tokens no check
+// of its asked for, which it could not account for.
 func clampLease(op *api.LeaseOp, p lease.Policy, share float64) {
 	most := max(int64(float64(p.Capacity())*share), 1)
 	room := max(most-min(op.Held, most), 1)
-	op.Want = min(op.Want, room)
-	op.Need = min(op.Need, op.Want)
+	op.Want = max(min(op.Want, room), op.Need)
 }
 
 // apply runs one op on this node's Store.
@@ -391,6 +458,15 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 			g.split.drop(lo.ckey, holder)
 		}
 		return api.LeaseResult{}
+	}
+	if op.Op == api.OpPeek {
+		// A peek lends nothing: no holder named, so that no loan of the
+		// holder's is settled by it.
+		gr, err := store.Lease(ctx, lo.ckey, lo.p, 0, 0, lease.Lessee{})
+		if err != nil {
+			return api.LeaseResult{Error: err.Error()}
+		}
+		return api.LeaseResult{Remaining: gr.Remaining, WaitMS: ceilMS(gr.Wait), ResetMS: ceilMS(gr.Reset)}
 	}
 	if lo.region {
 		res, deny, ok := g.split.clamp(lo.ckey, holder, lo.p, op)

@@ -153,6 +153,42 @@ func TestLeaseCountsAgainstCapacityWithShareBound(t *testing.T) {
 	}
 }
 
+// The share bound never cuts a lease below its need: a check of more hits
+// than the share is granted what it needs or nothing (as a Store grants),
+// never a part of it.
+func TestLeaseShareBoundKeepsNeed(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		`{"op":"lease","rule":"per-key","key":"k","want":60,"need":40,"ttl_ms":10000}`), clientAuth))
+	if g := lr.Results[0]; g.Granted != 40 || g.Lent != 40 || g.Remaining != 60 {
+		t.Fatalf("a lease needing 40 of a share of 25: %+v, want 40 granted (the need), 60 remaining", g)
+	}
+	lr = decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderB,
+		`{"op":"lease","rule":"per-key","key":"k","want":70,"need":70,"ttl_ms":10000}`), clientAuth))
+	if g := lr.Results[0]; g.Granted != 0 || g.Remaining != 60 {
+		t.Fatalf("a lease needing 70 of the 60 left: %+v, want nothing granted", g)
+	}
+}
+
+// A peek lends nothing, and leaves the holder's loan as it was.
+func TestLeasePeekLendsNothing(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 10)), clientAuth))
+	for range 3 {
+		lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+			`{"op":"peek","rule":"per-key","key":"k"}`), clientAuth))
+		if g := lr.Results[0]; g.Granted != 0 || g.Remaining != 90 || g.Error != "" {
+			t.Fatalf("peek: %+v, want nothing granted and the 90 not lent remaining", g)
+		}
+	}
+	// The holder still holds its 10: a lease of 1 more says so.
+	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		`{"op":"lease","rule":"per-key","key":"k","want":1,"need":1,"held":10,"ttl_ms":10000}`), clientAuth))
+	if g := lr.Results[0]; g.Granted != 1 || g.Lent != 11 || g.Remaining != 89 {
+		t.Fatalf("lease after the peeks: %+v, want 1 granted, 11 lent, 89 remaining", g)
+	}
+}
+
 // A holder acts on its own loans only: another holder's return gives
 // back nothing of them.
 func TestLeaseHolderIsolation(t *testing.T) {
@@ -186,7 +222,8 @@ func TestLeaseHolderIsolation(t *testing.T) {
 func TestLeaseBadInput(t *testing.T) {
 	tn, _ := newGatewayNode(t)
 	for _, c := range []struct{ body, field, msg string }{
-		{leaseBody(holderA, leaseOpJSON("per-key", "k", 0)), "ops[0].want", ""},
+		{leaseBody(holderA, `{"op":"lease","rule":"per-key","key":"k","want":-1,"ttl_ms":10000}`), "ops[0].want", ""},
+		{leaseBody(holderA, leaseOpJSON("per-key", "k", 0)), "ops[0].need", "must be ≤ want"},
 		{leaseBody("nothex", leaseOpJSON("per-key", "k", 1)), "holder", ""},
 		{leaseBody(holderA, leaseOpJSON("per-key", "k", 1), leaseOpJSON("nope", "k", 1)), "ops[1].rule", "unknown rule"},
 		{leaseBody(holderA, leaseOpJSON("logged", "k", 1)), "ops[0].rule", "exact: send checks"},
@@ -262,6 +299,40 @@ func TestLeaseStatsAndMetrics(t *testing.T) {
 	}
 	if r := tn.do("GET", "/v1/stats?scope=node", "", "Authorization: Bearer "+testAdminToken); !strings.Contains(r.body, `"gateway":{"per-key":{"lent":9`) {
 		t.Errorf("/v1/stats: %s", r.body)
+	}
+}
+
+// /v1/stats lists the holders a node lends to, with what each holds by
+// rule, the most first; a holder that returned everything is gone.
+func TestLeaseStatsListHolders(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		leaseOpJSON("per-key", "k1", 10), leaseOpJSON("per-key", "k2", 5), leaseOpJSON("half", "k1", 20)), clientAuth))
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderB, leaseOpJSON("per-key", "k1", 3)), clientAuth))
+	holders := func() statsBody {
+		t.Helper()
+		r := tn.do("GET", "/v1/stats?scope=node", "", "Authorization: Bearer "+testAdminToken)
+		var b statsBody
+		if err := json.Unmarshal([]byte(r.body), &b); err != nil || r.status != 200 {
+			t.Fatalf("/v1/stats: %d %s: %v", r.status, r.body, err)
+		}
+		return b
+	}
+	b := holders()
+	if len(b.GatewayHolders) != 2 {
+		t.Fatalf("holders %+v, want A and B", b.GatewayHolders)
+	}
+	a, bh := b.GatewayHolders[0], b.GatewayHolders[1]
+	if a.Holder != holderA || a.Lent != 35 || a.Keys != 3 || a.Rules["per-key"] != 15 || a.Rules["half"] != 20 || a.Node != b.Self || a.UntilMS <= 0 {
+		t.Errorf("first holder %+v, want A: 35 lent on 3 keys, per-key 15, half 20, lent by %s", a, b.Self)
+	}
+	if bh.Holder != holderB || bh.Lent != 3 || bh.Rules["per-key"] != 3 {
+		t.Errorf("second holder %+v, want B: 3 lent of per-key", bh)
+	}
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
+		returnOpJSON("per-key", "k1", 10), returnOpJSON("per-key", "k2", 5), returnOpJSON("half", "k1", 20)), clientAuth))
+	if b := holders(); len(b.GatewayHolders) != 1 || b.GatewayHolders[0].Holder != holderB {
+		t.Errorf("holders after A returned all: %+v, want B alone", b.GatewayHolders)
 	}
 }
 

@@ -34,9 +34,10 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	}
 	body.Store.State = n.mgr.Stats().Breaker.String()
 	if u := n.cfg.Upstream; u != nil {
-		body.Upstream = &readyzUpstream{Reachable: true}
-		if err := u.Ready(); err != nil {
-			body.Upstream.Reachable, body.Upstream.Error = false, err.Error()
+		ok, err := u.State()
+		body.Upstream = &readyzUpstream{Reachable: ok}
+		if err != nil {
+			body.Upstream.Error = err.Error()
 		}
 	}
 	n.reload.Lock()

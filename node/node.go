@@ -79,8 +79,11 @@ type Upstream interface {
 	Manager() *lease.Manager
 	// Demand is told of every check of a global rule decided here.
 	Demand(ckey string)
-	// Ready says whether the global tier answers; the error says why not.
-	Ready() error
+	// State says whether the global tier answers (reachable) and, when
+	// err is not nil, what is wrong: why it does not answer, or, while it
+	// does, a global rule of the installed set that it has otherwise (it
+	// changed since the set was checked).
+	State() (reachable bool, err error)
 	// CheckRules says why s cannot be installed: a global rule of s that
 	// the global tier does not have, or has otherwise (a *rules.Error
 	// naming the rule). Every source of rules is checked before its set

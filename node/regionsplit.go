@@ -112,8 +112,10 @@ func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp
 		return res, false, true
 	}
 	need := max(op.Need, 1)
-	if h.credit < float64(need) {
-		wait := time.Duration((float64(need) - h.credit) / earn * float64(time.Second))
+	// A check of more hits than the holder's share of the capacity waits
+	// for a whole share, then goes to the Store.
+	if goal := min(float64(need), top); h.credit < goal {
+		wait := time.Duration((goal - h.credit) / earn * float64(time.Second))
 		return api.LeaseResult{
 			// The Store's loan to the holder is unchanged: what it holds.
 			Lent:    op.Held,

@@ -157,6 +157,15 @@ func TestRegionSplitNoBoundBelowSaturation(t *testing.T) {
 	if _, deny, _ := s.clamp("g:k", "b", p, &op4); deny || op4.Want != 8 {
 		t.Fatalf("b after 10ms: want %d, deny %v; want its credit, 8", op4.Want, deny)
 	}
+	// A check of more hits than b's share of the capacity (800) is not
+	// denied for ever: once b's credit is a whole share, it goes to the
+	// Store.
+	s.granted("g:k", "b", 8)
+	clk.Advance(time.Second)
+	big := api.LeaseOp{Op: api.OpLease, Want: 900, Need: 900, Demand: 1600}
+	if _, deny, _ := s.clamp("g:k", "b", p, &big); deny || big.Want != 900 || big.Need != 900 {
+		t.Fatalf("a check of 900 hits with a full credit of 800: want %d need %d, deny %v; want it sent to the Store", big.Want, big.Need, deny)
+	}
 	// A return forgets b: a alone is not bound.
 	s.drop("g:k", "b")
 	op5 := api.LeaseOp{Op: api.OpLease, Want: 1000, Need: 1, Demand: 2000}

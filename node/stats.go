@@ -114,6 +114,10 @@ type statsBody struct {
 	// Gateway is the lease protocol's figures by rule (gateway.go), summed
 	// over the nodes that answered; absent when the protocol is off.
 	Gateway map[string]GatewayRuleStats `json:"gateway,omitempty"`
+	// GatewayHolders lists the gateways the nodes lend to, the most lent
+	// first (at most MaxStatsHolders; GatewayHoldersMore counts the rest).
+	GatewayHolders     []GatewayHolderStats `json:"gateway_holders,omitempty"`
+	GatewayHoldersMore int                  `json:"gateway_holders_more,omitempty"`
 }
 
 // statsState is a Node's stats ring and its sampler goroutine.
@@ -276,6 +280,7 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 	body := n.stat.local()
 	if n.gw != nil {
 		body.Gateway = n.gw.stats()
+		body.GatewayHolders, body.GatewayHoldersMore = n.gw.holders(body.Self)
 	}
 	if scope != "node" {
 		if peers := n.statsPeers(); len(peers) > 0 {
@@ -336,6 +341,17 @@ func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.
 			sum.Returned += gs.Returned
 			sum.Reported += gs.Reported
 			body.Gateway[rule] = sum
+		}
+		if len(a.b.GatewayHolders) > 0 {
+			for _, h := range a.b.GatewayHolders {
+				if h.Node == "" {
+					h.Node = p.Name
+				}
+				body.GatewayHolders = append(body.GatewayHolders, h)
+			}
+			var more int
+			body.GatewayHolders, more = topHolders(body.GatewayHolders)
+			body.GatewayHoldersMore += a.b.GatewayHoldersMore + more
 		}
 		if a.b.BucketMS != body.BucketMS {
 			continue // another version's buckets: shown as a member, not summed

@@ -470,3 +470,24 @@ func TestStatsPeersOverTLS(t *testing.T) {
 		t.Errorf("nodes %+v partial %v: want b asked over HTTPS", b.Nodes, b.Partial)
 	}
 }
+
+// TestStatsMergeHolders: a cluster's /v1/stats lists every node's gateway
+// holders, the most lent first, with the node that lends (a peer's
+// listing that does not name it gets the peer's name).
+func TestStatsMergeHolders(t *testing.T) {
+	a := newTestNode(t, statsRules)
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"self":"b","bucket_ms":%d,"store":{"breaker":"closed"},
+			"gateway_holders":[{"holder":"h2","lent":7,"rules":{"five":7},"keys":1,"until_ms":1}],"gateway_holders_more":2}`,
+			StatsBucket.Milliseconds())
+	}))
+	t.Cleanup(peer.Close)
+	body := a.n.stat.local()
+	body.GatewayHolders = []GatewayHolderStats{{Holder: "h1", Node: "a", Lent: 3, Rules: map[string]int64{"five": 3}, Keys: 2}}
+	a.n.stat.merge(t.Context(), &body, []member.Member{{Name: "b", HTTPAddr: peer.Listener.Addr().String()}}, nil)
+	got := body.GatewayHolders
+	if len(got) != 2 || got[0].Holder != "h2" || got[0].Node != "b" || got[0].Rules["five"] != 7 ||
+		got[1].Holder != "h1" || got[1].Node != "a" || body.GatewayHoldersMore != 2 {
+		t.Fatalf("holders %+v (%d more), want h2 from b (7) then h1 from a (3), and b's 2 more", got, body.GatewayHoldersMore)
+	}
+}

@@ -112,7 +112,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	driver := fs.String("driver", "single", "single, pipelined, batch, auth, raw, inproc or client")
+	driver := fs.String("driver", "single", "single, pipelined, batch, auth, raw, inproc, client or gateway")
 	addr := fs.String("addr", "127.0.0.1:8080", "limiter host:port (HTTP drivers)")
 	mode := fs.String("mode", "closed", "closed (max throughput) or open (constant arrival rate)")
 	rate := fs.Int64("rate", 0, "open loop: requests per second (a batch is one request)")
@@ -143,6 +143,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cpuProf := fs.String("cpuprofile", "", "write the generator's CPU profile to this file")
 	redisAddr := fs.String("redis", "", "Redis host:port: report its commands per decision (INFO commandstats before/after)")
 	serverPid := fs.Int("server-pid", 0, "pid of the limiter process: report its CPU seconds (from /proc)")
+	token := fs.String("token", os.Getenv("SLUICE_CLIENT_TOKEN"), "gateway: the nodes' client token (default $SLUICE_CLIENT_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -207,6 +208,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Policy: lease.Policy{Algorithm: lease.TokenBucket, Limit: l, Period: *period, Burst: b}})
 	case "client":
 		d, err = bench.NewGoClientDriver(bench.GoClientConfig{Seeds: strings.Split(*addr, ","), Rule: *rule, Hits: *hits, Keys: keys})
+	case "gateway":
+		d, err = bench.NewGatewayDriver(bench.GatewayConfig{Nodes: strings.Split(*addr, ","), Token: *token, Rule: *rule, Hits: *hits, Keys: keys})
 	default:
 		var kind bench.HTTPKind
 		if kind, err = bench.ParseHTTPKind(*driver); err == nil {
@@ -271,7 +274,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "degraded decisions (made by the failure mode: Store unavailable or over its timeout): %d\n", r.Degraded)
 	}
 	if *serverPid > 0 {
-		fmt.Fprintf(stdout, "server CPU %.2fs (pid %d)\n", r.ServerCPU, *serverPid)
+		fmt.Fprintf(stdout, "server CPU %.2fs (pid %d), %.3fs per 1M decisions\n", r.ServerCPU, *serverPid, 1e6*r.ServerCPU/float64(max(r.Decisions, 1)))
 	}
 	if r.RedisCalls != nil {
 		fmt.Fprintf(stdout, "Redis: %.6f script calls (Store operations) per decision, %.6f commands including those inside scripts; %v\n", r.RedisPerDec, r.RedisCmdsPerDec, r.RedisCalls)

@@ -45,8 +45,9 @@ const upstreamToken = "upstream-client-token"
 
 // regionNode is one sluiced started in-process by a regions test.
 type regionNode struct {
-	d    *daemon
-	base string
+	d     *daemon
+	base  string
+	rules string // its rule file
 }
 
 // startRegionNode starts a single sluiced with rules and args (in this
@@ -63,12 +64,12 @@ func startRegionNode(t *testing.T, rules string, args ...string) (*regionNode, e
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	d, err := start(o, log, hooks{upstream: func(c *upstream.Config) { c.Probe = 50 * time.Millisecond }})
+	d, err := start(o, log, hooks{upstream: func(c *upstream.Config) { c.Probe, c.RulesPoll = 50*time.Millisecond, 50*time.Millisecond }})
 	if err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() { d.stop(true) })
-	return &regionNode{d: d, base: "http://" + d.ln.Addr().String()}, nil
+	return &regionNode{d: d, base: "http://" + d.ln.Addr().String(), rules: path}, nil
 }
 
 // check sends one check and returns its status.
@@ -148,10 +149,23 @@ func TestRegionsGlobalLimit(t *testing.T) {
 	if got := a.admit(t, "g", "k", 60); got != 60 {
 		t.Fatalf("region a admitted %d of 60 checks of a global key with limit 100 untouched", got)
 	}
+	lentMetric := func(n *regionNode) string {
+		_, met := n.get(t, "/metrics")
+		for line := range strings.SplitSeq(met, "\n") {
+			if v, ok := strings.CutPrefix(line, `sluice_upstream_tokens_lent{rule="g"} `); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	if v := lentMetric(a); v == "" || v == "0" {
+		t.Errorf("sluice_upstream_tokens_lent{rule=\"g\"} in a: %q, want what it holds of k", v)
+	}
 	// a may hold the rest of the key's tokens (its lease) until it has
 	// not checked the key for -lease-idle; then it gives them back, for b.
+	// (sluice_upstream_tokens_lent then drops the rule).
 	clocktest.Eventually(t, waitBound, "a to give its tokens back", func() bool {
-		return a.d.upstream.Manager().Stats().ActiveKeys == 0
+		return a.d.upstream.Manager().Stats().ActiveKeys == 0 && lentMetric(a) == ""
 	})
 	gotB := 0
 	gotB += b.admit(t, "g", "k", 100)
@@ -265,4 +279,115 @@ func TestRegionsStartFailures(t *testing.T) {
 			t.Errorf("%s: start: %v, want an error saying %q", c.name, err, c.want)
 		}
 	}
+}
+
+// In a region of several nodes, each key of a global rule is leased by
+// its owner; when a node joins and keys move to it, their former owner
+// gives their tokens back to the global tier at once.
+func TestRegionsClusterHandoff(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t, regionRules)
+	tc.member = steadyMembership
+	// An idle longer than the test: only the handoff returns tokens.
+	tc.args = []string{"-upstream", "http://" + global.d.ln.Addr().String(), "-upstream-token", upstreamToken,
+		"-region", "eu", "-lease-idle", "1m"}
+	a := tc.start("a")
+	tc.converge("a", a)
+	const keys = 20
+	for i := range keys {
+		res, err := tc.http.Post(a.base+"/v1/check", "application/json", strings.NewReader(`{"rule":"g","key":"k`+strconv.Itoa(i)+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("check k%d: %d", i, res.StatusCode)
+		}
+	}
+	up := a.d.upstream.Manager()
+	if n := up.Stats().ActiveKeys; n != keys {
+		t.Fatalf("a holds leases of %d keys, want %d", n, keys)
+	}
+	b := tc.start("b", a)
+	tc.converge("a,b", a, b)
+	kept := 0
+	for i := range keys {
+		if a.d.node.Ring().Owner("g:k"+strconv.Itoa(i)) == "a" {
+			kept++
+		}
+	}
+	if kept == keys {
+		t.Fatal("no key moved to b")
+	}
+	clocktest.Eventually(t, waitBound, "a to give back the keys that moved", func() bool {
+		return up.Stats().ActiveKeys == int64(kept)
+	})
+}
+
+// A regional node lends its region rules to gateways, never a global
+// rule (it holds those of the global tier): 400 naming the op's rule.
+func TestRegionsGatewayLease(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startRegionNode(t, regionRules, "-upstream", "http://"+global.d.ln.Addr().String(),
+		"-upstream-token", upstreamToken, "-client-token", "region-client-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := func(rule string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, n.base+"/v1/lease", strings.NewReader(
+			`{"holder":"0123456789abcdef0123456789abcdef","ops":[{"op":"lease","rule":"`+rule+`","key":"k","want":2,"need":1,"ttl_ms":1000}]}`))
+		req.Header.Set("Authorization", "Bearer region-client-token")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if st, body := lease("g"); st != http.StatusBadRequest || !strings.Contains(body, "ops[0].rule") || !strings.Contains(body, "global") {
+		t.Errorf("lease of a global rule from a regional node: %d %s, want 400 naming ops[0].rule", st, body)
+	}
+	if st, body := lease("r"); st != http.StatusOK || !strings.Contains(body, `"granted":1`) {
+		t.Errorf("lease of a region rule: %d %s, want 1 granted (a quarter of its capacity 5)", st, body)
+	}
+}
+
+// When the global tier changes a global rule, a region whose copy now
+// differs says so (/readyz, sluice_upstream_rules_differ, the log) until
+// they agree again.
+func TestRegionsRulesDiffer(t *testing.T) {
+	global, err := startRegionNode(t, globalRules, "-client-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startRegionNode(t, regionRules, "-upstream", "http://"+global.d.ln.Addr().String(), "-upstream-token", upstreamToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	differ := func() bool {
+		_, body := n.get(t, "/readyz")
+		_, met := n.get(t, "/metrics")
+		return strings.Contains(body, `"reachable":true,"error":"rule \"g\": scope: global, but the global tier's rule differs`) &&
+			strings.Contains(met, "sluice_upstream_rules_differ 1")
+	}
+	if differ() {
+		t.Fatal("the rules differ before any change")
+	}
+	writeFile(t, global.rules, strings.Replace(globalRules, "limit: 100", "limit: 200", 1))
+	global.d.rl.reload(true) // as SIGHUP does (in-process nodes poll no file)
+	clocktest.Eventually(t, waitBound, "the region to report that g differs", differ)
+	writeFile(t, global.rules, globalRules)
+	global.d.rl.reload(true)
+	clocktest.Eventually(t, waitBound, "the region to agree again", func() bool {
+		_, body := n.get(t, "/readyz")
+		_, met := n.get(t, "/metrics")
+		return strings.Contains(body, `"upstream":{"reachable":true}`) && strings.Contains(met, "sluice_upstream_rules_differ 0")
+	})
 }

@@ -127,6 +127,9 @@ func (r *run) newManager(i, slot int) *lease.Manager {
 	cfg.StoreTimeout = time.Minute
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Holder = fmt.Sprintf("m%d.%d", i, slot)
+	if r.h.Config != nil {
+		r.h.Config(&cfg)
+	}
 	return lease.NewManager(&recorder{Store: r.store, m: slot, md: r.md, now: r.h.Now}, cfg)
 }
 

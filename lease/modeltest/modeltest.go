@@ -7,8 +7,10 @@
 // not from the Manager's code.
 //
 // It is a non-test package, like lease/storetest, so that the lease tests
-// run it on a MemoryStore with a fake clock and the lua tests on a Redis
-// whose clock is frozen (lua/redistest.StartWithClock).
+// run it on a MemoryStore with a fake clock, the lua tests on a Redis
+// whose clock is frozen (lua/redistest.StartWithClock), and the
+// node/client tests on the gateway tier (each holder a gateway whose
+// Store is a node's lease protocol over a MemoryStore).
 //
 // # What is checked
 //
@@ -96,6 +98,12 @@ type Harness struct {
 	// Package is the package path the test runs in ("./lease/"), for the
 	// replay command printed with a failure.
 	Package string
+	// Config, when set, adjusts each Manager's configuration after the
+	// harness has set its own (clock, holder id, no sweeper, one batch
+	// worker, Idle): for Managers configured as another tier's are, such
+	// as a gateway's, whose LeaseTTL its Limiter bounds. It must leave
+	// those settings alone.
+	Config func(*lease.Config)
 }
 
 // Options says what to run. The environment overrides it (see FromEnv).

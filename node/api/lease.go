@@ -49,6 +49,9 @@ const (
 	// OpReturn returns tokens and ends the holder's loan (lease.Store's
 	// Return).
 	OpReturn LeaseOpKind = 2
+	// OpPeek reads what is left of a key, lending nothing and changing no
+	// loan (lease.Store's Lease of 0 tokens with no Lessee).
+	OpPeek LeaseOpKind = 3
 )
 
 func (k LeaseOpKind) String() string {
@@ -57,6 +60,8 @@ func (k LeaseOpKind) String() string {
 		return "lease"
 	case OpReturn:
 		return "return"
+	case OpPeek:
+		return "peek"
 	}
 	return "op(" + strconv.Itoa(int(k)) + ")"
 }
@@ -66,7 +71,8 @@ type LeaseOp struct {
 	Op   LeaseOpKind
 	Rule string
 	Key  string
-	// Lease: want ≥ 1, 0 ≤ need ≤ want, and the lease.Lessee fields.
+	// Lease: 0 ≤ need ≤ want, and the lease.Lessee fields (want 0
+	// renews the holder's loan: it says what it holds and spent).
 	Want        int64
 	Need        int64
 	Held        int64
@@ -374,8 +380,10 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 							dst.Op = OpLease
 						case "return":
 							dst.Op = OpReturn
+						case "peek":
+							dst.Op = OpPeek
 						default:
-							bad(name, `must be "lease" or "return"`)
+							bad(name, `must be "lease", "return" or "peek"`)
 						}
 					}
 				case lfRule:
@@ -395,7 +403,7 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 						}
 					}
 				case lfWant:
-					dst.Want, _ = s.leaseInt(fe, field, 1, MaxHits)
+					dst.Want, _ = s.leaseInt(fe, field, 0, MaxHits)
 				case lfNeed:
 					dst.Need, _ = s.leaseInt(fe, field, 0, MaxHits)
 				case lfHeld:
@@ -443,6 +451,8 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 		bad("tokens", "belongs to a return op")
 	case dst.Op == OpReturn && seen&^(lfOp|lfRule|lfKey|lfTokens) != 0:
 		bad("op", "a return op takes only rule, key and tokens")
+	case dst.Op == OpPeek && seen&^(lfOp|lfRule|lfKey) != 0:
+		bad("op", "a peek op takes only rule and key")
 	}
 }
 
@@ -460,14 +470,21 @@ func AppendLeaseRequest(dst []byte, r *LeaseRequest) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		if op.Op == OpReturn {
+		switch op.Op {
+		case OpReturn:
 			dst = append(dst, `{"op":"return","rule":`...)
-		} else {
+		case OpPeek:
+			dst = append(dst, `{"op":"peek","rule":`...)
+		default:
 			dst = append(dst, `{"op":"lease","rule":`...)
 		}
 		dst = AppendString(dst, op.Rule)
 		dst = append(dst, `,"key":`...)
 		dst = AppendString(dst, op.Key)
+		if op.Op == OpPeek {
+			dst = append(dst, '}')
+			continue
+		}
 		if op.Op == OpReturn {
 			dst = append(dst, `,"tokens":`...)
 			dst = strconv.AppendInt(dst, op.Tokens, 10)

@@ -13,6 +13,8 @@ const holder = "0123456789abcdef0123456789abcdef"
 var leaseSeeds = []string{
 	`{"holder":"` + holder + `","ops":[{"op":"lease","rule":"per-key","key":"u1","want":40,"need":1,"held":3,"ttl_ms":10000,"spent_before":2,"idle_ms":5,"call":7,"unanswered":6},{"op":"return","rule":"per-key","key":"u2","tokens":5}]}`,
 	`{"holder":"` + holder + `","ops":[{"op":"return","rule":"r","key":"k"}]}`,
+	`{"holder":"` + holder + `","ops":[{"op":"peek","rule":"r","key":"k"}]}`,
+	`{"holder":"` + holder + `","ops":[{"op":"peek","rule":"r","key":"k","want":1}]}`,
 	`{"holder":"` + holder + `","ops":[{"op":"lease","rule":"r","key":"k\u00e9","want":1,"ttl_ms":1,"x":[{}]}]}`,
 	`{"holder":"` + holder + `","ops":[]}`,
 	`{"holder":"XYZ","ops":[{"op":"lease"}]}`,
@@ -63,7 +65,8 @@ func TestDecodeLeaseNamesTheField(t *testing.T) {
 		`{"ops":[{"op":"return","rule":"r","key":"k"}]}`:                                             "holder",
 		`{"holder":"` + holder + `"}`:                                                                "ops",
 		`{"holder":"` + holder + `","ops":[]}`:                                                       "ops",
-		op(`{"op":"lease","rule":"r","key":"k","want":0,"ttl_ms":1}`):                                "ops[1].want",
+		op(`{"op":"lease","rule":"r","key":"k","want":-1,"ttl_ms":1}`):                               "ops[1].want",
+		op(`{"op":"peek","rule":"r","key":"k","tokens":1}`):                                          "ops[1].op",
 		op(`{"op":"lease","rule":"r","key":"k","want":1099511627777,"ttl_ms":1}`):                    "ops[1].want",
 		op(`{"op":"lease","rule":"r","key":"k","want":2,"need":3,"ttl_ms":1}`):                       "ops[1].need",
 		op(`{"op":"lease","rule":"r","key":"k","want":2,"ttl_ms":60001}`):                            "ops[1].ttl_ms",
@@ -114,7 +117,7 @@ func FuzzDecodeLease(f *testing.F) {
 			t.Fatalf("accepted out of bounds: %+v", req)
 		}
 		for i, op := range req.Ops {
-			if op.Op == OpLease && (op.Want < 1 || op.Need > op.Want || op.TTLMS < 1) {
+			if op.Op == OpLease && (op.Want < 0 || op.Need < 0 || op.Need > op.Want || op.TTLMS < 1) {
 				t.Fatalf("op %d out of bounds: %+v", i, op)
 			}
 		}

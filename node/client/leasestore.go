@@ -60,7 +60,18 @@ func ceilMS(d time.Duration) int64 {
 
 func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	rule, key := splitKey(ckey)
-	op := api.LeaseOp{Op: api.OpLease, Rule: rule, Key: key, Want: max(want, 1), Need: min(need, max(want, 1)),
+	if want <= 0 && to.ID == "" {
+		// A peek (a check of 0 hits on a key the Manager holds nothing
+		// of): the node lends nothing for it.
+		r, err := s.do(ctx, ckey, api.LeaseOp{Op: api.OpPeek, Rule: rule, Key: key})
+		if err != nil {
+			return lease.Grant{}, err
+		}
+		return lease.Grant{Remaining: r.Remaining, Wait: time.Duration(r.WaitMS) * time.Millisecond,
+			Reset: time.Duration(r.ResetMS) * time.Millisecond}, nil
+	}
+	// want 0 with a Lessee renews the loan (what is held, what was spent).
+	op := api.LeaseOp{Op: api.OpLease, Rule: rule, Key: key, Want: max(want, 0), Need: min(max(need, 0), max(want, 0)),
 		Held: to.Held, TTLMS: min(max(ceilMS(to.TTL), 1), api.MaxLeaseTTLMS), SpentBefore: to.SpentBefore,
 		IdleMS: min(int64(to.Idle/time.Millisecond), api.MaxIdleMS), Call: to.Call, Unanswered: to.Unanswered}
 	if d := s.l.cfg.Demand; d != nil {
@@ -70,6 +81,9 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 	if err != nil {
 		return lease.Grant{}, err
 	}
+	if f := s.l.cfg.OnLent; f != nil {
+		f(ckey, r.Lent)
+	}
 	return lease.Grant{Granted: r.Granted, Remaining: r.Remaining, Lent: r.Lent,
 		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond}, nil
 }
@@ -77,6 +91,9 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 func (s *remoteStore) Return(ctx context.Context, ckey string, p lease.Policy, tokens int64, _ string) error {
 	rule, key := splitKey(ckey)
 	_, err := s.do(ctx, ckey, api.LeaseOp{Op: api.OpReturn, Rule: rule, Key: key, Tokens: max(tokens, 0)})
+	if f := s.l.cfg.OnLent; f != nil && err == nil {
+		f(ckey, 0)
+	}
 	return err
 }
 

@@ -64,6 +64,10 @@ type LimiterConfig struct {
 	// of a counter key ("rule:key"), denied ones included: sent with each
 	// lease call of a Region Limiter.
 	Demand func(ckey string) int64
+	// OnLent, when not nil, is told what the nodes lend the Limiter of a
+	// counter key after each lease call they answer (0 after a return):
+	// the tokens it holds of the key at most.
+	OnLent func(ckey string, lent int64)
 }
 
 // Decision is the answer of Limiter.Allow.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -288,94 +287,4 @@ func TestLimiterMiddleware(t *testing.T) {
 			t.Errorf("429 lacks %s: %v", hd, last.Header())
 		}
 	}
-}
-
-func benchLimiter(b *testing.B) *client.Limiter {
-	clock := clocktest.New()
-	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
-	b.Cleanup(func() { store.Close() })
-	mcfg := lease.DefaultConfig()
-	mgr := lease.NewManager(store, mcfg)
-	cfg := node.DefaultConfig()
-	cfg.ClientToken = limiterToken
-	n := node.New(cfg, mgr)
-	set, err := rules.Parse([]byte(`
-rules:
-  - name: big
-    algorithm: token_bucket
-    limit: 1000000000000
-    period: 1s
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	n.SetRules(set)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = n.Serve(ln) }()
-	b.Cleanup(func() { _ = n.Shutdown(context.Background()); mgr.Close() })
-	lcfg := client.LimiterConfig{Nodes: []string{ln.Addr().String()}, Token: limiterToken}
-	lcfg.Lease.Idle = time.Hour // no key goes back while the benchmark runs
-	l, err := client.NewLimiter(lcfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
-	return l
-}
-
-// BenchmarkLimiterAllow decides a leased key in the gateway's process.
-func BenchmarkLimiterAllow(b *testing.B) {
-	l := benchLimiter(b)
-	ctx := context.Background()
-	if _, err := l.Allow(ctx, "big", "k", 1); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if d, err := l.Allow(ctx, "big", "k", 1); err != nil || !d.Allowed {
-				b.Fatalf("%+v %v", d, err)
-			}
-		}
-	})
-}
-
-// BenchmarkLimiterAllowZipf decides Zipf-distributed keys over 10k.
-func BenchmarkLimiterAllowZipf(b *testing.B) {
-	l := benchLimiter(b)
-	ctx := context.Background()
-	keys := make([]string, 10000)
-	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
-	}
-	// Lease every key first, 100 at a time (one request per flush).
-	var wg sync.WaitGroup
-	for w := range 100 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(keys); i += 100 {
-				if _, err := l.Allow(ctx, "big", keys[i], 1); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportAllocs()
-	b.ResetTimer()
-	var seed atomic.Uint64
-	b.RunParallel(func(pb *testing.PB) {
-		z := rand.NewZipf(rand.New(rand.NewPCG(seed.Add(1), 7)), 1.1, 1, uint64(len(keys)-1))
-		for pb.Next() {
-			if _, err := l.Allow(ctx, "big", keys[z.Uint64()], 1); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

@@ -211,6 +211,16 @@ func TestE2EDashboard(t *testing.T) {
 		`Number(document.getElementById('total-5m').textContent.replace(/,/g, '')) >= `+
 			strings.ReplaceAll(before, ",", "")+` + 60`)
 
+	// A gateway leases tokens of per-ip (a quarter of its burst of 20,
+	// the share one holder may hold): the page lists it with them.
+	const holder = "0123456789abcdef0123456789abcdef"
+	if got := node.lease(t, holder, "per-ip", "gw-key", 50); got != 5 {
+		t.Fatalf("lease: %d granted, want 5 (the share)", got)
+	}
+	poll(t, ctx, "the gateway in the holders list",
+		`(() => { const r = document.querySelector('tr.holder-row[data-holder="`+holder+`"]');
+		  return !!r && r.querySelector('.holder-rules').textContent === 'per-ip 5'; })()`)
+
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
@@ -520,9 +530,38 @@ func freeAddr(t *testing.T) string {
 // and writes e2eRules through the API.
 func startSluiced(t *testing.T, root, token string) *sluiced {
 	t.Helper()
-	s := launch(t, buildSluiced(t, root), token, "-data-dir", filepath.Join(t.TempDir(), "data"))
+	s := launch(t, buildSluiced(t, root), token, "-data-dir", filepath.Join(t.TempDir(), "data"),
+		"-client-token", e2eClientToken)
 	s.putRules(t, token, e2eRules)
 	return s
+}
+
+// e2eClientToken is the lease protocol's token of startSluiced's node.
+const e2eClientToken = "e2e-client-token"
+
+// lease leases want tokens of rule's key for holder through the lease
+// protocol, as a gateway does, and returns what was granted.
+func (s *sluiced) lease(t *testing.T, holder, rule, key string, want int64) int64 {
+	t.Helper()
+	body := fmt.Sprintf(`{"holder":%q,"ops":[{"op":"lease","rule":%q,"key":%q,"want":%d,"need":1,"ttl_ms":60000}]}`, holder, rule, key, want)
+	req, _ := http.NewRequest("POST", s.base+"/v1/lease", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e2eClientToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Results []struct {
+			Granted int64  `json:"granted"`
+			Error   string `json:"error"`
+		} `json:"results"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != 200 || len(r.Results) != 1 || r.Results[0].Error != "" {
+		t.Fatalf("POST /v1/lease: %d %+v %v", resp.StatusCode, r, err)
+	}
+	return r.Results[0].Granted
 }
 
 // launch starts bin on a free loopback port with the admin token and

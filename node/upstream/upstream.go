@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,9 @@ type Config struct {
 	// Probe is how often the global tier is asked for its rules' version
 	// (reachability and round trip, sluice_upstream_*). Zero means 5s.
 	Probe time.Duration
+	// RulesPoll is how often the global tier's rules are fetched again
+	// (node/client's LimiterConfig.RulesPoll). Zero means 5s.
+	RulesPoll time.Duration
 	// Logger receives the Upstream's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -71,11 +75,18 @@ type Upstream struct {
 	lim    *client.Limiter
 	set    *metrics.Set // sluice_upstream_*
 	demand demandTable
+	lent   lentTable
 	local  *floorStore // the Manager's Local Store
 	hc     *fasthttp.Client
 
 	rtt     atomic.Int64 // last measured round trip, ns
 	lastErr atomic.Pointer[string]
+	// checked is the last set CheckRules passed (the node's rules), and
+	// rulesErr, when the global tier's rules changed since, why that set
+	// no longer agrees with them.
+	checked  atomic.Pointer[rules.Set]
+	upRules  *rules.Set // the global tier's rules rulesErr was computed for (run's goroutine)
+	rulesErr atomic.Pointer[string]
 
 	stop chan struct{}
 	done chan struct{}
@@ -114,6 +125,7 @@ func Start(cfg Config) (*Upstream, error) {
 	u := &Upstream{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}),
 		hc: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute}}
 	u.demand.m = map[string]*demandCounter{}
+	u.lent.m = map[string]int64{}
 	rtt := time.Duration(1<<63 - 1)
 	for i, url := range cfg.URLs {
 		cfg.URLs[i] = strings.TrimSuffix(url, "/")
@@ -135,7 +147,8 @@ func Start(cfg Config) (*Upstream, error) {
 	timeout := max(4*rtt, 100*time.Millisecond)
 	u.local = &floorStore{inner: lease.NewMemoryStore(lease.DefaultMemoryStoreConfig()), floor: u.floor}
 	lim, err := client.NewLimiter(client.LimiterConfig{
-		Nodes: cfg.URLs, Token: cfg.Token, Timeout: timeout, Region: cfg.Region, Demand: u.demand.rate,
+		Nodes: cfg.URLs, Token: cfg.Token, Timeout: timeout, Region: cfg.Region, Demand: u.demand.rate, RulesPoll: cfg.RulesPoll,
+		OnLent: u.lent.set,
 		Lease: lease.Config{Horizon: horizon, Idle: cfg.Idle, StoreTimeout: timeout, Local: u.local,
 			Metrics: metrics.NewSet(), Logger: cfg.Logger},
 	})
@@ -160,22 +173,35 @@ func (u *Upstream) Demand(ckey string) { u.demand.add(ckey) }
 // RTT is the last measured round trip to the global tier.
 func (u *Upstream) RTT() time.Duration { return time.Duration(u.rtt.Load()) }
 
-// Ready is nil while the global tier answers (its last probe, and the
-// Manager's breaker closed); else the error says why not.
-func (u *Upstream) Ready() error {
+// State reports whether the global tier answers (its last probe, and
+// the Manager's breaker closed) and what is wrong: why it does not
+// answer, or a global rule of the node's set that the global tier has
+// otherwise since it changed it (nil: nothing).
+func (u *Upstream) State() (reachable bool, err error) {
 	if p := u.lastErr.Load(); p != nil {
-		return errors.New(*p)
+		return false, errors.New(*p)
 	}
 	if !u.Manager().StoreHealthy() {
-		return fmt.Errorf("%w: lease calls are failing (breaker %s)", ErrUnreachable, u.Manager().Stats().Breaker)
+		return false, fmt.Errorf("%w: lease calls are failing (breaker %s)", ErrUnreachable, u.Manager().Stats().Breaker)
 	}
-	return nil
+	if p := u.rulesErr.Load(); p != nil {
+		return true, errors.New(*p)
+	}
+	return true, nil
 }
 
 // CheckRules says why s cannot be installed: each global rule of s must
 // be the global tier's rule of that name, as written.
 func (u *Upstream) CheckRules(s *rules.Set) error {
-	up := u.lim.Rules()
+	if err := checkAgainst(s, u.lim.Rules()); err != nil {
+		return err
+	}
+	u.checked.Store(s)
+	return nil
+}
+
+// checkAgainst is CheckRules against the global tier's rules up.
+func checkAgainst(s, up *rules.Set) error {
 	for _, r := range s.Rules() {
 		if !r.Global {
 			continue
@@ -245,7 +271,29 @@ func (u *Upstream) run() {
 			u.cfg.Logger.Info("upstream: the global tier answers again", "url", url)
 		}
 		u.demand.sweep()
+		u.recheck()
 	}
+}
+
+// recheck checks the node's set again when the global tier's rules
+// changed (the Limiter polls them), and says so in the log, State and
+// sluice_upstream_rules_differ until they agree again.
+func (u *Upstream) recheck() {
+	up, s := u.lim.Rules(), u.checked.Load()
+	if s == nil || up == u.upRules {
+		return
+	}
+	u.upRules = up
+	err := checkAgainst(s, up)
+	if err == nil {
+		if u.rulesErr.Swap(nil) != nil {
+			u.cfg.Logger.Info("upstream: the global rules agree with the global tier's again")
+		}
+		return
+	}
+	msg := err.Error() + " (the global tier changed it: change this region's rules to match)"
+	u.rulesErr.Store(&msg)
+	u.cfg.Logger.Warn("upstream: a global rule differs from the global tier's", "err", msg)
 }
 
 // probe asks url for the lease protocol's rules and returns the round
@@ -283,18 +331,70 @@ func (u *Upstream) probe(url string, timeout time.Duration) (time.Duration, erro
 	return d, nil
 }
 
-// WriteMetrics writes sluice_upstream_* in Prometheus text format.
-func (u *Upstream) WriteMetrics(w io.Writer) { u.set.WritePrometheus(w) }
+// WriteMetrics writes sluice_upstream_* in Prometheus text format,
+// with sluice_upstream_tokens_lent{rule}: what the global tier lends this
+// node of each global rule's keys (the tokens it holds, at most).
+func (u *Upstream) WriteMetrics(w io.Writer) {
+	u.set.WritePrometheus(w)
+	byRule := u.lent.byRule()
+	names := make([]string, 0, len(byRule))
+	for r := range byRule {
+		names = append(names, r)
+	}
+	slices.Sort(names)
+	for _, r := range names { // rule names are [A-Za-z0-9_.-]
+		metrics.WriteGaugeUint64(w, `sluice_upstream_tokens_lent{rule="`+r+`"}`, uint64(byRule[r]))
+	}
+}
+
+// lentTable is what the global tier lends this node of each key, as its
+// last answer said. Bounded like demandTable.
+type lentTable struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (t *lentTable) set(ckey string, lent int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, had := t.m[ckey]
+	switch {
+	case lent <= 0 || (!had && len(t.m) >= maxDemandKeys):
+		delete(t.m, ckey)
+	case had:
+		t.m[ckey] = lent
+	default:
+		t.m[strings.Clone(ckey)] = lent
+	}
+}
+
+// byRule sums the table by rule.
+func (t *lentTable) byRule() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int64{}
+	for k, v := range t.m {
+		rule, _, _ := strings.Cut(k, ":")
+		out[rule] += v
+	}
+	return out
+}
 
 // register adds sluice_upstream_* to the metrics set.
 func (u *Upstream) register() {
 	u.set = metrics.NewSet()
 	set := u.set
 	set.GetOrCreateGauge(`sluice_upstream_reachable`, func() float64 {
-		if u.Ready() != nil {
+		if ok, _ := u.State(); !ok {
 			return 0
 		}
 		return 1
+	})
+	set.GetOrCreateGauge(`sluice_upstream_rules_differ`, func() float64 {
+		if u.rulesErr.Load() != nil {
+			return 1
+		}
+		return 0
 	})
 	set.GetOrCreateGauge(`sluice_upstream_rtt_seconds`, func() float64 { return u.RTT().Seconds() })
 	set.GetOrCreateGauge(`sluice_upstream_keys`, func() float64 { return float64(u.Manager().Stats().ActiveKeys) })

@@ -407,7 +407,33 @@
         el('span', { text: 'Tokens leased / returned' }), el('span', { text: fmt(st.tokens_leased) + ' / ' + fmt(st.tokens_returned) }),
         el('span', { text: 'Degraded decisions' }), el('span', { text: fmt(st.degraded_decisions) }),
       ),
+      el('h3', { text: 'Gateways' }),
+      renderHolders(s),
     );
+  }
+
+  // The gateways the nodes lend to (the lease protocol), the most lent
+  // first, with what each holds by rule.
+  function renderHolders(s) {
+    const hs = s.gateway_holders || [];
+    if (!hs.length) {
+      return el('p', { class: 'empty', id: 'holders', text: 'No gateway holds tokens lent by these nodes.' });
+    }
+    const byRule = (h) => Object.keys(h.rules || {}).sort().map((r) => r + ' ' + fmt(h.rules[r])).join(', ');
+    const rows = hs.map((h) => el('tr', {
+      class: 'holder-row', 'data-holder': h.holder,
+      title: h.holder + ': ' + fmt(h.keys) + ' keys, loan ends ' + (h.until_ms ? clock(h.until_ms) : '–'),
+    },
+    el('td', null, el('span', { class: 'key', text: h.holder.slice(0, 8) + (h.holder.length > 8 ? '…' : '') }),
+      el('div', { class: 'muted', text: 'from ' + h.node })),
+    el('td', { class: 'num', text: fmt(h.lent) }),
+    el('td', { class: 'holder-rules', text: byRule(h) })));
+    return el('div', { id: 'holders' },
+      el('table', null,
+        el('thead', null, el('tr', null, el('th', { text: 'Holder' }),
+          el('th', { class: 'num', text: 'Tokens lent' }), el('th', { text: 'By rule' }))),
+        el('tbody', null, rows)),
+      s.gateway_holders_more ? el('p', { class: 'muted', text: 'and ' + fmt(s.gateway_holders_more) + ' more' }) : null);
   }
 
   function renderMembers() {

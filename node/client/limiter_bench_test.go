@@ -1,0 +1,177 @@
+package client_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/client"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// benchLimiter is a Limiter on a real node (in this process, on
+// loopback) whose rule "big" no benchmark exhausts: once a key is leased,
+// every Allow is decided from the tokens the Limiter holds.
+func benchLimiter(b *testing.B) *client.Limiter {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	b.Cleanup(func() { store.Close() })
+	mcfg := lease.DefaultConfig()
+	mgr := lease.NewManager(store, mcfg)
+	cfg := node.DefaultConfig()
+	cfg.ClientToken = limiterToken
+	n := node.New(cfg, mgr)
+	set, err := rules.Parse([]byte(`
+rules:
+  - name: big
+    algorithm: token_bucket
+    limit: 1000000000000
+    period: 1s
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.SetRules(set)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = n.Serve(ln) }()
+	b.Cleanup(func() { _ = n.Shutdown(context.Background()); mgr.Close() })
+	// A generous Timeout: under valgrind a lease answer takes long, and a
+	// key whose lease timed out would be decided by its failure mode.
+	lcfg := client.LimiterConfig{Nodes: []string{ln.Addr().String()}, Token: limiterToken, Timeout: time.Minute}
+	lcfg.Lease.Idle = time.Hour // no key goes back while the benchmark runs
+	l, err := client.NewLimiter(lcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// zipfKeys leases n keys in l and returns them with a table of Zipf(1.1)
+// draws over them (drawn before the benchmark: the generator costs more
+// than a decision).
+func zipfKeys(b *testing.B, l *client.Limiter, n int) (keys []string, draws []int32) {
+	keys = make([]string, n)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	// Lease every key first, 100 at a time (one request per flush).
+	var wg sync.WaitGroup
+	for w := range 100 {
+		wg.Go(func() {
+			for i := w; i < len(keys); i += 100 {
+				if d, err := l.Allow(context.Background(), "big", keys[i], 1); err != nil || !d.Allowed || d.Degraded {
+					b.Errorf("leasing %s: %+v, %v", keys[i], d, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 7)), 1.1, 1, uint64(n-1))
+	draws = make([]int32, 1<<16)
+	for i := range draws {
+		draws[i] = int32(z.Uint64())
+	}
+	return keys, draws
+}
+
+// BenchmarkLimiterAllow decides one leased key in the gateway's process,
+// from every goroutine at once (go test -cpu 2: both cores on one key).
+func BenchmarkLimiterAllow(b *testing.B) {
+	l := benchLimiter(b)
+	ctx := context.Background()
+	if d, err := l.Allow(ctx, "big", "k", 1); err != nil || !d.Allowed || d.Degraded {
+		b.Fatalf("leasing k: %+v, %v", d, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if d, err := l.Allow(ctx, "big", "k", 1); err != nil || !d.Allowed || d.Degraded {
+				b.Fatalf("%+v %v", d, err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// BenchmarkLimiterAllowZipf decides Zipf-distributed keys over 10k, all
+// leased.
+func BenchmarkLimiterAllowZipf(b *testing.B) {
+	l := benchLimiter(b)
+	ctx := context.Background()
+	keys, draws := zipfKeys(b, l, 10000)
+	var seed atomic.Uint32
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seed.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			if d, err := l.Allow(ctx, "big", keys[draws[i&(len(draws)-1)]], 1); err != nil || !d.Allowed || d.Degraded {
+				b.Fatalf("%+v %v", d, err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// BenchmarkLimiterAllowLatency times every Allow (Zipf over 10k leased
+// keys, every goroutine at once) and reports the distribution: the
+// latency the Limiter adds to a request whose tokens it holds. Each
+// sample includes one reading of the clock, whose own cost is reported
+// as clock-p50/clock-p99 (the same two readings around nothing).
+func BenchmarkLimiterAllowLatency(b *testing.B) {
+	l := benchLimiter(b)
+	ctx := context.Background()
+	keys, draws := zipfKeys(b, l, 10000)
+	var (
+		mu          sync.Mutex
+		all, clocks bench.Histogram
+		seed        atomic.Uint32
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var h, c bench.Histogram
+		i := int(seed.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			k := keys[draws[i&(len(draws)-1)]]
+			t0 := time.Now()
+			d, err := l.Allow(ctx, "big", k, 1)
+			t1 := time.Now()
+			h.Record(t1.Sub(t0))
+			if i&63 == 0 {
+				t2 := time.Now()
+				c.Record(time.Since(t2))
+			}
+			if err != nil || !d.Allowed || d.Degraded {
+				b.Fatalf("%+v %v", d, err)
+			}
+		}
+		mu.Lock()
+		all.Merge(&h)
+		clocks.Merge(&c)
+		mu.Unlock()
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(all.Quantile(0.5)), "p50-ns")
+	b.ReportMetric(float64(all.Quantile(0.99)), "p99-ns")
+	b.ReportMetric(float64(all.Quantile(0.999)), "p99.9-ns")
+	b.ReportMetric(float64(clocks.Quantile(0.5)), "clock-p50-ns")
+	b.ReportMetric(float64(clocks.Quantile(0.99)), "clock-p99-ns")
+}

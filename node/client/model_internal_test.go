@@ -1,0 +1,226 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/clocktest"
+	"github.com/sluicehq/sluice/lease/modeltest"
+	sluiced "github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/node/rules"
+)
+
+// TestModelGatewayTier runs the model-based harness (lease/modeltest) on
+// the gateway tier: each of the harness's holders is a gateway, a
+// lease.Manager over a Limiter's remote Store, which leases through a real
+// node's lease protocol from the Store below it (a MemoryStore on the fake
+// clock). What the gateways admit together is checked against the same
+// reference model as the nodes' Managers on a Store: Store → node →
+// gateway holders keeps the contract.
+//
+// Both sides are checked (never over, and every denial justified), with
+// gateway_share 1 and with the default share (a quarter): the share bound
+// limits what a gateway holds ahead, never what a check needs at once, so
+// a gateway denies only when the Store has not the tokens either.
+//
+// The long form: SLUICE_MODEL_TIME=10m; a failing seed prints its replay.
+func TestModelGatewayTier(t *testing.T) {
+	leased := []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow}
+	for i, c := range []struct {
+		name  string
+		share float64
+	}{
+		{"share=1", 1},
+		{"share=default", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := modeltest.FromEnv(t, modeltest.Options{
+				Seed: 19_000_000 + uint64(i)*1_000_000, Seeds: 30, Steps: 200, Algorithms: leased,
+			})
+			s := modeltest.Run(t, tierHarness(t, c.share), o)
+			t.Logf("model: %d seeds, %d steps, %d decisions checked", s.Seeds, s.Steps, s.Checks)
+		})
+	}
+}
+
+// TestModelGatewayTierFoundSeeds replays seeds whose failures the model
+// found at this tier, as regression cases.
+func TestModelGatewayTierFoundSeeds(t *testing.T) {
+	leased := []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow}
+	for _, c := range []struct {
+		name  string
+		share float64
+		seed  uint64
+	}{
+		// A check of 0 hits on a key the gateway held nothing of was sent
+		// as a lease of 1 token, which stayed lent and unused.
+		{"peek-lends-nothing", 1, 19_000_000},
+		// A loan's renewal (want 0, what is held) was sent as a peek: the
+		// Store went on counting the tokens spent since as lent.
+		{"renewal-is-no-peek", 1, 19_000_025},
+		// The share bound cut a lease below its need: the Manager got
+		// fewer tokens than its check needed, which it could not account
+		// for, and spent them beyond the limit.
+		{"share-keeps-need", 0, 20_000_070},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := modeltest.Options{Seed: c.seed, Seeds: 1, Steps: 250, Algorithms: leased}
+			if s := modeltest.Run(t, tierHarness(t, c.share), o); s.Seeds != 1 {
+				t.Fatalf("ran %d seeds, want 1", s.Seeds)
+			}
+		})
+	}
+}
+
+// tierHarness gives each replay a fresh node on a fresh MemoryStore.
+func tierHarness(t *testing.T, share float64) modeltest.Harness {
+	clk := clocktest.New()
+	var cur *tierStore
+	t.Cleanup(func() {
+		if cur != nil {
+			cur.close()
+		}
+	})
+	return modeltest.Harness{
+		NewStore: func(tb testing.TB) lease.Store {
+			if cur != nil {
+				cur.close() // the harness is done with the previous replay's
+			}
+			clk.Set(clocktest.Epoch) // every replay from the same instant
+			cur = newTierStore(tb, clk, share)
+			return cur
+		},
+		Now: clk.Now, Advance: clk.Advance, Package: "./node/client/",
+		// A gateway's Manager, as NewLimiter configures it: loans no
+		// longer than the nodes grant (the protocol's bound), so that the
+		// Manager stops spending a loan when the Store counts it spent.
+		Config: func(c *lease.Config) { c.LeaseTTL = 30 * time.Second },
+	}
+}
+
+const modelToken = "model-token"
+
+// tierStore is the Store the harness's Managers see: each holder's calls
+// go through a Limiter's remote Store of its own (one gateway per holder),
+// to a node that serves the lease protocol over mem. The harness names
+// policies, a gateway names rules: each policy becomes a rule of the node
+// when first used, and its keys are leased under it.
+type tierStore struct {
+	tb    testing.TB
+	mem   *lease.MemoryStore
+	mgr   *lease.Manager
+	n     *sluiced.Node
+	addr  string
+	share float64
+	done  chan error
+
+	mu    sync.Mutex
+	specs []rules.Spec
+	rule  map[lease.Policy]string
+	gws   map[string]*Limiter // harness holder → its gateway
+}
+
+func newTierStore(tb testing.TB, clk *clocktest.Clock, share float64) *tierStore {
+	mem := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	mcfg := lease.DefaultConfig()
+	mcfg.Now = clk.Now
+	mcfg.SweepInterval = -1
+	mcfg.StoreTimeout = time.Minute // a loaded machine must not make the Store look failed
+	mgr := lease.NewManager(mem, mcfg)
+	cfg := sluiced.DefaultConfig()
+	cfg.ClientToken = modelToken
+	cfg.ClientRate = 1 << 30 // the harness is one client making many calls
+	n := sluiced.New(cfg, mgr)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &tierStore{tb: tb, mem: mem, mgr: mgr, n: n, addr: ln.Addr().String(), share: share,
+		done: make(chan error, 1), rule: map[lease.Policy]string{}, gws: map[string]*Limiter{}}
+	s.setRules()
+	go func() { s.done <- n.Serve(ln) }()
+	return s
+}
+
+func (s *tierStore) setRules() {
+	set, err := rules.NewSet(s.specs)
+	if err != nil {
+		s.tb.Fatalf("rules %+v: %v", s.specs, err)
+	}
+	s.n.SetRules(set)
+}
+
+// ruleFor names p's rule, adding it to the node on first use.
+func (s *tierStore) ruleFor(p lease.Policy) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p.OnFailure = 0 // not the Store's concern
+	if r, ok := s.rule[p]; ok {
+		return r
+	}
+	r := fmt.Sprintf("p%d", len(s.specs))
+	s.specs = append(s.specs, rules.Spec{Name: r, Algorithm: p.Algorithm.String(), Limit: p.Limit,
+		Period: p.Period.String(), Burst: p.Burst, GatewayShare: s.share})
+	s.rule[p] = r
+	s.setRules()
+	return r
+}
+
+// gateway is holder's gateway, started on first use.
+func (s *tierStore) gateway(holder string) *Limiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.gws[holder]; l != nil {
+		return l
+	}
+	l, err := NewLimiter(LimiterConfig{Nodes: []string{s.addr}, Token: modelToken,
+		Timeout: time.Minute, Flush: time.Microsecond, RulesPoll: time.Hour})
+	if err != nil {
+		s.tb.Fatalf("gateway of %s: %v", holder, err)
+	}
+	s.gws[holder] = l
+	return l
+}
+
+func (s *tierStore) close() {
+	s.mu.Lock()
+	gws := s.gws
+	s.gws = nil
+	s.mu.Unlock()
+	for _, l := range gws {
+		_ = l.Close()
+	}
+	_ = s.n.Shutdown(context.Background())
+	<-s.done
+	s.mgr.Close()
+	s.mem.Close()
+}
+
+func (s *tierStore) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	return s.gateway(to.ID).store.Lease(ctx, s.ruleFor(p)+":"+key, p, want, need, to)
+}
+
+func (s *tierStore) Return(ctx context.Context, key string, p lease.Policy, tokens int64, holder string) error {
+	return s.gateway(holder).store.Return(ctx, s.ruleFor(p)+":"+key, p, tokens, holder)
+}
+
+// The exact algorithms are not leased (a gateway sends their checks to
+// the nodes): the harness runs only leased ones here.
+func (s *tierStore) Log(context.Context, string, lease.Policy, int64) (lease.Result, error) {
+	return lease.Result{}, errNotLeased
+}
+
+func (s *tierStore) Acquire(context.Context, string, lease.Policy, string, int64) (lease.Result, error) {
+	return lease.Result{}, errNotLeased
+}
+
+func (s *tierStore) Release(context.Context, string, lease.Policy, string) error {
+	return errNotLeased
+}
+
+func (s *tierStore) Ping(context.Context) error { return nil }
