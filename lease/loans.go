@@ -62,7 +62,8 @@ func (ls loans) after(e int64) int64 {
 // becomes keep + g (keep: what it keeps of the loan before, see split),
 // expiring at max(its expiry, t + TTL) (windowed: 0), and LastSpend
 // becomes t − Idle (the refilling algorithms). The caller has pruned the
-// expired loans. A zero loan is dropped.
+// expired loans. A zero loan is dropped. A new loan keeps to.ID itself:
+// the caller owns it (MemoryStore.Lease passes its shard's copy).
 func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
 	if to.ID == "" {
 		return ls
@@ -84,7 +85,7 @@ func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
 		ls[len(ls)-1] = Loan{}
 		ls = ls[:len(ls)-1]
 	case lent > 0:
-		ls = append(ls, Loan{Holder: cloneString(to.ID), Lent: lent, Expires: exp, LastSpend: last})
+		ls = append(ls, Loan{Holder: to.ID, Lent: lent, Expires: exp, LastSpend: last})
 	}
 	return ls
 }
@@ -361,6 +362,3 @@ func (ls loans) floorTAT(t int64, pf, lf float64) int64 {
 	}
 	return f
 }
-
-// cloneString copies s (a Store keeps holder IDs past the call).
-func cloneString(s string) string { return string([]byte(s)) }

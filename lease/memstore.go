@@ -55,9 +55,32 @@ type MemoryStore struct {
 }
 
 type memShard struct {
-	mu sync.Mutex
-	m  map[string]*memEntry // guarded by mu
-	_  [48]byte             // keep shards on separate cache lines
+	mu      sync.Mutex
+	m       map[string]*memEntry // guarded by mu
+	holders map[string]string    // guarded by mu; see holder
+	_       [40]byte             // keep shards on separate cache lines
+}
+
+// maxHolders bounds a shard's table of holder IDs (see holder): a node's
+// Manager and the gateways that lease from it are a few IDs, but IDs of
+// holders gone for good would otherwise pile up.
+const maxHolders = 256
+
+// holder returns id as a string the shard owns, one copy per ID shared by
+// every key's loans (a key's state keeps its holders' IDs past the call,
+// and the caller's id may be a reused buffer): a copy per key's loan was
+// a sixth of a key's memory. A full table is cleared; IDs in use are then
+// copied once again. sh.mu must be held.
+func (sh *memShard) holder(id string) string {
+	if h, ok := sh.holders[id]; ok {
+		return h
+	}
+	if len(sh.holders) >= maxHolders {
+		clear(sh.holders)
+	}
+	h := strings.Clone(id)
+	sh.holders[h] = h
+	return h
 }
 
 // memEntry is one key's state.
@@ -81,6 +104,7 @@ func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
 	}
 	for i := range m.shards {
 		m.shards[i].m = make(map[string]*memEntry)
+		m.shards[i].holders = make(map[string]string)
 	}
 	interval := cfg.SweepInterval
 	if interval == 0 {
@@ -205,6 +229,9 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 	t := unixMicros(now)
 	e := sh.lookup(key, p.Algorithm, t)
 	st := state(e, p.Algorithm)
+	if to.ID != "" {
+		to.ID = sh.holder(to.ID) // the state may keep it in a loan
+	}
 	g := st.(leasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
 	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
 	// granting nothing settled, maybe to 0.

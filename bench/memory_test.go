@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestNodeMemoryPerKey measures a node's memory per active key through
+// its HTTP API, with SLUICE_MEMORY_KEYS=N (say 1000000; unset, the test
+// is skipped: it takes a minute or more): it builds sluiced, starts it on
+// the in-memory store and then on a redis-server of its own, checks N
+// distinct keys of one token_bucket rule once each through POST /v1/checks
+// (batches of 100, 4 connections, loopback; -lease-idle 1h, so that every
+// key is still active at the end), and logs the node's resident
+// set (VmRSS of /proc/<pid>/status) before and after, per key, beyond the
+// key's own bytes:
+//
+//	SLUICE_MEMORY_KEYS=1000000 go test -count=1 -run NodeMemoryPerKey -v ./bench/
+func TestNodeMemoryPerKey(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("SLUICE_MEMORY_KEYS"))
+	if n <= 0 {
+		t.Skip("set SLUICE_MEMORY_KEYS=1000000 to measure a node's memory per key")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sluiced")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sluiced").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte("rules:\n  - name: mem\n    algorithm: token_bucket\n    limit: 1000\n    period: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("memory", func(t *testing.T) { memoryPerKey(t, bin, rules, "", n) })
+	t.Run("redis", func(t *testing.T) {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			t.Skip("redis-server not installed")
+		}
+		redis, addr, err := StartRedis("", t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer redis.Stop(5 * time.Second)
+		memoryPerKey(t, bin, rules, addr, n)
+	})
+}
+
+func memoryPerKey(t *testing.T, bin, rules, redisAddr string, n int) {
+	addr, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys stay active for the whole run: none is idle long enough to
+	// return its tokens.
+	args := []string{"-listen", addr, "-rules", rules, "-log-level", "warn", "-lease-idle", "1h"}
+	if redisAddr != "" {
+		args = append(args, "-redis", redisAddr)
+	}
+	p, err := StartProcess("sluiced", bin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(10 * time.Second)
+	if err := WaitHTTP(addr, "/readyz", p, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	key := func(i int) string { return fmt.Sprintf("key-%07d", i) }
+	// One batch first, so that the pools and buffers of a running node are
+	// in the first reading.
+	checkKeys(t, addr, 0, 100, key)
+	before := rss(t, p.Pid())
+	start := time.Now()
+	const workers = 4
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo, hi := 100+(n-100)*w/workers, 100+(n-100)*(w+1)/workers
+			checkKeys(t, addr, lo, hi, key)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	after := rss(t, p.Pid())
+	keyBytes := len(key(0))
+	perKey := float64(after-before) / float64(n-100)
+	t.Logf("%d keys in %v: RSS %d -> %d MiB, %.0f B per key, %.0f B beyond the key's %d bytes",
+		n, took.Round(time.Millisecond), before>>20, after>>20, perKey, perKey-float64(keyBytes), keyBytes)
+}
+
+// checkKeys checks the keys of [lo, hi) once each, in batches of 100.
+func checkKeys(t *testing.T, addr string, lo, hi int, key func(int) string) {
+	c := &fasthttp.HostClient{Addr: addr}
+	req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(res)
+	var body bytes.Buffer
+	for i := lo; i < hi; i += 100 {
+		body.Reset()
+		body.WriteString(`{"checks":[`)
+		for k := i; k < min(i+100, hi); k++ {
+			if k > i {
+				body.WriteByte(',')
+			}
+			body.WriteString(`{"rule":"mem","key":"` + key(k) + `"}`)
+		}
+		body.WriteString(`]}`)
+		req.Reset()
+		req.SetRequestURI("http://" + addr + "/v1/checks")
+		req.Header.SetMethod("POST")
+		req.SetBody(body.Bytes())
+		if err := c.Do(req, res); err != nil {
+			t.Error(err)
+			return
+		}
+		if res.StatusCode() != fasthttp.StatusOK || bytes.Contains(res.Body(), []byte(`"error"`)) {
+			t.Errorf("POST /v1/checks: %d %.200s", res.StatusCode(), res.Body())
+			return
+		}
+	}
+}
+
+// rss is the resident set of process pid, in bytes.
+func rss(t *testing.T, pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("/proc/%d/status: no VmRSS", pid)
+	return 0
+}
