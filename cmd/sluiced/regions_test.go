@@ -210,6 +210,7 @@ func TestRegionsCutOff(t *testing.T) {
 	lent := float64(100)
 	_, m := global.check(t, "g", "k", 0)
 	lent -= m["remaining"].(float64) // what the global tier lent a
+	t.Logf("cut off: admitted %d of 60 checks, holding %v lent before the cut (1 spent)", cutAdmitted, lent)
 	if max := int(lent) - 1 + 10; cutAdmitted > max {
 		t.Fatalf("cut off: admitted %d, want at most the %v it held less the first check, plus the floor 10", cutAdmitted, lent)
 	}

@@ -122,18 +122,22 @@ func Start(cfg Config) (*Upstream, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.URLs = slices.Clone(cfg.URLs)
+	for i, url := range cfg.URLs {
+		cfg.URLs[i] = strings.TrimSuffix(url, "/")
+	}
 	u := &Upstream{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}),
 		hc: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute}}
 	u.demand.m = map[string]*demandCounter{}
 	u.lent.m = map[string]int64{}
 	rtt := time.Duration(1<<63 - 1)
-	for i, url := range cfg.URLs {
-		cfg.URLs[i] = strings.TrimSuffix(url, "/")
+	for _, url := range cfg.URLs {
 		// The first request opens the connection; the next ones are one
 		// round trip each.
 		for range 4 {
-			d, err := u.probe(cfg.URLs[i], 3*time.Second)
+			d, err := u.probe(url, 3*time.Second)
 			if err != nil {
+				u.hc.CloseIdleConnections()
 				return nil, err
 			}
 			rtt = min(rtt, d)
@@ -144,16 +148,17 @@ func Start(cfg Config) (*Upstream, error) {
 	}
 	u.rtt.Store(int64(rtt))
 	horizon := max(cfg.Horizon, 8*rtt)
-	timeout := max(4*rtt, 100*time.Millisecond)
+	timeout := max(4*rtt, 100*time.Millisecond) // a Store call's: the Limiter's request timeout plus its batching
 	u.local = &floorStore{inner: lease.NewMemoryStore(lease.DefaultMemoryStoreConfig()), floor: u.floor}
 	lim, err := client.NewLimiter(client.LimiterConfig{
 		Nodes: cfg.URLs, Token: cfg.Token, Timeout: timeout, Region: cfg.Region, Demand: u.demand.rate, RulesPoll: cfg.RulesPoll,
 		OnLent: u.lent.set,
-		Lease: lease.Config{Horizon: horizon, Idle: cfg.Idle, StoreTimeout: timeout, Local: u.local,
+		Lease: lease.Config{Horizon: horizon, Idle: cfg.Idle, Local: u.local,
 			Metrics: metrics.NewSet(), Logger: cfg.Logger},
 	})
 	if err != nil {
 		u.local.inner.Close()
+		u.hc.CloseIdleConnections()
 		return nil, fmt.Errorf("upstream %s: %w", strings.Join(cfg.URLs, ","), err)
 	}
 	u.lim = lim
