@@ -265,7 +265,8 @@ func run(b *testing.B, call func(i int) error, server func() (time.Duration, int
 }
 
 // BenchmarkShouldRateLimitDirect is the server's own work per call, without
-// gRPC: ShouldRateLimit called in process on the node of benchNode.
+// gRPC: ShouldRateLimit called in process, on a node deciding the same
+// limit as benchNode's.
 func BenchmarkShouldRateLimitDirect(b *testing.B) {
 	store := lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
 	defer store.Close()
