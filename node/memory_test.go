@@ -14,16 +14,20 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lua"
+	"github.com/sluicehq/sluice/lua/redistest"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/rules"
 )
 
-// TestLiveHeapPerKey is bench's TestNodeMemoryPerKey (memory store) in
-// one process, where the heap that survives a collection can be read: with
+// TestLiveHeapPerKey is bench's TestNodeMemoryPerKey in one process, where
+// the heap that survives a collection can be read: with
 // SLUICE_MEMORY_KEYS=N (unset, the test is skipped) it checks N distinct
 // keys of one token_bucket rule once each through POST /v1/checks on
-// loopback and logs the live heap per key beyond the key. With
-// -memprofile, the profile shows where the bytes are:
+// loopback and logs the live heap per key beyond the key, on the in-memory
+// store, or with SLUICE_MEMORY_STORE=redis on a redis-server of its own
+// (the heap is then the node's alone). With -memprofile, the profile shows
+// where the bytes are:
 //
 //	SLUICE_MEMORY_KEYS=200000 go test -count=1 -run LiveHeapPerKey -v -memprofile /tmp/heap.prof -memprofilerate 512 ./node/
 func TestLiveHeapPerKey(t *testing.T) {
@@ -31,8 +35,23 @@ func TestLiveHeapPerKey(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set SLUICE_MEMORY_KEYS=200000 to measure the live heap per key")
 	}
-	store := lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
-	defer store.Close()
+	var store lease.Store
+	if os.Getenv("SLUICE_MEMORY_STORE") == "redis" {
+		cfg, err := lua.ParseURL("redis://" + redistest.Start(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := lua.NewStore(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Close()
+		store = rs
+	} else {
+		ms := lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
+		defer ms.Close()
+		store = ms
+	}
 	cfg := lease.DefaultConfig()
 	cfg.Idle = time.Hour // every key stays active
 	mgr := lease.NewManager(store, cfg)

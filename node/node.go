@@ -95,6 +95,12 @@ type Upstream interface {
 	CheckRules(s *rules.Set) error
 	// WriteMetrics writes its metrics (sluice_upstream_*) to /metrics.
 	WriteMetrics(w io.Writer)
+	// URLs are the global tier's nodes, RTT the last measured round trip
+	// to it, and Lent what it lends this node of each global rule's keys
+	// (the tokens held, at most), by rule: /v1/stats shows them.
+	URLs() []string
+	RTT() time.Duration
+	Lent() map[string]int64
 }
 
 // CheckRules says why s cannot be installed on this node (see

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -95,10 +96,67 @@ func storeOf(s lease.Stats) *statsStore {
 
 // statsNode is one member's line in "nodes".
 type statsNode struct {
-	Name  string      `json:"name"`
-	OK    bool        `json:"ok"`
-	Error string      `json:"error,omitempty"`
-	Store *statsStore `json:"store,omitempty"`
+	Name     string         `json:"name"`
+	OK       bool           `json:"ok"`
+	Error    string         `json:"error,omitempty"`
+	Store    *statsStore    `json:"store,omitempty"`
+	Upstream *StatsUpstream `json:"upstream,omitempty"`
+}
+
+// StatsUpstream is the global tier's state in /v1/stats (a region's node
+// with an upstream, docs/regions.md): one node's in "nodes", and in the
+// body the cluster's, merged over the nodes that answered.
+type StatsUpstream struct {
+	// URLs are the global tier's nodes this node leases from.
+	URLs []string `json:"urls"`
+	// Reachable is whether the global tier answers (merged: every node
+	// that answered reaches it); Error what is wrong when it does not, or
+	// a global rule that differs from the global tier's (merged: the
+	// first node's, prefixed with its name).
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+	// RTTMS is the last measured round trip to the global tier, in
+	// milliseconds (merged: the longest).
+	RTTMS float64 `json:"rtt_ms"`
+	// Keys is the keys of global rules held; Lent the tokens the global
+	// tier lends of each global rule's keys (what the nodes hold of them,
+	// at most) by rule (merged: summed).
+	Keys int64            `json:"keys"`
+	Lent map[string]int64 `json:"lent"`
+}
+
+// upstreamStats is u's state as /v1/stats shows it.
+func upstreamStats(u Upstream) *StatsUpstream {
+	ok, err := u.State()
+	out := &StatsUpstream{URLs: u.URLs(), Reachable: ok, RTTMS: float64(u.RTT().Microseconds()) / 1000,
+		Keys: u.Manager().Stats().ActiveKeys, Lent: u.Lent()}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if out.Lent == nil {
+		out.Lent = map[string]int64{}
+	}
+	return out
+}
+
+// add merges a peer's upstream state (the peer named name) into s.
+func (s *StatsUpstream) add(name string, o *StatsUpstream) {
+	if !o.Reachable {
+		s.Reachable = false
+	}
+	if s.Error == "" && o.Error != "" {
+		s.Error = name + ": " + o.Error
+	}
+	s.RTTMS = max(s.RTTMS, o.RTTMS)
+	s.Keys += o.Keys
+	for r, n := range o.Lent {
+		s.Lent[r] += n
+	}
+	for _, url := range o.URLs {
+		if !slices.Contains(s.URLs, url) {
+			s.URLs = append(s.URLs, url)
+		}
+	}
 }
 
 // statsBody is the body of GET /v1/stats.
@@ -118,6 +176,9 @@ type statsBody struct {
 	// first (at most MaxStatsHolders; GatewayHoldersMore counts the rest).
 	GatewayHolders     []GatewayHolderStats `json:"gateway_holders,omitempty"`
 	GatewayHoldersMore int                  `json:"gateway_holders_more,omitempty"`
+	// Upstream is the global tier's state (sluiced -upstream), merged
+	// over the nodes that answered; absent without an upstream.
+	Upstream *StatsUpstream `json:"upstream,omitempty"`
 }
 
 // statsState is a Node's stats ring and its sampler goroutine.
@@ -229,12 +290,20 @@ func (s *statsState) local() statsBody {
 	s.mu.Unlock()
 	st := storeOf(s.n.mgr.Stats())
 	self := s.n.selfName()
-	return statsBody{
+	body := statsBody{
 		Self: self, BucketMS: StatsBucket.Milliseconds(),
 		StartMS: start.UnixMilli(), NowMS: now.UnixMilli(),
 		Rules: rows, Store: st,
 		Nodes: []statsNode{{Name: self, OK: true, Store: st}},
 	}
+	if u := s.n.cfg.Upstream; u != nil {
+		body.Nodes[0].Upstream = upstreamStats(u)
+		merged := *body.Nodes[0].Upstream
+		merged.URLs = slices.Clone(merged.URLs)
+		merged.Lent = maps.Clone(merged.Lent)
+		body.Upstream = &merged
+	}
+	return body
 }
 
 // selfName is the node's name as /v1/members shows it.
@@ -318,6 +387,9 @@ func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.
 		}()
 	}
 	wg.Wait()
+	if u := body.Upstream; u != nil && u.Error != "" {
+		u.Error = body.Self + ": " + u.Error // merged: each error names its node
+	}
 	rows := make(map[string]*statsRule, len(body.Rules))
 	for i := range body.Rules {
 		r := body.Rules[i]
@@ -330,7 +402,16 @@ func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.
 			body.Nodes = append(body.Nodes, statsNode{Name: p.Name, Error: a.err.Error()})
 			continue
 		}
-		body.Nodes = append(body.Nodes, statsNode{Name: p.Name, OK: true, Store: a.b.Store})
+		body.Nodes = append(body.Nodes, statsNode{Name: p.Name, OK: true, Store: a.b.Store, Upstream: a.b.Upstream})
+		if u := a.b.Upstream; u != nil {
+			if u.Lent == nil {
+				u.Lent = map[string]int64{}
+			}
+			if body.Upstream == nil {
+				body.Upstream = &StatsUpstream{Reachable: true, Lent: map[string]int64{}}
+			}
+			body.Upstream.add(p.Name, u)
+		}
 		for rule, gs := range a.b.Gateway {
 			if body.Gateway == nil {
 				body.Gateway = map[string]GatewayRuleStats{}

@@ -263,3 +263,34 @@ func run(b *testing.B, call func(i int) error, server func() (time.Duration, int
 		b.ReportMetric(float64(allocs-allocs0)/float64(len(lat)), "server-allocs/call")
 	}
 }
+
+// BenchmarkShouldRateLimitDirect is the server's own work per call, without
+// gRPC: ShouldRateLimit called in process, on a node deciding the same
+// limit as benchNode's.
+func BenchmarkShouldRateLimitDirect(b *testing.B) {
+	store := lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
+	defer store.Close()
+	mgr := lease.NewManager(store, lease.DefaultConfig())
+	defer mgr.Close()
+	n := node.New(node.DefaultConfig(), mgr)
+	n.SetRules(nil)
+	srv := rls.NewServer(rls.ServerConfig{Engine: n, Metrics: n.MetricsSet()})
+	c, err := rls.Parse(rls.Doc{Name: "bench.yaml", Data: []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.SetConfig(c)
+	reqs := make([]*rlsv3.RateLimitRequest, 1000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "user-" + strconv.Itoa(i)}}}}}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := srv.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -9,15 +9,17 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // codec is the server's gRPC codec. Messages with go-control-plane's
 // vtprotobuf-generated marshalling (compiled in with the build tag
 // vtprotobuf, as `make build` and deploy/Dockerfile build) are encoded by
-// it, without reflection; every other message, and every request (the
-// generated code has no unmarshalling), goes through gRPC's proto codec. A
-// *reply is encoded as its response and then returned to its pool.
+// it, without reflection; every other message goes through gRPC's proto
+// codec. A *reply is encoded as its response and then returned to its
+// pool; a *request (the generated code has no unmarshalling) is decoded by
+// request.decode.
 type codec struct{ proto encoding.CodecV2 }
 
 func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
@@ -54,7 +56,20 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+// Unmarshal decodes a *request with request.decode, or with the proto
+// library when that declines; every other message with the proto codec.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	r, ok := v.(*request)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if r.decode(buf.ReadOnlyData()) {
+		return nil
+	}
+	return proto.Unmarshal(buf.ReadOnlyData(), &r.req)
+}
 
 // Name is the proto codec's: requests come as application/grpc(+proto).
 func (c codec) Name() string { return c.proto.Name() }
@@ -123,7 +138,7 @@ func (r *reply) release() {
 }
 
 // serviceDesc is go-control-plane's RateLimitService with a handler that
-// answers with a pooled *reply.
+// decodes into a pooled *request and answers with a pooled *reply.
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: rlsv3.RateLimitService_ServiceDesc.ServiceName,
 	HandlerType: (*rlsv3.RateLimitServiceServer)(nil),
@@ -134,17 +149,13 @@ var serviceDesc = grpc.ServiceDesc{
 	Metadata: rlsv3.RateLimitService_ServiceDesc.Metadata,
 }
 
-func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	req := new(rlsv3.RateLimitRequest)
-	if err := dec(req); err != nil {
+func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	// The server installs no interceptors.
+	s := srv.(*Server)
+	r := s.requests.Get().(*request)
+	defer s.requests.Put(r) // the reply holds nothing of it
+	if err := dec(r); err != nil {
 		return nil, err
 	}
-	s := srv.(*Server)
-	if interceptor == nil {
-		return s.shouldRateLimitPooled(ctx, req)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
-	return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
-		return s.ShouldRateLimit(ctx, req.(*rlsv3.RateLimitRequest))
-	})
+	return s.shouldRateLimitPooled(ctx, &r.req)
 }

@@ -77,14 +77,15 @@ type ServerConfig struct {
 // SetConfig may be called at any time (the configuration is swapped
 // atomically; calls in flight finish with the one they started with).
 type Server struct {
-	cfg     ServerConfig
-	log     *slog.Logger
-	conf    atomic.Pointer[Config]
-	grpc    *grpc.Server
-	health  *health.Server
-	met     *statsSet
-	states  sync.Pool // of *callState
-	replies sync.Pool // of *reply
+	cfg      ServerConfig
+	log      *slog.Logger
+	conf     atomic.Pointer[Config]
+	grpc     *grpc.Server
+	health   *health.Server
+	met      *statsSet
+	states   sync.Pool // of *callState
+	replies  sync.Pool // of *reply
+	requests sync.Pool // of *request
 
 	closeOnce sync.Once
 }
@@ -107,6 +108,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s := &Server{cfg: cfg, log: cfg.Logger, met: newStatsSet(cfg.Metrics)}
 	s.states.New = func() any { return &callState{} }
 	s.replies.New = func() any { return &reply{pool: &s.replies} }
+	s.requests.New = func() any { return &request{} }
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.ForceServerCodecV2(newCodec()),
 		// Calls run on long-lived goroutines (up to this many at a time;
 		// more get one each): a goroutine per call grew its stack on every

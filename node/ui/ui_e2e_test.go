@@ -907,3 +907,97 @@ func TestE2EDashboardNoToken(t *testing.T) {
 		t.Errorf("browser console: %s", m)
 	}
 }
+
+// upstreamRules are the global tier's rules; a region has them too, and
+// its own.
+const upstreamRules = `rules:
+  - name: global-minute
+    algorithm: token_bucket
+    limit: 600
+    period: 1m
+    scope: global
+`
+
+// TestE2EDashboardUpstream opens the dashboard of a region's node that
+// leases a global rule from a global tier (a second sluiced, reached
+// through a proxy the test closes): the Store card's "Global tier"
+// section shows the global tier reachable, its address and round trip,
+// and the tokens held of the global rule; with the proxy closed, it
+// shows the global tier unreachable with the error, in the section and
+// in the header's pill. The screenshot is dashboard-upstream.png.
+func TestE2EDashboardUpstream(t *testing.T) {
+	chrome := chromiumPath(t)
+	root := repoRoot(t)
+	out := outDir(t, root)
+	bin := buildSluiced(t, root)
+	dir := t.TempDir()
+	globalFile, regionFile := filepath.Join(dir, "global.yaml"), filepath.Join(dir, "region.yaml")
+	if err := os.WriteFile(globalFile, []byte(upstreamRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(regionFile, []byte(upstreamRules+`  - name: region-minute
+    algorithm: token_bucket
+    limit: 60
+    period: 1m
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const token = "e2e-upstream-token"
+	global := launch(t, bin, token, "-rules", globalFile, "-client-token", e2eClientToken)
+	target, err := url.Parse(global.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
+	t.Cleanup(link.Close)
+	region := launch(t, bin, token, "-rules", regionFile, "-upstream", link.URL,
+		"-upstream-token", e2eClientToken, "-region", "eu")
+	for range 3 {
+		if code := region.check(t, "global-minute", "tenant-1"); code != 200 {
+			t.Fatalf("a check of the global rule: %d, want 200", code)
+		}
+	}
+
+	ctx := newBrowser(t, chrome)
+	console := watchConsole(t, ctx)
+	step(t, ctx, "open the region's dashboard with the token",
+		chromedp.EmulateViewport(1280, 800),
+		chromedp.Navigate(region.base+"/ui/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.ID("app")),
+	)
+	poll(t, ctx, "the global tier reachable, its address and round trip",
+		`document.getElementById('upstream-state').textContent.startsWith('Reachable') && `+
+			`document.getElementById('upstream-urls').textContent === '`+link.URL+`' && `+
+			`/^[0-9.]+ ms$/.test(document.getElementById('upstream-rtt').textContent) && `+
+			`document.getElementById('pill-upstream').textContent.startsWith('Global tier ')`)
+	poll(t, ctx, "the tokens held of the global rule",
+		`(() => { const r = document.querySelector('tr.upstream-row[data-rule="global-minute"] .held');
+		  return !!r && Number(r.textContent.replace(/,/g, '')) > 0; })()`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.scrollTo(0, 0)`)); err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	save(t, out, "dashboard-upstream.png", shot)
+
+	// The link to the global tier closes: the node's next probe fails.
+	link.CloseClientConnections()
+	link.Close()
+	poll(t, ctx, "the global tier unreachable, with the error",
+		`document.getElementById('upstream-state').textContent.startsWith('Unreachable') && `+
+			`document.getElementById('upstream-error').textContent.includes('cannot be reached') && `+
+			`document.getElementById('pill-upstream').textContent === 'Global tier unreachable'`)
+	over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('.card')).filter((c) => c.scrollWidth > c.clientWidth).map((c) => c.id)`))
+	if err != nil || len(over) > 0 {
+		t.Errorf("cards whose content is wider than the card at 1280×800: %v (err %v)", over, err)
+	}
+	for _, m := range console.errors() {
+		t.Errorf("browser console: %s", m)
+	}
+}

@@ -175,6 +175,13 @@ func (u *Upstream) Manager() *lease.Manager { return u.lim.Manager() }
 // Demand counts one check of counter key ckey.
 func (u *Upstream) Demand(ckey string) { u.demand.add(ckey) }
 
+// URLs are the global tier's nodes this Upstream leases from.
+func (u *Upstream) URLs() []string { return slices.Clone(u.cfg.URLs) }
+
+// Lent is what the global tier lends this node of each global rule's
+// keys, by rule (the tokens it holds, at most).
+func (u *Upstream) Lent() map[string]int64 { return u.lent.byRule() }
+
 // RTT is the last measured round trip to the global tier.
 func (u *Upstream) RTT() time.Duration { return time.Duration(u.rtt.Load()) }
 
@@ -341,7 +348,7 @@ func (u *Upstream) probe(url string, timeout time.Duration) (time.Duration, erro
 // node of each global rule's keys (the tokens it holds, at most).
 func (u *Upstream) WriteMetrics(w io.Writer) {
 	u.set.WritePrometheus(w)
-	byRule := u.lent.byRule()
+	byRule := u.Lent()
 	names := make([]string, 0, len(byRule))
 	for r := range byRule {
 		names = append(names, r)

@@ -239,6 +239,12 @@
       const text = b === 'closed' ? 'Store healthy' : 'Store breaker ' + b;
       h.append(el('span', { class: 'pill', id: 'pill-store' }, el('i', { class: 'dot ' + cls }), text));
     }
+    if (s && s.upstream) {
+      const u = s.upstream;
+      h.append(el('span', { class: 'pill', id: 'pill-upstream', title: u.error || null },
+        el('i', { class: 'dot ' + (!u.reachable ? 'bad' : (u.error ? 'warn' : 'ok')) }),
+        u.reachable ? 'Global tier ' + fmt(u.rtt_ms) + ' ms' : 'Global tier unreachable'));
+    }
     if (state.members) {
       const ms = state.members.members || [];
       const alive = ms.filter((m) => m.state === 'alive').length;
@@ -407,9 +413,39 @@
         el('span', { text: 'Tokens leased / returned' }), el('span', { text: fmt(st.tokens_leased) + ' / ' + fmt(st.tokens_returned) }),
         el('span', { text: 'Degraded decisions' }), el('span', { text: fmt(st.degraded_decisions) }),
       ),
+      s.upstream ? el('h3', { text: 'Global tier' }) : null,
+      s.upstream ? renderUpstream(s) : null,
       el('h3', { text: 'Gateways' }),
       renderHolders(s),
     );
+  }
+
+  // The global tier this region's nodes lease global rules from
+  // (sluiced -upstream): reachable or not and why, the round trip, and
+  // the tokens the nodes hold of each global rule.
+  function renderUpstream(s) {
+    const u = s.upstream;
+    const lent = u.lent || {};
+    const rules = Object.keys(lent).sort();
+    const nodes = ((s.nodes || []).filter((n) => n.upstream));
+    return el('div', { id: 'upstream' },
+      el('div', { class: 'breaker', id: 'upstream-state' },
+        el('i', { class: 'dot ' + (!u.reachable ? 'bad' : (u.error ? 'warn' : 'ok')) }),
+        u.reachable ? 'Reachable' : 'Unreachable',
+        el('span', { class: 'muted', text: u.reachable && !u.error ? 'global rules lease from it' : 'global rules decide from the tokens held, then by on_store_failure' })),
+      u.error ? el('p', { class: 'error', id: 'upstream-error', text: u.error }) : null,
+      el('div', { class: 'kv' },
+        el('span', { text: 'Nodes' }), el('span', { class: 'key', id: 'upstream-urls', text: (u.urls || []).join(', ') }),
+        el('span', { text: nodes.length > 1 ? 'Round trip (slowest node)' : 'Round trip' }), el('span', { id: 'upstream-rtt', text: fmt(u.rtt_ms) + ' ms' }),
+        el('span', { text: 'Global keys held' }), el('span', { text: fmt(u.keys) }),
+      ),
+      rules.length ? el('table', { id: 'upstream-rules' },
+        el('thead', null, el('tr', null, el('th', { text: 'Global rule' }), el('th', { class: 'num', text: 'Tokens held' }))),
+        el('tbody', null, rules.map((r) => el('tr', { class: 'upstream-row', 'data-rule': r },
+          el('td', { text: r }), el('td', { class: 'num held', text: fmt(lent[r]) }))))) :
+        el('p', { class: 'empty', id: 'upstream-rules', text: 'No tokens of global rules held.' }),
+      nodes.length > 1 ? el('p', { class: 'muted' }, nodes.map((n) => n.name + ': ' +
+        (n.upstream.reachable ? fmt(n.upstream.rtt_ms) + ' ms' : 'unreachable')).join(' · ')) : null);
   }
 
   // The gateways the nodes lend to (the lease protocol), the most lent
