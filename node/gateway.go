@@ -490,7 +490,7 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 		return api.LeaseResult{Error: err.Error()}
 	}
 	if share != nil {
-		gr = lease.Grant{Lent: gr.Lent, Wait: time.Duration(share.WaitMS) * time.Millisecond,
+		gr = lease.Grant{Lent: gr.Lent, Remaining: min(gr.Remaining, share.Remaining), Wait: time.Duration(share.WaitMS) * time.Millisecond,
 			Reset: time.Duration(share.ResetMS) * time.Millisecond}
 	}
 	if lo.region {

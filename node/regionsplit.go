@@ -121,11 +121,15 @@ func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp
 			// The Store's loan to the holder is unchanged: what it holds.
 			Lent:   op.Held,
 			WaitMS: wait,
-			// Nothing is known of the key's level: not a period's
-			// (a holder would take the key for empty until then and deny
-			// without asking), but the wait's, after which it asks the
-			// Store.
-			ResetMS: wait,
+			// What the holder may be granted now (its credit; the caller
+			// lowers it to the Store's), and the wait as the reset: a
+			// holder projects the key's level from them (a sliding
+			// window's refills at the key's rate from Remaining, faster
+			// than its credit; a reset of a period would have it take
+			// the key for empty until then), and asks once they cover
+			// its need.
+			Remaining: int64(math.Floor(h.credit)),
+			ResetMS:   wait,
 		}, true, true
 	}
 	op.Want = max(min(op.Want, int64(math.Floor(h.credit))), need)

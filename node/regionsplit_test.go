@@ -154,6 +154,13 @@ func TestRegionSplitNoBoundBelowSaturation(t *testing.T) {
 		t.Fatalf("b with no credit left: %+v deny %v; want a wait of 7ms and its loan kept (3)", res, deny)
 	}
 	clk.Advance(10 * time.Millisecond) // 8 tokens of credit
+	// A wait answers what b could be granted now, and its end as the
+	// reset (not a period's: b would take the key for empty until then).
+	more := api.LeaseOp{Op: api.OpLease, Want: 20, Need: 20, Demand: 1600}
+	if res, deny, _ := s.clamp("g:k", "b", p, &more); !deny || res.Remaining != 8 || res.WaitMS != 15 || res.ResetMS != res.WaitMS {
+		// 12 tokens more at 800/s: 15ms.
+		t.Fatalf("b needing 20 with a credit of 8: %+v deny %v; want a wait of 15ms, remaining 8, reset at the wait", res, deny)
+	}
 	if _, deny, _ := s.clamp("g:k", "b", p, &op4); deny || op4.Want != 8 {
 		t.Fatalf("b after 10ms: want %d, deny %v; want its credit, 8", op4.Want, deny)
 	}

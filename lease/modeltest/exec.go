@@ -302,9 +302,8 @@ type recorder struct {
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
 	shared := ""
-	if ss, ok := r.Store.(SharedStore); ok && err == nil && g.Granted == 0 && ss.ShareWait(key, to.ID) {
+	if ss, ok := r.Store.(SharedStore); ok && err == nil && g.Granted == 0 && want > 0 && ss.ShareWait(key, to.ID) {
 		shared = " (a wait for its share)"
-		r.md.shareWait(r.m, key, g.Wait, r.now())
 	}
 	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, lent %d, err %v%s",
 		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Lent, err, shared)
@@ -314,6 +313,9 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
+	}
+	if shared != "" {
+		r.md.shareWait(r.m, key, g, r.now())
 	}
 	return g, err
 }

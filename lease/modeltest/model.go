@@ -79,6 +79,10 @@ type keyModel struct {
 	// shareUntil: after its tier answered it from its share of the key
 	// (SharedStore), until when the holder may deny what it cannot cover.
 	shareUntil []int64
+	// shareAt, shareRem: the holder's last answer from its share (0: a
+	// Store answer came since) and its Remaining, which a share cannot
+	// outgrow faster than the key's rate.
+	shareAt, shareRem []int64
 	// horizon is the Managers' Config.Horizon.
 	horizon time.Duration
 	// batchUntil: after a Store denial, until when the holder may wait
@@ -112,6 +116,8 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			lastUse:    make([]int64, slots),
 			batchUntil: make([]int64, slots),
 			shareUntil: make([]int64, slots),
+			shareAt:    make([]int64, slots),
+			shareRem:   make([]int64, slots),
 			horizon:    horizon,
 			bucket:     make([]bool, slots),
 			counted:    make(map[int64]int64),
@@ -335,6 +341,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		md.fail("%s: the Store granted %d tokens to m%d", k.name, g.Granted, m)
 		return
 	}
+	k.shareAt[m] = 0 // a Store's answer (shareWait sets it again after a share's)
 	own := k.heldNow(m, now)
 	if g.Granted > 0 {
 		k.held[m] = own + g.Granted
@@ -427,8 +434,9 @@ func (md *model) setHorizon(d time.Duration) {
 }
 
 // shareWait records that holder m's tier answered its lease call of key,
-// at t, from m's share of the key (SharedStore): nothing granted, a wait.
-func (md *model) shareWait(m int, key string, wait time.Duration, t time.Time) {
+// at t, from m's share of the key (SharedStore): nothing granted, a wait
+// (after md.leased, which recorded it as any answer).
+func (md *model) shareWait(m int, key string, g lease.Grant, t time.Time) {
 	md.mu.Lock()
 	defer md.mu.Unlock()
 	i, ok := md.byName[key]
@@ -437,7 +445,8 @@ func (md *model) shareWait(m int, key string, wait time.Duration, t time.Time) {
 		return
 	}
 	k, now := md.keys[i], t.UnixNano()
-	k.shareUntil[m] = max(k.shareUntil[m], now+int64(max(wait, time.Millisecond)+k.horizon))
+	k.shareUntil[m] = max(k.shareUntil[m], now+int64(max(g.Wait, time.Millisecond)+k.horizon))
+	k.shareAt[m], k.shareRem[m] = now, max(g.Remaining, 0)
 }
 
 // returned records tokens that holder m gave back.
@@ -598,7 +607,13 @@ func (md *model) judge(m int, it item, d lease.Decision) string {
 	own := k.usable(m, now)
 	if h > own && now <= k.shareUntil[m] {
 		// Clause (d): its tier answered it a wait for its share of the
-		// key (SharedStore), until that wait and a horizon.
+		// key (SharedStore), until that wait and a horizon,
+		return ""
+	}
+	if at := k.shareAt[m]; at != 0 && h > own &&
+		float64(k.shareRem[m])+math.Ceil(k.rate*float64(now-at)) < float64(h-own)+1 {
+		// or while the share it answered (what it could be granted
+		// then), grown at the key's whole rate since, cannot cover h.
 		return ""
 	}
 	need := float64(h)

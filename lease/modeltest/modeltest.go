@@ -38,8 +38,10 @@
 // tokens, cannot cover h; (c) after a Store denial, until its Wait plus a
 // horizon, h plus a batch is not covered; (d) on a tier that splits a
 // saturated key among its holders (SharedStore: the region tier), after
-// an answer from the holder's share, until its Wait plus a horizon, h is
-// more than the holder has on hand. What each holder holds is
+// an answer from the holder's share, h is more than the holder has on
+// hand, until the answer's Wait plus a horizon, or while the answer's
+// Remaining (what its share could be granted) grown at the key's whole
+// rate since cannot cover it. What each holder holds is
 // measured, not guessed: every Manager talks to the Store through a
 // recording wrapper, which also sees each loan's TTL (a loan that ends
 // unspent counts as spent then; a bucket dropped without a return, as
@@ -117,8 +119,10 @@ type Harness struct {
 // with a wait, asking the Store below for no tokens (only to renew and
 // settle the region's loan, as any call does). Such a denial is the
 // contract's clause (d): the holder may deny what it cannot cover until
-// that wait and a horizon have passed. The answer is otherwise the
-// model's as any other (its Lent, the loan renewed).
+// that wait and a horizon have passed, and while the answer's Remaining
+// (what its share could be granted then), grown at the key's whole rate
+// (a share grows no faster), cannot cover it. The answer is otherwise
+// the model's as any other (its Lent, the loan renewed).
 type SharedStore interface {
 	lease.Store
 	// ShareWait reports whether the last answer to holder's lease call

@@ -186,6 +186,10 @@ func TestModelRegionTierFoundSeeds(t *testing.T) {
 		// was neither settled nor renewed there, and the answer's Lent
 		// (what the region said it held) refused its refunds.
 		{"share-wait-renews-the-loan", 21_000_015},
+		// A sliding_window region denied a check its share, answered for
+		// a prefetch of 1, could not cover for seconds: justified (clause
+		// (d) by the share's Remaining), not only until the answer's wait.
+		{"share-covers-by-its-rate", 21_000_275},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := modeltest.Options{Seed: c.seed, Seeds: 1, Steps: 200, Algorithms: leased}
