@@ -110,7 +110,7 @@ func newGateway(cfg Config, set *metrics.Set) *gateway {
 		},
 		set:    set,
 		byRule: map[string]*gatewayRuleMetrics{},
-		split:  newRegionSplit(nil),
+		split:  newRegionSplit(cfg.Now),
 	}
 	g.book.m = map[string]loanEntry{}
 	return g
@@ -468,13 +468,17 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 		}
 		return api.LeaseResult{Remaining: gr.Remaining, WaitMS: ceilMS(gr.Wait), ResetMS: ceilMS(gr.Reset)}
 	}
+	var share *api.LeaseResult // the split's wait: the Store only renews the loan
 	if lo.region {
 		res, deny, ok := g.split.clamp(lo.ckey, holder, lo.p, op)
 		switch {
 		case !ok:
 			clampLease(op, lo.p, lo.share)
 		case deny:
-			return res
+			// The holder takes any answer for its loan's renewal and
+			// settlement (its TTL, Lent): the Store makes them, granting
+			// nothing.
+			share, op.Want, op.Need = &res, 0, 0
 		}
 	}
 	ttl := time.Duration(op.TTLMS) * time.Millisecond
@@ -484,6 +488,10 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 	})
 	if err != nil {
 		return api.LeaseResult{Error: err.Error()}
+	}
+	if share != nil {
+		gr = lease.Grant{Lent: gr.Lent, Wait: time.Duration(share.WaitMS) * time.Millisecond,
+			Reset: time.Duration(share.ResetMS) * time.Millisecond}
 	}
 	if lo.region {
 		g.split.granted(lo.ckey, holder, gr.Granted)

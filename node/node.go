@@ -70,6 +70,10 @@ type Config struct {
 	// keys of global rules from (scope: global; docs/regions.md): its
 	// Manager decides them, /readyz and /metrics show its state.
 	Upstream Upstream
+	// Now is the clock by which the lease protocol splits a saturated
+	// key among regional holders (their credit earns by it). Nil means
+	// time.Now; a test whose Store runs on a fake clock passes that.
+	Now func() time.Time
 }
 
 // Upstream is what a Node needs of the global tier (node/upstream's

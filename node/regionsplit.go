@@ -18,7 +18,8 @@ import (
 // demand (Doorman's proportional share): each regional holder earns
 // credit at share × rate, up to share × capacity, and is granted at most
 // its credit. A holder whose credit cannot cover the tokens it needs is
-// answered with a wait until it can, without a Store call. Below
+// answered with a wait until it can, the Store asked for no tokens (only
+// to renew and settle its loan, as any call does). Below
 // saturation nothing is clamped: the Store grants what it has.
 const (
 	// regionStale is how long a regional holder's demand counts after
@@ -115,12 +116,16 @@ func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp
 	// A check of more hits than the holder's share of the capacity waits
 	// for a whole share, then goes to the Store.
 	if goal := min(float64(need), top); h.credit < goal {
-		wait := time.Duration((goal - h.credit) / earn * float64(time.Second))
+		wait := ceilMS(max(time.Duration((goal-h.credit)/earn*float64(time.Second)), time.Millisecond))
 		return api.LeaseResult{
 			// The Store's loan to the holder is unchanged: what it holds.
-			Lent:    op.Held,
-			WaitMS:  ceilMS(max(wait, time.Millisecond)),
-			ResetMS: ceilMS(p.Period),
+			Lent:   op.Held,
+			WaitMS: wait,
+			// Nothing is known of the key's level: not a period's
+			// (a holder would take the key for empty until then and deny
+			// without asking), but the wait's, after which it asks the
+			// Store.
+			ResetMS: wait,
 		}, true, true
 	}
 	op.Want = max(min(op.Want, int64(math.Floor(h.credit))), need)

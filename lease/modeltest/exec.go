@@ -130,6 +130,7 @@ func (r *run) newManager(i, slot int) *lease.Manager {
 	if r.h.Config != nil {
 		r.h.Config(&cfg)
 	}
+	r.md.setHorizon(cfg.Horizon)
 	return lease.NewManager(&recorder{Store: r.store, m: slot, md: r.md, now: r.h.Now}, cfg)
 }
 
@@ -300,8 +301,13 @@ type recorder struct {
 
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
-	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, lent %d, err %v",
-		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Lent, err)
+	shared := ""
+	if ss, ok := r.Store.(SharedStore); ok && err == nil && g.Granted == 0 && ss.ShareWait(key, to.ID) {
+		shared = " (a wait for its share)"
+		r.md.shareWait(r.m, key, g.Wait, r.now())
+	}
+	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, lent %d, err %v%s",
+		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Lent, err, shared)
 	if err == nil && (want > 0 || to.ID != "") {
 		l := loan{lent: -1}
 		if to.ID != "" {

@@ -76,6 +76,11 @@ type keyModel struct {
 	snap    []*snapshot
 	opSnaps [][]*snapshot // per holder: its snapshot before the op and those made during it
 	lastUse []int64       // per holder: its bucket's idle clock, in ms (the Manager's resolution)
+	// shareUntil: after its tier answered it from its share of the key
+	// (SharedStore), until when the holder may deny what it cannot cover.
+	shareUntil []int64
+	// horizon is the Managers' Config.Horizon.
+	horizon time.Duration
 	// batchUntil: after a Store denial, until when the holder may wait
 	// for a batch rather than ask for a check its projection covers.
 	batchUntil []int64
@@ -106,6 +111,8 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			opSnaps:    make([][]*snapshot, slots),
 			lastUse:    make([]int64, slots),
 			batchUntil: make([]int64, slots),
+			shareUntil: make([]int64, slots),
+			horizon:    horizon,
 			bucket:     make([]bool, slots),
 			counted:    make(map[int64]int64),
 			ids:        make(map[string]int64),
@@ -386,7 +393,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// A Store denial: the holder may wait for a batch until Wait
 		// plus a horizon (contract clause (c)), whatever it leases
 		// meanwhile.
-		k.batchUntil[m] = now + int64(max(g.Wait, time.Millisecond)+horizon)
+		k.batchUntil[m] = now + int64(max(g.Wait, time.Millisecond)+k.horizon)
 	}
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
@@ -408,6 +415,29 @@ func (md *model) beginOp() {
 			k.opSnaps[m] = append(k.opSnaps[m][:0], k.snap[m])
 		}
 	}
+}
+
+// setHorizon records the Managers' Config.Horizon (clause (c)'s batch).
+func (md *model) setHorizon(d time.Duration) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	for _, k := range md.keys {
+		k.horizon = d
+	}
+}
+
+// shareWait records that holder m's tier answered its lease call of key,
+// at t, from m's share of the key (SharedStore): nothing granted, a wait.
+func (md *model) shareWait(m int, key string, wait time.Duration, t time.Time) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	i, ok := md.byName[key]
+	if !ok {
+		md.fail("share wait of unknown key %q", key)
+		return
+	}
+	k, now := md.keys[i], t.UnixNano()
+	k.shareUntil[m] = max(k.shareUntil[m], now+int64(max(wait, time.Millisecond)+k.horizon))
 }
 
 // returned records tokens that holder m gave back.
@@ -566,6 +596,11 @@ func (md *model) judge(m int, it item, d lease.Decision) string {
 		return ""
 	}
 	own := k.usable(m, now)
+	if h > own && now <= k.shareUntil[m] {
+		// Clause (d): its tier answered it a wait for its share of the
+		// key (SharedStore), until that wait and a horizon.
+		return ""
+	}
 	need := float64(h)
 	var avail float64
 	switch k.p.Algorithm {
@@ -637,7 +672,7 @@ func (k *keyModel) projection(m int, s *snapshot, now, need int64) (proj, slack,
 		if now <= k.batchUntil[m] {
 			// Clause (c): waiting for a batch of
 			// min(MinLeaseShare × capacity − hits, Horizon × rate).
-			batch = max(0, min(math.Ceil(k.cap*lease.DefaultMinLeaseShare)-float64(need), math.Floor(float64(horizon)*k.rate)))
+			batch = max(0, min(math.Ceil(k.cap*lease.DefaultMinLeaseShare)-float64(need), math.Floor(float64(k.horizon)*k.rate)))
 		}
 	case lease.FixedWindow:
 		proj = math.Inf(1)

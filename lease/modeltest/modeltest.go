@@ -10,7 +10,8 @@
 // run it on a MemoryStore with a fake clock, the lua tests on a Redis
 // whose clock is frozen (lua/redistest.StartWithClock), and the
 // node/client tests on the gateway tier (each holder a gateway whose
-// Store is a node's lease protocol over a MemoryStore).
+// Store is a node's lease protocol over a MemoryStore) and on the region
+// tier (each holder a region's node leasing from a global-tier node).
 //
 // # What is checked
 //
@@ -35,7 +36,10 @@
 // level now, less what the other holders hold (or the Store still lends
 // them, spent and unsettled), less the holder's own spent and unsettled
 // tokens, cannot cover h; (c) after a Store denial, until its Wait plus a
-// horizon, h plus a batch is not covered. What each holder holds is
+// horizon, h plus a batch is not covered; (d) on a tier that splits a
+// saturated key among its holders (SharedStore: the region tier), after
+// an answer from the holder's share, until its Wait plus a horizon, h is
+// more than the holder has on hand. What each holder holds is
 // measured, not guessed: every Manager talks to the Store through a
 // recording wrapper, which also sees each loan's TTL (a loan that ends
 // unspent counts as spent then; a bucket dropped without a return, as
@@ -104,6 +108,23 @@ type Harness struct {
 	// as a gateway's, whose LeaseTTL its Limiter bounds. It must leave
 	// those settings alone.
 	Config func(*lease.Config)
+}
+
+// SharedStore is implemented by a Store under test whose tier may answer
+// a lease call from the holder's share of a key rather than from the
+// key's level: the region tier, whose global tier splits a saturated key
+// among the regions by their demand and answers a region out of credit
+// with a wait, asking the Store below for no tokens (only to renew and
+// settle the region's loan, as any call does). Such a denial is the
+// contract's clause (d): the holder may deny what it cannot cover until
+// that wait and a horizon have passed. The answer is otherwise the
+// model's as any other (its Lent, the loan renewed).
+type SharedStore interface {
+	lease.Store
+	// ShareWait reports whether the last answer to holder's lease call
+	// of key that granted nothing was such a wait. The harness asks it
+	// right after the call, from the goroutine that made it.
+	ShareWait(key, holder string) bool
 }
 
 // Options says what to run. The environment overrides it (see FromEnv).

@@ -118,6 +118,10 @@ type tierStore struct {
 	addr  string
 	share float64
 	done  chan error
+	// region, when set, makes each gateway a region's node (a
+	// regional holder of the global tier): it returns the region of the
+	// harness's holder and the demand that region reports.
+	region func(holder string) (name string, demand func(ckey string) int64)
 
 	mu    sync.Mutex
 	specs []rules.Spec
@@ -126,22 +130,35 @@ type tierStore struct {
 }
 
 func newTierStore(tb testing.TB, clk *clocktest.Clock, share float64) *tierStore {
+	return newTierStoreWith(tb, clk, share, nil, nil)
+}
+
+// newTierStoreWith is newTierStore with the gateways made regions' nodes
+// by region (tierStore.region), and the node's Store, when wrap is not
+// nil, seen through wrap.
+func newTierStoreWith(tb testing.TB, clk *clocktest.Clock, share float64,
+	region func(string) (string, func(string) int64), wrap func(lease.Store) lease.Store) *tierStore {
 	mem := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 	mcfg := lease.DefaultConfig()
 	mcfg.Now = clk.Now
 	mcfg.SweepInterval = -1
 	mcfg.StoreTimeout = time.Minute // a loaded machine must not make the Store look failed
-	mgr := lease.NewManager(mem, mcfg)
+	var below lease.Store = mem
+	if wrap != nil {
+		below = wrap(mem)
+	}
+	mgr := lease.NewManager(below, mcfg)
 	cfg := sluiced.DefaultConfig()
 	cfg.ClientToken = modelToken
 	cfg.ClientRate = 1 << 30 // the harness is one client making many calls
+	cfg.Now = clk.Now        // the regional split's credit earns by the Store's clock
 	n := sluiced.New(cfg, mgr)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	s := &tierStore{tb: tb, mem: mem, mgr: mgr, n: n, addr: ln.Addr().String(), share: share,
-		done: make(chan error, 1), rule: map[lease.Policy]string{}, gws: map[string]*Limiter{}}
+		done: make(chan error, 1), rule: map[lease.Policy]string{}, gws: map[string]*Limiter{}, region: region}
 	s.setRules()
 	go func() { s.done <- n.Serve(ln) }()
 	return s
@@ -178,8 +195,12 @@ func (s *tierStore) gateway(holder string) *Limiter {
 	if l := s.gws[holder]; l != nil {
 		return l
 	}
-	l, err := NewLimiter(LimiterConfig{Nodes: []string{s.addr}, Token: modelToken,
-		Timeout: time.Minute, Flush: time.Microsecond, RulesPoll: time.Hour})
+	cfg := LimiterConfig{Nodes: []string{s.addr}, Token: modelToken,
+		Timeout: time.Minute, Flush: time.Microsecond, RulesPoll: time.Hour}
+	if s.region != nil {
+		cfg.Region, cfg.Demand = s.region(holder)
+	}
+	l, err := NewLimiter(cfg)
 	if err != nil {
 		s.tb.Fatalf("gateway of %s: %v", holder, err)
 	}
