@@ -372,7 +372,7 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		p := r.Rule().PolicyFor(op.Key)
 		if r.Rule().Global && n.cfg.Upstream != nil {
 			n.writeError(ctx, fieldError("ops["+strconv.Itoa(i)+"].rule",
-				"rule "+strconv.Quote(op.Rule)+" is global: this node leases it from the global tier; gateways send its checks (/v1/checks)"))
+				"rule "+strconv.Quote(op.Rule)+" is global: this node leases it from the global tier; gateways send its checks (/v1/check)"))
 			return
 		}
 		if !p.Algorithm.Leased() {
@@ -560,6 +560,12 @@ func (g *gateway) forward(addr, auth, holder, region string, ops []leaseOp, idx 
 type leaseRulesBody struct {
 	Version string       `json:"version"`
 	Rules   []rules.Spec `json:"rules"`
+	// Checks names the rules this node does not lease to gateways, whose
+	// checks a gateway sends to the nodes (/v1/check): on a region's node
+	// (Config.Upstream), the global rules, which its owner decides from
+	// what it leases from the global tier. Exact rules are not listed: a
+	// gateway knows them by their algorithm.
+	Checks []string `json:"checks,omitempty"`
 }
 
 // leaseRules serves GET /v1/lease/rules: the rules a gateway decides
@@ -580,12 +586,19 @@ func (n *Node) leaseRules(ctx *fasthttp.RequestCtx) {
 		var b leaseRulesBody
 		for _, r := range t.All() {
 			b.Rules = append(b.Rules, r.Rule().Spec)
+			if r.Rule().Global && n.cfg.Upstream != nil {
+				b.Checks = append(b.Checks, r.Rule().Name)
+			}
 		}
 		sortSpecs(b.Rules)
+		slices.Sort(b.Checks)
 		specs, err := json.Marshal(b.Rules)
 		if err != nil {
 			n.writeError(ctx, err)
 			return
+		}
+		if len(b.Checks) > 0 { // the version covers what a gateway may lease
+			specs = append(append(specs, '\n'), strings.Join(b.Checks, ",")...)
 		}
 		sum := sha256.Sum256(specs)
 		b.Version = hex.EncodeToString(sum[:8])

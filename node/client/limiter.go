@@ -100,7 +100,10 @@ var ErrUnknownRule = errors.New("unknown rule")
 // nodes' Store through the lease protocol (a lease.Manager over a remote
 // Store) and decides each check from the tokens it holds, with no
 // network round trip. Exact rules (sliding_log, concurrency) are sent as
-// ordinary checks. A Limiter is safe for concurrent use.
+// ordinary checks, and so are the rules the nodes say they do not lease
+// (/v1/lease/rules' "checks": a global rule on a region's node, decided
+// by its owner there from what it leases of the global tier). A Limiter
+// is safe for concurrent use.
 type Limiter struct {
 	cfg    LimiterConfig
 	c      *Client
@@ -128,6 +131,8 @@ type ruleSnap struct {
 type limRule struct {
 	r      *rules.Rule
 	prefix string // name + ":"
+	// check: the nodes do not lease the rule; its checks are sent to them.
+	check bool
 }
 
 // NewLimiter returns a Limiter that has fetched the rules from the first
@@ -223,7 +228,8 @@ func (l *Limiter) Close() error {
 // Allow decides hits of rule for key (hits 0 peeks). On a key whose
 // tokens the Limiter holds, it decides in memory without allocating.
 // The error is non-nil for a bad call (an unknown rule, an invalid key
-// or hits) or, for an exact rule, when no node answered.
+// or hits) or, for a rule sent as a check (an exact rule, or one the
+// nodes do not lease), when no node answered.
 func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Decision, error) {
 	snap := l.rules.Load()
 	r := snap.byName[rule]
@@ -241,8 +247,8 @@ func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64)
 		return Decision{}, &api.FieldError{Field: "key", Msg: msg}
 	}
 	p := r.r.PolicyFor(key)
-	if !p.Algorithm.Leased() {
-		return l.exact(ctx, r, key, hits)
+	if r.check || !p.Algorithm.Leased() {
+		return l.send(ctx, r, key, hits)
 	}
 	bp := l.keys.Get().(*[]byte)
 	b := append(append((*bp)[:0], r.prefix...), key...)
@@ -260,8 +266,9 @@ func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64)
 	return out, nil
 }
 
-// exact sends a check of an exact rule to the nodes.
-func (l *Limiter) exact(ctx context.Context, r *limRule, key string, hits int64) (Decision, error) {
+// send sends a check to the nodes: an exact rule's, or one of a rule
+// the nodes do not lease.
+func (l *Limiter) send(ctx context.Context, r *limRule, key string, hits int64) (Decision, error) {
 	res, err := l.c.Check(ctx, r.r.Name, key, hits)
 	if err != nil {
 		return Decision{}, err
@@ -372,6 +379,7 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 	var body struct {
 		Version string       `json:"version"`
 		Rules   []rules.Spec `json:"rules"`
+		Checks  []string     `json:"checks"` // rules the nodes do not lease
 	}
 	if err := json.Unmarshal(resp.Body(), &body); err != nil {
 		return nil, fmt.Errorf("%s: rules: %w", n.addr, err)
@@ -381,8 +389,12 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 		return nil, fmt.Errorf("%s: rules: %w", n.addr, err)
 	}
 	snap := &ruleSnap{version: body.Version, set: set, byName: map[string]*limRule{}}
+	checks := make(map[string]bool, len(body.Checks))
+	for _, name := range body.Checks {
+		checks[name] = true
+	}
 	for _, r := range set.Rules() {
-		snap.byName[r.Name] = &limRule{r: r, prefix: r.Name + ":"}
+		snap.byName[r.Name] = &limRule{r: r, prefix: r.Name + ":", check: checks[r.Name]}
 	}
 	return snap, nil
 }

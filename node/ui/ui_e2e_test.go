@@ -950,8 +950,9 @@ func TestE2EDashboardUpstream(t *testing.T) {
 	}
 	link := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
 	t.Cleanup(link.Close)
+	// -lease-idle: the tokens held stay held while the page opens.
 	region := launch(t, bin, token, "-rules", regionFile, "-upstream", link.URL,
-		"-upstream-token", e2eClientToken, "-region", "eu")
+		"-upstream-token", e2eClientToken, "-region", "eu", "-lease-idle", "10m")
 	for range 3 {
 		if code := region.check(t, "global-minute", "tenant-1"); code != 200 {
 			t.Fatalf("a check of the global rule: %d, want 200", code)
