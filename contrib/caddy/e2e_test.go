@@ -301,7 +301,7 @@ func (p *process) waitReady(t *testing.T, ready func() bool, what string) {
 		if i == 500 {
 			t.Fatalf("%s not ready after 500 attempts", what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // real processes starting (Caddy, sluiced): polled until ready
 	}
 }
 
