@@ -173,3 +173,43 @@ func TestUnknownKeyLocalShare(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalAdmissionsOwedAfterEviction: a key that leaves the index while
+// the Store is down (idle, or its ownership moved) ends its FailLocal
+// episode when its charge cannot be made; the hits are owed and charged
+// when the Store is back. Before, that charge failed once and was dropped:
+// the Store never counted what local mode had admitted for the key (a
+// region cut off from its global tier longer than the idle return lost
+// its keys' charges the same way).
+func TestLocalAdmissionsOwedAfterEviction(t *testing.T) {
+	p := Policy{Algorithm: FixedWindow, Limit: 100, Period: time.Hour, OnFailure: FailLocal}
+	m, fs, clk := reconcileManager(t)
+	for range 10 {
+		mustTake(t, m, "k", p, 1)
+	}
+	m.drain()
+	fs.mode.Store(faultError)
+	admitted := int64(10)
+	for range 20 {
+		if mustTake(t, m, "k", p, 1).Allowed {
+			admitted++
+		}
+	}
+	m.drain()
+	if err := m.ReturnKeys(func(string) bool { return false }); err == nil {
+		t.Fatal("ReturnKeys with the Store down: no error")
+	}
+	m.drain()
+	if m.buckets.load("k") != nil {
+		t.Fatal("the key is still in the index")
+	}
+	fs.mode.Store(faultNone)
+	clk.Advance(time.Second) // the breaker's probe: the Store is back
+	m.drain()
+	if m.Stats().Breaker != BreakerClosed {
+		t.Fatalf("breaker %v after the Store came back", m.Stats().Breaker)
+	}
+	if got := fs.available(t, "k", p); got != 100-admitted {
+		t.Errorf("Store has %d after %d admitted, want %d: local mode's admissions were not charged", got, admitted, 100-admitted)
+	}
+}

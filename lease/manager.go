@@ -109,6 +109,15 @@ type Manager struct {
 		m sync.Map // *bucket → *episode
 		n atomic.Int64
 	}
+	// owed holds what local mode admitted and the Store could not be
+	// charged yet (the Store was down again when the episode ended, as
+	// for a key evicted during an outage), per key and policy: charged
+	// when the breaker closes and at each sweep with the Store up. At most
+	// maxOwed keys; beyond, the hits count as failed charges.
+	owed struct {
+		sync.Mutex
+		m map[owedKey]int64
+	}
 	// unanswered holds the token_bucket and gcra buckets whose last lease
 	// call got no answer (an error: the Store may have run it), with that
 	// call's Lessee.Call; their next call says so (Lessee.Unanswered), and

@@ -197,6 +197,7 @@ func (m *Manager) reconcileAll() {
 		b *bucket
 		n int64
 	}
+	defer m.chargeOwed()
 	var todo []charge
 	m.degraded.m.Range(func(k, _ any) bool {
 		b := k.(*bucket)
@@ -223,14 +224,87 @@ func (m *Manager) reconcileAll() {
 
 // charge takes n tokens of key from the Store for hits local mode
 // admitted (need 0: never refused for lack of tokens; an empty Lessee:
-// spent at once). What the Store no longer had is the outage's excess.
+// spent at once). What the Store no longer had is the outage's excess. A
+// charge that fails is owed (see Manager.owed); key must be the
+// Manager's own copy.
 func (m *Manager) charge(key string, p Policy, n int64) {
 	g, err := m.store.Lease(m.ctx, key, p, n, 0, Lessee{})
 	if err != nil {
+		if m.ctx.Err() == nil && m.owe(key, p, n) {
+			m.cfg.Logger.Debug("local-mode admissions owed to the Store until it is back", logkey.Attr(key), "hits", n, "err", err)
+			return
+		}
 		m.met.reconciledTokens[reconcileFailed].AddInt64(n)
 		m.cfg.Logger.Warn("cannot charge the Store for local-mode admissions", logkey.Attr(key), "hits", n, "err", err)
 		return
 	}
 	m.met.reconciledTokens[reconcileCharged].AddInt64(g.Granted)
 	m.met.reconciledTokens[reconcileExcess].AddInt64(n - g.Granted)
+}
+
+// maxOwed bounds the keys whose local-mode admissions are owed to the
+// Store at once (a key and its policy, about 100 bytes each).
+const maxOwed = 100_000
+
+// owedKey is a key and policy whose charge is owed.
+type owedKey struct {
+	key string
+	p   Policy
+}
+
+// owe records n hits of key owed to the Store; false if maxOwed keys are
+// owed already.
+func (m *Manager) owe(key string, p Policy, n int64) bool {
+	m.owed.Lock()
+	defer m.owed.Unlock()
+	k := owedKey{key, p}
+	if _, ok := m.owed.m[k]; !ok && len(m.owed.m) >= maxOwed {
+		return false
+	}
+	if m.owed.m == nil {
+		m.owed.m = make(map[owedKey]int64)
+	}
+	m.owed.m[k] += n
+	return true
+}
+
+// chargeOwed charges the Store what is owed to it, with at most
+// ReturnWorkers calls at once; what fails again stays owed.
+func (m *Manager) chargeOwed() {
+	m.owed.Lock()
+	owed := m.owed.m
+	m.owed.m = nil
+	m.owed.Unlock()
+	if len(owed) == 0 {
+		return
+	}
+	todo := make([]owedKey, 0, len(owed))
+	for k := range owed {
+		todo = append(todo, k)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(todo), m.cfg.ReturnWorkers) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
+				k := todo[i]
+				m.charge(k.key, k.p, owed[k])
+			}
+		})
+	}
+	wg.Wait()
+	m.cfg.Logger.Info("store back: owed local-mode admissions charged", "keys", len(todo))
+}
+
+// dropOwed gives up what is still owed (the Manager closes), counting it
+// as failed charges.
+func (m *Manager) dropOwed() {
+	m.owed.Lock()
+	owed := m.owed.m
+	m.owed.m = nil
+	m.owed.Unlock()
+	for k, n := range owed {
+		m.met.reconciledTokens[reconcileFailed].AddInt64(n)
+		m.cfg.Logger.Warn("cannot charge the Store for local-mode admissions", logkey.Attr(k.key), "hits", n, "err", "the Store is down and the node stops")
+	}
 }

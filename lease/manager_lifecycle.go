@@ -233,6 +233,9 @@ func (m *Manager) sweep(now time.Time) int {
 		}
 	})
 	_ = m.returnAll(m.ctx, idle) // logged per key
+	if !m.store.Rejecting() {
+		m.chargeOwed() // charges that failed while the breaker stayed closed
+	}
 	m.prunePolicies()
 	return len(idle)
 }
@@ -299,6 +302,8 @@ func (m *Manager) Close() error {
 		m.bg.Unlock()
 		m.bg.wg.Wait()
 		m.closeErr = m.ReturnKeys(func(string) bool { return false })
+		m.chargeOwed()
+		m.dropOwed() // the Store is still down: nothing left to charge them later
 		if m.own != nil {
 			_ = m.own.Close() // stops its janitor; it stays usable
 		}
