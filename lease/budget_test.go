@@ -38,32 +38,10 @@ func (s *pausedStore) Lease(ctx context.Context, key string, p Policy, want, nee
 // check spends it without a Store call) and the Store is charged what
 // local mode admitted meanwhile.
 func TestCheckBudgetDecidesAStalledCheck(t *testing.T) {
-	clk := clocktest.New()
-	mem := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
-	t.Cleanup(func() { _ = mem.Close() })
-	st := &pausedStore{Store: mem, entered: make(chan Lessee, 4), gate: make(chan struct{})}
-	cfg := DefaultConfig()
-	cfg.Now = clk.Now
-	cfg.AfterFunc = clk.AfterFunc
-	cfg.SweepInterval = -1
-	cfg.StoreTimeout = time.Minute // the Store's timeout never ends the call: only the budget does
-	cfg.CheckBudget = 20 * time.Millisecond
-	m := NewManager(st, cfg)
-	t.Cleanup(func() { _ = m.Close() })
-	var open sync.Once
-	release := func() { open.Do(func() { close(st.gate) }) }
-	t.Cleanup(release) // before Close: a failed test must not leave the call stalled
-	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Minute, OnFailure: FailLocal}
-
-	st.stall.Store(true)
+	m, st, clk, cfg, mem, release := stalledManager(t)
+	p := budgetPolicy
 	res := make(chan Decision, 2)
-	take := func() {
-		d, err := m.Take("k", p, 1)
-		if err != nil {
-			t.Errorf("Take: %v", err)
-		}
-		res <- d
-	}
+	take := budgetTake(t, m, res)
 	go take()
 	<-st.entered // the first check's lease call is at the Store, its budget running
 	waiting := make(chan struct{})
@@ -132,31 +110,9 @@ func TestCheckBudgetDecidesAStalledCheck(t *testing.T) {
 // before, and a Redis pause added two budgets and more to a check end to
 // end.
 func TestCheckBudgetNotStackedOnAGivenUpCall(t *testing.T) {
-	clk := clocktest.New()
-	mem := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
-	t.Cleanup(func() { _ = mem.Close() })
-	st := &pausedStore{Store: mem, entered: make(chan Lessee, 4), gate: make(chan struct{})}
-	cfg := DefaultConfig()
-	cfg.Now = clk.Now
-	cfg.AfterFunc = clk.AfterFunc
-	cfg.SweepInterval = -1
-	cfg.StoreTimeout = time.Minute
-	cfg.CheckBudget = 20 * time.Millisecond
-	m := NewManager(st, cfg)
-	t.Cleanup(func() { _ = m.Close() })
-	var open sync.Once
-	t.Cleanup(func() { open.Do(func() { close(st.gate) }) })
-	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Minute, OnFailure: FailLocal}
-
-	st.stall.Store(true)
+	m, st, clk, cfg, _, _ := stalledManager(t)
 	res := make(chan Decision, 2)
-	take := func() {
-		d, err := m.Take("k", p, 1)
-		if err != nil {
-			t.Errorf("Take: %v", err)
-		}
-		res <- d
-	}
+	take := budgetTake(t, m, res)
 	go take()
 	<-st.entered
 	clocktest.Eventually(t, 10*time.Second, "the first check's budget started", func() bool { return clk.Timers() == 1 })
@@ -178,5 +134,43 @@ func TestCheckBudgetNotStackedOnAGivenUpCall(t *testing.T) {
 		case <-time.After(10 * time.Second): // a guard, not a measure: on the old code the second check waits for its own budget
 			t.Fatalf("check %d still waits on a call a check gave up on", i)
 		}
+	}
+}
+
+// budgetPolicy is the key's policy in the check budget tests.
+var budgetPolicy = Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Minute, OnFailure: FailLocal}
+
+// stalledManager is a Manager with a 20ms check budget on the fake clock,
+// over a pausedStore (on mem) whose lease calls stall until release.
+func stalledManager(t *testing.T) (m *Manager, st *pausedStore, clk *clocktest.Clock, cfg Config, mem *MemoryStore, release func()) {
+	t.Helper()
+	clk = clocktest.New()
+	mem = NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	st = &pausedStore{Store: mem, entered: make(chan Lessee, 4), gate: make(chan struct{})}
+	cfg = DefaultConfig()
+	cfg.Now = clk.Now
+	cfg.AfterFunc = clk.AfterFunc
+	cfg.SweepInterval = -1
+	cfg.StoreTimeout = time.Minute // the Store's timeout never ends the call: only the budget does
+	cfg.CheckBudget = 20 * time.Millisecond
+	m = NewManager(st, cfg)
+	t.Cleanup(func() { _ = m.Close() })
+	var open sync.Once
+	release = func() { open.Do(func() { close(st.gate) }) }
+	t.Cleanup(release) // before Close: a failed test must not leave the call stalled
+	st.stall.Store(true)
+	return m, st, clk, cfg, mem, release
+}
+
+// budgetTake returns a check of one hit of "k" that sends its Decision
+// to res.
+func budgetTake(t *testing.T, m *Manager, res chan<- Decision) func() {
+	return func() {
+		d, err := m.Take("k", budgetPolicy, 1)
+		if err != nil {
+			t.Errorf("Take: %v", err)
+		}
+		res <- d
 	}
 }

@@ -195,8 +195,8 @@ type slot struct {
 	done chan struct{}
 	// late is closed when a check gave up on the slot's call (its budget
 	// ran out): the checks waiting for that call are decided at once
-	// instead of each waiting out a budget of its own after it. Nil for
-	// calls no check waits on (prefetch, returns).
+	// instead of each waiting out a budget of its own after it. Only a
+	// check's own call (leaseSync with a budget) closes it.
 	late chan struct{}
 	err  error
 }

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -209,16 +208,7 @@ func (m *Manager) reconcileAll() {
 	if len(todo) == 0 {
 		return
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(len(todo), m.cfg.ReturnWorkers) {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
-				m.payEpisode(todo[i].b, todo[i].n)
-			}
-		})
-	}
-	wg.Wait()
+	m.eachStoreCall(len(todo), func(i int) { m.payEpisode(todo[i].b, todo[i].n) })
 	m.cfg.Logger.Info("store back: local-mode admissions charged", "keys", len(todo))
 }
 
@@ -282,17 +272,7 @@ func (m *Manager) chargeOwed() {
 	for k := range owed {
 		todo = append(todo, k)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(len(todo), m.cfg.ReturnWorkers) {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
-				k := todo[i]
-				m.charge(k.key, k.p, owed[k])
-			}
-		})
-	}
-	wg.Wait()
+	m.eachStoreCall(len(todo), func(i int) { m.charge(todo[i].key, todo[i].p, owed[todo[i]]) })
 	m.cfg.Logger.Info("store back: owed local-mode admissions charged", "keys", len(todo))
 }
 

@@ -185,36 +185,39 @@ func (m *Manager) returnAll(ctx context.Context, bs []evicting) error {
 		return nil
 	}
 	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
 		fails int
 	)
-	workers := min(m.cfg.ReturnWorkers, len(bs))
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(bs) {
-					return
-				}
-				if err := m.returnBucket(ctx, bs[i].b, bs[i].s, bs[i].always); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					fails++
-					mu.Unlock()
-				}
+	m.eachStoreCall(len(bs), func(i int) {
+		if err := m.returnBucket(ctx, bs[i].b, bs[i].s, bs[i].always); err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
 			}
-		})
-	}
-	wg.Wait()
+			fails++
+			mu.Unlock()
+		}
+	})
 	if first != nil {
 		return fmt.Errorf("cannot return the leases of %d keys: %w", fails, first)
 	}
 	return nil
+}
+
+// eachStoreCall runs f(i) for i in [0, n) with at most ReturnWorkers
+// calls at once (each makes a Store call), and waits for them.
+func (m *Manager) eachStoreCall(n int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, m.cfg.ReturnWorkers) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // sweep evicts the buckets unused since now - Idle and returns their
