@@ -40,6 +40,9 @@ local function fast_path()
   local tat, lc, lg = 0, 0, 0
   local lent, exp, last = nil, 0, 0 -- the caller's loan
   if v then
+    local at = string.byte(v, 1) -- the header, then where the loans start
+    if at % 2 == 1 then at = 9 + 4 + W[4 + math.floor(at / 2) % 4] else at = 9 end
+    if not sole_loan(v, at) then return nil end
     local h, pos
     h, tat, pos = struct.unpack('<BI7', v)
     if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
@@ -115,8 +118,8 @@ if back > 0 then
   -- back as a return moves it.
   tat = tat_back(tat, back, now)
 end
-local sp = split(ls, held, idle_us, spent_before, now)
-local base = math.max(tat, now, floor_tat(effective(ls, sp, now), now))
+local si, run, early, late, early_at, late_at = split(ls, held, idle_us, spent_before, now)
+local base = math.max(tat, now, floor_tat(effective(ls, si, run, early, late, early_at, late_at, now), now))
 local d = base - now
 local a = avail(d)
 
@@ -128,24 +131,19 @@ elseif a >= need then
 else
   wait = d - (bf - need) * pf / lf
 end
-if granted > 0 or (sp.i and ls[sp.i].exp > now) then
+if granted > 0 or (si and ls[si + 3] > now) then
   -- Every call of a holder with a loan settles it. The stored TAT is the
   -- grants' (see token_bucket_lease.lua): the loans' floors apply when
   -- read.
-  local keep = keep_of(ls, sp, now, granted)
+  local keep = keep_of(ls, si, run, late, now, granted)
   local cost = math.ceil(granted * pf / lf)
   tat = math.max(tat, now) + cost
-  ls = settle(retire(settling(ls, sp, now, granted > 0), now), keep, granted, now, ttl_us, idle_us, false)
-  local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
-  ls = trim(ls, function(l, a) return floor(l, a) > now end,
-    function(l, a) tat = math.max(tat, floor(l, a)) end)
+  ls = settling(ls, si, run, early, late, early_at, late_at, now, granted > 0)
+  ls = settle(retire(ls, now), keep, granted, now, ttl_us, idle_us, false)
+  ls, tat = trim(ls, now, 'gc', tat)
   d = base + cost - now
   -- The key expires at the later of the TAT and each loan's expiry plus
   -- its tokens' worth.
-  local e = tat
-  for _, l in ipairs(ls) do
-    e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
-  end
-  write(head_gc(tat, last_of(call, granted)), ls, tat, false, ttl(e - now))
+  write(head_gc(tat, last_of(call, granted)), ls, tat, false, ttl(spent_by(ls, tat) - now))
 end
 return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}

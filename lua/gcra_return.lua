@@ -20,16 +20,10 @@ local back
 ls, back = end_loan(ls, n, now)
 ls = retire(ls, now)
 tat = tat_back(tat, back, now)
-local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
-ls = trim(ls, function(l, a) return floor(l, a) > now end,
-  function(l, a) tat = math.max(tat, floor(l, a)) end)
+ls, tat = trim(ls, now, 'gc', tat)
 if tat <= now and #ls == 0 then
   redis.call('DEL', key) -- full and nothing lent: the same as no state
   return back
 end
-local e = tat
-for _, l in ipairs(ls) do
-  e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
-end
-write(head_gc(tat, 0, 0), ls, tat, false, ttl(e - now))
+write(head_gc(tat, 0, 0), ls, tat, false, ttl(spent_by(ls, tat) - now))
 return back

@@ -33,6 +33,9 @@ local function fast_path()
   local raw, t, lc, lg = cf, now, 0, 0
   local lent, exp, last = nil, 0, 0 -- the caller's loan
   if v then
+    local at = string.byte(v, 1) -- the header, then where the loans start
+    if at % 2 == 1 then at = 17 + 4 + W[4 + math.floor(at / 2) % 4] else at = 17 end
+    if not sole_loan(v, at) then return nil end
     local h, lvl, u, pos = struct.unpack('<BdI7', v)
     if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
     if pos <= #v then
@@ -114,10 +117,10 @@ if back > 0 then
   -- level, as a return gives them (at most C).
   raw = math.min(cf, raw + back)
 end
-local sp = split(ls, held, idle_us, spent_before, t)
+local si, run, early, late, early_at, late_at = split(ls, held, idle_us, spent_before, t)
 local tokens = raw
 if st.t then
-  tokens = cap_level(effective(ls, sp, t), raw, t)
+  tokens = cap_level(effective(ls, si, run, early, late, early_at, late_at, t), raw, t)
 end
 local avail = math.floor(tokens)
 
@@ -129,17 +132,16 @@ elseif avail >= need then
 else
   wait = (need - tokens) * pf / lf
 end
-if granted > 0 or (sp.i and ls[sp.i].exp > t) then
+if granted > 0 or (si and ls[si + 3] > t) then
   -- Every call of a holder with a loan settles it. The stored level is
   -- the refill less the grants: the running loans cap it when read, the
   -- ended ones too until trim drops them (or bakes their cap in).
-  local keep = keep_of(ls, sp, t, granted)
+  local keep = keep_of(ls, si, run, late, t, granted)
   tokens = tokens - granted
   local stored = raw - granted
-  ls = settle(retire(settling(ls, sp, t, granted > 0), t), keep, granted, t, ttl_us, idle_us, false)
-  local function cap(l, a) return cf - a + (t - l.exp) * lf / pf end
-  ls = trim(ls, function(l, a) return cap(l, a) < cf end,
-    function(l, a) stored = math.min(stored, cap(l, a)) end)
+  ls = settling(ls, si, run, early, late, early_at, late_at, t, granted > 0)
+  ls = settle(retire(ls, t), keep, granted, t, ttl_us, idle_us, false)
+  ls, stored = trim(ls, t, 'tb', stored)
   local d = full_in(ls, (cf - stored) * pf / lf, t)
   write(head_tb(stored, t, last_of(call, granted)), ls, t, false, ttl(t - now + d))
 end

@@ -24,9 +24,7 @@ local back
 ls, back = end_loan(ls, n, updated)
 ls = retire(ls, updated)
 local tokens = math.min(cf, raw + back)
-local function cap(l, a) return cf - a + (updated - l.exp) * lf / pf end
-ls = trim(ls, function(l, a) return cap(l, a) < cf end,
-  function(l, a) tokens = math.min(tokens, cap(l, a)) end)
+ls, tokens = trim(ls, updated, 'tb', tokens)
 if tokens >= cf and #ls == 0 then
   redis.call('DEL', key) -- full and nothing lent: the same as no state
   return back
