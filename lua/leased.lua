@@ -75,14 +75,20 @@ end
 -- holder and lent; a token_bucket or gcra loan adds its expiry, and its
 -- last spend when known (> 0), as zigzag distances from ref.
 local function pack_loan(id, lent, exp, last, ref, windowed)
-  local cl = wc(lent)
+  -- wc and zz written out: a function call costs more than the compares
+  local cl = 3
+  if lent < 256 then cl = 0 elseif lent < 65536 then cl = 1 elseif lent < 4294967296 then cl = 2 end
   if windowed then return struct.pack('<Bc8' .. W[cl], 64 + cl, id, lent) end
-  local d1 = zz(exp - ref)
-  local c1 = wc(d1)
+  local d1 = exp - ref
+  if d1 >= 0 then d1 = 2 * d1 else d1 = -2 * d1 - 1 end
+  local c1 = 3
+  if d1 < 256 then c1 = 0 elseif d1 < 65536 then c1 = 1 elseif d1 < 4294967296 then c1 = 2 end
   if id == '' then return struct.pack('<B' .. W[cl] .. W[c1], cl + 4 * c1, lent, d1) end
   if last > 0 then
-    local d2 = zz(ref - last)
-    local c2 = wc(d2)
+    local d2 = ref - last
+    if d2 >= 0 then d2 = 2 * d2 else d2 = -2 * d2 - 1 end
+    local c2 = 3
+    if d2 < 256 then c2 = 0 elseif d2 < 65536 then c2 = 1 elseif d2 < 4294967296 then c2 = 2 end
     return struct.pack('<Bc8' .. W[cl] .. W[c1] .. W[c2], 192 + cl + 4 * c1 + 16 * c2, id, lent, d1, d2)
   end
   return struct.pack('<Bc8' .. W[cl] .. W[c1], 64 + cl + 4 * c1, id, lent, d1)
@@ -109,24 +115,23 @@ local function last_of(call, g)
   return 0, 0
 end
 
--- The general path's helpers: a script defines them (loans()) only when
--- its fast path does not answer, since a closure costs Redis more than a
--- fast path's arithmetic.
+-- loans returns the general path's helpers (H.read, H.trim, ...): a
+-- script creates them only when its fast path does not answer, since a
+-- closure costs Redis more than a fast path's arithmetic (and one that
+-- captures many of the chunk's locals more still: hence a table, not
+-- upvalues).
 --
 -- A list of loans is one flat table, four entries per loan from base b
 -- (0, 4, 8, ...): ls[b+1] the holder ('' for an ended loan), ls[b+2]
 -- lent, ls[b+3] the expiry, ls[b+4] the last spend: no table per loan.
 -- A loan is named by its base; its order in the list is lease/loans.go's
 -- (appended at the end, removed by moving the last loan into its place).
-local read, write, find, after, lent_to, remove, append, settle,
-  last_call, unanswered, tat_back, held_of, end_loan, retire, take, split, keep_of,
-  effective, settling, trim, cap_level, full_in, floor_tat, spent_by
 local max_ended = 3 -- the ended loans a key keeps (lease's maxEnded)
 local function loans()
   -- read decodes v (the key's value; false or nil: no state) of
   -- algorithm alg ('tb', 'gc', 'fw', 'sw'): its fields as a table of
   -- numbers by name ('t', 'u', '#', '$', 'w', 'c', 'p'), and its loans.
-  function read(v, alg)
+  local function read(v, alg)
     local st, ls = {}, {}
     if not v then return st, ls end
     local h, pos, ref
@@ -172,7 +177,7 @@ local function loans()
 
   -- write replaces the key with head (the packed fields) and the loans ls
   -- (packed against ref), expiring in ttl_ms (nil: keeping its expiry).
-  function write(head, ls, ref, windowed, ttl_ms)
+  local function write(head, ls, ref, windowed, ttl_ms)
     local parts = {head}
     for b = 0, #ls - 4, 4 do
       parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], ref, windowed)
@@ -186,7 +191,7 @@ local function loans()
   end
 
   -- find is the base of id's loan, or nil.
-  function find(ls, id)
+  local function find(ls, id)
     for b = 0, #ls - 4, 4 do
       if ls[b + 1] == id then return b end
     end
@@ -194,7 +199,7 @@ local function loans()
   end
 
   -- after is A(e): the tokens of the loans expiring at or after e.
-  function after(ls, e)
+  local function after(ls, e)
     local a = 0
     for b = 0, #ls - 4, 4 do
       if ls[b + 3] >= e then a = a + ls[b + 2] end
@@ -203,7 +208,7 @@ local function loans()
   end
 
   -- lent_to is what ls lends id at t (t < 0 for windowed loans).
-  function lent_to(ls, id, t)
+  local function lent_to(ls, id, t)
     if id == '' then return 0 end
     local b = find(ls, id)
     if b and ls[b + 3] > t then return ls[b + 2] end
@@ -211,14 +216,14 @@ local function loans()
   end
 
   -- remove removes the loan at b (the last loan takes its place).
-  function remove(ls, b)
+  local function remove(ls, b)
     local n = #ls
     ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4] = ls[n - 3], ls[n - 2], ls[n - 1], ls[n]
     ls[n], ls[n - 1], ls[n - 2], ls[n - 3] = nil, nil, nil, nil
   end
 
   -- append adds a loan at the end.
-  function append(ls, id, lent, exp, last)
+  local function append(ls, id, lent, exp, last)
     local n = #ls
     ls[n + 1], ls[n + 2], ls[n + 3], ls[n + 4] = id, lent, exp, last
   end
@@ -226,7 +231,7 @@ local function loans()
   -- settle records a call of holder at t that granted g: its loan becomes
   -- keep + g, expiring at max(its expiry, t + ttl), its last spend t -
   -- idle_us (windowed: expiry and last spend 0). Mirrors loans.settle.
-  function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
+  local function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
     if holder == '' then return ls end
     local b = find(ls, holder)
     local lent = keep + g
@@ -248,7 +253,7 @@ local function loans()
   -- last_call reads a token_bucket or gcra key's '#' and '$' fields: the
   -- Lessee.Call of the last call that settled a loan and what it granted
   -- (absent: 0, 0). Mirrors lease's lastCall.
-  function last_call(st)
+  local function last_call(st)
     return st['#'] or 0, st['$'] or 0
   end
 
@@ -257,7 +262,7 @@ local function loans()
   -- (last_c, granting last_g), its grant never reached the holder. It
   -- takes that off holder's loan and returns it: what the key gets back.
   -- The loan runs on, even at 0. Mirrors loans.unanswered.
-  function unanswered(ls, unans, last_c, last_g, t)
+  local function unanswered(ls, unans, last_c, last_g, t)
     if unans == 0 or holder == '' or last_c ~= unans then return 0 end
     local b = find(ls, holder)
     if not b or ls[b + 3] <= t then return 0 end
@@ -269,14 +274,14 @@ local function loans()
   -- tat_back is a gcra TAT after n tokens come back at t (a return, or an
   -- unanswered call's grant): max(t, max(tat, t) - floor(n*P/L)). Mirrors
   -- lease's tatBack.
-  function tat_back(tat, n, t)
+  local function tat_back(tat, n, t)
     local base = math.max(tat, t)
     return base - math.min(math.floor(n * pf / lf), base - t)
   end
 
   -- held_of is what a windowed grant keeps of holder's loan: min(lent,
   -- held).
-  function held_of(ls, held)
+  local function held_of(ls, held)
     local b = find(ls, holder)
     if holder == '' or not b then return 0 end
     return math.min(ls[b + 2], held)
@@ -285,7 +290,7 @@ local function loans()
   -- end_loan ends holder's loan at t by a return of n: min(n, lent) goes
   -- back (returned), the rest counts as spent at t (an ended loan).
   -- Mirrors loans.end.
-  function end_loan(ls, n, t)
+  local function end_loan(ls, n, t)
     local b = find(ls, holder)
     if holder == '' or not b then return ls, 0 end
     local back = math.min(n, ls[b + 2])
@@ -300,7 +305,7 @@ local function loans()
 
   -- retire turns the holders' loans that ended by t into ended loans (no
   -- holder). Mirrors loans.retire.
-  function retire(ls, t)
+  local function retire(ls, t)
     for b = 0, #ls - 4, 4 do
       if ls[b + 1] ~= '' and ls[b + 3] <= t then
         ls[b + 1], ls[b + 4] = '', 0
@@ -311,7 +316,7 @@ local function loans()
 
   -- take removes holder's loan and returns what a return of n gives
   -- back: min(n, lent).
-  function take(ls, n)
+  local function take(ls, n)
     local b = find(ls, holder)
     if holder == '' or not b then return ls, 0 end
     local back = math.min(n, ls[b + 2])
@@ -322,7 +327,7 @@ local function loans()
   -- split is how the caller (holding held, idle for idle_us, reporting
   -- spent_before) sees its loan at t: its base (nil without a loan), run,
   -- early, late, early_at, late_at. Mirrors loans.split.
-  function split(ls, held, idle_us, spent_before, t)
+  local function split(ls, held, idle_us, spent_before, t)
     local b = nil
     if holder ~= '' then b = find(ls, holder) end
     if not b then return nil, 0, 0, 0, 0, 0 end
@@ -338,7 +343,7 @@ local function loans()
   -- keep_of is what a call at t that granted g keeps of the split loan
   -- at b (settle): nothing of one that ended; run after a grant; run +
   -- late otherwise. Mirrors split.keep.
-  function keep_of(ls, b, run, late, t, g)
+  local function keep_of(ls, b, run, late, t, g)
     if not b or ls[b + 3] <= t then return 0 end
     if g > 0 then return run end
     return run + late
@@ -349,7 +354,7 @@ local function loans()
   -- from when they were spent like loans that ended then, or at the
   -- loan's end if earlier. ls itself (returned when nothing differs) is
   -- not changed. Mirrors loans.effective.
-  function effective(ls, b, run, early, late, early_at, late_at, t)
+  local function effective(ls, b, run, early, late, early_at, late_at, t)
     if not b or run == ls[b + 2] then return ls end
     local e = math.min(ls[b + 3], t)
     local out = {}
@@ -378,7 +383,7 @@ local function loans()
   -- (at b) leaves it: the kept part runs until its expiry, the settled
   -- parts (early, and late after a grant) become ended loans. Mirrors
   -- loans.settling (in place: the caller's ls is the settled one).
-  function settling(ls, b, run, early, late, early_at, late_at, t, granted)
+  local function settling(ls, b, run, early, late, early_at, late_at, t, granted)
     if not b or run == ls[b + 2] then return ls end
     local exp = ls[b + 3]
     local e = math.min(exp, t)
@@ -403,7 +408,7 @@ local function loans()
   -- binding below C, baked as min) or the TAT (alg 'gc': E + ceil(A(E)*P/L),
   -- binding after t, baked as max); trim returns ls and x. Mirrors
   -- loans.trim.
-  function trim(ls, t, alg, x)
+  local function trim(ls, t, alg, x)
     local i = 0
     while i < #ls do
       local j = i + 4
@@ -446,7 +451,7 @@ local function loans()
 
   -- cap_level caps a token_bucket level at t by the loans: at most
   -- C - A(E) + (t - min(E, t))*L/P for every loan.
-  function cap_level(ls, level, t)
+  local function cap_level(ls, level, t)
     for b = 0, #ls - 4, 4 do
       local e = ls[b + 3]
       local s = e -- min(e, t), min(level, c): without a C call each
@@ -459,7 +464,7 @@ local function loans()
 
   -- full_in is how long after t a token_bucket full in d µs by refill
   -- alone is full with its loans counted (running and ended).
-  function full_in(ls, d, t)
+  local function full_in(ls, d, t)
     for b = 0, #ls - 4, 4 do
       local e = ls[b + 3]
       local c = (e - t) + after(ls, e) * pf / lf
@@ -469,7 +474,7 @@ local function loans()
   end
 
   -- floor_tat is the lowest TAT a gcra key's loans allow at t.
-  function floor_tat(ls, t)
+  local function floor_tat(ls, t)
     local f = 0
     for b = 0, #ls - 4, 4 do
       local e = ls[b + 3]
@@ -484,7 +489,7 @@ local function loans()
   -- spent_by is the later of e and every loan's expiry plus what its
   -- tokens A(E) are worth at the key's rate: when a gcra key's TAT (e)
   -- and loans are all past.
-  function spent_by(ls, e)
+  local function spent_by(ls, e)
     for b = 0, #ls - 4, 4 do
       local x = ls[b + 3]
       local c = x + math.ceil(after(ls, x) * pf / lf)
@@ -492,4 +497,5 @@ local function loans()
     end
     return e
   end
+  return {read = read, write = write, find = find, after = after, lent_to = lent_to, remove = remove, append = append, settle = settle, last_call = last_call, unanswered = unanswered, tat_back = tat_back, held_of = held_of, end_loan = end_loan, retire = retire, take = take, split = split, keep_of = keep_of, effective = effective, settling = settling, trim = trim, cap_level = cap_level, full_in = full_in, floor_tat = floor_tat, spent_by = spent_by}
 end
