@@ -31,24 +31,25 @@ end
 local fast = true -- false: every call takes the general path (tests)
 local v = redis.call('GET', key)
 
--- fast_path answers the common states with locals only: no state, or
+-- The fast path answers the common states with locals only: no state, or
 -- state whose only loan is the caller's, running, and which the caller
 -- still holds whole (see token_bucket_lease.lua). It is the general path
 -- below, operation for operation, for those states, and writes the same
--- bytes; nil: any other state, for the general path.
-local function fast_path()
+-- bytes; any other state breaks out to the general path.
+repeat -- the fast path (break: the general path)
+  if not fast then break end
   local tat, lc, lg = 0, 0, 0
   local lent, exp, last = nil, 0, 0 -- the caller's loan
   if v then
     local at = string.byte(v, 1) -- the header, then where the loans start
     if at % 2 == 1 then at = 9 + 4 + W[4 + math.floor(at / 2) % 4] else at = 9 end
-    if not sole_loan(v, at) then return nil end
+    if not sole_loan(v, at) then break end
     local h, pos
     h, tat, pos = struct.unpack('<BI7', v)
     if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
     if pos <= #v then
       local kind = string.byte(v, pos)
-      if kind < 64 or holder == '' then return nil end
+      if kind < 64 or holder == '' then break end
       local id, d1, d2
       local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
       if kind >= 128 then
@@ -57,13 +58,13 @@ local function fast_path()
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
-      if id ~= holder or pos <= #v then return nil end
+      if id ~= holder or pos <= #v then break end
       exp = tat + unzz(d1)
     end
   end
   local fl = 0 -- floor_tat
   if lent then
-    if exp <= now then return nil end -- it ended: retire
+    if exp <= now then break end -- it ended: retire
     if unans ~= 0 and lc == unans then
       local back = math.min(lg, lent)
       lent = lent - back
@@ -72,7 +73,7 @@ local function fast_path()
         tat = b - math.min(math.floor(back * pf / lf), b - now)
       end
     end
-    if held < lent then return nil end -- split: spent tokens
+    if held < lent then break end -- split: spent tokens
     fl = math.max(fl, now + math.ceil(lent * pf / lf))
   end
   local base = math.max(tat, now, fl)
@@ -102,11 +103,7 @@ local function fast_path()
     redis.call('SET', key, head_gc(tat, last_of(call, granted)) .. loan, 'PX', ttl(e - now))
   end
   return {granted, avail(d), ms(wait), ms(d), lent_now}
-end
-if fast then
-  local r = fast_path()
-  if r then return r end
-end
+until true
 
 -- The general path: lease/loans.go operation for operation, with the
 -- loan helpers written out inline (see token_bucket_lease.lua).

@@ -23,24 +23,26 @@ local spent_before, call, unans = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumb
 local fast = true -- false: every call takes the general path (tests)
 local v = redis.call('GET', key)
 
--- fast_path answers the common states with locals only: no state, or
+-- The fast path answers the common states with locals only: no state, or
 -- state whose only loan is the caller's, running, and which the caller
 -- still holds whole (Held ≥ lent: nothing reported spent, so no ended
 -- loan comes of the call). It is the general path below, operation for
--- operation, for those states, and writes the same bytes; nil: any other
--- state, for the general path.
-local function fast_path()
+-- operation, for those states, and writes the same bytes; any other state
+-- breaks out to the general path. (A block, not a function: a closure
+-- capturing the script's locals costs more than the path's arithmetic.)
+repeat -- the fast path (break: the general path)
+  if not fast then break end
   local raw, t, lc, lg = cf, now, 0, 0
   local lent, exp, last = nil, 0, 0 -- the caller's loan
   if v then
     local at = string.byte(v, 1) -- the header, then where the loans start
     if at % 2 == 1 then at = 17 + 4 + W[4 + math.floor(at / 2) % 4] else at = 17 end
-    if not sole_loan(v, at) then return nil end
+    if not sole_loan(v, at) then break end
     local h, lvl, u, pos = struct.unpack('<BdI7', v)
     if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
     if pos <= #v then
       local kind = string.byte(v, pos)
-      if kind < 64 or holder == '' then return nil end
+      if kind < 64 or holder == '' then break end
       local id, d1, d2
       local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
       if kind >= 128 then
@@ -49,7 +51,7 @@ local function fast_path()
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
-      if id ~= holder or pos <= #v then return nil end
+      if id ~= holder or pos <= #v then break end
       exp = u + unzz(d1)
     end
     local elapsed = now - u
@@ -58,13 +60,13 @@ local function fast_path()
     t = math.max(now, u)
   end
   if lent then
-    if exp <= t then return nil end -- it ended: retire
+    if exp <= t then break end -- it ended: retire
     if unans ~= 0 and lc == unans then
       local back = math.min(lg, lent)
       lent = lent - back
       if back > 0 then raw = math.min(cf, raw + back) end
     end
-    if held < lent then return nil end -- split: spent tokens
+    if held < lent then break end -- split: spent tokens
   end
   local tokens = raw
   if lent then tokens = math.min(raw, cf - lent + (t - t) * lf / pf) end
@@ -93,11 +95,7 @@ local function fast_path()
     redis.call('SET', key, head_tb(stored, t, last_of(call, granted)) .. loan, 'PX', ttl(t - now + d))
   end
   return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_now}
-end
-if fast then
-  local r = fast_path()
-  if r then return r end
-end
+until true
 
 -- The general path: lease/loans.go operation for operation, on the
 -- loans as one flat list (see loans in leased.lua), with the loan
