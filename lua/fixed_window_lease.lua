@@ -58,14 +58,14 @@ elseif math.max(0, limit - count) >= need then
     current = true
     if ls then
       ls = H.settle(ls, H.held_of(ls, held), granted, now, 0, 0, true)
-      H.write(head_fw(ws, count), ls, 0, true, ttl(ws + 2 * pu - now))
+      H.write(head('fw', ws, count), ls, 0, true, ttl(ws + 2 * pu - now))
     else
       local loan = ''
       if holder ~= '' then
         own = math.min(own, held) + granted
         loan = pack_loan(holder, own, 0, 0, 0, true)
       end
-      redis.call('SET', key, head_fw(ws, count) .. loan, 'PX', ttl(ws + 2 * pu - now))
+      redis.call('SET', key, head('fw', ws, count) .. loan, 'PX', ttl(ws + 2 * pu - now))
     end
   end
 else

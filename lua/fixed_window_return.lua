@@ -21,5 +21,5 @@ if H.lent_to(ls, holder, -1) == 0 then
 end
 local back
 ls, back = H.take(ls, n)
-H.write(head_fw(st.w, math.max(0, count - back)), ls, 0, true, nil)
+H.write(head('fw', st.w, math.max(0, count - back)), ls, 0, true, nil)
 return back

@@ -54,12 +54,12 @@ repeat -- the fast path (break: the general path)
       local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
       if kind >= 128 then
         id, lent, d1, d2, pos = struct.unpack(f .. W[math.floor(kind / 16) % 4], v, pos + 1)
-        last = tat - unzz(d2)
+        if d2 % 2 == 0 then last = tat - d2 / 2 else last = tat + (d2 + 1) / 2 end
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
       if id ~= holder or pos <= #v then break end
-      exp = tat + unzz(d1)
+      if d1 % 2 == 0 then exp = tat + d1 / 2 else exp = tat - (d1 + 1) / 2 end
     end
   end
   local fl = 0 -- floor_tat
@@ -100,7 +100,7 @@ repeat -- the fast path (break: the general path)
       e = math.max(e, ne + math.ceil(nl * pf / lf))
       if ne > now then lent_now = nl end
     end
-    redis.call('SET', key, head_gc(tat, last_of(call, granted)) .. loan, 'PX', ttl(e - now))
+    redis.call('SET', key, head('gc', tat, last_of(call, granted)) .. loan, 'PX', ttl(e - now))
   end
   return {granted, avail(d), ms(wait), ms(d), lent_now}
 until true
@@ -320,7 +320,7 @@ if granted > 0 or (si and ls[si + 3] > now) then
     if c > e then e = c end
   end
   -- write
-  local parts = {head_gc(tat, last_of(call, granted))}
+  local parts = {head('gc', tat, last_of(call, granted))}
   for b = 0, #ls - 4, 4 do
     parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], tat, false)
   end

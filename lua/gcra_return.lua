@@ -25,5 +25,5 @@ if tat <= now and #ls == 0 then
   redis.call('DEL', key) -- full and nothing lent: the same as no state
   return back
 end
-H.write(head_gc(tat, 0, 0), ls, tat, false, ttl(H.spent_by(ls, tat) - now))
+H.write(head('gc', tat, 0, 0), ls, tat, false, ttl(H.spent_by(ls, tat) - now))
 return back

@@ -21,54 +21,41 @@ local holder = ARGV[4]
 -- as text), as small as its values allow: integers (times in µs, counts,
 -- lent tokens) take 1, 2, 4 or 7 bytes (width codes 0-3, I1 I2 I4 I7,
 -- named in header and kind bytes), only token_bucket's level is a double.
--- It is a header byte and the algorithm's fields (see head_tb, head_gc,
--- head_fw, head_sw), then the loans, each (see pack_loan) a kind byte
--- (bits 0-1: the width of lent; 2-3: of the expiry; 4-5: of the last
--- spend; 64: a holder; 128: a last spend), the holder (the Store's 8-byte
--- digest of the Lessee ID; none for an ended loan), lent, and for
--- token_bucket and gcra the expiry and last spend as zigzag distances from
--- the key's reference time (its 'u', or gcra's TAT): a few bytes each.
+-- It is a header byte and the algorithm's fields (see head), then the
+-- loans, each (see pack_loan) a kind byte (bits 0-1: the width of lent;
+-- 2-3: of the expiry; 4-5: of the last spend; 64: a holder; 128: a last
+-- spend), the holder (the Store's 8-byte digest of the Lessee ID; none
+-- for an ended loan), lent, and for token_bucket and gcra the expiry and
+-- last spend as zigzag distances from the key's reference time (its 'u',
+-- or gcra's TAT): a few bytes each.
 local W = {[0] = 'I1', 'I2', 'I4', 'I7', 1, 2, 4, 7} -- and W[4 + code]: the bytes
 
--- wc is the width code of a non-negative integer x < 2^53.
-local function wc(x)
-  if x < 256 then return 0 elseif x < 65536 then return 1 elseif x < 4294967296 then return 2 end
-  return 3
-end
-
--- zz maps an integer of either sign to a non-negative one (zigzag), and
--- unzz back.
-local function zz(x)
-  if x >= 0 then return 2 * x end
-  return -2 * x - 1
-end
-local function unzz(z)
-  if z % 2 == 0 then return z / 2 end
-  return -(z + 1) / 2
-end
-
--- The heads: token_bucket's header is 1 + 2*(width of '$') with the
--- last call ('#', a uint32) and its grant ('$'), 0 without; then the
--- level 't' (a double) and its time 'u'; gcra's the same around the TAT
--- 't' alone; the windows' header holds the widths of their counts, then
--- the window start 'w', the count 'c' (and sliding_window's previous 'p').
-local function head_tb(t, u, call, grant)
-  if call == 0 then return struct.pack('<BdI7', 0, t, u) end
-  local c = wc(grant)
-  return struct.pack('<BdI7I4' .. W[c], 1 + 2 * c, t, u, call, grant)
-end
-local function head_gc(tat, call, grant)
-  if call == 0 then return struct.pack('<BI7', 0, tat) end
-  local c = wc(grant)
-  return struct.pack('<BI7I4' .. W[c], 1 + 2 * c, tat, call, grant)
-end
-local function head_fw(w, c)
-  local cc = wc(c)
-  return struct.pack('<BI7' .. W[cc], cc, w, c)
-end
-local function head_sw(w, c, p)
-  local cc, pc = wc(c), wc(p)
-  return struct.pack('<BI7' .. W[cc] .. W[pc], cc + 4 * pc, w, c, p)
+-- head is the packed fields of algorithm alg, each integer's width code
+-- c (0-3: < 2^8, < 2^16, < 2^32, else) in the header byte. token_bucket
+-- (alg 'tb'; a, b, c, d: the level 't', a double, its time 'u', the last
+-- call '#', a uint32, and its grant '$'): header 1 + 2*c('$') with the
+-- last call, 0 without (call 0); gcra ('gc'; a, b, c: the TAT 't', the
+-- last call and its grant) the same; the windows ('fw', 'sw'; a, b, c:
+-- the window start 'w', the count 'c', and sliding_window's previous
+-- 'p') c('c') + 4*c('p').
+local function head(alg, a, b, c, d)
+  local x, f = d, '<BI7' -- x: the one number whose width the header names first
+  if alg == 'tb' then
+    if c == 0 then return struct.pack('<BdI7', 0, a, b) end
+  elseif alg == 'gc' then
+    if b == 0 then return struct.pack('<BI7', 0, a) end
+    x = c
+  else
+    x = b
+  end
+  local w = 3
+  if x < 256 then w = 0 elseif x < 65536 then w = 1 elseif x < 4294967296 then w = 2 end
+  if alg == 'tb' then return struct.pack('<BdI7I4' .. W[w], 1 + 2 * w, a, b, c, d) end
+  if alg == 'gc' then return struct.pack('<BI7I4' .. W[w], 1 + 2 * w, a, b, c) end
+  if alg == 'fw' then return struct.pack(f .. W[w], w, a, b) end
+  local w2 = 3
+  if c < 256 then w2 = 0 elseif c < 65536 then w2 = 1 elseif c < 4294967296 then w2 = 2 end
+  return struct.pack(f .. W[w] .. W[w2], w + 4 * w2, a, b, c)
 end
 
 -- pack_loan is one loan's bytes (see above): a windowed loan is its
@@ -128,6 +115,11 @@ end
 -- (appended at the end, removed by moving the last loan into its place).
 local max_ended = 3 -- the ended loans a key keeps (lease's maxEnded)
 local function loans()
+  local function unzz(z)
+    if z % 2 == 0 then return z / 2 end
+    return -(z + 1) / 2
+  end
+
   -- read decodes v (the key's value; false or nil: no state) of
   -- algorithm alg ('tb', 'gc', 'fw', 'sw'): its fields as a table of
   -- numbers by name ('t', 'u', '#', '$', 'w', 'c', 'p'), and its loans.

@@ -71,14 +71,14 @@ elseif a >= need then
     current = true
     if ls then
       ls = H.settle(ls, H.held_of(ls, held), granted, now, 0, 0, true)
-      H.write(head_sw(ws, cur, prev), ls, 0, true, ttl(ws + 2 * pf - now))
+      H.write(head('sw', ws, cur, prev), ls, 0, true, ttl(ws + 2 * pf - now))
     else
       local loan = ''
       if holder ~= '' then
         own = math.min(own, held) + granted
         loan = pack_loan(holder, own, 0, 0, 0, true)
       end
-      redis.call('SET', key, head_sw(ws, cur, prev) .. loan, 'PX', ttl(ws + 2 * pf - now))
+      redis.call('SET', key, head('sw', ws, cur, prev) .. loan, 'PX', ttl(ws + 2 * pf - now))
     end
   end
 else

@@ -22,5 +22,5 @@ if H.lent_to(ls, holder, -1) == 0 then
 end
 local back
 ls, back = H.take(ls, n)
-H.write(head_sw(st.w, math.max(0, cur - back), st.p), ls, 0, true, nil)
+H.write(head('sw', st.w, math.max(0, cur - back), st.p), ls, 0, true, nil)
 return back

@@ -47,12 +47,12 @@ repeat -- the fast path (break: the general path)
       local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
       if kind >= 128 then
         id, lent, d1, d2, pos = struct.unpack(f .. W[math.floor(kind / 16) % 4], v, pos + 1)
-        last = u - unzz(d2)
+        if d2 % 2 == 0 then last = u - d2 / 2 else last = u + (d2 + 1) / 2 end
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
       if id ~= holder or pos <= #v then break end
-      exp = u + unzz(d1)
+      if d1 % 2 == 0 then exp = u + d1 / 2 else exp = u - (d1 + 1) / 2 end
     end
     local elapsed = now - u
     if elapsed < 0 then elapsed = 0 end
@@ -92,7 +92,7 @@ repeat -- the fast path (break: the general path)
       d = math.max(d, (ne - t) + nl * pf / lf)
       if ne > now then lent_now = nl end
     end
-    redis.call('SET', key, head_tb(stored, t, last_of(call, granted)) .. loan, 'PX', ttl(t - now + d))
+    redis.call('SET', key, head('tb', stored, t, last_of(call, granted)) .. loan, 'PX', ttl(t - now + d))
   end
   return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_now}
 until true
@@ -319,7 +319,7 @@ if granted > 0 or (si and ls[si + 3] > t) then
     if c > d then d = c end
   end
   -- write
-  local parts = {head_tb(stored, t, last_of(call, granted))}
+  local parts = {head('tb', stored, t, last_of(call, granted))}
   for b = 0, #ls - 4, 4 do
     parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], t, false)
   end

@@ -30,5 +30,5 @@ if tokens >= cf and #ls == 0 then
   return back
 end
 local d = H.full_in(ls, (cf - tokens) * pf / lf, updated)
-H.write(head_tb(tokens, updated, 0, 0), ls, updated, false, ttl(updated - now + d))
+H.write(head('tb', tokens, updated, 0, 0), ls, updated, false, ttl(updated - now + d))
 return back
