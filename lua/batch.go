@@ -38,7 +38,7 @@ func bodyIndex(a lease.Algorithm, isLease bool) int {
 }
 
 // newBatchScript wraps every leased algorithm's lease and return script
-// (each the text newScripts builds: prelude, leased.lua, the algorithm's
+// (each the source newScripts builds: prelude, leased.lua, the algorithm's
 // file) in a function of its own, and runs them for each key in turn:
 //
 //	KEYS  one key per call (a key may come twice)
@@ -60,7 +60,7 @@ func newBatchScript() *rueidis.Lua {
 	b.WriteString("local bodies = {}\n")
 	body := func(i int, name string) {
 		// The newline before end: a script may end in a comment.
-		fmt.Fprintf(&b, "bodies[%d] = function(KEYS, ARGV)\n%s\nend\n", i, scriptText(name, true))
+		fmt.Fprintf(&b, "bodies[%d] = function(KEYS, ARGV)\n%s\nend\n", i, scriptSource(name, true, true))
 	}
 	for a, f := range algorithms {
 		if f.lease != "" {

@@ -36,19 +36,20 @@ var (
 // changes algorithm starts fresh instead of meeting another algorithm's
 // state, or a WRONGTYPE error; the leased algorithms' suffixes end in their
 // state's format version: a key is read only by the scripts that wrote its
-// format, and nodes of releases that wrote another format (tb, gc, fw, sw:
-// hashes; gcra: a string) use other keys) and its script files: lease and ret for a
-// leased algorithm (Store.Lease and Return), log for sliding_log
-// (Store.Log), acquire and release for concurrency.
+// format, and nodes of releases that wrote another format use other keys:
+// tb, gc, fw, sw held hashes, tb2, gc2, fw2, sw2 strings of doubles) and
+// its script files: lease and ret for a leased algorithm (Store.Lease and
+// Return), log for sliding_log (Store.Log), acquire and release for
+// concurrency.
 var algorithms = [...]struct {
 	suffix                string
 	lease, ret            string
 	log, acquire, release string
 }{
-	lease.TokenBucket:   {suffix: "tb2", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
-	lease.GCRA:          {suffix: "gc2", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
-	lease.FixedWindow:   {suffix: "fw2", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
-	lease.SlidingWindow: {suffix: "sw2", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
+	lease.TokenBucket:   {suffix: "tb3", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
+	lease.GCRA:          {suffix: "gc3", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
+	lease.FixedWindow:   {suffix: "fw3", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
+	lease.SlidingWindow: {suffix: "sw3", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
 	lease.SlidingLog:    {suffix: "log", log: "sliding_log.lua"},
 	lease.Concurrency:   {suffix: "cc", acquire: "concurrency_acquire.lua", release: "concurrency_release.lua"},
 }
@@ -61,18 +62,23 @@ type scripts [len(algorithms)]struct {
 	log, acquire, release *rueidis.Lua
 }
 
-// newScripts builds every script of the table. Each joins its file with
+// newScripts builds every script of the table (see scriptsWith).
+func newScripts() *scripts { return scriptsWith(true) }
+
+// scriptsWith builds every script of the table. Each joins its file with
 // the shared prelude (TIME, the ttl and ms helpers) and, for the leased
-// algorithms, their argument parsing and loan helpers: each script file
-// holds only its own logic, and Redis still gets one self-contained script
-// per file.
-func newScripts() *scripts {
+// algorithms, their argument parsing, state encoding and loan helpers:
+// each script file holds only its own logic, and Redis still gets one
+// self-contained script per file. With fast false the lease scripts skip
+// their fast paths and take the general path in every state (a test
+// compares the two).
+func scriptsWith(fast bool) *scripts {
 	var s scripts
 	script := func(name string, leased bool) *rueidis.Lua {
 		if name == "" {
 			return nil
 		}
-		return rueidis.NewLuaScript(scriptText(name, leased))
+		return rueidis.NewLuaScript(scriptSource(name, leased, fast))
 	}
 	for a, f := range algorithms {
 		s[a].lease, s[a].ret = script(f.lease, true), script(f.ret, true)
@@ -81,17 +87,22 @@ func newScripts() *scripts {
 	return &s
 }
 
-// scriptText is the script Redis runs for a script file: the file joined
-// with the prelude and, for a leased algorithm's, leased.lua.
-func scriptText(name string, leased bool) string {
+// scriptSource is the source Redis runs for the script file name: the
+// prelude, the leased algorithms' helpers if leased, then the file (with
+// its fast path turned off if not fast).
+func scriptSource(name string, leased, fast bool) string {
 	src, err := scriptFiles.ReadFile(name)
 	if err != nil {
 		panic("lua: the algorithm table names a script that is not embedded: " + name)
 	}
-	if leased {
-		return preludeSrc + leasedSrc + string(src)
+	body := string(src)
+	if !fast {
+		body = strings.Replace(body, "local fast = true", "local fast = false", 1)
 	}
-	return preludeSrc + string(src)
+	if leased {
+		return preludeSrc + leasedSrc + body
+	}
+	return preludeSrc + body
 }
 
 // MaxLogHits bounds the hits of one sliding_log check: the script records
@@ -184,8 +195,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // hex xxhash of the counter key instead, and the counter key follows the
 // tag so that the Redis key stays unique:
 //
-//	{sl:user-42}:tb2
-//	{sl:#9f86d081884c7d65}we}ird:tb2
+//	{sl:user-42}:tb3
+//	{sl:#9f86d081884c7d65}we}ird:tb3
 func (s *Store) Key(counter string, a lease.Algorithm) string {
 	suffix := "x" // not a valid algorithm: no script ever uses it
 	if int(a) < len(algorithms) && algorithms[a].suffix != "" {
