@@ -88,13 +88,14 @@ type benchCalls struct {
 const envoyRLSTimeout = time.Second
 
 // envoyDialOptions are the client's HTTP/2 settings as Envoy's: fixed
-// flow-control windows (its defaults, 256 MiB per stream and connection),
-// so no BDP pings for the server to answer, as Envoy sends none.
+// flow-control windows (its defaults: 16 MiB per stream, 24 MiB per
+// connection), so no BDP pings for the server to answer, as Envoy sends
+// none.
 func envoyDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(256 << 20),
-		grpc.WithInitialConnWindowSize(256 << 20),
+		grpc.WithInitialWindowSize(16 << 20),
+		grpc.WithInitialConnWindowSize(24 << 20),
 	}
 }
 
@@ -171,19 +172,43 @@ func BenchmarkRLSvsHTTP(b *testing.B) {
 
 // BenchmarkServerCPU is BenchmarkRLSvsHTTP with the node in a process of
 // its own (this test binary, running TestBenchServer), so that the CPU
-// time the node spends per call can be read apart from the clients': it
+// time the node spends per call can be read apart from the clients'. It
 // reports calls/s, server-µs/call (user + system CPU of the node's process
 // per call), server-allocs/call (the node's heap allocations per call, a
 // count that does not swing with the machine's load) and client-µs/call
-// (the same for this process, the clients: calls/s is what the 2 of them
-// leave each other on a shared machine, while a node's own capacity is
-// its cores over server-µs/call) for RLS, HTTP and gRPC's health Check
-// (gRPC's own cost per call), three interleaved rounds.
+// (this process's CPU per call: calls/s is what clients and node leave
+// each other on a shared machine, whereas a node's own capacity is its
+// cores over server-µs/call). Each of three rounds runs RLS, HTTP, gRPC's
+// health Check on the RLS port (gRPC's own cost per call, next to no
+// handler) and RLS on a second node process run with GOGC=400 (gRPC's
+// allocations make the garbage collector a large part of an RLS call).
 //
 //	go test -run '^$' -bench ServerCPU -benchtime 3s -tags vtprotobuf ./node/rls/
 func BenchmarkServerCPU(b *testing.B) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchServer$")
-	cmd.Env = append(os.Environ(), "SLUICE_RLS_BENCH_SERVER=1")
+	httpAddr, rlsAddr, stop := startBenchServer(b)
+	defer stop()
+	gcHTTPAddr, gcRLSAddr, stopGC := startBenchServer(b, "GOGC=400")
+	defer stopGC()
+	stats, gcStats := serverStats(b, httpAddr), serverStats(b, gcHTTPAddr)
+	calls, gcCalls := newBenchCalls(b, httpAddr, rlsAddr), newBenchCalls(b, gcHTTPAddr, gcRLSAddr)
+	defer calls.stop()
+	defer gcCalls.stop()
+	for r := 1; r <= 3; r++ {
+		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, calls.rls, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, calls.http, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/grpc-health", func(b *testing.B) { run(b, calls.health, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/rls-gogc400", func(b *testing.B) { run(b, gcCalls.rls, gcStats) })
+	}
+}
+
+// startBenchServer starts a node process for BenchmarkServerCPU (this test
+// binary running TestBenchServer, with env added to its environment and
+// the test flags in $SLUICE_RLS_BENCH_SERVER_FLAGS, such as
+// "-test.cpuprofile node.pprof") and returns its addresses. stop ends it.
+func startBenchServer(b *testing.B, env ...string) (httpAddr, rlsAddr string, stop func()) {
+	args := append([]string{"-test.run", "^TestBenchServer$"}, strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_FLAGS"))...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "SLUICE_RLS_BENCH_SERVER=1"), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -196,9 +221,10 @@ func BenchmarkServerCPU(b *testing.B) {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer cmd.Wait()
-	defer in.Close() // the server process ends when its stdin does
-	var httpAddr, rlsAddr string
+	stop = func() {
+		in.Close() // the server process ends when its stdin does
+		cmd.Wait()
+	}
 	sc := bufio.NewScanner(out)
 	for httpAddr == "" && sc.Scan() {
 		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "bench-server" {
@@ -206,16 +232,10 @@ func BenchmarkServerCPU(b *testing.B) {
 		}
 	}
 	if httpAddr == "" {
+		stop()
 		b.Fatal("the server process printed no addresses")
 	}
-	stats := serverStats(b, httpAddr)
-	calls := newBenchCalls(b, httpAddr, rlsAddr)
-	defer calls.stop()
-	for r := 1; r <= 3; r++ {
-		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, calls.rls, stats) })
-		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, calls.http, stats) })
-		b.Run("round"+strconv.Itoa(r)+"/grpc-health", func(b *testing.B) { run(b, calls.health, stats) })
-	}
+	return httpAddr, rlsAddr, stop
 }
 
 // serverStats returns a reader of a node's CPU time so far (user +
