@@ -185,9 +185,9 @@ func BenchmarkRLSvsHTTP(b *testing.B) {
 //
 //	go test -run '^$' -bench ServerCPU -benchtime 3s -tags vtprotobuf ./node/rls/
 func BenchmarkServerCPU(b *testing.B) {
-	httpAddr, rlsAddr, stop := startBenchServer(b)
+	httpAddr, rlsAddr, stop := startBenchServer(b, strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_FLAGS")))
 	defer stop()
-	gcHTTPAddr, gcRLSAddr, stopGC := startBenchServer(b, "GOGC=400")
+	gcHTTPAddr, gcRLSAddr, stopGC := startBenchServer(b, nil, "GOGC=400")
 	defer stopGC()
 	stats, gcStats := serverStats(b, httpAddr), serverStats(b, gcHTTPAddr)
 	calls, gcCalls := newBenchCalls(b, httpAddr, rlsAddr), newBenchCalls(b, gcHTTPAddr, gcRLSAddr)
@@ -202,11 +202,12 @@ func BenchmarkServerCPU(b *testing.B) {
 }
 
 // startBenchServer starts a node process for BenchmarkServerCPU (this test
-// binary running TestBenchServer, with env added to its environment and
-// the test flags in $SLUICE_RLS_BENCH_SERVER_FLAGS, such as
-// "-test.cpuprofile node.pprof") and returns its addresses. stop ends it.
-func startBenchServer(b *testing.B, env ...string) (httpAddr, rlsAddr string, stop func()) {
-	args := append([]string{"-test.run", "^TestBenchServer$"}, strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_FLAGS"))...)
+// binary running TestBenchServer, with flags added to its test flags, such
+// as "-test.cpuprofile node.pprof", and env to its environment) and
+// returns its addresses. stop ends it. The node of the first rounds takes
+// its flags from $SLUICE_RLS_BENCH_SERVER_FLAGS.
+func startBenchServer(b *testing.B, flags []string, env ...string) (httpAddr, rlsAddr string, stop func()) {
+	args := append([]string{"-test.run", "^TestBenchServer$"}, flags...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "SLUICE_RLS_BENCH_SERVER=1"), env...)
 	cmd.Stderr = os.Stderr
