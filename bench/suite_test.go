@@ -70,3 +70,16 @@ func TestRerender(t *testing.T) {
 		t.Fatalf("headline %+v", loaded.Headline)
 	}
 }
+
+// TestRedisCompareValidated: -redis-compare must be a query the node's
+// -redis URL accepts, checked before anything starts.
+func TestRedisCompareValidated(t *testing.T) {
+	for q, ok := range map[string]bool{"max_batch=1": true, "max_batch=0": false, "bogus=1": false} {
+		c := DefaultSuiteConfig()
+		c.Self, c.RedisCompare = "sluice-bench", q
+		err := c.defaults()
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "redis-compare")) {
+			t.Errorf("RedisCompare %q: %v", q, err)
+		}
+	}
+}

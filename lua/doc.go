@@ -28,8 +28,16 @@
 //	concurrency_acquire.lua    zset id→expiry µs          limit, ttl_us, id, hits (0 = peek)      {allowed, remaining, retry_ms, reset_ms}
 //	concurrency_release.lua    (same)                     id                                      1 if id was held, else 0
 //
-// Leased scripts write only when they grant (or take back) tokens: a
-// denial or a peek is read-only. sliding_log cleans up, counts, checks
+// Leased scripts write only when they grant (or take back) tokens, or
+// settle a holder's loan: a denial or a peek without a loan is read-only.
+// Each lease script has a fast path for the common states (no state yet,
+// or the caller's loan the key's only one; for token_bucket and gcra also
+// held whole, so that no ended loan comes of the call): locals, one GET,
+// one SET, none of the loan helpers' tables or closures. It is the general
+// path operation for operation on those states and writes the same bytes,
+// which TestFastPathMatchesGeneral checks against the scripts with their
+// fast paths off; every other state takes the general path, which mirrors
+// lease/loans.go. sliding_log cleans up, counts, checks
 // min_interval against the newest stamp, inserts one member per hit
 // ("<stamp>-<n>", added with NX so none is ever overwritten) and sets the
 // expiry in one script; a check records at most [MaxLogHits] hits.
@@ -37,13 +45,14 @@
 // # Keys
 //
 // A counter key K of algorithm A lives in the Redis key
-// "{<prefix>:K}:<a>" (prefix "sl" by default; a = tb2, gc2, fw2, sw2, log,
+// "{<prefix>:K}:<a>" (prefix "sl" by default; a = tb3, gc3, fw3, sw3, log,
 // cc). A leased key's state is one binary string (fields and loans, see
 // leased.lua) read with one GET and written with one SET; its suffix ends
 // in the format's version, so nodes of a release that kept another format
-// (the hashes at tb, gc, fw, sw) never share a Redis key with this one:
-// during a rolling upgrade each release counts a counter's limit on its
-// own key, up to the limit once per release.
+// (hashes at tb, gc, fw, sw; strings of doubles at tb2, gc2, fw2, sw2)
+// never share a Redis key with this one: during a rolling upgrade each
+// release counts a counter's limit on its own key, up to the limit once
+// per release.
 //
 // The whole counter key is the Cluster hash tag: a counter's keys share
 // one slot, and counters spread over all slots. A counter key containing
@@ -63,19 +72,22 @@
 //
 // MEMORY USAGE of one key (Redis 7.0, jemalloc, counter key "user-000042";
 // measured by TestMemoryPerKey, rerun with go test -run MemoryPerKey -v).
-// A leased key's state is packed binary (see leased.lua): plain fields and
-// loans as doubles, a holder as an 8-byte digest of its Lessee ID (see
-// holderOf):
+// A leased key's state is packed binary (see leased.lua): integers in 1,
+// 2, 4 or 7 bytes as their values need, times of loans as distances from
+// the key's own time, a holder as an 8-byte digest of its Lessee ID (see
+// holderOf). Up to 44 bytes a value shares one allocation with its Redis
+// object (embstr), which keeps one holder's loan, with its last spend, an
+// ended loan and the last call, within the key's smallest footprint:
 //
-//	token_bucket     104 bytes; 147 with one holder's loan (holder, lent,
-//	                 expiry, last spend; and the last call and its grant);
-//	                 163 after its second lease, which keeps the tokens it
+//	token_bucket     104 bytes; 115 with one holder's loan (holder, lent,
+//	                 expiry, last spend; the last call and its grant);
+//	                 115 after its second lease, which keeps the tokens it
 //	                 reports spent as an ended loan (up to 3, while they
 //	                 cap the level)
-//	gcra             88 bytes; 147 with one holder's loan; 163 after its
+//	gcra             88 bytes; 115 with one holder's loan; 115 after its
 //	                 second lease
-//	fixed_window     104 bytes; 115 with one holder's loan
-//	sliding_window   104 bytes; 131 with one holder's loan
+//	fixed_window     88 bytes; 99 with one holder's loan
+//	sliding_window   88 bytes; 99 with one holder's loan
 //	sliding_log      104 bytes with 1 stamp; ~36 bytes per stamp up to 128
 //	                 stamps (listpack), ~118 bytes per stamp beyond (skiplist)
 //	concurrency      120 bytes with 1 holder; ~51 bytes per holder (32-byte
@@ -109,5 +121,13 @@
 // # Concurrency
 //
 // A Store is safe for concurrent use. Concurrent calls share pipelined
-// connections (rueidis auto-pipelining).
+// connections (rueidis auto-pipelining), and concurrent Lease and Return
+// calls share script calls: a call goes out at once, as its own script,
+// when no call of its group (the server; on a Cluster, its key's hash
+// slot) is in flight; the calls that arrive meanwhile go out together
+// when it ends, at most Config.MaxBatch of them, as one EVALSHA of a
+// script that holds every lease and return script, each wrapped in a
+// function, and runs each call's on its key in turn (see batch.go). Each
+// call gets its own script's reply or error; each caller's context bounds
+// its own wait.
 package lua

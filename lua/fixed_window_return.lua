@@ -3,11 +3,12 @@
 -- lease.FixedWindowState.Return: tokens granted in an earlier window are
 -- not returned to this one. Joined after prelude.lua and leased.lua.
 --
--- KEYS[1]  string {w, c, '@'..holder} (see fixed_window_lease.lua)
+-- KEYS[1]  string (see fixed_window_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local pu, n = pf, tonumber(ARGV[5])
-local st, ls = read()
+loans()
+local st, ls = read(redis.call('GET', key), 'fw')
 if not st.w or n < 0 then
   return 0
 end
@@ -20,5 +21,5 @@ if lent_to(ls, holder, -1) == 0 then
 end
 local back
 ls, back = take(ls, n)
-write({'w', st.w, 'c', math.max(0, count - back)}, ls, nil)
+write(head_fw(st.w, math.max(0, count - back)), ls, 0, true, nil)
 return back

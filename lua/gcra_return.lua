@@ -3,11 +3,12 @@
 -- now (an ended loan).
 -- Mirrors lease.GCRAState.Return. Joined after prelude.lua and leased.lua.
 --
--- KEYS[1]  string {t = TAT, '@'..holder = loans} (see gcra_lease.lua)
+-- KEYS[1]  string (see gcra_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local n = tonumber(ARGV[5])
-local st, ls = read()
+loans()
+local st, ls = read(redis.call('GET', key), 'gc')
 local tat = tonumber(st.t)
 if not tat or n < 0 then
   return 0
@@ -30,5 +31,5 @@ local e = tat
 for _, l in ipairs(ls) do
   e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
 end
-write({'t', tat}, ls, ttl(e - now))
+write(head_gc(tat, 0, 0), ls, tat, false, ttl(e - now))
 return back

@@ -9,8 +9,9 @@
 -- Reset: pe + P if cur > 0, pe if only prev > 0, else 0. Joined after
 -- prelude.lua and leased.lua (capacity = limit here).
 --
--- KEYS[1]  string {w = start of the current window, unix µs; c = cur; p = prev;
---          '@'..holder = what the current window lent each holder}
+-- KEYS[1]  string: 'w' = start of the current window, unix µs, 'c' =
+--          cur, 'p' = prev, loans: what the current window lent each
+--          holder (see leased.lua)
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us (ttl and idle unused)
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
 --
@@ -20,19 +21,39 @@ local limit = lf
 local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
 local held = tonumber(ARGV[7])
 
+local fast = true -- false: loans always through the general helpers (tests)
+local v = redis.call('GET', key)
+
+-- The fast path keeps the caller's loan as a local (own) when it is the
+-- key's only loan, or there is none; with other holders' loans the
+-- general helpers read and settle them all (ls). Both write the same
+-- bytes (see fixed_window_lease.lua).
 local ws = now - math.fmod(now, pf) -- fmod is exact on doubles
 local prev, cur = 0, 0
-local st, ls = read()
 local current = false
-if st.w then
-  local sw = tonumber(st.w)
-  if sw >= ws then
-    ws, cur, prev, current = sw, tonumber(st.c), tonumber(st.p), true
-  elseif sw == ws - pf then
-    prev = tonumber(st.c)
+local ls, own = nil, 0
+if v then
+  local h, w, pos = struct.unpack('<BI7', v)
+  local c, p
+  c, p, pos = struct.unpack('<' .. W[h % 4] .. W[math.floor(h / 4) % 4], v, pos)
+  if w >= ws then
+    ws, cur, prev, current = w, c, p, true
+    if pos <= #v and fast and holder ~= '' then
+      local id
+      id, own, pos = struct.unpack('<c8' .. W[string.byte(v, pos) % 4], v, pos + 1)
+      if id ~= holder or pos <= #v then own, ls = 0, {} end
+    elseif pos <= #v or not fast then
+      ls = {}
+    end
+    if ls then
+      loans()
+      local _
+      _, ls = read(v, 'sw')
+    end
+  elseif w == ws - pf then
+    prev = c
   end
 end
-if not current then ls = {} end
 local e = math.max(0, now - ws)
 local pe = pf - e
 local function avail(c)
@@ -48,8 +69,17 @@ elseif a >= need then
   if granted > 0 then
     cur = cur + granted
     current = true
-    ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
-    write({'w', ws, 'c', cur, 'p', prev}, ls, ttl(ws + 2 * pf - now))
+    if ls then
+      ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
+      write(head_sw(ws, cur, prev), ls, 0, true, ttl(ws + 2 * pf - now))
+    else
+      local loan = ''
+      if holder ~= '' then
+        own = math.min(own, held) + granted
+        loan = pack_loan(holder, own, 0, 0, 0, true)
+      end
+      redis.call('SET', key, head_sw(ws, cur, prev) .. loan, 'PX', ttl(ws + 2 * pf - now))
+    end
   end
 else
   local room, room2 = limit - cur - need, limit - need
@@ -69,5 +99,9 @@ elseif prev > 0 then
   reset = pe
 end
 local lent = 0
-if current then lent = lent_to(ls, holder, -1) end
+if ls then
+  lent = lent_to(ls, holder, -1)
+elseif current and holder ~= '' then
+  lent = own
+end
 return {granted, avail(cur), ms(wait), ms(reset), lent}

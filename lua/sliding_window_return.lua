@@ -3,12 +3,13 @@
 -- lease.SlidingWindowState.Return. Joined after prelude.lua and
 -- leased.lua.
 --
--- KEYS[1]  string {w, c, p, '@'..holder} (see sliding_window_lease.lua)
+-- KEYS[1]  string (see sliding_window_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back (0: no state, the window the tokens were
 --          counted in is no longer current, or nothing lent)
 local n = tonumber(ARGV[5])
-local st, ls = read()
+loans()
+local st, ls = read(redis.call('GET', key), 'sw')
 if not st.w or n < 0 then
   return 0
 end
@@ -21,5 +22,5 @@ if lent_to(ls, holder, -1) == 0 then
 end
 local back
 ls, back = take(ls, n)
-write({'w', st.w, 'c', math.max(0, cur - back), 'p', st.p}, ls, nil)
+write(head_sw(st.w, math.max(0, cur - back), st.p), ls, 0, true, nil)
 return back

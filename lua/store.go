@@ -36,19 +36,20 @@ var (
 // changes algorithm starts fresh instead of meeting another algorithm's
 // state, or a WRONGTYPE error; the leased algorithms' suffixes end in their
 // state's format version: a key is read only by the scripts that wrote its
-// format, and nodes of releases that wrote another format (tb, gc, fw, sw:
-// hashes; gcra: a string) use other keys) and its script files: lease and ret for a
-// leased algorithm (Store.Lease and Return), log for sliding_log
-// (Store.Log), acquire and release for concurrency.
+// format, and nodes of releases that wrote another format use other keys:
+// tb, gc, fw, sw held hashes, tb2, gc2, fw2, sw2 strings of doubles) and
+// its script files: lease and ret for a leased algorithm (Store.Lease and
+// Return), log for sliding_log (Store.Log), acquire and release for
+// concurrency.
 var algorithms = [...]struct {
 	suffix                string
 	lease, ret            string
 	log, acquire, release string
 }{
-	lease.TokenBucket:   {suffix: "tb2", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
-	lease.GCRA:          {suffix: "gc2", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
-	lease.FixedWindow:   {suffix: "fw2", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
-	lease.SlidingWindow: {suffix: "sw2", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
+	lease.TokenBucket:   {suffix: "tb3", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
+	lease.GCRA:          {suffix: "gc3", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
+	lease.FixedWindow:   {suffix: "fw3", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
+	lease.SlidingWindow: {suffix: "sw3", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
 	lease.SlidingLog:    {suffix: "log", log: "sliding_log.lua"},
 	lease.Concurrency:   {suffix: "cc", acquire: "concurrency_acquire.lua", release: "concurrency_release.lua"},
 }
@@ -61,31 +62,47 @@ type scripts [len(algorithms)]struct {
 	log, acquire, release *rueidis.Lua
 }
 
-// newScripts builds every script of the table. Each joins its file with
+// newScripts builds every script of the table (see scriptsWith).
+func newScripts() *scripts { return scriptsWith(true) }
+
+// scriptsWith builds every script of the table. Each joins its file with
 // the shared prelude (TIME, the ttl and ms helpers) and, for the leased
-// algorithms, their argument parsing and loan helpers: each script file
-// holds only its own logic, and Redis still gets one self-contained script
-// per file.
-func newScripts() *scripts {
+// algorithms, their argument parsing, state encoding and loan helpers:
+// each script file holds only its own logic, and Redis still gets one
+// self-contained script per file. With fast false the lease scripts skip
+// their fast paths and take the general path in every state (a test
+// compares the two).
+func scriptsWith(fast bool) *scripts {
 	var s scripts
 	script := func(name string, leased bool) *rueidis.Lua {
 		if name == "" {
 			return nil
 		}
-		src, err := scriptFiles.ReadFile(name)
-		if err != nil {
-			panic("lua: the algorithm table names a script that is not embedded: " + name)
-		}
-		if leased {
-			return rueidis.NewLuaScript(preludeSrc + leasedSrc + string(src))
-		}
-		return rueidis.NewLuaScript(preludeSrc + string(src))
+		return rueidis.NewLuaScript(scriptSource(name, leased, fast))
 	}
 	for a, f := range algorithms {
 		s[a].lease, s[a].ret = script(f.lease, true), script(f.ret, true)
 		s[a].log, s[a].acquire, s[a].release = script(f.log, false), script(f.acquire, false), script(f.release, false)
 	}
 	return &s
+}
+
+// scriptSource is the source Redis runs for the script file name: the
+// prelude, the leased algorithms' helpers if leased, then the file (with
+// its fast path turned off if not fast).
+func scriptSource(name string, leased, fast bool) string {
+	src, err := scriptFiles.ReadFile(name)
+	if err != nil {
+		panic("lua: the algorithm table names a script that is not embedded: " + name)
+	}
+	body := string(src)
+	if !fast {
+		body = strings.Replace(body, "local fast = true", "local fast = false", 1)
+	}
+	if leased {
+		return preludeSrc + leasedSrc + body
+	}
+	return preludeSrc + body
 }
 
 // MaxLogHits bounds the hits of one sliding_log check: the script records
@@ -97,6 +114,7 @@ const MaxLogHits = 10_000
 type Store struct {
 	client      rueidis.Client
 	scripts     *scripts
+	batch       *batcher // nil: every call its own script call (MaxBatch 1)
 	prefix      string
 	callTimeout time.Duration
 	closeOnce   sync.Once
@@ -141,12 +159,16 @@ func NewStore(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to redis %s: %w: %w", strings.Join(cfg.Addrs, ","), lease.ErrStoreUnavailable, err)
 	}
-	return &Store{
+	s := &Store{
 		client:      client,
 		scripts:     newScripts(),
 		prefix:      cfg.KeyPrefix,
 		callTimeout: cfg.CallTimeout,
-	}, nil
+	}
+	if cfg.MaxBatch > 1 {
+		s.batch = newBatcher(client, newBatchScript(), cfg.MaxBatch)
+	}
+	return s, nil
 }
 
 // Close closes the connections. It is idempotent; calls after Close fail.
@@ -173,8 +195,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // hex xxhash of the counter key instead, and the counter key follows the
 // tag so that the Redis key stays unique:
 //
-//	{sl:user-42}:tb2
-//	{sl:#9f86d081884c7d65}we}ird:tb2
+//	{sl:user-42}:tb3
+//	{sl:#9f86d081884c7d65}we}ird:tb3
 func (s *Store) Key(counter string, a lease.Algorithm) string {
 	suffix := "x" // not a valid algorithm: no script ever uses it
 	if int(a) < len(algorithms) && algorithms[a].suffix != "" {
@@ -199,7 +221,11 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
-	v, err := s.exec(ctx, "lease", s.scripts[p.Algorithm].lease, s.Key(key, p.Algorithm), args, 5)
+	m, err := s.leased(ctx, "lease", p.Algorithm, true, s.Key(key, p.Algorithm), args)
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	v, err := ints("lease", m, 5)
 	if err != nil {
 		return lease.Grant{}, err
 	}
@@ -215,16 +241,30 @@ func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens i
 		return nil // nothing lent: nothing to give back
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(holder), itoa(tokens)}
+	_, err := s.leased(ctx, "return", p.Algorithm, false, s.Key(key, p.Algorithm), args)
+	return err
+}
+
+// leased runs the lease (isLease) or return script of algorithm a on key,
+// batched with concurrent calls unless batching is off.
+func (s *Store) leased(ctx context.Context, op string, a lease.Algorithm, isLease bool, key string, args []string) (rueidis.RedisMessage, error) {
 	if err := ctx.Err(); err != nil {
-		return unavailable("return", err)
+		return rueidis.RedisMessage{}, unavailable(op, err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	err := s.scripts[p.Algorithm].ret.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, args).Error()
-	if err != nil {
-		return unavailable("return", err)
+	script := s.scripts[a].ret
+	if isLease {
+		script = s.scripts[a].lease
 	}
-	return nil
+	if s.batch != nil {
+		return s.batch.do(&call{op: op, single: script, body: bodyIndex(a, isLease), key: key, args: args, ctx: ctx})
+	}
+	m, err := script.Exec(ctx, s.client, []string{key}, args).ToMessage()
+	if err != nil {
+		return m, unavailable(op, err)
+	}
+	return m, nil
 }
 
 // Log implements lease.Exact for sliding_log.
@@ -283,7 +323,16 @@ func (s *Store) exec(ctx context.Context, op string, script *rueidis.Lua, key st
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	v, err := script.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
+	m, err := script.Exec(ctx, s.client, []string{key}, args).ToMessage()
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	return ints(op, m, n)
+}
+
+// ints is a script's reply of n integers.
+func ints(op string, m rueidis.RedisMessage, n int) ([]int64, error) {
+	v, err := m.AsIntSlice()
 	if err != nil {
 		return nil, unavailable(op, err)
 	}

@@ -77,7 +77,7 @@ func TestKey(t *testing.T) {
 			t.Errorf("keys of counter %q use %d hash tags, want 1 (one slot per counter): %v", c, len(tags), tags)
 		}
 	}
-	if got, want := s.Key("user-42", lease.TokenBucket), "{sl:user-42}:tb2"; got != want {
+	if got, want := s.Key("user-42", lease.TokenBucket), "{sl:user-42}:tb3"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}
 	if hashTag(s.Key("a}b", lease.GCRA)) == hashTag(s.Key("a}c", lease.GCRA)) {
@@ -159,7 +159,7 @@ func TestExpiry(t *testing.T) {
 
 // ttlOf orders TestExpiry's keys as their algorithms' TTLs are ordered.
 func ttlOf(key string) int {
-	for i, suffix := range []string{":tb2", ":gc2", ":log", ":cc", ":fw2", ":sw2"} {
+	for i, suffix := range []string{":tb3", ":gc3", ":log", ":cc", ":fw3", ":sw3"} {
 		if strings.HasSuffix(key, suffix) {
 			return i
 		}
@@ -345,10 +345,10 @@ func TestValidation(t *testing.T) {
 // TestUpgradeKeysDisjoint: nodes of the previous release (its scripts are
 // kept in testdata/previous) and of this one on the same counter keys
 // during a rolling upgrade. Each release keeps a key's state in its own
-// format under its own Redis key (previous: a hash at :tb, :gc, :fw, :sw;
-// this one: a string at :tb2, :gc2, :fw2, :sw2), so neither release's
-// scripts ever meet the other's format (a WRONGTYPE error) and both keep
-// the contract on their own key. The cost: while both run, a counter's
+// format under its own Redis key (previous: strings of doubles at :tb2,
+// :gc2, :fw2, :sw2; this one: compact strings at :tb3, :gc3, :fw3, :sw3),
+// so neither release's scripts ever meet the other's format (which they
+// would misread) and both keep the contract on their own key. The cost: while both run, a counter's
 // limit is counted once by each release.
 func TestUpgradeKeysDisjoint(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -365,7 +365,7 @@ func TestUpgradeKeysDisjoint(t *testing.T) {
 		}
 		return rueidis.NewLuaScript(string(src))
 	}
-	prevSuffix := map[lease.Algorithm]string{lease.TokenBucket: "tb", lease.GCRA: "gc", lease.FixedWindow: "fw", lease.SlidingWindow: "sw"}
+	prevSuffix := map[lease.Algorithm]string{lease.TokenBucket: "tb2", lease.GCRA: "gc2", lease.FixedWindow: "fw2", lease.SlidingWindow: "sw2"}
 	file := map[lease.Algorithm]string{lease.TokenBucket: "token_bucket", lease.GCRA: "gcra", lease.FixedWindow: "fixed_window", lease.SlidingWindow: "sliding_window"}
 	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
 		p := lease.Policy{Algorithm: a, Limit: 10, Period: time.Hour}
@@ -378,7 +378,7 @@ func TestUpgradeKeysDisjoint(t *testing.T) {
 		// The previous release's arguments: limit, period, capacity, holder,
 		// want, need, held, ttl, idle, spent_before, call, unanswered.
 		prevLease := func(want int64, call int) []int64 {
-			args := []string{"10", itoa(micros(time.Hour)), "10", "m-old", itoa(want), "1", "0", itoa(micros(time.Minute)), "0", "0", strconv.Itoa(call), "0"}
+			args := []string{"10", itoa(micros(time.Hour)), "10", holderOf("m-old"), itoa(want), "1", "0", itoa(micros(time.Minute)), "0", "0", strconv.Itoa(call), "0"}
 			v, err := prevL.Exec(ctx, s.client, []string{prevKey}, args).AsIntSlice()
 			if err != nil {
 				t.Fatalf("%v: previous release's lease script: %v", a, err)
@@ -406,14 +406,14 @@ func TestUpgradeKeysDisjoint(t *testing.T) {
 		if g, err := s.Lease(ctx, counter, p, 10, 1, to); err != nil || g.Granted != 1 {
 			t.Errorf("%v: this release granted %d, %v of its last token, want 1", a, g.Granted, err)
 		}
-		if err := prevR.Exec(ctx, s.client, []string{prevKey}, []string{"10", itoa(micros(time.Hour)), "10", "m-old", "2"}).Error(); err != nil {
+		if err := prevR.Exec(ctx, s.client, []string{prevKey}, []string{"10", itoa(micros(time.Hour)), "10", holderOf("m-old"), "2"}).Error(); err != nil {
 			t.Errorf("%v: previous release's return script: %v", a, err)
 		}
 		if err := s.Return(ctx, counter, p, 2, to.ID); err != nil {
 			t.Errorf("%v: this release's return: %v", a, err)
 		}
-		if typ := srv.Do("TYPE", prevKey); typ != "hash" {
-			t.Errorf("%v: previous release's key is a %s, want hash", a, typ)
+		if n := srv.Do("EXISTS", prevKey); n != "1" {
+			t.Errorf("%v: previous release's key %s: EXISTS %s, want 1", a, prevKey, n)
 		}
 		if typ := srv.Do("TYPE", s.Key(counter, a)); typ != "string" {
 			t.Errorf("%v: this release's key is a %s, want string", a, typ)

@@ -3,11 +3,12 @@
 -- (an ended loan). Mirrors lease.TokenBucketState.Return. Joined after
 -- prelude.lua and leased.lua.
 --
--- KEYS[1]  string {t, u, '@'..holder = loans} (see token_bucket_lease.lua)
+-- KEYS[1]  string (see token_bucket_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local n = tonumber(ARGV[5])
-local st, ls = read()
+loans()
+local st, ls = read(redis.call('GET', key), 'tb')
 if not st.t or n < 0 then
   return 0
 end
@@ -31,5 +32,5 @@ if tokens >= cf and #ls == 0 then
   return back
 end
 local d = full_in(ls, (cf - tokens) * pf / lf, updated)
-write({'t', tokens, 'u', updated}, ls, ttl(updated - now + d))
+write(head_tb(tokens, updated, 0, 0), ls, updated, false, ttl(updated - now + d))
 return back

@@ -3,7 +3,7 @@
 -- Wait and Reset are the time to the end of the current window. Joined
 -- after prelude.lua and leased.lua (capacity = limit here).
 --
--- KEYS[1]  hash {w = start of the counted window, unix µs; c = count;
+-- KEYS[1]  string {w = start of the counted window, unix µs; c = count;
 --          '@'..holder = what the window lent each holder}
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us (ttl and idle unused)
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
@@ -36,7 +36,7 @@ elseif math.max(0, limit - count) >= need then
     count = count + granted
     current = true
     ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
-    write({'w', fmt(ws), 'c', fmt(count)}, ls, ttl(ws + 2 * pu - now))
+    write({'w', ws, 'c', count}, ls, ttl(ws + 2 * pu - now))
   end
 else
   wait = left

@@ -3,7 +3,7 @@
 -- lease.FixedWindowState.Return: tokens granted in an earlier window are
 -- not returned to this one. Joined after prelude.lua and leased.lua.
 --
--- KEYS[1]  hash {w, c, '@'..holder} (see fixed_window_lease.lua)
+-- KEYS[1]  string {w, c, '@'..holder} (see fixed_window_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local pu, n = pf, tonumber(ARGV[5])
@@ -20,8 +20,5 @@ if lent_to(ls, holder, -1) == 0 then
 end
 local back
 ls, back = take(ls, n)
-redis.call('HDEL', key, '@' .. holder)
-if back > 0 then
-  redis.call('HSET', key, 'c', fmt(math.max(0, count - back)))
-end
+write({'w', st.w, 'c', math.max(0, count - back)}, ls, nil)
 return back

@@ -7,7 +7,7 @@
 -- keeps B*P/L ≤ 2^52 µs, so the TAT stays an exact integer. Joined after
 -- prelude.lua and leased.lua.
 --
--- KEYS[1]  hash {t = TAT in unix µs (an integer), '@'..holder = loans, '#' = the
+-- KEYS[1]  string {t = TAT in unix µs (an integer), '@'..holder = loans, '#' = the
 --          last call (see last_call)}
 -- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us,
 --          spent_before, call, unanswered
@@ -68,6 +68,6 @@ if granted > 0 or (sp.i and ls[sp.i].exp > now) then
   for _, l in ipairs(ls) do
     e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
   end
-  write(last_field({'t', string.format('%d', tat)}, call, granted), ls, ttl(e - now))
+  write(last_field({'t', tat}, call, granted), ls, ttl(e - now))
 end
 return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}

@@ -3,7 +3,7 @@
 -- now (an ended loan).
 -- Mirrors lease.GCRAState.Return. Joined after prelude.lua and leased.lua.
 --
--- KEYS[1]  hash {t = TAT, '@'..holder = loans} (see gcra_lease.lua)
+-- KEYS[1]  string {t = TAT, '@'..holder = loans} (see gcra_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local n = tonumber(ARGV[5])
@@ -30,5 +30,5 @@ local e = tat
 for _, l in ipairs(ls) do
   e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
 end
-write({'t', string.format('%d', tat)}, ls, ttl(e - now))
+write({'t', tat}, ls, ttl(e - now))
 return back

@@ -8,34 +8,50 @@
 --          return: tokens
 --
 -- A loan is what the Store lent one holder and still counts against the
--- key's capacity: a hash field '@' .. holder = '<lent>,<expiry µs>' for
--- the windowed algorithms (expiry 0: their loans end with the window),
--- '<lent>,<expiry µs>,<expiry − last spend, µs>' for token_bucket and gcra
--- (the holder's last spend before its last call, lease.Loan.LastSpend, is
--- kept as its distance to the expiry: fewer digits). An ended loan (no
--- holder: tokens spent by its expiry, which still cap the level) is a
--- field '~' .. n = '<lent>,<expiry µs>'.
+-- key's capacity: '<lent>,<expiry µs>' for the windowed algorithms
+-- (expiry 0: their loans end with the window), '<lent>,<expiry
+-- µs>,<expiry − last spend, µs>' for token_bucket and gcra (the holder's
+-- last spend before its last call, lease.Loan.LastSpend, is kept as its
+-- distance to the expiry: fewer digits). An ended loan has no holder: its
+-- tokens were spent by its expiry, which still caps the level.
 local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder = ARGV[4]
 
--- read returns a hash's plain fields as a table, and its loans as a list of
--- {id, lent, exp, last}.
+-- A key's state is one binary string (struct.pack, little-endian; GET,
+-- then SET: one read and one write per call, no hash to rewrite field by
+-- field, no number printed or parsed as text): a byte n, n plain fields
+-- (a one-letter name and a double: 't', 'u', 'w', 'c', 'p', '#', '$'),
+-- then the loans, each a kind byte followed by (0) lent, expiry: an ended
+-- loan; (1) holder, lent, expiry; (2) holder, lent, expiry, expiry − last
+-- spend. The holder is the Store's 8-byte digest of the Lessee ID.
+--
+-- read returns the key's plain fields as a table of numbers, and its loans
+-- as a list of {id, lent, exp, last}.
 local function read()
-  local h = redis.call('HGETALL', key)
+  local v = redis.call('GET', key)
   local st, ls = {}, {}
-  for i = 1, #h, 2 do
-    local f = h[i]
-    local c = string.byte(f, 1)
-    if c == 64 or c == 126 then -- '@' or '~'
-      local l, e, b = string.match(h[i + 1], '^(%d+),(%d+),?(%d*)$')
-      local last = 0
-      if b ~= '' then last = tonumber(e) - tonumber(b) end
-      local id = ''
-      if c == 64 then id = string.sub(f, 2) end
-      ls[#ls + 1] = {id = id, lent = tonumber(l), exp = tonumber(e), last = last}
+  if not v then return st, ls end
+  local n, pos = struct.unpack('<B', v)
+  for _ = 1, n do
+    local name, x
+    name, x, pos = struct.unpack('<c1d', v, pos)
+    st[name] = x
+  end
+  local size = #v
+  while pos <= size do
+    local kind, id, l, e, b
+    kind, pos = struct.unpack('<B', v, pos)
+    if kind == 0 then
+      id = ''
+      l, e, pos = struct.unpack('<dd', v, pos)
+    elseif kind == 1 then
+      id, l, e, pos = struct.unpack('<c8dd', v, pos)
     else
-      st[f] = h[i + 1]
+      id, l, e, b, pos = struct.unpack('<c8ddd', v, pos)
     end
+    local last = 0
+    if b then last = e - b end
+    ls[#ls + 1] = {id = id, lent = l, exp = e, last = last}
   end
   return st, ls
 end
@@ -87,15 +103,11 @@ local function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
   return ls
 end
 
--- last_call reads a token_bucket or gcra key's '#' field (st['#']): the
+-- last_call reads a token_bucket or gcra key's '#' and '$' fields: the
 -- Lessee.Call of the last call that settled a loan and what it granted
--- ('<call>,<grant>'; absent: 0, 0). It is a plain field, which the scripts
--- of earlier versions ignore and drop when they write the key: nodes of
--- both versions can share a key during an upgrade. Mirrors lease's
--- lastCall.
+-- (absent: 0, 0). Mirrors lease's lastCall.
 local function last_call(st)
-  local c, g = string.match(st['#'] or '', '^(%d+),(%d+)$')
-  return tonumber(c) or 0, tonumber(g) or 0
+  return st['#'] or 0, st['$'] or 0
 end
 
 -- unanswered handles a call of holder at t that names its previous call
@@ -120,13 +132,15 @@ local function tat_back(tat, n, t)
   return base - math.min(math.floor(n * pf / lf), base - t)
 end
 
--- last_field is the '#' field's name and value for a call that granted g,
--- appended to st (the fields to write): none when the call was not told
--- apart. Mirrors lease's lastCallOf.
+-- last_field appends the '#' and '$' fields for a call that granted g to
+-- st (the fields to write): none when the call was not told apart.
+-- Mirrors lease's lastCallOf.
 local function last_field(st, call, g)
   if call ~= 0 and holder ~= '' then
     st[#st + 1] = '#'
-    st[#st + 1] = string.format('%d,%d', call, g)
+    st[#st + 1] = call
+    st[#st + 1] = '$'
+    st[#st + 1] = g
   end
   return st
 end
@@ -328,24 +342,36 @@ local function floor_tat(ls, t)
   return f
 end
 
--- write replaces the hash with the fields of st (name, value pairs) and
--- the loans ls, expiring in ttl_ms.
+-- write replaces the key with the fields of st (name, number pairs) and
+-- the loans ls, expiring in ttl_ms (nil: keeping its expiry).
 local function write(st, ls, ttl_ms)
-  local k = 0
+  local f, a = {'<B'}, {#st / 2}
+  for i = 1, #st, 2 do
+    f[#f + 1] = 'c1d'
+    a[#a + 1] = st[i]
+    a[#a + 1] = st[i + 1]
+  end
   for _, l in ipairs(ls) do
     if l.id == '' then
-      k = k + 1
-      st[#st + 1] = '~' .. k
+      f[#f + 1] = 'Bdd'
+      a[#a + 1] = 0
+    elseif l.last > 0 then
+      f[#f + 1] = 'Bc8ddd'
+      a[#a + 1] = 2
+      a[#a + 1] = l.id
     else
-      st[#st + 1] = '@' .. l.id
+      f[#f + 1] = 'Bc8dd'
+      a[#a + 1] = 1
+      a[#a + 1] = l.id
     end
-    if l.last > 0 then
-      st[#st + 1] = string.format('%d,%d,%d', l.lent, l.exp, l.exp - l.last)
-    else
-      st[#st + 1] = string.format('%d,%d', l.lent, l.exp)
-    end
+    a[#a + 1] = l.lent
+    a[#a + 1] = l.exp
+    if l.id ~= '' and l.last > 0 then a[#a + 1] = l.exp - l.last end
   end
-  redis.call('DEL', key)
-  redis.call('HSET', key, unpack(st))
-  redis.call('PEXPIRE', key, ttl_ms)
+  local v = struct.pack(table.concat(f), unpack(a))
+  if ttl_ms then
+    redis.call('SET', key, v, 'PX', ttl_ms)
+  else
+    redis.call('SET', key, v, 'KEEPTTL')
+  end
 end

@@ -9,7 +9,7 @@
 -- Reset: pe + P if cur > 0, pe if only prev > 0, else 0. Joined after
 -- prelude.lua and leased.lua (capacity = limit here).
 --
--- KEYS[1]  hash {w = start of the current window, unix µs; c = cur; p = prev;
+-- KEYS[1]  string {w = start of the current window, unix µs; c = cur; p = prev;
 --          '@'..holder = what the current window lent each holder}
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us (ttl and idle unused)
 -- returns  {granted, remaining, wait_ms, reset_ms, lent}
@@ -49,7 +49,7 @@ elseif a >= need then
     cur = cur + granted
     current = true
     ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
-    write({'w', fmt(ws), 'c', fmt(cur), 'p', fmt(prev)}, ls, ttl(ws + 2 * pf - now))
+    write({'w', ws, 'c', cur, 'p', prev}, ls, ttl(ws + 2 * pf - now))
   end
 else
   local room, room2 = limit - cur - need, limit - need

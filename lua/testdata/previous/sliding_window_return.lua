@@ -3,7 +3,7 @@
 -- lease.SlidingWindowState.Return. Joined after prelude.lua and
 -- leased.lua.
 --
--- KEYS[1]  hash {w, c, p, '@'..holder} (see sliding_window_lease.lua)
+-- KEYS[1]  string {w, c, p, '@'..holder} (see sliding_window_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back (0: no state, the window the tokens were
 --          counted in is no longer current, or nothing lent)
@@ -21,8 +21,5 @@ if lent_to(ls, holder, -1) == 0 then
 end
 local back
 ls, back = take(ls, n)
-redis.call('HDEL', key, '@' .. holder)
-if back > 0 then
-  redis.call('HSET', key, 'c', fmt(math.max(0, cur - back)))
-end
+write({'w', st.w, 'c', math.max(0, cur - back), 'p', st.p}, ls, nil)
 return back

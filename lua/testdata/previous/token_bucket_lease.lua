@@ -4,7 +4,7 @@
 -- prelude.lua and leased.lua (key, now, ttl, ms, lf, pf, cf, holder, the
 -- loan helpers).
 --
--- KEYS[1]  hash {t = tokens (fractional), u = time of that level, unix µs,
+-- KEYS[1]  string {t = tokens (fractional), u = time of that level, unix µs,
 --          '@'..holder = loans, '#' = the last call (see last_call)}
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us,
 --          spent_before, call, unanswered
@@ -63,6 +63,6 @@ if granted > 0 or (sp.i and ls[sp.i].exp > t) then
   ls = trim(ls, function(l, a) return cap(l, a) < cf end,
     function(l, a) stored = math.min(stored, cap(l, a)) end)
   local d = full_in(ls, (cf - stored) * pf / lf, t)
-  write(last_field({'t', fmt(stored), 'u', fmt(t)}, call, granted), ls, ttl(t - now + d))
+  write(last_field({'t', stored, 'u', t}, call, granted), ls, ttl(t - now + d))
 end
 return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_to(ls, holder, now)}

@@ -3,7 +3,7 @@
 -- (an ended loan). Mirrors lease.TokenBucketState.Return. Joined after
 -- prelude.lua and leased.lua.
 --
--- KEYS[1]  hash {t, u, '@'..holder = loans} (see token_bucket_lease.lua)
+-- KEYS[1]  string {t, u, '@'..holder = loans} (see token_bucket_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local n = tonumber(ARGV[5])
@@ -31,5 +31,5 @@ if tokens >= cf and #ls == 0 then
   return back
 end
 local d = full_in(ls, (cf - tokens) * pf / lf, updated)
-write({'t', fmt(tokens), 'u', fmt(updated)}, ls, ttl(updated - now + d))
+write({'t', tokens, 'u', updated}, ls, ttl(updated - now + d))
 return back

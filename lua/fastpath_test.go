@@ -1,0 +1,174 @@
+package lua
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lua/redistest"
+)
+
+// TestFastPathMatchesGeneral drives two copies of every leased key, one
+// through the scripts as they run (fast paths on) and one through the same
+// scripts with their fast paths off (every call on the general path), with
+// the same random calls on one frozen Redis clock, and requires the same
+// replies, the same stored bytes and the same expiry after every call: a
+// fast path must answer and write exactly what the general path would for
+// every state it accepts. It also requires that the fast paths' states
+// came up often (keys without state, keys whose only loan is the caller's).
+func TestFastPathMatchesGeneral(t *testing.T) {
+	start := time.Date(2026, 6, 1, 12, 0, 0, 123456000, time.UTC)
+	srv, clock := redistest.StartWithClock(t, start)
+	fast := newTestStore(t, srv.Addr)
+	slow, err := NewStore(Config{Addrs: []string{srv.Addr}, CallTimeout: testTimeout, KeyPrefix: "general"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slow.Close)
+	slow.scripts = scriptsWith(false) // its keys: the same counters under another prefix
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(3, 5))
+	pick := func(vals ...int64) int64 { return vals[r.IntN(len(vals))] }
+	state := func(s *Store, key string, a lease.Algorithm) (string, int64) {
+		t.Helper()
+		k := s.Key(key, a)
+		v, err := s.client.Do(ctx, s.client.B().Get().Key(k).Build()).ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatalf("GET %s: %v", k, err)
+		}
+		ttl, err := s.client.Do(ctx, s.client.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("PTTL %s: %v", k, err)
+		}
+		return v, ttl
+	}
+	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
+	var calls, empty, ownOnly, other int
+	for i := 0; i < 300; i++ {
+		a := lease.Algorithm(1 + r.IntN(4))
+		p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: time.Duration(pick(1, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
+		if a == lease.TokenBucket || a == lease.GCRA {
+			p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
+			if p.Validate() != nil {
+				p.Burst = 0 // a burst that would take too long to refill
+			}
+		}
+		if err := p.Validate(); err != nil {
+			continue
+		}
+		capacity := p.Capacity()
+		key := uniqueKey(t)
+		lent := map[string]int64{} // what each holder was last told it is lent
+		two := len(holders)
+		if r.IntN(2) == 0 {
+			two = 4 // most keys: anonymous callers and one holder
+		}
+		for step := 0; step < 25; step++ {
+			switch r.IntN(5) {
+			case 0: // same instant
+			case 1:
+				clock.Advance(time.Duration(r.Int64N(int64(p.Period)/8 + 1)))
+			case 2:
+				clock.Advance(time.Duration(r.Int64N(int64(2 * p.Period))))
+			default:
+				clock.Advance(time.Duration(r.Int64N(int64(10 * time.Millisecond))))
+			}
+			h := holders[r.IntN(two)]
+			fv, _ := state(fast, key, a)
+			before := fv
+			switch {
+			case fv == "":
+				empty++
+			case onlyLoanOf(fv, a, holderOf(h)):
+				ownOnly++
+			default:
+				other++
+			}
+			if h != "" && r.IntN(6) == 0 {
+				n := min(pick(0, 1, lent[h], lent[h]+1, r.Int64N(capacity)+1), lease.MaxHits)
+				e1, e2 := fast.Return(ctx, key, p, n, h), slow.Return(ctx, key, p, n, h)
+				if e1 != nil || e2 != nil {
+					t.Fatalf("Return: fast %v, general %v", e1, e2)
+				}
+			} else {
+				need := min(pick(0, 1, 1, 2, capacity/2, capacity, capacity+1, r.Int64N(capacity)+1), lease.MaxHits)
+				want := min(lease.MaxHits, need+pick(0, 0, 1, 10, capacity, r.Int64N(capacity)+1))
+				to := lease.Lessee{ID: h}
+				if h != "" {
+					// Mostly the holder holds all it was lent (the fast path's
+					// state), sometimes less (spent tokens: the general path).
+					to.Held = min(pick(lent[h], lent[h], lent[h], lent[h]+3, 0, r.Int64N(capacity)+1), lease.MaxHits)
+					to.SpentBefore = min(pick(0, 0, 0, 1, lent[h], r.Int64N(capacity)+1), lease.MaxHits)
+					to.TTL = time.Duration(pick(1, 100, 60_000, 300_000, 3_600_000)) * time.Millisecond
+					to.Idle = time.Duration(pick(0, 0, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
+					to.Call = uint32(r.Uint64())
+					if r.IntN(8) == 0 {
+						to.Call = 0
+					}
+					if r.IntN(5) == 0 {
+						to.Unanswered = uint32(pick(0, 1, 2, 3))
+					}
+				}
+				g1, e1 := fast.Lease(ctx, key, p, want, need, to)
+				g2, e2 := slow.Lease(ctx, key, p, want, need, to)
+				if e1 != nil || e2 != nil || g1 != g2 {
+					t.Fatalf("%+v step %d, state %x: Lease(want=%d, need=%d, %+v):\n  fast:    %+v %v\n  general: %+v %v", p, step, before, want, need, to, g1, e1, g2, e2)
+				}
+				if h != "" {
+					lent[h] = g1.Lent
+				}
+			}
+			calls++
+			fv, ft := state(fast, key, a)
+			gv, gt := state(slow, key, a)
+			if fv != gv || ft != gt {
+				t.Fatalf("%+v step %d: stored\n  fast:    %x (pttl %d)\n  general: %x (pttl %d)", p, step, fv, ft, gv, gt)
+			}
+		}
+	}
+	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d others", calls, empty, ownOnly, other)
+	if empty < 500 || ownOnly < 1000 || other < 500 {
+		t.Errorf("too few calls in each kind of state to compare the paths")
+	}
+}
+
+// onlyLoanOf reports whether v (a key's state of algorithm a, see
+// leased.lua) holds exactly one loan, of holder id.
+func onlyLoanOf(v string, a lease.Algorithm, id string) bool {
+	if id == "" {
+		return false
+	}
+	b := []byte(v)
+	width := func(code byte) int { return [4]int{1, 2, 4, 7}[code%4] }
+	var pos int
+	switch a {
+	case lease.TokenBucket, lease.GCRA:
+		pos = 1 + 7
+		if a == lease.TokenBucket {
+			pos += 8
+		}
+		if b[0]%2 == 1 {
+			pos += 4 + width(b[0]/2)
+		}
+	case lease.FixedWindow:
+		pos = 1 + 7 + width(b[0])
+	default:
+		pos = 1 + 7 + width(b[0]) + width(b[0]/4)
+	}
+	if pos >= len(b) || b[pos] < 64 || string(b[pos+1:pos+9]) != id {
+		return false
+	}
+	kind := b[pos]
+	n := 1 + 8 + width(kind)
+	if a == lease.TokenBucket || a == lease.GCRA {
+		n += width(kind / 4)
+		if kind >= 128 {
+			n += width(kind / 16)
+		}
+	}
+	return pos+n == len(b)
+}
