@@ -54,7 +54,10 @@ func bodyIndex(a lease.Algorithm, isLease bool) int {
 // as it does alone. Lua's pcall catches what redis.call raises (a
 // WRONGTYPE, an OOM) and runtime errors; a script killed with SCRIPT KILL
 // still stops the whole call (Redis raises the kill again at every line).
-func newBatchScript() *rueidis.Lua {
+func newBatchScript() *rueidis.Lua { return rueidis.NewLuaScript(batchSource()) }
+
+// batchSource is the batch script's source (see newBatchScript).
+func batchSource() string {
 	var b strings.Builder
 	b.WriteString("-- batch: runs the lease and return scripts of several keys in one call\n")
 	b.WriteString("local bodies = {}\n")
@@ -89,7 +92,7 @@ for i = 1, #KEYS do
 end
 return out
 `)
-	return rueidis.NewLuaScript(b.String())
+	return b.String()
 }
 
 // call is one Lease or Return on its way to Redis.
