@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lua"
 )
 
 // SuiteConfig configures the standard suite (`make bench`).
@@ -40,6 +41,13 @@ type SuiteConfig struct {
 	// Keys is the number of keys of the Zipf workloads; 0 means 10,000.
 	// RedisKeys is the Redis Zipf workload's, 0 means 1,000,000.
 	Keys, RedisKeys int
+	// RedisOnly runs only the Redis phases (and their naive baselines).
+	RedisOnly bool
+	// RedisCompare, when set, is a query of the node's -redis URL (such as
+	// "max_batch=1"): the Redis phases run first through a node started
+	// with it, named "<phase>[<query>]", each with its naive baseline,
+	// then as usual: a before and after in one run.
+	RedisCompare string
 	// Log receives progress lines; nil means os.Stderr.
 	Log io.Writer
 }
@@ -156,6 +164,11 @@ func (c *SuiteConfig) defaults() error {
 	}
 	if c.Keys < 1 || c.Keys > MaxKeys || c.RedisKeys < 1 || c.RedisKeys > MaxKeys {
 		return fmt.Errorf("keys: keys and redis-keys must be between 1 and %d", MaxKeys)
+	}
+	if c.RedisCompare != "" {
+		if _, err := lua.ParseURL("redis://127.0.0.1:6379?" + c.RedisCompare); err != nil {
+			return fmt.Errorf("redis-compare: %w", err)
+		}
 	}
 	if c.Log == nil {
 		c.Log = os.Stderr
@@ -370,7 +383,7 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	st.logf("%-22s %8.0f req/s %10.0f dec/s  p50 %-9v p99 %-9v errors %d degraded %d  cpu: server %.1fs gen %.1fs other %.1fs",
 		r.Name, r.RPS, r.DPS, r.Latency.P50.Round(time.Microsecond), r.Latency.P99.Round(time.Microsecond), r.Errors, r.Degraded, r.ServerCPU, r.GenCPU, r.OtherCPU)
 	if r.RedisCalls != nil {
-		st.logf("  Redis: %.4f%% script calls per decision (%.4f%% all commands)", 100*r.RedisPerDec, 100*r.RedisCmdsPerDec)
+		st.logf("  Redis: %.4f%% script calls per decision, %.4f%% scripts run (%.4f%% all commands)", 100*r.RedisPerDec, 100*runsPerDec(r), 100*r.RedisCmdsPerDec)
 	}
 	if r.FirstErr != "" {
 		st.logf("  first error: %s", r.FirstErr)
@@ -446,6 +459,13 @@ func (st *suite) run(ctx context.Context) {
 	rules, err := st.ruleFile()
 	if err != nil {
 		st.note("cannot write the rule file: %v", err)
+		return
+	}
+
+	if st.cfg.RedisOnly {
+		if st.cfg.Sluiced != "" {
+			st.redisBlocks(ctx, rules)
+		}
 		return
 	}
 
@@ -542,7 +562,7 @@ func (st *suite) run(ctx context.Context) {
 
 	// 3. Node on Redis.
 	if st.cfg.Sluiced != "" {
-		st.redisPhases(ctx, rules)
+		st.redisBlocks(ctx, rules)
 	}
 
 	// 4. In-process lease.Manager on the memory store.
@@ -575,7 +595,19 @@ func (st *suite) startCeiling(canned CannedSet) (*Process, string) {
 	return p, addr
 }
 
-func (st *suite) redisPhases(ctx context.Context, rules string) {
+// redisBlocks runs the Redis phases: through a node with the
+// RedisCompare query first, if set, then as configured.
+func (st *suite) redisBlocks(ctx context.Context, rules string) {
+	if q := st.cfg.RedisCompare; q != "" {
+		st.redisPhases(ctx, rules, q)
+	}
+	st.redisPhases(ctx, rules, "")
+}
+
+// redisPhases runs the Redis phases on a redis-server of their own,
+// through a node whose -redis URL has query (if set; the phases' names
+// then end in "[query]").
+func (st *suite) redisPhases(ctx context.Context, rules, query string) {
 	rp, raddr, err := StartRedis(st.cfg.RedisServer, st.tmp)
 	if err != nil {
 		st.note("Redis phases skipped: %v", err)
@@ -584,7 +616,11 @@ func (st *suite) redisPhases(ctx context.Context, rules string) {
 	defer rp.Stop(5 * time.Second)
 	st.redis = rp
 	defer func() { st.redis = nil }()
-	node, addr, err := st.startNode("sluiced-redis", rules, raddr)
+	nodeRedis, suffix := raddr, ""
+	if query != "" {
+		nodeRedis, suffix = "redis://"+raddr+"?"+query, "["+query+"]"
+	}
+	node, addr, err := st.startNode("sluiced-redis", rules, nodeRedis)
 	if err != nil {
 		st.note("Redis phases skipped: the node refused -redis or did not start: %v", err)
 		return
@@ -609,13 +645,14 @@ func (st *suite) redisPhases(ctx context.Context, rules string) {
 		{name: "redis-idle-return", kind: Single, mode: Open, rate: idleRate, conns: 64, work: 128, batch: 1, keys: idle, acc: true, naive: true, warm: idleCycle},
 		{name: "redis-fw1s-5k", rule: "bench-fw", kind: Single, mode: Open, rate: 5000, conns: 64, work: 128, batch: 1, keys: uniform, naive: true},
 	} {
+		ps.name += suffix
 		r := st.measure(ctx, addr, ps, procs, raddr)
-		if ps.name == "redis-single" {
+		if ps.name == "redis-single"+suffix {
 			single = r
 		}
 	}
 	if single != nil && single.RPS > 0 {
-		st.measure(ctx, addr, phaseSpec{name: "redis-open-050%", kind: Single, mode: Open, rate: int64(math.Max(1, single.RPS/2)),
+		st.measure(ctx, addr, phaseSpec{name: "redis-open-050%" + suffix, kind: Single, mode: Open, rate: int64(math.Max(1, single.RPS/2)),
 			conns: 128, work: 256, batch: 1, keys: KeyConfig{Keys: st.cfg.Keys, Dist: Zipf}, acc: true, naive: true}, procs, raddr)
 	}
 }

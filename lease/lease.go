@@ -258,6 +258,14 @@ type Policy struct {
 	OnFailure FailureMode
 }
 
+// same reports whether p and q are equal: the fast path's comparison,
+// field by field (the generated == compares the middle fields with a
+// call to memequal, several times the cost).
+func (p *Policy) same(q *Policy) bool {
+	return p.Limit == q.Limit && p.Period == q.Period && p.Algorithm == q.Algorithm &&
+		p.Burst == q.Burst && p.MinInterval == q.MinInterval && p.OnFailure == q.OnFailure
+}
+
 // Capacity is the largest number of hits a single check can ever be granted.
 func (p Policy) Capacity() int64 {
 	if p.Burst > 0 && p.Algorithm.HasBurst() {

@@ -13,7 +13,7 @@ import (
 // takeSlow handles every leased check the fast path could not: a new key,
 // a policy change, a peek, a deny-until, too few tokens.
 func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (Decision, error) {
-	if b == nil || *b.pol != p {
+	if b == nil || !b.pol.same(&p) {
 		if err := p.Validate(); err != nil {
 			return Decision{}, err
 		}

@@ -30,7 +30,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	// The fast path, as takeFast (written out here: the call costs the
 	// single-check benchmark about a third). Only leased policies have
 	// buckets, so it needs no look at the algorithm table.
-	if b != nil && *b.pol == p && hits > 0 && b.spendable(now) {
+	if b != nil && b.pol.same(&p) && hits > 0 && b.spendable(now) {
 		if left, ok := b.tryTake(hits); ok {
 			m.touch(b, now)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
@@ -48,8 +48,8 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 // takeFast is the fast path of a leased check, for TakeMany (Take has its
 // own copy): b (may be nil) has enough spendable tokens for hits > 0 under
 // policy p. No I/O, no allocation.
-func (m *Manager) takeFast(b *bucket, p Policy, hits, now int64) (Decision, bool) {
-	if b != nil && *b.pol == p && hits > 0 && b.spendable(now) {
+func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, bool) {
+	if b != nil && b.pol.same(p) && hits > 0 && b.spendable(now) {
 		if left, ok := b.tryTake(hits); ok {
 			m.touch(b, now)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
@@ -59,6 +59,23 @@ func (m *Manager) takeFast(b *bucket, p Policy, hits, now int64) (Decision, bool
 		}
 	}
 	return Decision{}, false
+}
+
+// TakeLocal decides a check of hits under policy p from the tokens this
+// Manager holds of key, as Take's fast path does, and reports ok; when
+// it cannot (no bucket for key or another policy, too few tokens on hand,
+// tokens past their time, hits outside [1, MaxHits], an exact policy) it
+// reports !ok and changes nothing: the caller then calls Take, which
+// decides the check fully. It never calls the Store and never allocates,
+// and key is not kept (it may be a view of a buffer on the caller's
+// stack, which stays there), so that a caller that builds its counter
+// keys can try the fast path before it pays for a key that may outlive
+// the call.
+func (m *Manager) TakeLocal(key string, p *Policy, hits int64) (d Decision, ok bool) {
+	if hits <= 0 || hits > MaxHits {
+		return Decision{}, false
+	}
+	return m.takeFast(m.buckets.load(key), p, hits, m.nanos())
 }
 
 // Check is one item of [Manager.TakeMany]: the arguments of a Take (Key,
@@ -108,7 +125,7 @@ func (m *Manager) TakeMany(cs []Check) {
 	for i := range cs {
 		c := &cs[i]
 		if c.Hits > 0 && c.Hits <= MaxHits { // takeFast answers leased policies only
-			if d, ok := m.takeFast(m.buckets.load(c.Key), c.Policy, c.Hits, now); ok {
+			if d, ok := m.takeFast(m.buckets.load(c.Key), &c.Policy, c.Hits, now); ok {
 				c.Decision, c.Err = d, nil
 				continue
 			}
@@ -194,7 +211,7 @@ func (m *Manager) Refund(key string, p Policy, hits int64) {
 		return
 	}
 	b := m.buckets.load(key)
-	if b == nil || *b.pol != p || b.denyUntil.Load() == evicted {
+	if b == nil || !b.pol.same(&p) || b.denyUntil.Load() == evicted {
 		return
 	}
 	b.refund(hits)

@@ -43,7 +43,18 @@ type Config struct {
 	ConnWriteTimeout time.Duration
 	// ClientName is sent with CLIENT SETNAME. Default "sluice".
 	ClientName string
+	// MaxBatch bounds how many lease and return calls share one script
+	// call. A call goes out at once when no call of its group (the server;
+	// on a Cluster, its key's hash slot) is in flight; calls that arrive
+	// meanwhile go out together, at most MaxBatch per script call, when it
+	// ends (or at once, when MaxBatch of them wait). 1 turns batching off
+	// (every call its own script call). Default 64; at most MaxBatchLimit.
+	MaxBatch int
 }
+
+// MaxBatchLimit bounds Config.MaxBatch: one script call blocks Redis for
+// the sum of its calls' scripts.
+const MaxBatchLimit = 1024
 
 // DefaultConfig returns the defaults that a zero field stands for. Addrs is
 // left empty: there is no sensible default server.
@@ -63,6 +74,10 @@ func DefaultConfig() Config {
 		// (rueidis's own default is 10s).
 		ConnWriteTimeout: 3 * time.Second,
 		ClientName:       "sluice",
+		// 64: a batch that large pays the per-call work (command,
+		// script lookup, reply) once for 64 calls, and still blocks
+		// Redis no longer than 64 lease scripts in a row.
+		MaxBatch: 64,
 	}
 }
 
@@ -82,6 +97,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClientName == "" {
 		c.ClientName = d.ClientName
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = d.MaxBatch
 	}
 	return c
 }
@@ -109,6 +127,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("redis config: call_timeout: must be ≥ 0")
 	case c.ConnWriteTimeout < 0:
 		return fmt.Errorf("redis config: conn_write_timeout: must be ≥ 0")
+	case c.MaxBatch < 1 || c.MaxBatch > MaxBatchLimit:
+		return fmt.Errorf("redis config: max_batch: must be between 1 and %d, got %d", MaxBatchLimit, c.MaxBatch)
 	}
 	return nil
 }
@@ -144,8 +164,8 @@ func checkAddr(a string) error {
 //
 // A URL (redis:// or sentinel://) may end with a query of username=,
 // password= (the Redis credentials; the only way to give them with
-// sentinel://, whose user part is the master name), sentinel_username= and
-// sentinel_password=. User, password and option values are
+// sentinel://, whose user part is the master name), sentinel_username=,
+// sentinel_password= and max_batch= (Config.MaxBatch). User, password and option values are
 // percent-decoded (a password's '@', '?', '&', '%' and '/' must be
 // percent-encoded). Errors name the part of s at fault and show s only as
 // RedactURL gives it.
@@ -265,8 +285,14 @@ func parseQuery(c *Config, query string) error {
 			c.SentinelUsername = v
 		case "sentinel_password":
 			c.SentinelPassword = v
+		case "max_batch":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxBatchLimit {
+				return fmt.Errorf("options: max_batch: must be a number between 1 and %d", MaxBatchLimit)
+			}
+			c.MaxBatch = n
 		default:
-			return fmt.Errorf("options: unknown option %q (want username, password, sentinel_username or sentinel_password)", name)
+			return fmt.Errorf("options: unknown option %q (want username, password, sentinel_username, sentinel_password or max_batch)", name)
 		}
 	}
 	return nil
@@ -295,7 +321,7 @@ const redacted = "xxxxx"
 // RedactURL returns s, a -redis / SLUICE_REDIS value in any of ParseURL's
 // forms (valid or not), with every credential replaced by "xxxxx": the
 // password of the user part, and the value of every query option except
-// username and sentinel_username. It keeps the scheme, user name, hosts and
+// username, sentinel_username and max_batch. It keeps the scheme, user name, hosts and
 // db, which is what an operator needs to read an error. Every message or
 // log line that shows a Redis address shows it through RedactURL.
 //
@@ -342,7 +368,7 @@ func RedactURL(s string) string {
 		case part == "":
 		case !hasVal || !plainOption(name):
 			b.WriteString(redacted)
-		case name == "username" || name == "sentinel_username":
+		case name == "username" || name == "sentinel_username" || name == "max_batch":
 			b.WriteString(part)
 		default:
 			b.WriteString(name + "=" + redacted)

@@ -31,7 +31,12 @@ func BenchmarkScriptCost(b *testing.B) {
 		keys = v
 	}
 	srv := redistest.StartServer(b)
-	s := newTestStore(b, srv.Addr)
+	// Every call its own script call: the cost of one.
+	s, err := NewStore(Config{Addrs: []string{srv.Addr}, CallTimeout: testTimeout, MaxBatch: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
 	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
 		for _, holders := range []int{1, 3} {
 			b.Run(fmt.Sprintf("%v/holders=%d", a, holders), func(b *testing.B) {

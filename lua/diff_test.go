@@ -15,11 +15,20 @@ import (
 // year, limits and bursts up to 2^40), against Redis and against
 // lease.MemoryStore on one fake clock, advancing it by random steps, and
 // requires identical answers: the Lua scripts and the Go reference must not
-// drift apart by a token or a millisecond.
+// drift apart by a token or a millisecond. It runs twice: each call alone,
+// and each lease and return in a batch of two (forceBatches).
 func TestMatchesMemoryStore(t *testing.T) {
+	t.Run("single", func(t *testing.T) { matchesMemoryStore(t, false) })
+	t.Run("batched", func(t *testing.T) { matchesMemoryStore(t, true) })
+}
+
+func matchesMemoryStore(t *testing.T, batched bool) {
 	start := time.Date(2026, 5, 17, 3, 4, 5, 678901000, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
-	rs := newTestStore(t, srv.Addr)
+	var rs lease.Store = newTestStore(t, srv.Addr)
+	if batched {
+		rs = forceBatches(t, rs.(*Store))
+	}
 	ms := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now, SweepInterval: -1})
 	defer ms.Close()
 	ctx := context.Background()

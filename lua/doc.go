@@ -121,5 +121,13 @@
 // # Concurrency
 //
 // A Store is safe for concurrent use. Concurrent calls share pipelined
-// connections (rueidis auto-pipelining).
+// connections (rueidis auto-pipelining), and concurrent Lease and Return
+// calls share script calls: a call goes out at once, as its own script,
+// when no call of its group (the server; on a Cluster, its key's hash
+// slot) is in flight; the calls that arrive meanwhile go out together
+// when it ends, at most Config.MaxBatch of them, as one EVALSHA of a
+// script that holds every lease and return script, each wrapped in a
+// function, and runs each call's on its key in turn (see batch.go). Each
+// call gets its own script's reply or error; each caller's context bounds
+// its own wait.
 package lua

@@ -18,24 +18,7 @@ import (
 	"github.com/sluicehq/sluice/lua/redistest"
 )
 
-// crc16 is CRC-16/XMODEM, the checksum Redis Cluster maps keys to slots
-// with (slot = crc16(hash tag) mod 16384).
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-func slotOf(redisKey string) int { return int(crc16(hashTag(redisKey)) % 16384) }
+func slotOf(redisKey string) int { return int(keySlot(redisKey)) }
 
 // keysOn returns n counter keys (prefix-i) whose token_bucket Redis keys
 // are served by master, per owners (SlotMasters).

@@ -114,6 +114,7 @@ const MaxLogHits = 10_000
 type Store struct {
 	client      rueidis.Client
 	scripts     *scripts
+	batch       *batcher // nil: every call its own script call (MaxBatch 1)
 	prefix      string
 	callTimeout time.Duration
 	closeOnce   sync.Once
@@ -158,12 +159,16 @@ func NewStore(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to redis %s: %w: %w", strings.Join(cfg.Addrs, ","), lease.ErrStoreUnavailable, err)
 	}
-	return &Store{
+	s := &Store{
 		client:      client,
 		scripts:     newScripts(),
 		prefix:      cfg.KeyPrefix,
 		callTimeout: cfg.CallTimeout,
-	}, nil
+	}
+	if cfg.MaxBatch > 1 {
+		s.batch = newBatcher(client, newBatchScript(), cfg.MaxBatch)
+	}
+	return s, nil
 }
 
 // Close closes the connections. It is idempotent; calls after Close fail.
@@ -216,7 +221,11 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
-	v, err := s.exec(ctx, "lease", s.scripts[p.Algorithm].lease, s.Key(key, p.Algorithm), args, 5)
+	m, err := s.leased(ctx, "lease", p.Algorithm, true, s.Key(key, p.Algorithm), args)
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	v, err := ints("lease", m, 5)
 	if err != nil {
 		return lease.Grant{}, err
 	}
@@ -232,16 +241,30 @@ func (s *Store) Return(ctx context.Context, key string, p lease.Policy, tokens i
 		return nil // nothing lent: nothing to give back
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(holder), itoa(tokens)}
+	_, err := s.leased(ctx, "return", p.Algorithm, false, s.Key(key, p.Algorithm), args)
+	return err
+}
+
+// leased runs the lease (isLease) or return script of algorithm a on key,
+// batched with concurrent calls unless batching is off.
+func (s *Store) leased(ctx context.Context, op string, a lease.Algorithm, isLease bool, key string, args []string) (rueidis.RedisMessage, error) {
 	if err := ctx.Err(); err != nil {
-		return unavailable("return", err)
+		return rueidis.RedisMessage{}, unavailable(op, err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	err := s.scripts[p.Algorithm].ret.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, args).Error()
-	if err != nil {
-		return unavailable("return", err)
+	script := s.scripts[a].ret
+	if isLease {
+		script = s.scripts[a].lease
 	}
-	return nil
+	if s.batch != nil {
+		return s.batch.do(&call{op: op, single: script, body: bodyIndex(a, isLease), key: key, args: args, ctx: ctx})
+	}
+	m, err := script.Exec(ctx, s.client, []string{key}, args).ToMessage()
+	if err != nil {
+		return m, unavailable(op, err)
+	}
+	return m, nil
 }
 
 // Log implements lease.Exact for sliding_log.
@@ -300,7 +323,16 @@ func (s *Store) exec(ctx context.Context, op string, script *rueidis.Lua, key st
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	v, err := script.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
+	m, err := script.Exec(ctx, s.client, []string{key}, args).ToMessage()
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	return ints(op, m, n)
+}
+
+// ints is a script's reply of n integers.
+func ints(op string, m rueidis.RedisMessage, n int) ([]int64, error) {
+	v, err := m.AsIntSlice()
 	if err != nil {
 		return nil, unavailable(op, err)
 	}

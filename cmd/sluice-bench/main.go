@@ -90,6 +90,8 @@ func suiteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	limit := fs.Int64("limit", cfg.Limit.Limit, "rule limit per period (accuracy is measured against it)")
 	period := fs.Duration("period", cfg.Limit.Period, "rule period")
 	burst := fs.Int64("burst", cfg.Limit.Burst, "rule burst")
+	fs.BoolVar(&cfg.RedisOnly, "redis-only", false, "run only the Redis phases (with their naive baselines)")
+	fs.StringVar(&cfg.RedisCompare, "redis-compare", "", "also run the Redis phases first through a node whose -redis URL has this query (e.g. max_batch=1), named <phase>[<query>]")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

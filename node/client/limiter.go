@@ -133,7 +133,15 @@ type limRule struct {
 	prefix string // name + ":"
 	// check: the nodes do not lease the rule; its checks are sent to them.
 	check bool
+	// local: a check of the rule may be decided by Allow's fast path (a
+	// leased rule without overrides: every key's policy is pol).
+	local bool
+	pol   lease.Policy
 }
+
+// fastKeyLen bounds the counter keys ("rule:key") that Allow builds on
+// its stack: the common key. Longer ones take a pooled buffer.
+const fastKeyLen = 128
 
 // NewLimiter returns a Limiter that has fetched the rules from the first
 // node that answers; it fails when none does.
@@ -231,12 +239,34 @@ func (l *Limiter) Close() error {
 // or hits) or, for a rule sent as a check (an exact rule, or one the
 // nodes do not lease), when no node answered.
 func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Decision, error) {
-	snap := l.rules.Load()
-	r := snap.byName[rule]
+	r := l.rules.Load().byName[rule]
 	if r == nil {
 		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
+	// The fast path: a key whose tokens the Limiter holds, its counter
+	// key built on the stack. It does not validate the key: the Manager
+	// has a bucket of "rule:key" only if a check of it went through
+	// allow, which did (keys are never leased otherwise), and the
+	// validation is a function of the key.
+	if r.local && len(r.prefix)+len(key) <= fastKeyLen && !l.closed.Load() {
+		var buf [fastKeyLen]byte
+		n := copy(buf[:], r.prefix)
+		n += copy(buf[n:], key)
+		if d, ok := l.mgr.TakeLocal(unsafe.String(&buf[0], n), &r.pol, hits); ok {
+			return r.decision(&d), nil
+		}
+	}
 	return l.allow(ctx, r, key, hits)
+}
+
+// decision is the Limiter's Decision of the Manager's d for a check of r.
+func (r *limRule) decision(d *lease.Decision) Decision {
+	out := Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter,
+		Reset: d.Reset, Degraded: d.Degraded || d.Unavailable, Rule: r.r.Name}
+	if r.r.Shadow {
+		out.Shadow, out.ShadowDenied, out.Allowed, out.RetryAfter = true, !d.Allowed, true, 0
+	}
+	return out
 }
 
 func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64) (Decision, error) {
@@ -258,12 +288,7 @@ func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64)
 	if err != nil {
 		return Decision{}, err
 	}
-	out := Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter,
-		Reset: d.Reset, Degraded: d.Degraded || d.Unavailable, Rule: r.r.Name}
-	if r.r.Shadow {
-		out.Shadow, out.ShadowDenied, out.Allowed, out.RetryAfter = true, !d.Allowed, true, 0
-	}
-	return out, nil
+	return r.decision(&d), nil
 }
 
 // send sends a check to the nodes: an exact rule's, or one of a rule
@@ -394,7 +419,9 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 		checks[name] = true
 	}
 	for _, r := range set.Rules() {
-		snap.byName[r.Name] = &limRule{r: r, prefix: r.Name + ":", check: checks[r.Name]}
+		lr := &limRule{r: r, prefix: r.Name + ":", check: checks[r.Name], pol: r.Policy}
+		lr.local = !lr.check && len(r.Overrides) == 0 && r.Policy.Algorithm.Leased()
+		snap.byName[r.Name] = lr
 	}
 	return snap, nil
 }

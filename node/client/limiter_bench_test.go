@@ -26,6 +26,11 @@ func benchLimiter(b *testing.B) *client.Limiter {
 	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
 	b.Cleanup(func() { store.Close() })
 	mcfg := lease.DefaultConfig()
+	// zipfKeys leases 10k keys from 100 goroutines at once: on a loaded
+	// machine a call of the node's Store (in memory) can wait longer than
+	// the default timeout, and the key would be decided by its failure
+	// mode (Degraded) in the gateway.
+	mcfg.StoreTimeout = time.Minute
 	mgr := lease.NewManager(store, mcfg)
 	cfg := node.DefaultConfig()
 	cfg.ClientToken = limiterToken

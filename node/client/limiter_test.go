@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -286,5 +287,76 @@ func TestLimiterMiddleware(t *testing.T) {
 		if last.Header().Get(hd) == "" {
 			t.Errorf("429 lacks %s: %v", hd, last.Header())
 		}
+	}
+}
+
+// Allow's fast path (a key whose tokens the Limiter holds, decided with
+// no validation and no Store call) agrees with its full path: keys too
+// long for its stack buffer and keys that fit count against the same
+// limit, a key refused once is refused every time (it is never leased, so
+// never reaches the fast path), a shadow rule reports, and a rule with
+// overrides decides each key by its own policy.
+func TestLimiterFastPath(t *testing.T) {
+	clock := clocktest.New()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	n := startLimiterNode(t, store, clock, `
+rules:
+  - name: per-key
+    algorithm: token_bucket
+    limit: 1000
+    period: 1h
+  - name: watched
+    algorithm: token_bucket
+    limit: 2
+    period: 1h
+    shadow: true
+  - name: tiers
+    algorithm: token_bucket
+    limit: 1000
+    period: 1h
+    overrides:
+      - {key: "small-*", limit: 3}
+`)
+	l := newLimiter(t, clock, n.addr)
+	ctx := t.Context()
+	long := strings.Repeat("x", 200) // "per-key:" + 200 bytes: past the stack buffer
+	for _, key := range []string{"short", long} {
+		for i := range int64(5) {
+			d, err := l.Allow(ctx, "per-key", key, 1)
+			if err != nil || !d.Allowed || d.Remaining != 1000-1-i || d.Rule != "per-key" {
+				t.Fatalf("%d-byte key, check %d: %+v, %v; want allowed, remaining %d", len(key), i, d, err, 1000-1-i)
+			}
+		}
+	}
+	for i := range 3 {
+		if _, err := l.Allow(ctx, "per-key", "bad\x01key", 1); err == nil {
+			t.Fatalf("a key with a control character accepted (check %d)", i)
+		}
+		if _, err := l.Allow(ctx, "per-key", `a\#b`, 1); err == nil {
+			t.Fatalf(`a key holding \# accepted (check %d)`, i)
+		}
+	}
+	for i, wantDenied := range []bool{false, false, true} {
+		d, err := l.Allow(ctx, "watched", "k", 1)
+		if err != nil || !d.Allowed || !d.Shadow || d.ShadowDenied != wantDenied {
+			t.Fatalf("shadow rule, check %d: %+v, %v; want allowed, shadow, shadow-denied %v", i, d, err, wantDenied)
+		}
+	}
+	for i, want := range []bool{true, true, true, false} {
+		d, err := l.Allow(ctx, "tiers", "small-1", 1)
+		if err != nil || d.Allowed != want || d.Limit != 3 {
+			t.Fatalf("override, check %d: %+v, %v; want allowed %v, limit 3", i, d, err, want)
+		}
+		if d, err := l.Allow(ctx, "tiers", "big-1", 1); err != nil || !d.Allowed || d.Limit != 1000 {
+			t.Fatalf("rule's own policy, check %d: %+v, %v", i, d, err)
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		if d, err := l.Allow(ctx, "per-key", "short", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("%v allocations per Allow on a leased key, want 0", allocs)
 	}
 }
