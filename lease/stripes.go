@@ -245,6 +245,14 @@ func (s *stripes) put(n int64) {
 // sweeps (which hold the key's slot) and checks use these, never the
 // counter itself.
 
+// quickTake is take's common case, small enough to be inlined in the
+// fast paths: b is not striped, no sample is due, no other check came in
+// between. When it reports false it changed nothing: call take.
+func (b *bucket) quickTake(hits int64) (left int64, ok bool) {
+	t := b.tokens.Load()
+	return t - hits, t >= hits && (t-hits)>>sightEvery == t>>sightEvery && b.tokens.CompareAndSwap(t, t-hits)
+}
+
 // take spends hits > 0 tokens of b if there are that many on hand (on
 // one stripe, if striped) and returns an estimate of those left.
 func (m *Manager) take(b *bucket, hits int64) (left int64, ok bool) {
