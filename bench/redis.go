@@ -164,3 +164,17 @@ func ScriptCalls(diff map[string]int64) int64 {
 	}
 	return n
 }
+
+// ScriptRuns is the number of Sluice scripts run in a commandstats diff:
+// each reads the clock once with TIME, so a batched script call that runs
+// the scripts of several Store calls counts each, where ScriptCalls
+// counts it once.
+func ScriptRuns(diff map[string]int64) int64 { return diff["time"] }
+
+// runsPerDec is r's ScriptRuns per decision.
+func runsPerDec(r *RunResult) float64 {
+	if r.Decisions == 0 {
+		return 0
+	}
+	return float64(ScriptRuns(r.RedisCalls)) / float64(r.Decisions)
+}

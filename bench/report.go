@@ -198,14 +198,14 @@ func Markdown(s *Suite, charts []string) string {
 	if len(base) > 0 {
 		w("\n## Redis CPU per decision: Sluice vs the naive counter\n\n")
 		w("Each workload runs twice on the same redis-server, back to back: through a node on the Redis store, then straight to Redis as the naive counter (one pipelined `INCRBY` + `EXPIRE` per check, fixed windows of the rule's period: envoyproxy/ratelimit's design), same keys in the same order, same rate or concurrency. Redis CPU is redis-server's user+system CPU during the run (INFO's `used_cpu_user` + `used_cpu_sys`). Target: Sluice ≤ 1/4 of the naive counter in every workload.\n\n")
-		w("| workload | keys | mode | Sluice decisions | Sluice Redis µs/decision | naive decisions | naive Redis µs/decision | ratio | script calls/decision |\n|---|---|---|---|---|---|---|---|---|\n")
+		w("| workload | keys | mode | Sluice decisions | Sluice Redis µs/decision | naive decisions | naive Redis µs/decision | ratio | script calls/decision | scripts run/decision |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range base {
 			n := r.Naive
 			ratio := "—"
 			if n.Ratio > 0 {
 				ratio = fmt.Sprintf("**%.2f×**", n.Ratio)
 			}
-			w("| %s | %s %s | %s | %d | %.2f | %d | %.2f | %s | %s |\n", r.Name, human(float64(r.Keys)), r.Dist, r.Mode, r.Decisions, r.RedisUsPerDec, n.Decisions, n.RedisUsPerDec, ratio, pct(r.RedisPerDec))
+			w("| %s | %s %s | %s | %d | %.2f | %d | %.2f | %s | %s | %s |\n", r.Name, human(float64(r.Keys)), r.Dist, r.Mode, r.Decisions, r.RedisUsPerDec, n.Decisions, n.RedisUsPerDec, ratio, pct(r.RedisPerDec), pct(runsPerDec(r)))
 		}
 		w("\nNot driven: the Envoy RLS drop-in (the suite has no gRPC driver); `redis-fw1s-5k` is the same per-second fixed-window workload over HTTP.\n")
 	}
@@ -332,7 +332,7 @@ func workersOf(s *Suite, name string) int {
 func pctOrNA(v float64, s *Suite, run string) string {
 	for _, r := range s.Runs {
 		if r.Name == run {
-			out := fmt.Sprintf("**%s**; all commands incl. inside scripts %s", pct(v), pct(r.RedisCmdsPerDec))
+			out := fmt.Sprintf("**%s**; scripts run %s (a batched script call runs several); all commands incl. inside scripts %s", pct(v), pct(runsPerDec(r)), pct(r.RedisCmdsPerDec))
 			if r.Accuracy != nil && r.Decisions > 0 {
 				out += fmt.Sprintf("; floor from first touches of %d keys: %s", r.Accuracy.Keys, pct(float64(r.Accuracy.Keys)/float64(r.Decisions)))
 			}

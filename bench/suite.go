@@ -383,7 +383,7 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	st.logf("%-22s %8.0f req/s %10.0f dec/s  p50 %-9v p99 %-9v errors %d degraded %d  cpu: server %.1fs gen %.1fs other %.1fs",
 		r.Name, r.RPS, r.DPS, r.Latency.P50.Round(time.Microsecond), r.Latency.P99.Round(time.Microsecond), r.Errors, r.Degraded, r.ServerCPU, r.GenCPU, r.OtherCPU)
 	if r.RedisCalls != nil {
-		st.logf("  Redis: %.4f%% script calls per decision (%.4f%% all commands)", 100*r.RedisPerDec, 100*r.RedisCmdsPerDec)
+		st.logf("  Redis: %.4f%% script calls per decision, %.4f%% scripts run (%.4f%% all commands)", 100*r.RedisPerDec, 100*runsPerDec(r), 100*r.RedisCmdsPerDec)
 	}
 	if r.FirstErr != "" {
 		st.logf("  first error: %s", r.FirstErr)

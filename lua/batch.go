@@ -51,10 +51,14 @@ func bodyIndex(a lease.Algorithm, isLease bool) int {
 //
 // Each function gets its call's key as KEYS[1] and its arguments as
 // ARGV[1..n], which is all a script reads; each reads Redis TIME itself,
-// as it does alone. Lua's pcall catches what redis.call raises (a
+// as it does alone (one TIME for the whole batch would save about 2% of a
+// call's work, and give its calls one instant). Lua's pcall catches what redis.call raises (a
 // WRONGTYPE, an OOM) and runtime errors; a script killed with SCRIPT KILL
 // still stops the whole call (Redis raises the kill again at every line).
-func newBatchScript() *rueidis.Lua {
+func newBatchScript() *rueidis.Lua { return rueidis.NewLuaScript(batchSource()) }
+
+// batchSource is the batch script's source (see newBatchScript).
+func batchSource() string {
 	var b strings.Builder
 	b.WriteString("-- batch: runs the lease and return scripts of several keys in one call\n")
 	b.WriteString("local bodies = {}\n")
@@ -89,7 +93,7 @@ for i = 1, #KEYS do
 end
 return out
 `)
-	return rueidis.NewLuaScript(b.String())
+	return b.String()
 }
 
 // call is one Lease or Return on its way to Redis.

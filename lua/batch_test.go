@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,6 +171,18 @@ func TestConformanceBatched(t *testing.T) {
 		Advance: func(t *testing.T, d time.Duration) { clock.Advance(d) },
 		Slack:   0,
 	})
+}
+
+// newUnbatchedStore is newTestStore with batching off: each Store call is
+// one script call, for the tests that count Store calls as script calls.
+func newUnbatchedStore(t testing.TB, addrs ...string) *Store {
+	t.Helper()
+	s, err := NewStore(Config{Addrs: addrs, CallTimeout: testTimeout, MaxBatch: 1})
+	if err != nil {
+		t.Fatalf("NewStore(%v): %v", addrs, err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }
 
 // newHoldingStore is a Store for tests that hold calls in flight for as
@@ -601,5 +615,20 @@ func TestBatchBound(t *testing.T) {
 	}
 	if got := commandStats(t, srv.Addr)["evalsha"]; got != 3 {
 		t.Errorf("EVALSHA calls = %d, want 3: the first, the full batch, the last call", got)
+	}
+}
+
+// TestWriteBatchScript writes the batch script and the token_bucket lease
+// script to the directory SLUICE_BATCH_SCRIPTS names, for
+// testdata/batch-instructions.sh; without it, it is skipped.
+func TestWriteBatchScript(t *testing.T) {
+	dir := os.Getenv("SLUICE_BATCH_SCRIPTS")
+	if dir == "" {
+		t.Skip("SLUICE_BATCH_SCRIPTS not set")
+	}
+	for name, src := range map[string]string{"batch.lua": batchSource(), "single.lua": scriptSource("token_bucket_lease.lua", true, true)} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

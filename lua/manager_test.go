@@ -224,7 +224,7 @@ func commandStats(t testing.TB, addr string) map[string]int64 {
 // commands (including those the scripts ran) per decision.
 func opsPerDecision(t testing.TB, decisions int, next func(r *rand.Rand) string) (scripts, commands float64) {
 	addr := redistest.Start(t)
-	s := newTestStore(t, addr)
+	s := newUnbatchedStore(t, addr)
 	m := newManager(t, s, lease.Config{StoreTimeout: testTimeout})
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1 << 40, Period: time.Second}
 	before := commandStats(t, addr)
@@ -316,7 +316,7 @@ func zipfOps(t *testing.T, keys, rate, warm, measure int, cfg lease.Config) (war
 	t.Helper()
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
 	cfg.Now, cfg.StoreTimeout = clock.Now, testTimeout
-	m := newManager(t, newTestStore(t, srv.Addr), cfg)
+	m := newManager(t, newUnbatchedStore(t, srv.Addr), cfg)
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1 << 40, Period: time.Second}
 	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, uint64(keys-1))
 	scripts := func() int64 {

@@ -36,7 +36,7 @@ func TestRedisOpsRenewals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
-			m := newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
+			m := newManager(t, newUnbatchedStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
 			p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
 			r := rand.New(rand.NewPCG(1, 2))
 			scripts := func() int64 {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node"
@@ -64,44 +66,87 @@ func benchNode(tb testing.TB) (httpAddr, rlsAddr string, stop func()) {
 	}
 }
 
-// benchCalls returns the two calls the benchmarks compare, over 1000 keys:
-// an Envoy RLS call (one descriptor, go-control-plane's client, one HTTP/2
-// connection) and an HTTP POST /v1/check (fasthttp client, keep-alive
-// connections).
-func benchCalls(tb testing.TB, httpAddr, rlsAddr string) (rlsCall, httpCall func(i int) error, stop func()) {
-	conn, err := grpc.NewClient(rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// benchCalls are the calls the benchmarks compare, over 1000 keys.
+type benchCalls struct {
+	// rls is an Envoy RLS call: one descriptor, go-control-plane's client
+	// on one HTTP/2 connection, set up as Envoy's rate limit filter calls
+	// (see envoyDialOptions).
+	rls func(i int) error
+	// http is an HTTP POST /v1/check (fasthttp client, keep-alive
+	// connections).
+	http func(i int) error
+	// health is gRPC's health Check on the RLS port and connection: gRPC's
+	// own cost per call, with a handler that does next to nothing.
+	health func(i int) error
+	stop   func()
+}
+
+// envoyRLSTimeout is the deadline of each benchmark RLS call. Envoy's rate
+// limit filter sends one with every call (its timeout, 20 ms by default, as
+// the grpc-timeout header), which the server arms a timer for; a longer one
+// here, so that a loaded machine's slow call does not fail the benchmark.
+const envoyRLSTimeout = time.Second
+
+// envoyDialOptions are the client's HTTP/2 settings as Envoy's: fixed
+// flow-control windows (its defaults: 16 MiB per stream, 24 MiB per
+// connection), so no BDP pings for the server to answer, as Envoy sends
+// none.
+func envoyDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(16 << 20),
+		grpc.WithInitialConnWindowSize(24 << 20),
+	}
+}
+
+func newBenchCalls(tb testing.TB, httpAddr, rlsAddr string) benchCalls {
+	conn, err := grpc.NewClient(rlsAddr, envoyDialOptions()...)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	client := rlsv3.NewRateLimitServiceClient(conn)
+	health := healthpb.NewHealthClient(conn)
 	hc := &fasthttp.Client{MaxConnsPerHost: 256}
 	url := "http://" + httpAddr + "/v1/check"
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = "user-" + strconv.Itoa(i)
 	}
-	rlsCall = func(i int) error {
-		_, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench",
-			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[i%len(keys)]}}}}})
-		return err
-	}
-	httpCall = func(i int) error {
-		req := fasthttp.AcquireRequest()
-		res := fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		defer fasthttp.ReleaseResponse(res)
-		req.SetRequestURI(url)
-		req.Header.SetMethod("POST")
-		req.SetBodyString(`{"rule":"per-key","key":"` + keys[i%len(keys)] + `"}`)
-		if err := hc.Do(req, res); err != nil {
+	return benchCalls{
+		rls: func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), envoyRLSTimeout)
+			defer cancel()
+			_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench",
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[i%len(keys)]}}}}})
 			return err
-		}
-		if res.StatusCode() != fasthttp.StatusOK {
-			return fmt.Errorf("POST /v1/check: %d %s", res.StatusCode(), res.Body())
-		}
-		return nil
+		},
+		http: func(i int) error {
+			req := fasthttp.AcquireRequest()
+			res := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(res)
+			req.SetRequestURI(url)
+			req.Header.SetMethod("POST")
+			req.SetBodyString(`{"rule":"per-key","key":"` + keys[i%len(keys)] + `"}`)
+			if err := hc.Do(req, res); err != nil {
+				return err
+			}
+			if res.StatusCode() != fasthttp.StatusOK {
+				return fmt.Errorf("POST /v1/check: %d %s", res.StatusCode(), res.Body())
+			}
+			return nil
+		},
+		health: func(int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), envoyRLSTimeout)
+			defer cancel()
+			r, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil && r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				err = fmt.Errorf("health: %v", r.GetStatus())
+			}
+			return err
+		},
+		stop: func() { conn.Close() },
 	}
-	return rlsCall, httpCall, func() { conn.Close() }
 }
 
 // BenchmarkRLSvsHTTP compares, in one run on one node, an Envoy RLS call
@@ -115,28 +160,56 @@ func benchCalls(tb testing.TB, httpAddr, rlsAddr string) (rlsCall, httpCall func
 func BenchmarkRLSvsHTTP(b *testing.B) {
 	httpAddr, rlsAddr, stop := benchNode(b)
 	defer stop()
-	rlsCall, httpCall, stopCalls := benchCalls(b, httpAddr, rlsAddr)
-	defer stopCalls()
+	calls := newBenchCalls(b, httpAddr, rlsAddr)
+	defer calls.stop()
 	// Rounds interleave the two, so that a shared machine's load shifts
 	// hit both alike (compare within a round).
 	for r := 1; r <= 3; r++ {
-		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, rlsCall, nil) })
-		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, httpCall, nil) })
+		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, calls.rls, nil) })
+		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, calls.http, nil) })
 	}
 }
 
 // BenchmarkServerCPU is BenchmarkRLSvsHTTP with the node in a process of
 // its own (this test binary, running TestBenchServer), so that the CPU
-// time the node spends per call can be read from /proc apart from the
-// clients': it reports calls/s, server-µs/call (user + system CPU of the
-// node's process per call) and server-allocs/call (the node's heap
-// allocations per call, a count that does not swing with the machine's
-// load) for RLS and HTTP, three interleaved rounds.
+// time the node spends per call can be read apart from the clients'. It
+// reports calls/s, server-µs/call (user + system CPU of the node's process
+// per call), server-allocs/call (the node's heap allocations per call, a
+// count that does not swing with the machine's load) and client-µs/call
+// (this process's CPU per call: calls/s is what clients and node leave
+// each other on a shared machine, whereas a node's own capacity is its
+// cores over server-µs/call). Each of three rounds runs RLS, HTTP, gRPC's
+// health Check on the RLS port (gRPC's own cost per call, next to no
+// handler) and RLS on a second node process run with GOGC=400 (gRPC's
+// allocations make the garbage collector a large part of an RLS call).
 //
-//	go test -run '^$' -bench ServerCPU -benchtime 3s ./node/rls/
+//	go test -run '^$' -bench ServerCPU -benchtime 3s -tags vtprotobuf ./node/rls/
 func BenchmarkServerCPU(b *testing.B) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchServer$")
-	cmd.Env = append(os.Environ(), "SLUICE_RLS_BENCH_SERVER=1")
+	httpAddr, rlsAddr, stop := startBenchServer(b, strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_FLAGS")))
+	defer stop()
+	gcHTTPAddr, gcRLSAddr, stopGC := startBenchServer(b, nil, "GOGC=400")
+	defer stopGC()
+	stats, gcStats := serverStats(b, httpAddr), serverStats(b, gcHTTPAddr)
+	calls, gcCalls := newBenchCalls(b, httpAddr, rlsAddr), newBenchCalls(b, gcHTTPAddr, gcRLSAddr)
+	defer calls.stop()
+	defer gcCalls.stop()
+	for r := 1; r <= 3; r++ {
+		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, calls.rls, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, calls.http, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/grpc-health", func(b *testing.B) { run(b, calls.health, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/rls-gogc400", func(b *testing.B) { run(b, gcCalls.rls, gcStats) })
+	}
+}
+
+// startBenchServer starts a node process for BenchmarkServerCPU (this test
+// binary running TestBenchServer, with flags added to its test flags, such
+// as "-test.cpuprofile node.pprof", and env to its environment) and
+// returns its addresses. stop ends it. The node of the first rounds takes
+// its flags from $SLUICE_RLS_BENCH_SERVER_FLAGS.
+func startBenchServer(b *testing.B, flags []string, env ...string) (httpAddr, rlsAddr string, stop func()) {
+	args := append([]string{"-test.run", "^TestBenchServer$"}, flags...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "SLUICE_RLS_BENCH_SERVER=1"), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -149,9 +222,10 @@ func BenchmarkServerCPU(b *testing.B) {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer cmd.Wait()
-	defer in.Close() // the server process ends when its stdin does
-	var httpAddr, rlsAddr string
+	stop = func() {
+		in.Close() // the server process ends when its stdin does
+		cmd.Wait()
+	}
 	sc := bufio.NewScanner(out)
 	for httpAddr == "" && sc.Scan() {
 		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "bench-server" {
@@ -159,15 +233,10 @@ func BenchmarkServerCPU(b *testing.B) {
 		}
 	}
 	if httpAddr == "" {
+		stop()
 		b.Fatal("the server process printed no addresses")
 	}
-	stats := serverStats(b, httpAddr)
-	rlsCall, httpCall, stopCalls := benchCalls(b, httpAddr, rlsAddr)
-	defer stopCalls()
-	for r := 1; r <= 3; r++ {
-		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, rlsCall, stats) })
-		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, httpCall, stats) })
-	}
+	return httpAddr, rlsAddr, stop
 }
 
 // serverStats returns a reader of a node's CPU time so far (user +
@@ -234,6 +303,7 @@ func run(b *testing.B, call func(i int) error, server func() (time.Duration, int
 	if server != nil {
 		cpu0, allocs0 = server()
 	}
+	self0 := selfCPU(b)
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		var mine []time.Duration
@@ -261,7 +331,17 @@ func run(b *testing.B, call func(i int) error, server func() (time.Duration, int
 		cpu, allocs := server()
 		b.ReportMetric(float64((cpu-cpu0).Microseconds())/float64(len(lat)), "server-µs/call")
 		b.ReportMetric(float64(allocs-allocs0)/float64(len(lat)), "server-allocs/call")
+		b.ReportMetric(float64((selfCPU(b)-self0).Microseconds())/float64(len(lat)), "client-µs/call")
 	}
+}
+
+// selfCPU is this process's CPU time so far (user + system).
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkShouldRateLimitDirect is the server's own work per call, without

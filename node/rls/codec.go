@@ -16,13 +16,27 @@ import (
 // codec is the server's gRPC codec. Messages with go-control-plane's
 // vtprotobuf-generated marshalling (compiled in with the build tag
 // vtprotobuf, as `make build` and deploy/Dockerfile build) are encoded by
-// it, without reflection; every other message goes through gRPC's proto
-// codec. A *reply is encoded as its response and then returned to its
-// pool; a *request (the generated code has no unmarshalling) is decoded by
-// request.decode.
-type codec struct{ proto encoding.CodecV2 }
+// it, without reflection, into buffers of pool; every other message goes
+// through gRPC's proto codec. A *reply is encoded as its response and then
+// returned to its pool; a *request (the generated code has no
+// unmarshalling) is decoded by request.decode.
+type codec struct {
+	proto encoding.CodecV2
+	pool  mem.BufferPool
+}
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
+func newCodec() codec {
+	return codec{proto: encoding.GetCodecV2("proto"), pool: mem.DefaultBufferPool()}
+}
+
+// minPooledCap is the least capacity asked of the pool for an encoded
+// message. gRPC returns a buffer to its pool once sent only when its
+// capacity is past mem.IsBelowBufferPoolingThreshold (1 KiB); below, it
+// holds the bytes as an unpooled mem.SliceBuffer, which costs an
+// allocation for the bytes and one for the interface. A response is a few
+// dozen bytes, so it is written at the start of a 4 KiB buffer (a size
+// class of gRPC's default pool), which goes back to the pool.
+const minPooledCap = 4 << 10
 
 // vtMarshaler is what vtprotobuf generates for a message.
 type vtMarshaler interface {
@@ -40,20 +54,13 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.proto.Marshal(v)
 	}
 	size := m.SizeVT()
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf := make([]byte, size)
-		if _, err := m.MarshalToSizedBufferVTStrict(buf); err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
-	}
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
+	buf := c.pool.Get(max(size, minPooledCap))
+	*buf = (*buf)[:size]
 	if _, err := m.MarshalToSizedBufferVTStrict(*buf); err != nil {
-		pool.Put(buf)
+		c.pool.Put(buf)
 		return nil, err
 	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
 }
 
 // Unmarshal decodes a *request with request.decode, or with the proto
@@ -63,7 +70,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.proto.Unmarshal(data, v)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	buf := data.MaterializeToBuffer(c.pool)
 	defer buf.Free()
 	if r.decode(buf.ReadOnlyData()) {
 		return nil
