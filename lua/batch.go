@@ -51,7 +51,8 @@ func bodyIndex(a lease.Algorithm, isLease bool) int {
 //
 // Each function gets its call's key as KEYS[1] and its arguments as
 // ARGV[1..n], which is all a script reads; each reads Redis TIME itself,
-// as it does alone. Lua's pcall catches what redis.call raises (a
+// as it does alone (one TIME for the whole batch would save about 2% of a
+// call's work, and give its calls one instant). Lua's pcall catches what redis.call raises (a
 // WRONGTYPE, an OOM) and runtime errors; a script killed with SCRIPT KILL
 // still stops the whole call (Redis raises the kill again at every line).
 func newBatchScript() *rueidis.Lua { return rueidis.NewLuaScript(batchSource()) }

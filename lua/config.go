@@ -47,8 +47,8 @@ type Config struct {
 	// call. A call goes out at once when no call of its group (the server;
 	// on a Cluster, its key's hash slot) is in flight; calls that arrive
 	// meanwhile go out together, at most MaxBatch per script call, when it
-	// ends. 1 turns batching off (every call its own script call). Default
-	// 64; at most MaxBatchLimit.
+	// ends (or at once, when MaxBatch of them wait). 1 turns batching off
+	// (every call its own script call). Default 64; at most MaxBatchLimit.
 	MaxBatch int
 }
 
