@@ -17,7 +17,9 @@ import (
 // Times are Unix nanoseconds.
 type bucket struct {
 	// tokens is the leased tokens on hand. It never goes negative: the
-	// fast path takes with compare-and-swap.
+	// fast path takes with compare-and-swap. A negative value marks a
+	// striped bucket, whose tokens on hand are in stripes (stripes.go):
+	// read and change them with the Manager's methods there.
 	tokens atomic.Int64
 	// denyUntil is set when the Store denied the key: until then the key
 	// is saturated, and a check waits for a batch (see batchWait) on top
@@ -116,21 +118,8 @@ func (b *bucket) clearDeny() {
 	}
 }
 
-// tryTake takes hits > 0 tokens if there are that many and returns the
-// tokens left.
-func (b *bucket) tryTake(hits int64) (left int64, ok bool) {
-	for {
-		t := b.tokens.Load()
-		if t < hits {
-			return t, false
-		}
-		if b.tokens.CompareAndSwap(t, t-hits) {
-			return t - hits, true
-		}
-	}
-}
-
-// takeUpTo takes at most n > 0 tokens and returns how many it took.
+// takeUpTo takes at most n > 0 tokens and returns how many it took (0
+// if b is striped: see Manager.takeUpTo).
 func (b *bucket) takeUpTo(n int64) int64 {
 	for {
 		t := b.tokens.Load()
@@ -145,10 +134,14 @@ func (b *bucket) takeUpTo(n int64) int64 {
 }
 
 // refund puts hits back, never above basis; it returns how many it put
-// back (counted in kept after they are on hand: see keptSwap).
+// back (counted in kept after they are on hand: see keptSwap), or -1 if
+// b is striped (see Manager.refund).
 func (b *bucket) refund(hits int64) int64 {
 	for {
 		t := b.tokens.Load()
+		if t < 0 {
+			return -1
+		}
 		n := min(t+hits, b.basis.Load())
 		if n <= t {
 			return 0
@@ -167,7 +160,7 @@ func (b *bucket) spendable(now int64) bool { return now < b.expires.Load() }
 // settle records lent, the Store's Grant.Lent, as the bound on the tokens
 // on hand (basis) and takes off what passes it (tokens refunded while the
 // call was out, or of a loan the Store no longer counts). It returns the
-// tokens on hand.
+// tokens on hand. b is not striped (see Manager.settle).
 func (b *bucket) settle(lent int64) int64 {
 	b.basis.Store(lent)
 	for {

@@ -84,6 +84,8 @@ type Manager struct {
 	idleMs  uint32
 
 	buckets index
+	// striped holds the stripes of the contended keys' tokens on hand.
+	striped stripeTable
 
 	// policies interns the policies of buckets, so a bucket holds a
 	// pointer instead of a copy.
@@ -238,6 +240,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	m.touchMs = uint32(max(cfg.Idle/100/time.Millisecond, 1))
 	m.idleMs = uint32(cfg.Idle / time.Millisecond)
 	m.buckets.init()
+	m.striped.init()
 	m.policies.m = make(map[Policy]*Policy)
 	m.inflight.m = make(map[string]*slot)
 	m.ctx = context.Background()

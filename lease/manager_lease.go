@@ -28,8 +28,9 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	if hits > p.Capacity() {
 		// Can never be met: deny without asking, and without a
 		// deny-until that would also refuse smaller checks.
-		return Decision{Limit: p.Limit, Remaining: b.tokens.Load() + b.remaining.Load(), RetryAfter: p.Period,
-			Reset: b.reset(b.tokens.Load(), now)}, nil
+		local := m.onHand(b)
+		return Decision{Limit: p.Limit, Remaining: local + b.remaining.Load(), RetryAfter: p.Period,
+			Reset: b.reset(local, now)}, nil
 	}
 	// lastUse is the last spend (checks that spend touch it): how long
 	// this Manager has not spent a token of the key, for the Store.
@@ -45,7 +46,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	waited := false
 	for {
 		if m.usable(b, now) {
-			if left, ok := b.tryTake(hits); ok {
+			if left, ok := m.take(b, hits); ok {
 				m.touch(b, now)
 				if !b.spendable(now) {
 					if renewHook != nil {
@@ -66,7 +67,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		// (or, while the key is saturated, that plus a batch).
 		local := int64(0)
 		if m.usable(b, now) {
-			local = b.tokens.Load()
+			local = m.onHand(b)
 		}
 		if at, slack := b.coverAt(hits - local); at != 0 {
 			if now < du {
@@ -75,7 +76,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			// Within the Store's rounding of the time, ask it: a denial
 			// must be sure; a RetryAfter must never be early.
 			if now < at-slack {
-				if m.usable(b, now) && b.tokens.Load() > local {
+				if m.usable(b, now) && m.onHand(b) > local {
 					// A lease call put tokens on hand since this check
 					// looked (calls add them before they publish the
 					// Store's answer read just now): take those.
@@ -197,7 +198,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	if p.Algorithm.refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
 	}
-	local := b.tokens.Swap(0)
+	local := m.takeAll(b)
 	// Tokens of a window that ended, or past their TTL, are dropped: the
 	// Store counted them in that window, or counts them as spent
 	// (consumption is still measured from all of them).
@@ -206,7 +207,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		keep = 0
 	}
 	if keep >= hits {
-		b.tokens.Add(keep - hits)
+		m.put(b, keep-hits)
 		b.keptAdd(kept)
 		m.touch(b, now)
 		m.release(b, s, nil)
@@ -291,7 +292,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	b, s, p, now, need, keep, kept, local := c.b, c.s, c.p, c.now, c.need, c.keep, c.kept, c.local
 	m.callEnded(b, c.to, err)
 	if err != nil {
-		b.tokens.Add(keep)
+		m.put(b, keep)
 		b.keptAdd(kept)
 		m.release(b, s, err)
 		if hits == 0 {
@@ -325,13 +326,13 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		b.expires.Store(exp)
 		use := min(admitted, g.Granted+keep-hits)
 		admitted -= use
-		b.tokens.Add(g.Granted + keep - hits - use)
+		m.put(b, g.Granted+keep-hits-use)
 		b.answer(g, after)
 		m.touch(b, now)
 		// basis bounds Refund: what the Store lends this Manager, so it
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
-		left := b.settle(g.Lent)
+		left := m.settle(b, g.Lent)
 		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))
 		m.release(b, s, nil)
 		return b.decision(left, now)
@@ -340,12 +341,12 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	// (token_bucket, gcra: and settled it, keeping what this call reports
 	// spent since the previous one, which may still be refunded; windows:
 	// the consumption is measured at the next grant).
-	b.tokens.Add(keep)
+	m.put(b, keep)
 	b.answer(g, after)
 	if g.Lent > 0 && p.Algorithm.refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
 	}
-	keep = b.settle(g.Lent)
+	keep = m.settle(b, g.Lent)
 	wait := max(g.Wait, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
 	b.denyTill(addTime(after, wait))
 	m.release(b, s, nil)
@@ -486,7 +487,7 @@ func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision
 	}
 	// A peek is never denied: it reports what the Store's last answer,
 	// projected to now, and the local tokens hold.
-	local := b.tokens.Load()
+	local := m.onHand(b)
 	return Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
 		Reset: b.reset(local, now)}
 }
@@ -561,7 +562,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	if p.Algorithm.refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
 	}
-	local := b.tokens.Load()
+	local := m.onHand(b)
 	held := local
 	if !m.usable(b, now) {
 		held = 0
@@ -599,8 +600,8 @@ func (m *Manager) prefetchNow(b *bucket) {
 	case g.Granted > 0:
 		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
 		switch {
-		case held == 0 || b.tokens.Load() == 0:
-			b.tokens.Swap(0) // of a window that ended, or expired: dropped
+		case held == 0 || m.onHand(b) == 0:
+			m.takeAll(b) // of a window that ended, or expired: dropped
 		case !p.Algorithm.refills():
 			// Tokens on hand may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
@@ -615,10 +616,10 @@ func (m *Manager) prefetchNow(b *bucket) {
 	// call reports spent since the previous one lent (for the windows, all
 	// of the loan, but for an expired one): refunds of those hits stay
 	// possible.
-	b.tokens.Add(g.Granted)
+	m.put(b, g.Granted)
 	// Published after the tokens are on hand (see leaseSync).
 	b.answer(g, max(now, m.nanos()))
-	b.settle(g.Lent)
+	m.settle(b, g.Lent)
 	switch {
 	case g.Granted > 0:
 		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))

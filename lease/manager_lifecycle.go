@@ -89,7 +89,8 @@ func (m *Manager) goBG(f func()) bool {
 // an ownership move, Close: the last spends may be recent); the idle sweep
 // does not (see below, and leaseSync's first lease of a key).
 func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always bool) error {
-	tokens := b.tokens.Swap(0)
+	tokens := m.takeAll(b)
+	m.striped.remove(b) // b left the index: checks holding it find no stripes
 	lent := b.basis.Load()
 	m.countLocal(lent - tokens)
 	b.basis.Store(0)

@@ -31,7 +31,11 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	// single-check benchmark about a third). Only leased policies have
 	// buckets, so it needs no look at the algorithm table.
 	if b != nil && b.pol.same(&p) && hits > 0 && b.spendable(now) {
-		if left, ok := b.tryTake(hits); ok {
+		left, ok := b.quickTake(hits)
+		if !ok {
+			left, ok = m.take(b, hits)
+		}
+		if ok {
 			m.touch(b, now)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
 				m.prefetch(b)
@@ -50,7 +54,11 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 // policy p. No I/O, no allocation.
 func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, bool) {
 	if b != nil && b.pol.same(p) && hits > 0 && b.spendable(now) {
-		if left, ok := b.tryTake(hits); ok {
+		left, ok := b.quickTake(hits)
+		if !ok {
+			left, ok = m.take(b, hits)
+		}
+		if ok {
 			m.touch(b, now)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
 				m.prefetch(b)
@@ -214,5 +222,5 @@ func (m *Manager) Refund(key string, p Policy, hits int64) {
 	if b == nil || !b.pol.same(&p) || b.denyUntil.Load() == evicted {
 		return
 	}
-	b.refund(hits)
+	m.refund(b, hits)
 }

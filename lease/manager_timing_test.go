@@ -52,6 +52,29 @@ func BenchmarkTakeHot(b *testing.B) {
 			}
 		})
 	})
+	// striped: the key striped before the first timed check (parallel
+	// stripes it once two goroutines are seen taking it); with -cpu 1,
+	// the striped fast path's own cost.
+	b.Run("striped", func(b *testing.B) {
+		m := benchManager(b)
+		for range 1000 {
+			_, _ = m.Take("hot", hotPolicy, 1)
+		}
+		bk := m.buckets.load("hot")
+		m.stripe(bk)
+		if bk.tokens.Load() >= 0 {
+			b.Fatal("not striped")
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if d, _ := m.Take("hot", hotPolicy, 1); !d.Allowed {
+					b.Fatal("denied")
+				}
+			}
+		})
+	})
 }
 
 // BenchmarkTakeDenied: checks of an exhausted key are answered from its

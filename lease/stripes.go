@@ -1,0 +1,423 @@
+package lease
+
+import (
+	"math"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Striped tokens. A bucket's tokens on hand are one atomic counter: every
+// check of the key compare-and-swaps it, and when several cores check one
+// key at once the counter's cache line (the bucket's, read by every check)
+// moves from core to core on each check. A key seen contended (a
+// compare-and-swap of its counter failed) is given stripes: its tokens on
+// hand are spread over counters on cache lines of their own, and each
+// check spends from the stripe its goroutine hashes to, then from the
+// others, before it goes the slow way. The bucket's counter then holds
+// stripedMark plus the stripes' place in the Manager's table, and is
+// read, not written, by the checks.
+//
+// The accuracy contract is unchanged: a token is in exactly one stripe
+// until a check spends it, the stripes' sum is what the bucket holds
+// (what lease calls report held, returns give back, settle bounds by what
+// the Store lends), and a check spends from one stripe with
+// compare-and-swap, never below zero. What adds tokens (lease answers,
+// Refund) holds the stripes' mutex and reads their sum under it while
+// checks can only lower it: a bound (basis, Grant.Lent) checked against
+// that sum holds for the true one.
+//
+// Only contended keys grow, and at most maxStriped of them per Manager
+// (the bucket, the per-key cost, is unchanged): a striped bucket keeps its
+// stripes until it leaves the index.
+
+// stripedMark, plus the index of a bucket's stripes in the Manager's
+// table, is the counter of a striped bucket. Any negative counter is one:
+// a bucket's tokens are never negative otherwise.
+const stripedMark = math.MinInt64
+
+// maxStriped bounds the striped keys of a Manager: with stripesPerKey
+// stripes of stripeBytes each, their memory is bounded (64 keys × 16 ×
+// 128 bytes = 128 KiB on up to 4 cores).
+const maxStriped = 64
+
+// stripeBytes is a stripe's size: two cache lines, so that the adjacent
+// line prefetch does not pull a neighbour's counter along.
+const stripeBytes = 128
+
+// minStripeBasis: a key is striped only if the Store lends this Manager
+// at least this many tokens of it per stripe (fewer, spread over the
+// stripes, would leave most of them empty: checks would go round all of
+// them, then the slow way).
+const minStripeBasis = 4
+
+// A key is seen contended when two of its sampled takes (one in
+// 2^sightEvery) by different goroutines are at most sightWithinMs apart:
+// at least 6,400 checks a second, from several goroutines. The sightings
+// are kept in a table of 2^sightBits words per Manager, by bucket.
+const (
+	sightEvery    = 6
+	sightWithinMs = 10
+	sightBits     = 8
+)
+
+type stripe struct {
+	tokens atomic.Int64
+	_      [stripeBytes - 8]byte
+}
+
+// stripes are a striped bucket's tokens on hand.
+type stripes struct {
+	owner *bucket // checks holding a stale bucket find another owner: empty
+	mask  uint64  // len(s) - 1
+	shift uint8   // 64 - log2(len(s))
+	// mu serialises what adds tokens (put, refund) and settle: see above.
+	mu sync.Mutex
+	s  []stripe
+}
+
+// stripeTable is a Manager's striped buckets' stripes, by index.
+type stripeTable struct {
+	n      int // stripes per key, a power of 2; 1: no striping (one core)
+	mu     sync.Mutex
+	used   atomic.Int32 // written under mu
+	places [maxStriped]atomic.Pointer[stripes]
+	// seen is the last sampled take of the buckets that hash to each
+	// word: the bucket's hash (32 bits), the goroutine's (16), the time
+	// (Unix ms, 16).
+	seen [1 << sightBits]atomic.Uint64
+}
+
+func (t *stripeTable) init() {
+	// Four stripes per core, at least 16: two goroutines on two cores
+	// hash to the same stripe one time in 16.
+	t.n = 1 << bits.Len(uint(max(4*runtime.GOMAXPROCS(0), 16)-1))
+	t.n = min(t.n, 64)
+	if runtime.GOMAXPROCS(0) == 1 {
+		t.n = 1 // one core: no cache line to move
+	}
+}
+
+// of returns the stripes of b, whose counter read t (negative), or nil
+// when b's stripes are gone (b left the index: it holds nothing).
+func (t *stripeTable) of(b *bucket, c int64) *stripes {
+	i := uint64(c - stripedMark)
+	if i >= maxStriped {
+		return nil
+	}
+	if s := t.places[i].Load(); s != nil && s.owner == b {
+		return s
+	}
+	return nil
+}
+
+// add gives b stripes, if a place is free.
+func (t *stripeTable) add(b *bucket) (int, *stripes) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.used.Load() >= maxStriped {
+		return -1, nil
+	}
+	for i := range t.places {
+		if t.places[i].Load() == nil {
+			s := &stripes{owner: b, mask: uint64(t.n - 1), shift: uint8(64 - bits.TrailingZeros(uint(t.n))), s: make([]stripe, t.n)}
+			t.places[i].Store(s)
+			t.used.Add(1)
+			return i, s
+		}
+	}
+	return -1, nil
+}
+
+// full reports whether no key can be striped now.
+func (t *stripeTable) full() bool { return t.used.Load() >= maxStriped }
+
+// remove frees b's place (b left the index and its tokens were drained).
+func (t *stripeTable) remove(b *bucket) {
+	c := b.tokens.Load()
+	if c >= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := uint64(c - stripedMark)
+	if i >= maxStriped {
+		return
+	}
+	if s := t.places[i].Load(); s != nil && s.owner == b {
+		t.places[i].Store(nil)
+		t.used.Add(-1)
+	}
+}
+
+// goroutineHint is a hash of an address on the calling goroutine's
+// stack: the same for every call a goroutine makes from one place in its
+// code, different for goroutines (their stacks are apart, in blocks of at
+// least 2 KiB aligned to their size). Use its high bits.
+func goroutineHint() uint64 {
+	var here byte
+	return (uint64(uintptr(unsafe.Pointer(&here))) >> 11) * 0x9e3779b97f4a7c15
+}
+
+// home is the stripe a check starts from: the goroutine's.
+func (s *stripes) home() uint64 { return goroutineHint() >> s.shift }
+
+// take spends hits > 0 tokens from one stripe, its home first. left is
+// an estimate of the tokens left on hand (the stripe's, times the
+// stripes): reading the others would move their cache lines here.
+func (s *stripes) take(hits int64) (left int64, ok bool) {
+	h := s.home()
+	for i := range uint64(len(s.s)) {
+		st := &s.s[(h+i)&s.mask].tokens
+		for {
+			t := st.Load()
+			if t < hits {
+				break
+			}
+			if st.CompareAndSwap(t, t-hits) {
+				return (t - hits) * int64(len(s.s)), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// sum is the tokens on hand: under mu, at least what is there at its
+// end (checks only lower them meanwhile).
+func (s *stripes) sum() int64 {
+	var n int64
+	for i := range s.s {
+		n += s.s[i].tokens.Load()
+	}
+	return n
+}
+
+// takeUpTo takes at most n > 0 tokens from the stripes and returns how
+// many it took.
+func (s *stripes) takeUpTo(n int64) int64 {
+	took := int64(0)
+	for i := range s.s {
+		st := &s.s[i].tokens
+		for took < n {
+			t := st.Load()
+			k := min(t, n-took)
+			if k <= 0 {
+				break
+			}
+			if st.CompareAndSwap(t, t-k) {
+				took += k
+			}
+		}
+	}
+	return took
+}
+
+// drain takes every token on hand.
+func (s *stripes) drain() int64 {
+	var n int64
+	for i := range s.s {
+		n += s.s[i].tokens.Swap(0)
+	}
+	return n
+}
+
+// put spreads n ≥ 0 tokens over the stripes. The caller holds mu.
+func (s *stripes) put(n int64) {
+	if n <= 0 {
+		return
+	}
+	k := int64(len(s.s))
+	each, rest := n/k, n%k
+	for i := range s.s {
+		add := each
+		if int64(i) < rest {
+			add++
+		}
+		if add > 0 {
+			s.s[i].tokens.Add(add)
+		}
+	}
+}
+
+// The bucket's tokens on hand, striped or not. Lease calls, returns and
+// sweeps (which hold the key's slot) and checks use these, never the
+// counter itself.
+
+// quickTake is take's common case, small enough to be inlined in the
+// fast paths: b is not striped, no sample is due, no other check came in
+// between. When it reports false it changed nothing: call take.
+func (b *bucket) quickTake(hits int64) (left int64, ok bool) {
+	t := b.tokens.Load()
+	return t - hits, t >= hits && (t-hits)>>sightEvery == t>>sightEvery && b.tokens.CompareAndSwap(t, t-hits)
+}
+
+// take spends hits > 0 tokens of b if there are that many on hand (on
+// one stripe, if striped) and returns an estimate of those left.
+func (m *Manager) take(b *bucket, hits int64) (left int64, ok bool) {
+	for {
+		t := b.tokens.Load()
+		if t < hits {
+			if t < 0 {
+				if s := m.striped.of(b, t); s != nil {
+					return s.take(hits)
+				}
+				return 0, false
+			}
+			return t, false
+		}
+		if b.tokens.CompareAndSwap(t, t-hits) {
+			if (t-hits)>>sightEvery != t>>sightEvery && m.striped.n > 1 {
+				m.sighted(b, goroutineHint())
+			}
+			return t - hits, true
+		}
+	}
+}
+
+// sighted records that a goroutine whose goroutineHint is g took tokens
+// of b (one take in 2^sightEvery is sampled) and stripes b if another
+// goroutine was the last one seen taking them, shortly before: the key
+// is checked from several goroutines at a high rate, so probably from
+// several cores at once.
+func (m *Manager) sighted(b *bucket, g uint64) {
+	k := uint64(uintptr(unsafe.Pointer(b))) * 0x9e3779b97f4a7c15
+	seen := &m.striped.seen[k>>(64-sightBits)]
+	ms := uint64(uint16(unixMs32(m.nanos())))
+	v := k>>32<<32 | g>>48<<16 | ms
+	old := seen.Swap(v)
+	if old>>32 == v>>32 && old>>16&0xffff != v>>16&0xffff && uint16(ms-old&0xffff) <= sightWithinMs {
+		m.stripe(b)
+	}
+}
+
+// stripe gives b stripes (it was seen contended), unless they would not
+// pay or cannot be had now: the key's slot is busy (a lease call of it
+// is out: the next sighting tries again), the table is full, b holds too
+// little.
+func (m *Manager) stripe(b *bucket) {
+	if b.basis.Load() < minStripeBasis*int64(m.striped.n) || m.striped.full() {
+		return
+	}
+	sl, owner := m.claim(b)
+	if !owner {
+		return
+	}
+	defer m.release(b, sl, nil)
+	if b.denyUntil.Load() == evicted || b.tokens.Load() < 0 {
+		return
+	}
+	i, s := m.striped.add(b)
+	if s == nil {
+		return
+	}
+	if stripeHook != nil {
+		stripeHook(b)
+	}
+	// Checks that read the counter before the swap spend from it; those
+	// after it find the stripes, empty until the put (they go the slow
+	// way and wait for the slot, held here). Refunds add to the stripes
+	// once the swap is done, under mu.
+	s.mu.Lock()
+	s.put(b.tokens.Swap(stripedMark + int64(i)))
+	s.mu.Unlock()
+}
+
+// stripeHook, when set (by tests only), runs when a bucket is about to
+// be striped.
+var stripeHook func(b *bucket)
+
+// onHand is b's tokens on hand.
+func (m *Manager) onHand(b *bucket) int64 {
+	t := b.tokens.Load()
+	if t >= 0 {
+		return t
+	}
+	if s := m.striped.of(b, t); s != nil {
+		return s.sum()
+	}
+	return 0
+}
+
+// takeAll takes all of b's tokens on hand and returns them. The caller
+// holds b's slot.
+func (m *Manager) takeAll(b *bucket) int64 {
+	t := b.tokens.Load()
+	if t >= 0 {
+		return b.tokens.Swap(0) // striped only under the slot: still >= 0
+	}
+	if s := m.striped.of(b, t); s != nil {
+		return s.drain()
+	}
+	return 0
+}
+
+// put adds n ≥ 0 tokens to b's tokens on hand. The caller holds b's slot.
+func (m *Manager) put(b *bucket, n int64) {
+	t := b.tokens.Load()
+	if t >= 0 {
+		b.tokens.Add(n)
+		return
+	}
+	if s := m.striped.of(b, t); s != nil {
+		s.mu.Lock()
+		s.put(n)
+		s.mu.Unlock()
+	}
+}
+
+// takeUpTo takes at most n > 0 of b's tokens and returns how many it took.
+func (m *Manager) takeUpTo(b *bucket, n int64) int64 {
+	if t := b.tokens.Load(); t < 0 {
+		if s := m.striped.of(b, t); s != nil {
+			return s.takeUpTo(n)
+		}
+		return 0
+	}
+	return b.takeUpTo(n)
+}
+
+// refund puts hits back on hand, never above basis; it returns how many
+// it put back (counted in kept: see keptSwap).
+func (m *Manager) refund(b *bucket, hits int64) int64 {
+	if t := b.tokens.Load(); t < 0 {
+		s := m.striped.of(b, t)
+		if s == nil {
+			return 0
+		}
+		s.mu.Lock()
+		n := min(hits, b.basis.Load()-s.sum())
+		if n > 0 {
+			s.s[s.home()].tokens.Add(n)
+			b.keptAdd(n)
+		}
+		s.mu.Unlock()
+		return max(n, 0)
+	}
+	if n := b.refund(hits); n >= 0 {
+		return n
+	}
+	return m.refund(b, hits) // striped meanwhile
+}
+
+// settle records lent, the Store's Grant.Lent, as the bound on b's tokens
+// on hand (basis) and takes off what passes it; it returns the tokens on
+// hand. The caller holds b's slot.
+func (m *Manager) settle(b *bucket, lent int64) int64 {
+	if t := b.tokens.Load(); t < 0 {
+		b.basis.Store(lent)
+		s := m.striped.of(b, t)
+		if s == nil {
+			return 0
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := s.sum()
+		if n > lent {
+			n -= s.takeUpTo(n - lent)
+		}
+		return min(n, lent)
+	}
+	return b.settle(lent)
+}
