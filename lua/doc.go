@@ -15,18 +15,18 @@
 // lease/storetest). Durations are returned as whole milliseconds, rounded
 // up. Each script's header comment lists its KEYS, ARGV and return value.
 //
-//	file                       KEYS[1]                    ARGV                                  returns
-//	token_bucket_lease.lua     string {t tokens, u µs}    limit, period_us, capacity, want, need  {granted, remaining, wait_ms, reset_ms}
-//	token_bucket_return.lua    (same)                     limit, period_us, capacity, tokens      1, or 0 if nothing to do
-//	gcra_lease.lua             string {t TAT µs}          limit, period_us, burst, want, need     {granted, remaining, wait_ms, reset_ms}
-//	gcra_return.lua            (same)                     limit, period_us, burst, tokens         1 / 0
-//	fixed_window_lease.lua     string {w start µs, c}     limit, period_us, want, need            {granted, remaining, wait_ms, reset_ms}
-//	fixed_window_return.lua    (same)                     limit, period_us, tokens                1 / 0
-//	sliding_window_lease.lua   string {w start µs, c, p}  limit, period_us, want, need            {granted, remaining, wait_ms, reset_ms}
-//	sliding_window_return.lua  (same)                     limit, period_us, tokens                1 / 0
-//	sliding_log.lua            zset member→stamp µs       limit, period_us, min_interval_us, hits {allowed, remaining, retry_ms, reset_ms}
-//	concurrency_acquire.lua    zset id→expiry µs          limit, ttl_us, id, hits (0 = peek)      {allowed, remaining, retry_ms, reset_ms}
-//	concurrency_release.lua    (same)                     id                                      1 if id was held, else 0
+//	file                       KEYS[1]                           ARGV                                           returns
+//	<leased>_lease.lua         string: fields and loans          limit, period_us, capacity, holder, want,      {granted, remaining, wait_ms, reset_ms, lent}
+//	                           (see leased.lua)                  need, held, ttl_us, idle_us, spent_before,
+//	                                                             call, unanswered
+//	<leased>_return.lua        (same)                            limit, period_us, capacity, holder, tokens     the tokens given back
+//	sliding_log.lua            zset member→stamp µs              limit, period_us, min_interval_us, hits        {allowed, remaining, retry_ms, reset_ms}
+//	concurrency_acquire.lua    zset id→expiry µs                 limit, ttl_us, id, hits (0 = peek)             {allowed, remaining, retry_ms, reset_ms}
+//	concurrency_release.lua    (same)                            id                                             1 if id was held, else 0
+//
+// (<leased>: token_bucket, gcra, fixed_window, sliding_window; the
+// lease and return scripts are joined after leased.lua, which parses
+// their common arguments and holds the state's encoding.)
 //
 // Leased scripts write only when they grant (or take back) tokens, or
 // settle a holder's loan: a denial or a peek without a loan is read-only.

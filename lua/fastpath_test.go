@@ -24,7 +24,9 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	start := time.Date(2026, 6, 1, 12, 0, 0, 123456000, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
 	fast := newTestStore(t, srv.Addr)
-	slow, err := NewStore(Config{Addrs: []string{srv.Addr}, CallTimeout: testTimeout, KeyPrefix: "general"})
+	// MaxBatch 1: every call runs the store's own scripts (a batch would
+	// run the batch script, built with the fast paths on).
+	slow, err := NewStore(Config{Addrs: []string{srv.Addr}, CallTimeout: testTimeout, KeyPrefix: "general", MaxBatch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ local v = redis.call('GET', key)
 local ws = now - math.fmod(now, pu) -- fmod is exact on doubles
 local count = 0
 local current = false
-local ls, own = nil, 0
+local ls, own, H = nil, 0, nil -- H: the general helpers, when ls
 if v then
   local h, w, pos = struct.unpack('<BI7', v)
   if w >= ws then
@@ -40,9 +40,9 @@ if v then
       ls = {}
     end
     if ls then
-      loans()
+      H = loans()
       local _
-      _, ls = read(v, 'fw')
+      _, ls = H.read(v, 'fw')
     end
   end
 end
@@ -57,15 +57,15 @@ elseif math.max(0, limit - count) >= need then
     count = count + granted
     current = true
     if ls then
-      ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
-      write(head_fw(ws, count), ls, 0, true, ttl(ws + 2 * pu - now))
+      ls = H.settle(ls, H.held_of(ls, held), granted, now, 0, 0, true)
+      H.write(head('fw', ws, count), ls, 0, true, ttl(ws + 2 * pu - now))
     else
       local loan = ''
       if holder ~= '' then
         own = math.min(own, held) + granted
         loan = pack_loan(holder, own, 0, 0, 0, true)
       end
-      redis.call('SET', key, head_fw(ws, count) .. loan, 'PX', ttl(ws + 2 * pu - now))
+      redis.call('SET', key, head('fw', ws, count) .. loan, 'PX', ttl(ws + 2 * pu - now))
     end
   end
 else
@@ -73,7 +73,7 @@ else
 end
 local lent = 0
 if ls then
-  lent = lent_to(ls, holder, -1)
+  lent = H.lent_to(ls, holder, -1)
 elseif current and holder ~= '' then
   lent = own
 end

@@ -7,8 +7,8 @@
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local pu, n = pf, tonumber(ARGV[5])
-loans()
-local st, ls = read(redis.call('GET', key), 'fw')
+local H = loans()
+local st, ls = H.read(redis.call('GET', key), 'fw')
 if not st.w or n < 0 then
   return 0
 end
@@ -16,10 +16,10 @@ local count = tonumber(st.c)
 if tonumber(st.w) < now - math.fmod(now, pu) or count == 0 then
   return 0
 end
-if lent_to(ls, holder, -1) == 0 then
+if H.lent_to(ls, holder, -1) == 0 then
   return 0
 end
 local back
-ls, back = take(ls, n)
-write(head_fw(st.w, math.max(0, count - back)), ls, 0, true, nil)
+ls, back = H.take(ls, n)
+H.write(head('fw', st.w, math.max(0, count - back)), ls, 0, true, nil)
 return back

@@ -31,36 +31,40 @@ end
 local fast = true -- false: every call takes the general path (tests)
 local v = redis.call('GET', key)
 
--- fast_path answers the common states with locals only: no state, or
+-- The fast path answers the common states with locals only: no state, or
 -- state whose only loan is the caller's, running, and which the caller
 -- still holds whole (see token_bucket_lease.lua). It is the general path
 -- below, operation for operation, for those states, and writes the same
--- bytes; nil: any other state, for the general path.
-local function fast_path()
+-- bytes; any other state breaks out to the general path.
+repeat -- the fast path (break: the general path)
+  if not fast then break end
   local tat, lc, lg = 0, 0, 0
   local lent, exp, last = nil, 0, 0 -- the caller's loan
   if v then
+    local at = string.byte(v, 1) -- the header, then where the loans start
+    if at % 2 == 1 then at = 9 + 4 + W[4 + math.floor(at / 2) % 4] else at = 9 end
+    if not sole_loan(v, at) then break end
     local h, pos
     h, tat, pos = struct.unpack('<BI7', v)
     if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
     if pos <= #v then
       local kind = string.byte(v, pos)
-      if kind < 64 or holder == '' then return nil end
+      if kind < 64 or holder == '' then break end
       local id, d1, d2
       local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
       if kind >= 128 then
         id, lent, d1, d2, pos = struct.unpack(f .. W[math.floor(kind / 16) % 4], v, pos + 1)
-        last = tat - unzz(d2)
+        if d2 % 2 == 0 then last = tat - d2 / 2 else last = tat + (d2 + 1) / 2 end
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
-      if id ~= holder or pos <= #v then return nil end
-      exp = tat + unzz(d1)
+      if id ~= holder or pos <= #v then break end
+      if d1 % 2 == 0 then exp = tat + d1 / 2 else exp = tat - (d1 + 1) / 2 end
     end
   end
   local fl = 0 -- floor_tat
   if lent then
-    if exp <= now then return nil end -- it ended: retire
+    if exp <= now then break end -- it ended: retire
     if unans ~= 0 and lc == unans then
       local back = math.min(lg, lent)
       lent = lent - back
@@ -69,7 +73,7 @@ local function fast_path()
         tat = b - math.min(math.floor(back * pf / lf), b - now)
       end
     end
-    if held < lent then return nil end -- split: spent tokens
+    if held < lent then break end -- split: spent tokens
     fl = math.max(fl, now + math.ceil(lent * pf / lf))
   end
   local base = math.max(tat, now, fl)
@@ -96,27 +100,124 @@ local function fast_path()
       e = math.max(e, ne + math.ceil(nl * pf / lf))
       if ne > now then lent_now = nl end
     end
-    redis.call('SET', key, head_gc(tat, last_of(call, granted)) .. loan, 'PX', ttl(e - now))
+    redis.call('SET', key, head('gc', tat, last_of(call, granted)) .. loan, 'PX', ttl(e - now))
   end
   return {granted, avail(d), ms(wait), ms(d), lent_now}
+until true
+
+-- The general path: lease/loans.go operation for operation, with the
+-- loan helpers written out inline (see token_bucket_lease.lua).
+local function after(l, x)
+  local a = 0
+  for b = 0, #l - 4, 4 do
+    if l[b + 3] >= x then a = a + l[b + 2] end
+  end
+  return a
 end
-if fast then
-  local r = fast_path()
-  if r then return r end
+local function remove(l, b)
+  local m = #l
+  l[b + 1], l[b + 2], l[b + 3], l[b + 4] = l[m - 3], l[m - 2], l[m - 1], l[m]
+  l[m], l[m - 1], l[m - 2], l[m - 3] = nil, nil, nil, nil
+end
+local function append(l, id, lent, exp, last)
+  local m = #l
+  l[m + 1], l[m + 2], l[m + 3], l[m + 4] = id, lent, exp, last
 end
 
-loans()
-local st, ls = read(v, 'gc')
-local tat = tonumber(st.t) or 0
-local last_c, last_g = last_call(st)
-local back = unanswered(ls, unans, last_c, last_g, now)
-if back > 0 then
-  -- Granted by a call whose answer the holder never got: the TAT moves
-  -- back as a return moves it.
-  tat = tat_back(tat, back, now)
+-- read
+local ls, tat, last_c, last_g = {}, 0, 0, 0
+if v then
+  local h, pos
+  h, tat, pos = struct.unpack('<BI7', v)
+  if h % 2 == 1 then last_c, last_g, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
+  local size, m = #v, 0
+  while pos <= size do
+    local kind = string.byte(v, pos)
+    local id, lent, d1, d2 = '', 0, 0, nil
+    local k4 = (kind - kind % 4) / 4 -- the width codes, without math.floor
+    local f = W[kind % 4] .. W[k4 % 4]
+    if kind >= 128 then
+      id, lent, d1, d2, pos = struct.unpack('<c8' .. f .. W[(k4 - k4 % 4) / 4 % 4], v, pos + 1)
+    elseif kind >= 64 then
+      id, lent, d1, pos = struct.unpack('<c8' .. f, v, pos + 1)
+    else
+      lent, d1, pos = struct.unpack('<' .. f, v, pos + 1)
+    end
+    local last = 0 -- unzz written out
+    if d2 then
+      if d2 % 2 == 0 then last = tat - d2 / 2 else last = tat + (d2 + 1) / 2 end
+    end
+    if d1 % 2 == 0 then d1 = d1 / 2 else d1 = -(d1 + 1) / 2 end
+    ls[m + 1], ls[m + 2], ls[m + 3], ls[m + 4] = id, lent, tat + d1, last
+    m = m + 4
+  end
 end
-local sp = split(ls, held, idle_us, spent_before, now)
-local base = math.max(tat, now, floor_tat(effective(ls, sp, now), now))
+-- find: the caller's loan, at si
+local si = nil
+if holder ~= '' then
+  for b = 0, #ls - 4, 4 do
+    if ls[b + 1] == holder then
+      si = b
+      break
+    end
+  end
+end
+-- unanswered
+if unans ~= 0 and si and last_c == unans and ls[si + 3] > now then
+  local back = math.min(last_g, ls[si + 2])
+  ls[si + 2] = ls[si + 2] - back
+  if back > 0 then
+    -- Granted by a call whose answer the holder never got: the TAT moves
+    -- back as a return moves it (tat_back).
+    local b = math.max(tat, now)
+    tat = b - math.min(math.floor(back * pf / lf), b - now)
+  end
+end
+-- split
+local run, early, late, early_at, late_at = 0, 0, 0, 0, 0
+if si then
+  local lent = ls[si + 2]
+  run = math.min(lent, held)
+  early = math.min(spent_before, lent - run)
+  late = lent - run - early
+  late_at = now - idle_us
+  early_at = late_at
+  if ls[si + 4] > 0 then early_at = math.min(ls[si + 4], late_at) end
+end
+-- effective
+local eff = ls
+if si and run ~= ls[si + 2] then
+  local e = math.min(ls[si + 3], now)
+  eff = {}
+  for k = 1, #ls do
+    eff[k] = ls[k]
+  end
+  eff[si + 2] = run
+  if early == 0 then
+    -- nothing
+  elseif early_at < e then
+    append(eff, '', early, early_at, 0)
+  else
+    eff[si + 2] = eff[si + 2] + early
+  end
+  if late == 0 then
+    -- nothing
+  elseif late_at < e then
+    append(eff, '', late, late_at, 0)
+  else
+    eff[si + 2] = eff[si + 2] + late
+  end
+end
+-- floor_tat
+local fl = 0
+for b = 0, #eff - 4, 4 do
+  local x = eff[b + 3]
+  local s = x
+  if now < s then s = now end
+  local c = s + math.ceil(after(eff, x) * pf / lf)
+  if c > fl then fl = c end
+end
+local base = math.max(tat, now, fl)
 local d = base - now
 local a = avail(d)
 
@@ -128,24 +229,111 @@ elseif a >= need then
 else
   wait = d - (bf - need) * pf / lf
 end
-if granted > 0 or (sp.i and ls[sp.i].exp > now) then
+if granted > 0 or (si and ls[si + 3] > now) then
   -- Every call of a holder with a loan settles it. The stored TAT is the
   -- grants' (see token_bucket_lease.lua): the loans' floors apply when
   -- read.
-  local keep = keep_of(ls, sp, now, granted)
+  -- keep
+  local keep = 0
+  if si and ls[si + 3] > now then
+    if granted > 0 then keep = run else keep = run + late end
+  end
   local cost = math.ceil(granted * pf / lf)
   tat = math.max(tat, now) + cost
-  ls = settle(retire(settling(ls, sp, now, granted > 0), now), keep, granted, now, ttl_us, idle_us, false)
-  local function floor(l, a) return l.exp + math.ceil(a * pf / lf) end
-  ls = trim(ls, function(l, a) return floor(l, a) > now end,
-    function(l, a) tat = math.max(tat, floor(l, a)) end)
+  -- settling
+  if si and run ~= ls[si + 2] then
+    local exp = ls[si + 3]
+    local e = math.min(exp, now)
+    ls[si + 2] = run
+    if early > 0 then append(ls, '', early, math.min(early_at, e), 0) end
+    if late == 0 then
+      -- nothing
+    elseif granted > 0 or exp <= now then
+      append(ls, '', late, math.min(late_at, e), 0)
+    else
+      ls[si + 2] = ls[si + 2] + late -- kept lent
+    end
+  end
+  -- retire
+  for b = 0, #ls - 4, 4 do
+    if ls[b + 1] ~= '' and ls[b + 3] <= now then ls[b + 1], ls[b + 4] = '', 0 end
+  end
+  -- settle
+  if holder ~= '' then
+    local i = nil
+    for b = 0, #ls - 4, 4 do
+      if ls[b + 1] == holder then
+        i = b
+        break
+      end
+    end
+    local lent, exp, last = keep + granted, now + ttl_us, now - idle_us
+    if i then exp = math.max(exp, ls[i + 3]) end
+    if i and lent > 0 then
+      ls[i + 2], ls[i + 3], ls[i + 4] = lent, exp, last
+    elseif i then
+      remove(ls, i)
+    elseif lent > 0 then
+      append(ls, holder, lent, exp, last)
+    end
+  end
+  -- trim: merge the ended loans of one time, then drop (or past
+  -- max_ended bake into the TAT) the oldest while it floors nothing: its
+  -- floor is E + ceil(A(E)*P/L).
+  local i = 0
+  while i < #ls do
+    local j = i + 4
+    while j < #ls do
+      if ls[i + 1] == '' and ls[j + 1] == '' and ls[i + 3] == ls[j + 3] then
+        ls[i + 2] = ls[i + 2] + ls[j + 2]
+        remove(ls, j)
+      else
+        j = j + 4
+      end
+    end
+    i = i + 4
+  end
+  while true do
+    local oldest, n = nil, 0
+    for b = 0, #ls - 4, 4 do
+      if ls[b + 1] == '' then
+        n = n + 1
+        if not oldest or ls[b + 3] < ls[oldest + 3] then oldest = b end
+      end
+    end
+    if not oldest then break end
+    local x = ls[oldest + 3]
+    local c = x + math.ceil(after(ls, x) * pf / lf)
+    if c > now then
+      if n <= max_ended then break end
+      tat = math.max(tat, c)
+    end
+    remove(ls, oldest)
+  end
   d = base + cost - now
   -- The key expires at the later of the TAT and each loan's expiry plus
-  -- its tokens' worth.
+  -- its tokens' worth (spent_by).
   local e = tat
-  for _, l in ipairs(ls) do
-    e = math.max(e, l.exp + math.ceil(after(ls, l.exp) * pf / lf))
+  for b = 0, #ls - 4, 4 do
+    local x = ls[b + 3]
+    local c = x + math.ceil(after(ls, x) * pf / lf)
+    if c > e then e = c end
   end
-  write(head_gc(tat, last_of(call, granted)), ls, tat, false, ttl(e - now))
+  -- write
+  local parts = {head('gc', tat, last_of(call, granted))}
+  for b = 0, #ls - 4, 4 do
+    parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], tat, false)
+  end
+  redis.call('SET', key, table.concat(parts), 'PX', ttl(e - now))
 end
-return {granted, avail(d), ms(wait), ms(d), lent_to(ls, holder, now)}
+-- lent_to
+local lent = 0
+if holder ~= '' then
+  for b = 0, #ls - 4, 4 do
+    if ls[b + 1] == holder then
+      if ls[b + 3] > now then lent = ls[b + 2] end
+      break
+    end
+  end
+end
+return {granted, avail(d), ms(wait), ms(d), lent}

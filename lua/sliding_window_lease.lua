@@ -31,7 +31,7 @@ local v = redis.call('GET', key)
 local ws = now - math.fmod(now, pf) -- fmod is exact on doubles
 local prev, cur = 0, 0
 local current = false
-local ls, own = nil, 0
+local ls, own, H = nil, 0, nil -- H: the general helpers, when ls
 if v then
   local h, w, pos = struct.unpack('<BI7', v)
   local c, p
@@ -46,9 +46,9 @@ if v then
       ls = {}
     end
     if ls then
-      loans()
+      H = loans()
       local _
-      _, ls = read(v, 'sw')
+      _, ls = H.read(v, 'sw')
     end
   elseif w == ws - pf then
     prev = c
@@ -70,15 +70,15 @@ elseif a >= need then
     cur = cur + granted
     current = true
     if ls then
-      ls = settle(ls, held_of(ls, held), granted, now, 0, 0, true)
-      write(head_sw(ws, cur, prev), ls, 0, true, ttl(ws + 2 * pf - now))
+      ls = H.settle(ls, H.held_of(ls, held), granted, now, 0, 0, true)
+      H.write(head('sw', ws, cur, prev), ls, 0, true, ttl(ws + 2 * pf - now))
     else
       local loan = ''
       if holder ~= '' then
         own = math.min(own, held) + granted
         loan = pack_loan(holder, own, 0, 0, 0, true)
       end
-      redis.call('SET', key, head_sw(ws, cur, prev) .. loan, 'PX', ttl(ws + 2 * pf - now))
+      redis.call('SET', key, head('sw', ws, cur, prev) .. loan, 'PX', ttl(ws + 2 * pf - now))
     end
   end
 else
@@ -100,7 +100,7 @@ elseif prev > 0 then
 end
 local lent = 0
 if ls then
-  lent = lent_to(ls, holder, -1)
+  lent = H.lent_to(ls, holder, -1)
 elseif current and holder ~= '' then
   lent = own
 end

@@ -8,8 +8,8 @@
 -- returns  the tokens given back (0: no state, the window the tokens were
 --          counted in is no longer current, or nothing lent)
 local n = tonumber(ARGV[5])
-loans()
-local st, ls = read(redis.call('GET', key), 'sw')
+local H = loans()
+local st, ls = H.read(redis.call('GET', key), 'sw')
 if not st.w or n < 0 then
   return 0
 end
@@ -17,10 +17,10 @@ local cur = tonumber(st.c)
 if tonumber(st.w) < now - math.fmod(now, pf) or cur == 0 then
   return 0
 end
-if lent_to(ls, holder, -1) == 0 then
+if H.lent_to(ls, holder, -1) == 0 then
   return 0
 end
 local back
-ls, back = take(ls, n)
-write(head_sw(st.w, math.max(0, cur - back), st.p), ls, 0, true, nil)
+ls, back = H.take(ls, n)
+H.write(head('sw', st.w, math.max(0, cur - back), st.p), ls, 0, true, nil)
 return back

@@ -23,31 +23,36 @@ local spent_before, call, unans = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumb
 local fast = true -- false: every call takes the general path (tests)
 local v = redis.call('GET', key)
 
--- fast_path answers the common states with locals only: no state, or
+-- The fast path answers the common states with locals only: no state, or
 -- state whose only loan is the caller's, running, and which the caller
 -- still holds whole (Held ≥ lent: nothing reported spent, so no ended
 -- loan comes of the call). It is the general path below, operation for
--- operation, for those states, and writes the same bytes; nil: any other
--- state, for the general path.
-local function fast_path()
+-- operation, for those states, and writes the same bytes; any other state
+-- breaks out to the general path. (A block, not a function: a closure
+-- capturing the script's locals costs more than the path's arithmetic.)
+repeat -- the fast path (break: the general path)
+  if not fast then break end
   local raw, t, lc, lg = cf, now, 0, 0
   local lent, exp, last = nil, 0, 0 -- the caller's loan
   if v then
+    local at = string.byte(v, 1) -- the header, then where the loans start
+    if at % 2 == 1 then at = 17 + 4 + W[4 + math.floor(at / 2) % 4] else at = 17 end
+    if not sole_loan(v, at) then break end
     local h, lvl, u, pos = struct.unpack('<BdI7', v)
     if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
     if pos <= #v then
       local kind = string.byte(v, pos)
-      if kind < 64 or holder == '' then return nil end
+      if kind < 64 or holder == '' then break end
       local id, d1, d2
       local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
       if kind >= 128 then
         id, lent, d1, d2, pos = struct.unpack(f .. W[math.floor(kind / 16) % 4], v, pos + 1)
-        last = u - unzz(d2)
+        if d2 % 2 == 0 then last = u - d2 / 2 else last = u + (d2 + 1) / 2 end
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
-      if id ~= holder or pos <= #v then return nil end
-      exp = u + unzz(d1)
+      if id ~= holder or pos <= #v then break end
+      if d1 % 2 == 0 then exp = u + d1 / 2 else exp = u - (d1 + 1) / 2 end
     end
     local elapsed = now - u
     if elapsed < 0 then elapsed = 0 end
@@ -55,13 +60,13 @@ local function fast_path()
     t = math.max(now, u)
   end
   if lent then
-    if exp <= t then return nil end -- it ended: retire
+    if exp <= t then break end -- it ended: retire
     if unans ~= 0 and lc == unans then
       local back = math.min(lg, lent)
       lent = lent - back
       if back > 0 then raw = math.min(cf, raw + back) end
     end
-    if held < lent then return nil end -- split: spent tokens
+    if held < lent then break end -- split: spent tokens
   end
   local tokens = raw
   if lent then tokens = math.min(raw, cf - lent + (t - t) * lf / pf) end
@@ -87,37 +92,133 @@ local function fast_path()
       d = math.max(d, (ne - t) + nl * pf / lf)
       if ne > now then lent_now = nl end
     end
-    redis.call('SET', key, head_tb(stored, t, last_of(call, granted)) .. loan, 'PX', ttl(t - now + d))
+    redis.call('SET', key, head('tb', stored, t, last_of(call, granted)) .. loan, 'PX', ttl(t - now + d))
   end
   return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_now}
+until true
+
+-- The general path: lease/loans.go operation for operation, on the
+-- loans as one flat list (see loans in leased.lua), with the loan
+-- helpers written out inline: a helper function costs Redis a closure
+-- per call, more than its loops. after is A(x) over list l; remove and
+-- append change a list as loans.remove and append do.
+local function after(l, x)
+  local a = 0
+  for b = 0, #l - 4, 4 do
+    if l[b + 3] >= x then a = a + l[b + 2] end
+  end
+  return a
 end
-if fast then
-  local r = fast_path()
-  if r then return r end
+local function remove(l, b)
+  local m = #l
+  l[b + 1], l[b + 2], l[b + 3], l[b + 4] = l[m - 3], l[m - 2], l[m - 1], l[m]
+  l[m], l[m - 1], l[m - 2], l[m - 3] = nil, nil, nil, nil
+end
+local function append(l, id, lent, exp, last)
+  local m = #l
+  l[m + 1], l[m + 2], l[m + 3], l[m + 4] = id, lent, exp, last
 end
 
-loans()
-local st, ls = read(v, 'tb')
-local raw, updated = cf, 0
-local t = now
-if st.t then
-  updated = tonumber(st.u)
+-- read
+local ls, lvl, updated, last_c, last_g = {}, nil, 0, 0, 0
+if v then
+  local h, pos
+  h, lvl, updated, pos = struct.unpack('<BdI7', v)
+  if h % 2 == 1 then last_c, last_g, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
+  local size, m = #v, 0
+  while pos <= size do
+    local kind = string.byte(v, pos)
+    local id, lent, d1, d2 = '', 0, 0, nil
+    local k4 = (kind - kind % 4) / 4 -- the width codes, without math.floor
+    local f = W[kind % 4] .. W[k4 % 4]
+    if kind >= 128 then
+      id, lent, d1, d2, pos = struct.unpack('<c8' .. f .. W[(k4 - k4 % 4) / 4 % 4], v, pos + 1)
+    elseif kind >= 64 then
+      id, lent, d1, pos = struct.unpack('<c8' .. f, v, pos + 1)
+    else
+      lent, d1, pos = struct.unpack('<' .. f, v, pos + 1)
+    end
+    local last = 0 -- unzz written out
+    if d2 then
+      if d2 % 2 == 0 then last = updated - d2 / 2 else last = updated + (d2 + 1) / 2 end
+    end
+    if d1 % 2 == 0 then d1 = d1 / 2 else d1 = -(d1 + 1) / 2 end
+    ls[m + 1], ls[m + 2], ls[m + 3], ls[m + 4] = id, lent, updated + d1, last
+    m = m + 4
+  end
+end
+local raw, t = cf, now
+if lvl then
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
-  raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
+  raw = math.min(cf, lvl + elapsed * lf / pf)
   t = math.max(now, updated)
 end
-local last_c, last_g = last_call(st)
-local back = unanswered(ls, unans, last_c, last_g, t)
-if back > 0 then
-  -- Granted by a call whose answer the holder never got: back to the
-  -- level, as a return gives them (at most C).
-  raw = math.min(cf, raw + back)
+-- find: the caller's loan, at si
+local si = nil
+if holder ~= '' then
+  for b = 0, #ls - 4, 4 do
+    if ls[b + 1] == holder then
+      si = b
+      break
+    end
+  end
 end
-local sp = split(ls, held, idle_us, spent_before, t)
+-- unanswered
+if unans ~= 0 and si and last_c == unans and ls[si + 3] > t then
+  local back = math.min(last_g, ls[si + 2])
+  ls[si + 2] = ls[si + 2] - back
+  if back > 0 then
+    -- Granted by a call whose answer the holder never got: back to the
+    -- level, as a return gives them (at most C).
+    raw = math.min(cf, raw + back)
+  end
+end
+-- split
+local run, early, late, early_at, late_at = 0, 0, 0, 0, 0
+if si then
+  local lent = ls[si + 2]
+  run = math.min(lent, held)
+  early = math.min(spent_before, lent - run)
+  late = lent - run - early
+  late_at = t - idle_us
+  early_at = late_at
+  if ls[si + 4] > 0 then early_at = math.min(ls[si + 4], late_at) end
+end
 local tokens = raw
-if st.t then
-  tokens = cap_level(effective(ls, sp, t), raw, t)
+if lvl then
+  -- effective
+  local eff = ls
+  if si and run ~= ls[si + 2] then
+    local e = math.min(ls[si + 3], t)
+    eff = {}
+    for k = 1, #ls do
+      eff[k] = ls[k]
+    end
+    eff[si + 2] = run
+    if early == 0 then
+      -- nothing
+    elseif early_at < e then
+      append(eff, '', early, early_at, 0)
+    else
+      eff[si + 2] = eff[si + 2] + early
+    end
+    if late == 0 then
+      -- nothing
+    elseif late_at < e then
+      append(eff, '', late, late_at, 0)
+    else
+      eff[si + 2] = eff[si + 2] + late
+    end
+  end
+  -- cap_level
+  for b = 0, #eff - 4, 4 do
+    local x = eff[b + 3]
+    local s = x
+    if t < s then s = t end
+    local c = cf - after(eff, x) + (t - s) * lf / pf
+    if c < tokens then tokens = c end
+  end
 end
 local avail = math.floor(tokens)
 
@@ -129,18 +230,109 @@ elseif avail >= need then
 else
   wait = (need - tokens) * pf / lf
 end
-if granted > 0 or (sp.i and ls[sp.i].exp > t) then
+if granted > 0 or (si and ls[si + 3] > t) then
   -- Every call of a holder with a loan settles it. The stored level is
   -- the refill less the grants: the running loans cap it when read, the
   -- ended ones too until trim drops them (or bakes their cap in).
-  local keep = keep_of(ls, sp, t, granted)
+  -- keep
+  local keep = 0
+  if si and ls[si + 3] > t then
+    if granted > 0 then keep = run else keep = run + late end
+  end
   tokens = tokens - granted
   local stored = raw - granted
-  ls = settle(retire(settling(ls, sp, t, granted > 0), t), keep, granted, t, ttl_us, idle_us, false)
-  local function cap(l, a) return cf - a + (t - l.exp) * lf / pf end
-  ls = trim(ls, function(l, a) return cap(l, a) < cf end,
-    function(l, a) stored = math.min(stored, cap(l, a)) end)
-  local d = full_in(ls, (cf - stored) * pf / lf, t)
-  write(head_tb(stored, t, last_of(call, granted)), ls, t, false, ttl(t - now + d))
+  -- settling
+  if si and run ~= ls[si + 2] then
+    local exp = ls[si + 3]
+    local e = math.min(exp, t)
+    ls[si + 2] = run
+    if early > 0 then append(ls, '', early, math.min(early_at, e), 0) end
+    if late == 0 then
+      -- nothing
+    elseif granted > 0 or exp <= t then
+      append(ls, '', late, math.min(late_at, e), 0)
+    else
+      ls[si + 2] = ls[si + 2] + late -- kept lent
+    end
+  end
+  -- retire
+  for b = 0, #ls - 4, 4 do
+    if ls[b + 1] ~= '' and ls[b + 3] <= t then ls[b + 1], ls[b + 4] = '', 0 end
+  end
+  -- settle
+  if holder ~= '' then
+    local i = nil
+    for b = 0, #ls - 4, 4 do
+      if ls[b + 1] == holder then
+        i = b
+        break
+      end
+    end
+    local lent, exp, last = keep + granted, t + ttl_us, t - idle_us
+    if i then exp = math.max(exp, ls[i + 3]) end
+    if i and lent > 0 then
+      ls[i + 2], ls[i + 3], ls[i + 4] = lent, exp, last
+    elseif i then
+      remove(ls, i)
+    elseif lent > 0 then
+      append(ls, holder, lent, exp, last)
+    end
+  end
+  -- trim: merge the ended loans of one time, then drop (or past
+  -- max_ended bake into stored) the oldest while it caps nothing: its cap
+  -- at t is C - A(E) + (t - E)*L/P.
+  local i = 0
+  while i < #ls do
+    local j = i + 4
+    while j < #ls do
+      if ls[i + 1] == '' and ls[j + 1] == '' and ls[i + 3] == ls[j + 3] then
+        ls[i + 2] = ls[i + 2] + ls[j + 2]
+        remove(ls, j)
+      else
+        j = j + 4
+      end
+    end
+    i = i + 4
+  end
+  while true do
+    local oldest, n = nil, 0
+    for b = 0, #ls - 4, 4 do
+      if ls[b + 1] == '' then
+        n = n + 1
+        if not oldest or ls[b + 3] < ls[oldest + 3] then oldest = b end
+      end
+    end
+    if not oldest then break end
+    local x = ls[oldest + 3]
+    local c = cf - after(ls, x) + (t - x) * lf / pf
+    if c < cf then
+      if n <= max_ended then break end
+      stored = math.min(stored, c)
+    end
+    remove(ls, oldest)
+  end
+  -- full_in
+  local d = (cf - stored) * pf / lf
+  for b = 0, #ls - 4, 4 do
+    local x = ls[b + 3]
+    local c = (x - t) + after(ls, x) * pf / lf
+    if c > d then d = c end
+  end
+  -- write
+  local parts = {head('tb', stored, t, last_of(call, granted))}
+  for b = 0, #ls - 4, 4 do
+    parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], t, false)
+  end
+  redis.call('SET', key, table.concat(parts), 'PX', ttl(t - now + d))
 end
-return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_to(ls, holder, now)}
+-- lent_to
+local lent = 0
+if holder ~= '' then
+  for b = 0, #ls - 4, 4 do
+    if ls[b + 1] == holder then
+      if ls[b + 3] > now then lent = ls[b + 2] end
+      break
+    end
+  end
+end
+return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent}

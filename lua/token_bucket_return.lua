@@ -7,12 +7,12 @@
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
 local n = tonumber(ARGV[5])
-loans()
-local st, ls = read(redis.call('GET', key), 'tb')
+local H = loans()
+local st, ls = H.read(redis.call('GET', key), 'tb')
 if not st.t or n < 0 then
   return 0
 end
-if lent_to(ls, holder, math.max(tonumber(st.u), now)) == 0 then
+if H.lent_to(ls, holder, math.max(tonumber(st.u), now)) == 0 then
   return 0 -- nothing lent to holder: nothing comes back, nothing changes
 end
 local updated = tonumber(st.u)
@@ -21,16 +21,14 @@ if elapsed < 0 then elapsed = 0 end
 local raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
 updated = math.max(updated, now)
 local back
-ls, back = end_loan(ls, n, updated)
-ls = retire(ls, updated)
+ls, back = H.end_loan(ls, n, updated)
+ls = H.retire(ls, updated)
 local tokens = math.min(cf, raw + back)
-local function cap(l, a) return cf - a + (updated - l.exp) * lf / pf end
-ls = trim(ls, function(l, a) return cap(l, a) < cf end,
-  function(l, a) tokens = math.min(tokens, cap(l, a)) end)
+ls, tokens = H.trim(ls, updated, 'tb', tokens)
 if tokens >= cf and #ls == 0 then
   redis.call('DEL', key) -- full and nothing lent: the same as no state
   return back
 end
-local d = full_in(ls, (cf - tokens) * pf / lf, updated)
-write(head_tb(tokens, updated, 0, 0), ls, updated, false, ttl(updated - now + d))
+local d = H.full_in(ls, (cf - tokens) * pf / lf, updated)
+H.write(head('tb', tokens, updated, 0, 0), ls, updated, false, ttl(updated - now + d))
 return back

@@ -85,7 +85,7 @@ type benchCalls struct {
 // limit filter sends one with every call (its timeout, 20 ms by default, as
 // the grpc-timeout header), which the server arms a timer for; a longer one
 // here, so that a loaded machine's slow call does not fail the benchmark.
-const envoyRLSTimeout = time.Second
+const envoyRLSTimeout = 10 * time.Second
 
 // envoyDialOptions are the client's HTTP/2 settings as Envoy's: fixed
 // flow-control windows (its defaults: 16 MiB per stream, 24 MiB per
@@ -185,9 +185,9 @@ func BenchmarkRLSvsHTTP(b *testing.B) {
 //
 //	go test -run '^$' -bench ServerCPU -benchtime 3s -tags vtprotobuf ./node/rls/
 func BenchmarkServerCPU(b *testing.B) {
-	httpAddr, rlsAddr, stop := startBenchServer(b, strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_FLAGS")))
+	httpAddr, rlsAddr, stop := startBenchServer(b, true)
 	defer stop()
-	gcHTTPAddr, gcRLSAddr, stopGC := startBenchServer(b, nil, "GOGC=400")
+	gcHTTPAddr, gcRLSAddr, stopGC := startBenchServer(b, false, "GOGC=400")
 	defer stopGC()
 	stats, gcStats := serverStats(b, httpAddr), serverStats(b, gcHTTPAddr)
 	calls, gcCalls := newBenchCalls(b, httpAddr, rlsAddr), newBenchCalls(b, gcHTTPAddr, gcRLSAddr)
@@ -202,13 +202,17 @@ func BenchmarkServerCPU(b *testing.B) {
 }
 
 // startBenchServer starts a node process for BenchmarkServerCPU (this test
-// binary running TestBenchServer, with flags added to its test flags, such
-// as "-test.cpuprofile node.pprof", and env to its environment) and
-// returns its addresses. stop ends it. The node of the first rounds takes
-// its flags from $SLUICE_RLS_BENCH_SERVER_FLAGS.
-func startBenchServer(b *testing.B, flags []string, env ...string) (httpAddr, rlsAddr string, stop func()) {
-	args := append([]string{"-test.run", "^TestBenchServer$"}, flags...)
-	cmd := exec.Command(os.Args[0], args...)
+// binary running TestBenchServer, with env added to its environment) and
+// returns its addresses; stop ends it. With custom, the process takes the
+// test flags in $SLUICE_RLS_BENCH_SERVER_FLAGS (such as "-test.cpuprofile
+// node.pprof") and runs under the command in $SLUICE_RLS_BENCH_SERVER_EXEC
+// (such as valgrind: see testdata/server-instructions.sh).
+func startBenchServer(b *testing.B, custom bool, env ...string) (httpAddr, rlsAddr string, stop func()) {
+	args := []string{os.Args[0], "-test.run", "^TestBenchServer$"}
+	if custom {
+		args = append(strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_EXEC")), append(args, strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_FLAGS"))...)...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(append(os.Environ(), "SLUICE_RLS_BENCH_SERVER=1"), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
