@@ -73,9 +73,10 @@ type stripes struct {
 	owner *bucket // checks holding a stale bucket find another owner: empty
 	mask  uint64  // len(s) - 1
 	shift uint8   // 64 - log2(len(s))
+	s     []stripe
+	_     [stripeBytes]byte // the checks read the line above; mu is written
 	// mu serialises what adds tokens (put, refund) and settle: see above.
 	mu sync.Mutex
-	s  []stripe
 }
 
 // stripeTable is a Manager's striped buckets' stripes, by index.
@@ -84,10 +85,12 @@ type stripeTable struct {
 	mu     sync.Mutex
 	used   atomic.Int32 // written under mu
 	places [maxStriped]atomic.Pointer[stripes]
+	_      [stripeBytes]byte // places are read by checks, seen written
 	// seen is the last sampled take of the buckets that hash to each
 	// word: the bucket's hash (32 bits), the goroutine's (16), the time
 	// (Unix ms, 16).
 	seen [1 << sightBits]atomic.Uint64
+	_    [stripeBytes]byte // nor the Manager's next fields share its lines
 }
 
 func (t *stripeTable) init() {
