@@ -189,7 +189,7 @@ func newUnbatchedStore(t testing.TB, addrs ...string) *Store {
 // long as they need: no call or connection timeout gets in their way.
 func newHoldingStore(t testing.TB, addrs ...string) *Store {
 	t.Helper()
-	s, err := NewStore(Config{Addrs: addrs, CallTimeout: time.Hour, ConnWriteTimeout: time.Hour})
+	s, err := NewStore(Config{Addrs: addrs, CallTimeout: time.Hour, ConnWriteTimeout: time.Hour, MaxBatch: testBatch})
 	if err != nil {
 		t.Fatalf("NewStore(%v): %v", addrs, err)
 	}
@@ -519,8 +519,8 @@ func TestBatchCluster(t *testing.T) {
 // TestMaxBatchConfig: the bound's default, its URL option and its range;
 // 1 turns batching off.
 func TestMaxBatchConfig(t *testing.T) {
-	if got := (Config{}).withDefaults().MaxBatch; got != 64 {
-		t.Errorf("default MaxBatch = %d, want 64", got)
+	if got := (Config{}).withDefaults().MaxBatch; got != 1 {
+		t.Errorf("default MaxBatch = %d, want 1 (off)", got)
 	}
 	c, err := ParseURL("redis://h:1?max_batch=1&password=pw")
 	if err != nil || c.MaxBatch != 1 {
@@ -548,8 +548,16 @@ func TestMaxBatchConfig(t *testing.T) {
 	if s.batch != nil {
 		t.Errorf("MaxBatch 1: the store batches")
 	}
-	if s := newTestStore(t, addr); s.batch == nil || s.batch.max != 64 {
-		t.Errorf("default: the store does not batch up to 64")
+	def, err := NewStore(Config{Addrs: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer def.Close()
+	if def.batch != nil {
+		t.Errorf("default: the store batches")
+	}
+	if s := newTestStore(t, addr); s.batch == nil || s.batch.max != testBatch {
+		t.Errorf("MaxBatch %d: the store does not batch up to it", testBatch)
 	}
 }
 

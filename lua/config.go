@@ -48,7 +48,11 @@ type Config struct {
 	// on a Cluster, its key's hash slot) is in flight; calls that arrive
 	// meanwhile go out together, at most MaxBatch per script call, when it
 	// ends (or at once, when MaxBatch of them wait). 1 turns batching off
-	// (every call its own script call). Default 64; at most MaxBatchLimit.
+	// (every call its own script call), and is the default: batching cuts
+	// the EVALSHA calls (up to 36× in closed loops), not Redis's CPU (it runs
+	// the same scripts), and a call that waits for the batch in flight can
+	// spend more of a check's budget. Worth it where each command costs
+	// (a proxy or a service billed per command). At most MaxBatchLimit.
 	MaxBatch int
 }
 
@@ -74,10 +78,11 @@ func DefaultConfig() Config {
 		// (rueidis's own default is 10s).
 		ConnWriteTimeout: 3 * time.Second,
 		ClientName:       "sluice",
-		// 64: a batch that large pays the per-call work (command,
-		// script lookup, reply) once for 64 calls, and still blocks
-		// Redis no longer than 64 lease scripts in a row.
-		MaxBatch: 64,
+		// Off (see MaxBatch); 64 is a sensible bound when turned on: it
+		// pays the per-call work (command, script lookup, reply) once
+		// for 64 calls, and still blocks Redis no longer than 64 lease
+		// scripts in a row.
+		MaxBatch: 1,
 	}
 }
 

@@ -121,8 +121,9 @@
 // # Concurrency
 //
 // A Store is safe for concurrent use. Concurrent calls share pipelined
-// connections (rueidis auto-pipelining), and concurrent Lease and Return
-// calls share script calls: a call goes out at once, as its own script,
+// connections (rueidis auto-pipelining). With Config.MaxBatch above 1 (off
+// by default: see its doc) concurrent Lease and Return calls also share
+// script calls: a call goes out at once, as its own script,
 // when no call of its group (the server; on a Cluster, its key's hash
 // slot) is in flight; the calls that arrive meanwhile go out together
 // when it ends, at most Config.MaxBatch of them, as one EVALSHA of a

@@ -26,13 +26,18 @@ const testTimeout = 2 * time.Second
 
 func newTestStore(t testing.TB, addrs ...string) *Store {
 	t.Helper()
-	s, err := NewStore(Config{Addrs: addrs, CallTimeout: testTimeout})
+	s, err := NewStore(Config{Addrs: addrs, CallTimeout: testTimeout, MaxBatch: testBatch})
 	if err != nil {
 		t.Fatalf("NewStore(%v): %v", addrs, err)
 	}
 	t.Cleanup(s.Close)
 	return s
 }
+
+// testBatch turns batching on in the package's tests (it is off by
+// default): the store's batched path runs under every test that does not
+// ask for single calls (newUnbatchedStore, MaxBatch 1).
+const testBatch = 64
 
 var keySeq atomic.Int64
 

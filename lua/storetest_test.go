@@ -51,7 +51,7 @@ func TestConformanceCluster(t *testing.T) {
 // their background reconnects.)
 func newConformanceStore(t testing.TB, addrs ...string) *Store {
 	t.Helper()
-	s, err := NewStore(Config{Addrs: addrs, CallTimeout: testTimeout, DialTimeout: 10 * time.Second})
+	s, err := NewStore(Config{Addrs: addrs, CallTimeout: testTimeout, DialTimeout: 10 * time.Second, MaxBatch: testBatch})
 	if err != nil {
 		t.Fatalf("NewStore(%v): %v", addrs, err)
 	}
