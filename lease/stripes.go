@@ -164,6 +164,19 @@ func goroutineHint() uint64 {
 	return (uint64(uintptr(unsafe.Pointer(&here))) >> 11) * 0x9e3779b97f4a7c15
 }
 
+// goroutineRegion is a hash of the 32 KiB block of the calling
+// goroutine's stack that holds an address on it: what sightings compare.
+// A goroutine's stack up to 32 KiB is aligned to its size, so every call
+// it makes sees the same block whatever its depth (goroutineHint's 2 KiB
+// blocks differ between two calls a few frames apart, which made one
+// goroutine look like two), while goroutines whose stacks share a block
+// look like one: contention is then seen at a later pair of sightings.
+// A stack that moves (grows, or is shrunk by the collector) changes it.
+func goroutineRegion() uint64 {
+	var here byte
+	return (uint64(uintptr(unsafe.Pointer(&here))) >> 15) * 0x9e3779b97f4a7c15
+}
+
 // home is the stripe a check starts from: the goroutine's.
 func (s *stripes) home() uint64 { return goroutineHint() >> s.shift }
 
@@ -272,14 +285,14 @@ func (m *Manager) take(b *bucket, hits int64) (left int64, ok bool) {
 		}
 		if b.tokens.CompareAndSwap(t, t-hits) {
 			if (t-hits)>>sightEvery != t>>sightEvery && m.striped.n > 1 {
-				m.sighted(b, goroutineHint())
+				m.sighted(b, goroutineRegion())
 			}
 			return t - hits, true
 		}
 	}
 }
 
-// sighted records that a goroutine whose goroutineHint is g took tokens
+// sighted records that a goroutine whose goroutineRegion is g took tokens
 // of b (one take in 2^sightEvery is sampled) and stripes b if another
 // goroutine was the last one seen taking them, shortly before: the key
 // is checked from several goroutines at a high rate, so probably from

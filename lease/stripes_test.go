@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,5 +235,30 @@ func TestGoroutineHintsDiffer(t *testing.T) {
 	close(release)
 	if h1 == h2 {
 		t.Fatalf("two live goroutines share the hint %x", h1)
+	}
+}
+
+// One goroutine is sighted as one whatever the depth of the call that
+// takes: its takes come from different call paths (the fast path, the
+// slow way, a caller's own frames), and a saturated key checked from one
+// goroutine was striped when two of them fell in different 2 KiB blocks.
+func TestOneGoroutineOneRegion(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a collection may move the stack
+	var deep func(n int) uint64
+	deep = func(n int) uint64 {
+		var pad [256]byte
+		if n == 0 {
+			return goroutineRegion() + uint64(pad[0])
+		}
+		return deep(n-1) + uint64(pad[n%len(pad)])
+	}
+	done := make(chan [2]uint64)
+	go func() {
+		deep(40) // grow the stack first: a growth moves it
+		done <- [2]uint64{deep(0), deep(12)}
+	}()
+	r := <-done
+	if r[0] != r[1] {
+		t.Fatalf("one goroutine, two regions: %x at depth 0, %x some 3 KiB deeper", r[0], r[1])
 	}
 }
