@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,20 +34,8 @@ type gatewayDriver struct {
 
 // NewGatewayDriver starts a Limiter on cfg.Nodes.
 func NewGatewayDriver(cfg GatewayConfig) (Driver, error) {
-	if len(cfg.Keys) == 0 {
-		return nil, errors.New("keys: empty key table")
-	}
-	if cfg.Rule == "" {
-		cfg.Rule = "bench"
-	}
-	if cfg.Hits == 0 {
-		cfg.Hits = 1
-	}
-	if cfg.Hits < 0 {
-		return nil, fmt.Errorf("hits: must be ≥ 0, got %d", cfg.Hits)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Second
+	if err := clientDefaults(cfg.Keys, &cfg.Rule, &cfg.Hits, &cfg.Timeout); err != nil {
+		return nil, err
 	}
 	l, err := client.NewLimiter(client.LimiterConfig{Nodes: cfg.Nodes, Token: cfg.Token, Timeout: cfg.Timeout})
 	if err != nil {

@@ -36,20 +36,8 @@ type goClientDriver struct {
 
 // NewGoClientDriver connects a node/client Client to cfg.Seeds.
 func NewGoClientDriver(cfg GoClientConfig) (Driver, error) {
-	if len(cfg.Keys) == 0 {
-		return nil, errors.New("keys: empty key table")
-	}
-	if cfg.Rule == "" {
-		cfg.Rule = "bench"
-	}
-	if cfg.Hits == 0 {
-		cfg.Hits = 1
-	}
-	if cfg.Hits < 0 {
-		return nil, fmt.Errorf("hits: must be ≥ 0, got %d", cfg.Hits)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Second
+	if err := clientDefaults(cfg.Keys, &cfg.Rule, &cfg.Hits, &cfg.Timeout); err != nil {
+		return nil, err
 	}
 	ccfg := client.DefaultConfig()
 	ccfg.Seeds = cfg.Seeds
@@ -122,4 +110,26 @@ func outcomeOf(r *api.CheckResult) Outcome {
 		o = o.degrade()
 	}
 	return o
+}
+
+// clientDefaults checks and fills the fields the drivers built on
+// node/client share: a key table, the rule ("bench"), hits per check (1)
+// and the call timeout (2s).
+func clientDefaults(keys [][]byte, rule *string, hits *int64, timeout *time.Duration) error {
+	if len(keys) == 0 {
+		return errors.New("keys: empty key table")
+	}
+	if *rule == "" {
+		*rule = "bench"
+	}
+	if *hits == 0 {
+		*hits = 1
+	}
+	if *hits < 0 {
+		return fmt.Errorf("hits: must be ≥ 0, got %d", *hits)
+	}
+	if *timeout == 0 {
+		*timeout = 2 * time.Second
+	}
+	return nil
 }
