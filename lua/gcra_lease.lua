@@ -17,9 +17,9 @@
 -- The key is written when tokens are granted, or when the holder has a
 -- running loan (every call settles it, see split), and expires when the
 -- TAT and every loan's tokens are past.
-local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
-local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local spent_before, call, unans = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local want, need = ARGV[5] + 0, ARGV[6] + 0
+local held, ttl_us, idle_us = ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0
+local spent_before, call, unans = ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0
 local bf = cf
 
 local function avail(d)
