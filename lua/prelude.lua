@@ -16,14 +16,18 @@ local now = clock[1] * 1000000 + clock[2]
 -- rounded up, plus 1ms so that the key outlives its state; capped.
 local function ttl(us)
   if not (us > 0) then return '1' end
-  return string.format('%d', math.min(math.ceil(us / 1000), 9223372036854) + 1)
+  local m = math.ceil(us / 1000)
+  if m > 9223372036854 then m = 9223372036854 end -- min without a C call
+  return string.format('%d', m + 1)
 end
 
 -- ms is a duration in µs as whole milliseconds, rounded up, capped like
 -- lease's ceilMillis so that extreme policies cannot overflow.
 local function ms(us)
   if not (us > 0) then return 0 end
-  return math.min(math.ceil(us / 1000), 9223372036854)
+  local m = math.ceil(us / 1000)
+  if m > 9223372036854 then return 9223372036854 end
+  return m
 end
 
 local function fmt(x)
