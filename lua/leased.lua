@@ -81,19 +81,6 @@ local function pack_loan(id, lent, exp, last, ref, windowed)
   return struct.pack('<Bc8' .. W[cl] .. W[c1], 64 + cl + 4 * c1, id, lent, d1)
 end
 
--- sole_loan reports whether v holds, from its byte at on, no loan or
--- exactly one token_bucket or gcra loan of a holder: the states a fast
--- path may take, told from the kind byte alone.
-local function sole_loan(v, at)
-  local n = #v
-  if at > n then return true end
-  local k = string.byte(v, at)
-  if k < 64 then return false end
-  local size = 9 + W[4 + k % 4] + W[4 + math.floor(k / 4) % 4]
-  if k >= 128 then size = size + W[4 + math.floor(k / 16) % 4] end
-  return at + size == n + 1
-end
-
 -- last_of is the last call ('#') and grant ('$') a call of holder that
 -- granted g leaves in a token_bucket or gcra key: 0, 0 when the call was
 -- not told apart. Mirrors lease's lastCallOf.
