@@ -23,7 +23,10 @@ import (
 // (batches of 100, 4 connections, loopback; -lease-idle 1h, so that every
 // key is still active at the end), and logs the node's resident
 // set (VmRSS of /proc/<pid>/status) before and after, per key, beyond the
-// key's own bytes:
+// key's own bytes, then the collector's side from the node's /metrics (its
+// heap, heap goal, idle heap, other runtime memory and collections; GOGC
+// in the test's environment reaches the node and turns its -gc-headroom
+// policy off):
 //
 //	SLUICE_MEMORY_KEYS=1000000 go test -count=1 -run NodeMemoryPerKey -v ./bench/
 func TestNodeMemoryPerKey(t *testing.T) {

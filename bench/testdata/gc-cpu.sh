@@ -2,7 +2,7 @@
 # A node's CPU under its GC policy (-gc-headroom's default) and under Go's
 # default (GOGC=100 in its environment), in one run: for each, starts
 # sluiced on the in-memory store (-lease-idle 1h, so that every key stays
-# active), fills it with KEYS new keys (batches of 100 at 40k keys/s, open
+# active), fills it with KEYS new keys (batches of 100 at 25k keys/s, open
 # loop: the first touches, where the heap grows), then drives RATE single
 # checks per second, open loop, uniform over those keys for DURATION. For
 # both phases it prints the node's CPU per check (/proc, via sluice-bench
@@ -26,7 +26,7 @@ report() { # label run.json gc-before gc-after
 import json, sys
 label, run, (c0, n0), (c1, n1) = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3].split(), sys.argv[4].split()
 d = run["decisions"]
-print(f"{label}: {d} checks, node CPU {run['server_cpu_s']*1e6/d:.1f} µs/check, GC {(float(c1)-float(c0))*1e6/d:.1f} µs/check, {int(n1)-int(n0)} collections")
+print(f"{label}: {d} checks ({run.get('missed', 0)} missed), node CPU {run['server_cpu_s']*1e6/d:.1f} µs/check, GC {(float(c1)-float(c0))*1e6/d:.1f} µs/check, {int(n1)-int(n0)} collections")
 PY
 }
 for policy in "GOGC=100" "default"; do
@@ -37,7 +37,7 @@ for policy in "GOGC=100" "default"; do
   until curl -sf "http://$addr/readyz" >/dev/null; do sleep 0.1; done # a real process: wait for it
   g0=$(gc)
   "$tmp/sluice-bench" run -addr $addr -driver batch -batch 100 -dist cycle -keys "$keys" -prefix k- \
-    -mode open -rate 400 -duration "$((keys / 40000))s" -workers 16 -conns 4 -server-pid "$pid" -json "$tmp/fill.json" >/dev/null
+    -mode open -rate 250 -duration "$((keys / 25000))s" -workers 16 -conns 4 -server-pid "$pid" -json "$tmp/fill.json" >/dev/null
   g1=$(gc)
   "$tmp/sluice-bench" run -addr $addr -driver single -dist uniform -keys "$keys" -prefix k- \
     -mode open -rate "$rate" -duration "$dur" -workers 64 -conns 16 -server-pid "$pid" -json "$tmp/run.json" >/dev/null
