@@ -138,3 +138,68 @@ func TestMemoryStoreFullHolderTable(t *testing.T) {
 		t.Fatalf("after the refusal the key has %+v, want h1's loan of 10 alone", *st)
 	}
 }
+
+// TestMemoryStoreSweepCompacts: a shard left with more free slots than
+// keys is rebuilt by Sweep to its keys' size, and the keys that stay keep
+// their state: the numbers, the first loan, the loans beside it, the
+// lists of the exact algorithms.
+func TestMemoryStoreSweepCompacts(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return now }, SweepInterval: -1})
+	defer s.Close()
+	ctx := context.Background()
+	keys := sameShardKeys(s, 600)
+	sh := s.shard(keys[0])
+	short := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Second}
+	long := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Hour}
+	logp := Policy{Algorithm: SlidingLog, Limit: 10, Period: time.Hour}
+	to := func(id string) Lessee { return Lessee{ID: id, TTL: 30 * time.Minute, Idle: time.Second} }
+	for i, k := range keys {
+		var err error
+		switch {
+		case i%100 == 0: // stays: two holders' loans, one inline, one beside
+			_, err = s.Lease(ctx, k, long, 1, 1, to("gw-a"))
+			if err == nil {
+				_, err = s.Lease(ctx, k, long, 2, 2, to("gw-b"))
+			}
+		case i%100 == 1: // stays: a log
+			_, err = s.Log(ctx, k, logp, 3)
+		default: // full again in 50ms
+			_, err = s.Lease(ctx, k, short, 5, 5, Lessee{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sh.recs) != 600 {
+		t.Fatalf("%d slots, want 600", len(sh.recs))
+	}
+	now = now.Add(time.Minute)
+	if n := s.Sweep(now); n != 588 {
+		t.Fatalf("Sweep removed %d keys, want 588", n)
+	}
+	if len(sh.recs) != 12 || len(sh.m) != 12 || len(sh.free) != 0 {
+		t.Fatalf("after Sweep: %d slots, %d keys, %d free; want 12, 12, 0", len(sh.recs), len(sh.m), len(sh.free))
+	}
+	for i, k := range keys {
+		switch i % 100 {
+		case 0:
+			slot, ok := sh.m[k]
+			st := sh.state(TokenBucket, slot, ok).(*TokenBucketState)
+			ls := append(loans(nil), st.Loans...)
+			sh.done(st)
+			if len(ls) != 2 || ls[0] != (Loan{Holder: "gw-a", Lent: 1, Expires: ls[0].Expires, LastSpend: ls[0].LastSpend}) ||
+				ls[1] != (Loan{Holder: "gw-b", Lent: 2, Expires: ls[1].Expires, LastSpend: ls[1].LastSpend}) {
+				t.Fatalf("%s: loans %+v, want gw-a's 1 and gw-b's 2", k, ls)
+			}
+			// 7 tokens left, refilled by 10 an hour for a minute.
+			if g, err := s.Lease(ctx, k, long, 10, 0, to("gw-c")); err != nil || g.Granted != 7 {
+				t.Fatalf("%s: Lease = %+v, %v; want 7 granted", k, g, err)
+			}
+		case 1:
+			if r, err := s.Log(ctx, k, logp, 0); err != nil || r.Remaining != 7 {
+				t.Fatalf("%s: Log = %+v, %v; want 7 remaining", k, r, err)
+			}
+		}
+	}
+}
