@@ -17,9 +17,9 @@
 -- The key is written when tokens are granted, or when the holder has a
 -- running loan (every call settles it, see split), and expires when the
 -- TAT and every loan's tokens are past.
-local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
-local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local spent_before, call, unans = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local want, need = ARGV[5] + 0, ARGV[6] + 0
+local held, ttl_us, idle_us = ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0
+local spent_before, call, unans = ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0
 local bf = cf
 
 local function avail(d)
@@ -44,27 +44,28 @@ repeat -- the fast path (break: the general path)
   if v then
     local h, pos
     h, tat, pos = struct.unpack('<BI7', v)
-    if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
+    if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[(h - h % 2) / 2 % 4], v, pos) end
     local size = #v
     if pos <= size then
       local kind = string.byte(v, pos)
       if kind < 64 or holder == '' then break end
       local id, d1, d2
-      local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
+      local k4 = (kind - kind % 4) / 4 -- the width codes, without math.floor
+      local f = '<c8' .. W[kind % 4] .. W[k4 % 4]
       if kind >= 128 then
-        id, lent, d1, d2, pos = struct.unpack(f .. W[math.floor(kind / 16) % 4], v, pos + 1)
+        id, lent, d1, d2, pos = struct.unpack(f .. W[(k4 - k4 % 4) / 4 % 4], v, pos + 1)
         if d2 % 2 == 0 then last = tat - d2 / 2 else last = tat + (d2 + 1) / 2 end
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
       if id ~= holder then break end
       if d1 % 2 == 0 then exp = tat + d1 / 2 else exp = tat - (d1 + 1) / 2 end
-      if pos <= size then el = {} end
+      if pos <= size then el = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end -- five loans without a rehash
       while pos <= size do
         kind = string.byte(v, pos)
         if kind >= 64 then break end -- another holder's loan
         local a, x
-        a, x, pos = struct.unpack('<' .. W[kind % 4] .. W[math.floor(kind / 4) % 4], v, pos + 1)
+        a, x, pos = struct.unpack('<' .. W[kind % 4] .. W[(kind - kind % 4) / 4 % 4], v, pos + 1)
         if x % 2 == 0 then x = tat + x / 2 else x = tat - (x + 1) / 2 end
         el[2 * n + 1], el[2 * n + 2] = a, x
         n = n + 1
@@ -135,7 +136,8 @@ repeat -- the fast path (break: the general path)
   if need > bf then
     wait = pf
   elseif a >= need then
-    granted = math.min(want, a)
+    granted = want
+    if a < want then granted = a end
   else
     wait = d - (bf - need) * pf / lf
   end
@@ -149,7 +151,7 @@ repeat -- the fast path (break: the general path)
       nl = run + granted
       if exp > ne then ne = exp end
       if early > 0 then
-        if not el then el = {} end
+        if not el then el = {0, 0, 0, 0} end
         if early_at > now then early_at = now end
         el[2 * n + 1], el[2 * n + 2] = early, early_at
         n = n + 1
@@ -157,7 +159,7 @@ repeat -- the fast path (break: the general path)
       if late == 0 then
         -- nothing
       elseif granted > 0 then
-        if not el then el = {} end
+        if not el then el = {0, 0, 0, 0} end
         if late_at > now then late_at = now end
         el[2 * n + 1], el[2 * n + 2] = late, late_at
         n = n + 1
@@ -175,7 +177,6 @@ repeat -- the fast path (break: the general path)
         if el[i] == el[j] then
           el[i - 1] = el[i - 1] + el[j - 1]
           el[j - 1], el[j] = el[2 * n - 1], el[2 * n]
-          el[2 * n - 1], el[2 * n] = nil, nil
           n = n - 1
         else
           j = j + 2
@@ -200,7 +201,6 @@ repeat -- the fast path (break: the general path)
         tat = math.max(tat, c)
       end
       el[o - 1], el[o] = el[2 * n - 1], el[2 * n]
-      el[2 * n - 1], el[2 * n] = nil, nil
       n = n - 1
     end
     d = base + cost - now

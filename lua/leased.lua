@@ -13,7 +13,7 @@
 -- (lease.Loan.LastSpend; windowed loans end with their window). An ended
 -- loan has no holder: its tokens were spent by its expiry, which still
 -- caps the level.
-local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local lf, pf, cf = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local holder = ARGV[4]
 
 -- A key's state is one binary string (struct.pack, little-endian; GET,
