@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,18 +126,90 @@ type Limiter struct {
 type ruleSnap struct {
 	version string
 	set     *rules.Set
-	byName  map[string]*limRule
+	// byName is an open-addressing table of the rules by nameHash
+	// (linear probing, at most a quarter full): Allow's lookup, cheaper
+	// than a map's. Its names are the nodes' rules, not the callers': a
+	// name no rule has costs a probe to the next empty slot, whatever it
+	// is.
+	byName []*limRule
+	shift  uint8 // 64 - log2(len(byName))
+}
+
+// rule returns the rule named name, or nil.
+func (s *ruleSnap) rule(name string) *limRule {
+	r, _, _ := s.find(name)
+	return r
+}
+
+// find returns the rule named name, or nil and the free slot where it
+// would go, and the name's word. A rule name's word is its last 8 bytes,
+// or all of them if it has 8 or fewer: such names are compared by their
+// words and lengths, not byte by byte. Its hash is of every byte and the
+// length, not seeded: the table holds the operator's names only.
+func (s *ruleSnap) find(name string) (r *limRule, slot, w uint64) {
+	const k0, k1 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
+	n := len(name)
+	h := uint64(n) * k0
+	switch {
+	case n > 8:
+		for i := 0; i+8 < n; i += 8 { // the bytes before the last 8
+			h = (h ^ le64(name[i:])) * k1
+			h ^= h >> 31
+		}
+		w = le64(name[n-8:])
+	case n == 8:
+		w = le64(name)
+	case n >= 4: // the first 4 and the last 4, overlapping
+		w = uint64(le32(name)) | uint64(le32(name[n-4:]))<<32
+	case n > 0:
+		w = uint64(name[0]) | uint64(name[n/2])<<8 | uint64(name[n-1])<<16
+	}
+	mask := uint64(len(s.byName) - 1)
+	for i := ((h ^ w) * k1) >> s.shift; ; i = (i + 1) & mask {
+		r := s.byName[i]
+		if r == nil {
+			return nil, i, w
+		}
+		if r.word == w && len(r.r.Name) == n && (n <= 8 || r.r.Name == name) {
+			return r, i, w
+		}
+	}
+}
+
+// index builds byName of rs, whose names differ.
+func (s *ruleSnap) index(rs []*limRule) {
+	lg := bits.Len(uint(max(4*len(rs), 8) - 1))
+	s.byName, s.shift = make([]*limRule, 1<<lg), uint8(64-lg)
+	for _, r := range rs {
+		_, i, w := s.find(r.r.Name)
+		r.word = w
+		s.byName[i] = r
+	}
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
 type limRule struct {
 	r      *rules.Rule
 	prefix string // name + ":"
+	word   uint64 // the name's nameHash word
 	// check: the nodes do not lease the rule; its checks are sent to them.
 	check bool
 	// local: a check of the rule may be decided by Allow's fast path (a
 	// leased rule without overrides: every key's policy is pol).
 	local bool
 	pol   lease.Policy
+	// keyBuf is the start of Allow's counter keys: prefix, then zeros.
+	keyBuf [fastKeyLen]byte
 }
 
 // fastKeyLen bounds the counter keys ("rule:key") that Allow builds on
@@ -239,7 +312,7 @@ func (l *Limiter) Close() error {
 // or hits) or, for a rule sent as a check (an exact rule, or one the
 // nodes do not lease), when no node answered.
 func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Decision, error) {
-	r := l.rules.Load().byName[rule]
+	r := l.rules.Load().rule(rule)
 	if r == nil {
 		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
@@ -249,11 +322,12 @@ func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Deci
 	// allow, which did (keys are never leased otherwise), and the
 	// validation is a function of the key.
 	if r.local && len(r.prefix)+len(key) <= fastKeyLen && !l.closed.Load() {
-		var buf [fastKeyLen]byte
-		n := copy(buf[:], r.prefix)
-		n += copy(buf[n:], key)
-		if d, ok := l.mgr.TakeLocal(unsafe.String(&buf[0], n), &r.pol, hits); ok {
-			return r.decision(&d), nil
+		buf := r.keyBuf // the prefix, copied as a whole: cheaper than zeroing and copying it
+		n := len(r.prefix) + copy(buf[len(r.prefix):], key)
+		if remaining, reset, ok := l.mgr.TakeLocal(unsafe.String(&buf[0], n), &r.pol, hits); ok {
+			// An allowed Decision, written out: Manager.TakeLocal's answer.
+			return Decision{Allowed: true, Limit: r.pol.Limit, Remaining: remaining, Reset: reset,
+				Shadow: r.r.Shadow, Rule: r.r.Name}, nil
 		}
 	}
 	return l.allow(ctx, r, key, hits)
@@ -329,7 +403,7 @@ func (l *Limiter) AllowDescriptors(ctx context.Context, descriptors []api.Descri
 	}
 	var out Decision
 	for i := range ms {
-		r := snap.byName[ms[i].Rule.Name]
+		r := snap.rule(ms[i].Rule.Name)
 		if r == nil {
 			continue
 		}
@@ -413,16 +487,19 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: rules: %w", n.addr, err)
 	}
-	snap := &ruleSnap{version: body.Version, set: set, byName: map[string]*limRule{}}
+	snap := &ruleSnap{version: body.Version, set: set}
 	checks := make(map[string]bool, len(body.Checks))
 	for _, name := range body.Checks {
 		checks[name] = true
 	}
+	lrs := make([]*limRule, 0, len(set.Rules()))
 	for _, r := range set.Rules() {
 		lr := &limRule{r: r, prefix: r.Name + ":", check: checks[r.Name], pol: r.Policy}
+		copy(lr.keyBuf[:], lr.prefix)
 		lr.local = !lr.check && len(r.Overrides) == 0 && r.Policy.Algorithm.Leased()
-		snap.byName[r.Name] = lr
+		lrs = append(lrs, lr)
 	}
+	snap.index(lrs)
 	return snap, nil
 }
 
