@@ -23,7 +23,10 @@ import (
 // (batches of 100, 4 connections, loopback; -lease-idle 1h, so that every
 // key is still active at the end), and logs the node's resident
 // set (VmRSS of /proc/<pid>/status) before and after, per key, beyond the
-// key's own bytes:
+// key's own bytes, then the collector's side from the node's /metrics (its
+// heap, heap goal, idle heap, other runtime memory and collections; GOGC
+// in the test's environment reaches the node and turns its -gc-headroom
+// policy off):
 //
 //	SLUICE_MEMORY_KEYS=1000000 go test -count=1 -run NodeMemoryPerKey -v ./bench/
 func TestNodeMemoryPerKey(t *testing.T) {
@@ -96,6 +99,35 @@ func memoryPerKey(t *testing.T, bin, rules, redisAddr string, n int) {
 	perKey := float64(after-before) / float64(n-100)
 	t.Logf("%d keys in %v: RSS %d -> %d MiB, %.0f B per key, %.0f B beyond the key's %d bytes",
 		n, took.Round(time.Millisecond), before>>20, after>>20, perKey, perKey-float64(keyBytes), keyBytes)
+	// The collector's side: the heap it let grow (the heap goal is live ×
+	// (1 + GOGC/100) at the last collection; -gc-headroom, or GOGC in
+	// the environment, sets that percent) and how often it ran.
+	m := goMetrics(t, addr, "go_memstats_heap_alloc_bytes", "go_memstats_next_gc_bytes", "go_memstats_heap_inuse_bytes",
+		"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_sys_bytes", "go_gc_duration_seconds_count",
+		"go_memstats_stack_sys_bytes", "go_memstats_gc_sys_bytes", "go_memstats_other_sys_bytes", "go_memstats_mspan_sys_bytes", "go_goroutines")
+	t.Logf("heap %d MiB (goal %d MiB), in use %d MiB, idle %d MiB of which released %d MiB, from the OS %d MiB; %.0f collections (GOGC=%q in the environment)",
+		int64(m[0])>>20, int64(m[1])>>20, int64(m[2])>>20, int64(m[3])>>20, int64(m[4])>>20, int64(m[5])>>20, m[6], os.Getenv("GOGC"))
+	t.Logf("stacks %d MiB, GC metadata %d MiB, other %d MiB, spans %d MiB, %.0f goroutines", int64(m[7])>>20, int64(m[8])>>20, int64(m[9])>>20, int64(m[10])>>20, m[11])
+}
+
+// goMetrics reads the named metrics (unlabelled) from the node's /metrics.
+func goMetrics(t *testing.T, addr string, names ...string) []float64 {
+	status, body, err := fasthttp.Get(nil, "http://"+addr+"/metrics")
+	if err != nil || status != fasthttp.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", status, err)
+	}
+	vals := make([]float64, len(names))
+	for _, line := range strings.Split(string(body), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		for i, want := range names {
+			if ok && name == want {
+				if vals[i], err = strconv.ParseFloat(v, 64); err != nil {
+					t.Fatalf("/metrics %s: %v", line, err)
+				}
+			}
+		}
+	}
+	return vals
 }
 
 // checkKeys checks the keys of [lo, hi) once each, in batches of 100.

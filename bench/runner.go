@@ -115,7 +115,10 @@ type RunResult struct {
 	CeilingRPS   float64   `json:"ceiling_rps,omitempty"`
 	CeilingRatio float64   `json:"ceiling_ratio,omitempty"`
 	Note         string    `json:"note,omitempty"`
-	hist         *Histogram
+	// Warm is how long the workload ran unmeasured before the run, with
+	// the same keys (0: the run's keys were new to the node).
+	Warm time.Duration `json:"warm_ns,omitempty"`
+	hist *Histogram
 }
 
 // Baseline is the naive counter's run beside a run on Redis.

@@ -2,8 +2,10 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +46,12 @@ const memShards = 64
 // A key passed to any method need not outlive the call: the store copies a
 // key when it first records state for it (that path allocates anyway), so
 // calls on a key that has state allocate nothing for the key.
+//
+// A key's state is a fixed-size record without pointers (memRec, 64
+// bytes) in its shard's slab, which the shard's map indexes by key: a
+// leased algorithm's numbers and its first loan, the holder named by an
+// index into the shard's table of holder IDs. Only more loans than one,
+// and the states of sliding_log and concurrency (lists), are kept beside.
 type MemoryStore struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -55,42 +63,123 @@ type MemoryStore struct {
 }
 
 type memShard struct {
-	mu      sync.Mutex
-	m       map[string]*memEntry // guarded by mu
-	holders map[string]string    // guarded by mu; see holder
-	_       [40]byte             // keep shards on separate cache lines
+	mu sync.Mutex
+	// m maps each key with state to its record's slot in recs.
+	m map[string]uint32 // guarded by mu
+	// recs are the records; the slots of removed keys are zero and
+	// listed in free, for the next new key.
+	recs []memRec // guarded by mu
+	free []uint32 // guarded by mu
+	// spill holds what a record has no room for, by slot (see memSpill).
+	spill   map[uint32]*memSpill // guarded by mu
+	holders holderTable          // guarded by mu
+	// scratch is, per packed algorithm (by Algorithm), the state a call
+	// works on: unpacked from the key's record, packed back after a
+	// write. ls and ids are buffers that calls reuse.
+	scratch []packedState // guarded by mu
+	ls      loans         // guarded by mu
+	ids     []uint16      // guarded by mu
 }
 
-// maxHolders bounds a shard's table of holder IDs (see holder): a node's
-// Manager and the gateways that lease from it are a few IDs, but IDs of
-// holders gone for good would otherwise pile up.
-const maxHolders = 256
-
-// holder returns id as a string the shard owns, one copy per ID shared by
-// every key's loans (a key's state keeps its holders' IDs past the call,
-// and the caller's id may be a reused buffer): a copy per key's loan was
-// a sixth of a key's memory. A full table is cleared; IDs in use are then
-// copied once again. sh.mu must be held.
-func (sh *memShard) holder(id string) string {
-	if h, ok := sh.holders[id]; ok {
-		return h
-	}
-	if len(sh.holders) >= maxHolders {
-		clear(sh.holders)
-	}
-	h := strings.Clone(id)
-	sh.holders[h] = h
-	return h
-}
-
-// memEntry is one key's state.
-type memEntry struct {
-	alg Algorithm
+// memRec is one key's state in its shard: what a leased algorithm keeps
+// (its numbers, see packedState, and its first loan) in 64 bytes without
+// pointers, so that the garbage collector need not scan the slab.
+type memRec struct {
 	// expires is the unix µs from which the state equals no state
 	// (recomputed on every write, like a Redis PEXPIRE).
 	expires int64
-	// state is alg's state (its row's newState).
+	num     [3]int64
+	loan    memLoan // the first loan, with recLoan
+	call    uint32  // lastCall.Call (token_bucket, gcra)
+	holder  uint16  // the first loan's holder: its index in the holder table
+	alg     Algorithm
+	flags   uint8 // recLoan, recSpill
+}
+
+const (
+	recLoan  = 1 << iota // loan and holder hold the first loan
+	recSpill             // the slot has a memSpill
+)
+
+// memLoan is a Loan without its holder.
+type memLoan struct{ lent, expires, lastSpend int64 }
+
+// memSpill is what a key's record has no room for: a leased algorithm's
+// loans past the first (a key that several holders lease, or that keeps
+// ended loans), or the whole state of an algorithm whose state is a list
+// (sliding_log's stamps, concurrency's held ids).
+type memSpill struct {
+	loans []spilledLoan
 	state algoState
+}
+
+type spilledLoan struct {
+	memLoan
+	holder uint16
+}
+
+// packedState is an algorithm's memory-store state that fits a memRec:
+// the leased algorithms'. The store unpacks a key's record into a scratch
+// state, runs the algorithm's math on it and packs it back.
+type packedState interface {
+	leasedState
+	// unpack sets the state from r's numbers and the loans ls; a zero r
+	// and no loans are a key without state.
+	unpack(r memRec, ls loans)
+	// pack writes the state's numbers (not its loans) to r.
+	pack(r *memRec)
+	// lent returns the state's loans.
+	lent() loans
+}
+
+// holderTable is a shard's copy of the holder IDs its keys' loans name,
+// each once, by a 16-bit index: index 0 is no holder (an ended loan).
+// An ID is dropped when the last loan that names it goes.
+type holderTable struct {
+	ids   map[string]uint16
+	names []string
+	refs  []uint32 // the loans that name names[i]
+	free  []uint16
+}
+
+// errHolders is the refusal of a loan to a new holder when 65535 holders
+// already have loans of keys in the shard.
+var errHolders = errors.New("the memory store holds loans of 65535 holders in this key's shard")
+
+// acquire returns id's index, counting one more loan that names it; ok is
+// false when the table is full. "" is index 0, not counted.
+func (h *holderTable) acquire(id string) (i uint16, ok bool) {
+	if id == "" {
+		return 0, true
+	}
+	if i, ok := h.ids[id]; ok {
+		h.refs[i]++
+		return i, true
+	}
+	if n := len(h.free); n > 0 {
+		i, h.free = h.free[n-1], h.free[:n-1]
+	} else {
+		if len(h.names) > math.MaxUint16 {
+			return 0, false
+		}
+		i = uint16(len(h.names))
+		h.names, h.refs = append(h.names, ""), append(h.refs, 0)
+	}
+	name := strings.Clone(id) // the caller's id may be a reused buffer
+	h.names[i], h.refs[i], h.ids[name] = name, 1, i
+	return i, true
+}
+
+// release counts one loan fewer that names index i.
+func (h *holderTable) release(i uint16) {
+	if i == 0 {
+		return
+	}
+	if h.refs[i]--; h.refs[i] == 0 {
+		delete(h.ids, h.names[i])
+		h.names[i] = ""
+		h.free = append(h.free, i)
+	}
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -102,9 +191,18 @@ func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	algs := Algorithms()
 	for i := range m.shards {
-		m.shards[i].m = make(map[string]*memEntry)
-		m.shards[i].holders = make(map[string]string)
+		sh := &m.shards[i]
+		sh.m = make(map[string]uint32)
+		sh.spill = make(map[uint32]*memSpill)
+		sh.holders = holderTable{ids: make(map[string]uint16), names: []string{""}, refs: []uint32{0}}
+		sh.scratch = make([]packedState, int(algs[len(algs)-1])+1)
+		for _, a := range algs {
+			if ps, ok := algorithms[a].code.newState().(packedState); ok {
+				sh.scratch[a] = ps
+			}
+		}
 	}
 	interval := cfg.SweepInterval
 	if interval == 0 {
@@ -144,22 +242,46 @@ func (m *MemoryStore) Close() error {
 }
 
 // Sweep removes the state of every key that has expired at now and returns
-// how many keys it removed.
+// how many keys it removed. A shard left with more free slots than keys
+// is rebuilt to its keys' size (Go's maps do not shrink).
 func (m *MemoryStore) Sweep(now time.Time) int {
 	t := unixMicros(now)
 	removed := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.expires <= t {
-				delete(sh.m, k)
+		for k, slot := range sh.m {
+			if sh.recs[slot].expires <= t {
+				sh.remove(k, slot)
 				removed++
 			}
+		}
+		if len(sh.free) > len(sh.m) && len(sh.recs) >= minCompact {
+			sh.compact()
 		}
 		sh.mu.Unlock()
 	}
 	return removed
+}
+
+// minCompact is the fewest slots a shard has before Sweep rebuilds it.
+const minCompact = 256
+
+// compact rebuilds the shard's map, slab and spill with its keys alone.
+// sh.mu must be held.
+func (sh *memShard) compact() {
+	m := make(map[string]uint32, len(sh.m))
+	recs := make([]memRec, 0, len(sh.m))
+	spill := make(map[uint32]*memSpill, len(sh.spill))
+	for k, slot := range sh.m {
+		n := uint32(len(recs))
+		recs = append(recs, sh.recs[slot])
+		if sp, ok := sh.spill[slot]; ok {
+			spill[n] = sp
+		}
+		m[k] = n
+	}
+	sh.m, sh.recs, sh.spill, sh.free = m, recs, spill, nil
 }
 
 // Len returns the number of keys with state, including expired state not
@@ -179,39 +301,164 @@ func (m *MemoryStore) shard(key string) *memShard {
 	return &m.shards[maphash.String(m.seed, key)%memShards]
 }
 
-// lookup returns key's live state for algorithm alg, or nil. State of
-// another algorithm (the key's policy changed) or expired state is removed:
-// the key starts fresh. sh.mu must be held.
-func (sh *memShard) lookup(key string, alg Algorithm, t int64) *memEntry {
-	e := sh.m[key]
-	if e != nil && (e.alg != alg || e.expires <= t) {
-		delete(sh.m, key)
-		return nil
+// lookup returns the slot of key's live state for algorithm alg; ok is
+// false without one. State of another algorithm (the key's policy
+// changed) or expired state is removed: the key starts fresh. sh.mu must
+// be held.
+func (sh *memShard) lookup(key string, alg Algorithm, t int64) (slot uint32, ok bool) {
+	slot, ok = sh.m[key]
+	if ok {
+		if r := &sh.recs[slot]; r.alg != alg || r.expires <= t {
+			sh.remove(key, slot)
+			return 0, false
+		}
 	}
-	return e
+	return slot, ok
 }
 
-// save records st as key's state after a write, or removes the key when
-// the state already equals no state. sh.mu must be held.
-func (sh *memShard) save(key string, e *memEntry, alg Algorithm, st algoState, p Policy, t int64) {
+// remove removes key, whose record is at slot. sh.mu must be held.
+func (sh *memShard) remove(key string, slot uint32) {
+	sh.releaseLoans(slot)
+	delete(sh.spill, slot)
+	delete(sh.m, key)
+	sh.recs[slot] = memRec{}
+	sh.free = append(sh.free, slot)
+}
+
+// releaseLoans releases the holders of the loans of the record at slot.
+func (sh *memShard) releaseLoans(slot uint32) {
+	r := &sh.recs[slot]
+	if r.flags&recLoan != 0 {
+		sh.holders.release(r.holder)
+	}
+	if r.flags&recSpill != 0 {
+		for _, l := range sh.spill[slot].loans {
+			sh.holders.release(l.holder)
+		}
+	}
+}
+
+// state returns key's state for a call of algorithm alg: for a packed
+// algorithm the shard's scratch state, unpacked from the record at slot
+// (ok) or without state; else the state kept beside the record, or a
+// new one. sh.mu must be held until the call is done with it.
+func (sh *memShard) state(alg Algorithm, slot uint32, ok bool) algoState {
+	ps := sh.scratch[alg]
+	if ps == nil {
+		if ok {
+			return sh.spill[slot].state
+		}
+		return algorithms[alg].code.newState()
+	}
+	ls := sh.ls[:0]
+	if !ok {
+		ps.unpack(memRec{}, ls)
+		return ps
+	}
+	r := &sh.recs[slot]
+	if r.flags&recLoan != 0 {
+		ls = append(ls, Loan{Holder: sh.holders.names[r.holder], Lent: r.loan.lent, Expires: r.loan.expires, LastSpend: r.loan.lastSpend})
+	}
+	if r.flags&recSpill != 0 {
+		for _, l := range sh.spill[slot].loans {
+			ls = append(ls, Loan{Holder: sh.holders.names[l.holder], Lent: l.lent, Expires: l.expires, LastSpend: l.lastSpend})
+		}
+	}
+	ps.unpack(*r, ls)
+	return ps
+}
+
+// done ends a call's use of st (from state): a scratch state's loans,
+// which may name the caller's holder ID, are cleared for the next call.
+func (sh *memShard) done(st algoState) {
+	if ps, ok := st.(packedState); ok {
+		ls := ps.lent()
+		clear(ls)
+		sh.ls = ls[:0]
+		ps.unpack(memRec{}, nil)
+	}
+}
+
+// save records st as key's state after a write (ok: key has the record at
+// slot), or removes the key when the state already equals no state. It
+// fails, changing nothing, when a new holder's loan finds the shard's
+// holder table full. sh.mu must be held.
+func (sh *memShard) save(key string, slot uint32, ok bool, alg Algorithm, st algoState, p Policy, t int64) error {
 	exp := st.expiry(p)
 	if exp <= t {
-		delete(sh.m, key)
-		return
+		if ok {
+			sh.remove(key, slot)
+		}
+		return nil
 	}
-	if e == nil {
-		e = &memEntry{alg: alg, state: st}
-		sh.m[strings.Clone(key)] = e // the caller's key may be a reused buffer
+	ps, packed := st.(packedState)
+	var ls loans
+	if packed {
+		// The holders first: the one step that can fail.
+		ls = ps.lent()
+		sh.ids = sh.ids[:0]
+		for _, l := range ls {
+			id, ok := sh.holders.acquire(l.Holder)
+			if !ok {
+				for _, id := range sh.ids {
+					sh.holders.release(id)
+				}
+				return errHolders
+			}
+			sh.ids = append(sh.ids, id)
+		}
 	}
-	e.expires = exp
+	if ok {
+		sh.releaseLoans(slot)
+	} else {
+		slot = sh.insert(key, alg)
+	}
+	r := &sh.recs[slot]
+	r.expires = exp
+	if !packed {
+		if r.flags&recSpill == 0 {
+			sh.spill[slot] = &memSpill{state: st}
+			r.flags |= recSpill
+		}
+		return nil
+	}
+	ps.pack(r)
+	r.flags &^= recLoan
+	if len(ls) > 0 {
+		r.flags |= recLoan
+		r.holder, r.loan = sh.ids[0], memLoan{ls[0].Lent, ls[0].Expires, ls[0].LastSpend}
+	}
+	switch sp := sh.spill[slot]; {
+	case len(ls) > 1 && sp == nil:
+		sp = &memSpill{}
+		sh.spill[slot] = sp
+		fallthrough
+	case len(ls) > 1:
+		sp.loans = sp.loans[:0]
+		for i, l := range ls[1:] {
+			sp.loans = append(sp.loans, spilledLoan{memLoan{l.Lent, l.Expires, l.LastSpend}, sh.ids[i+1]})
+		}
+		r.flags |= recSpill
+	case sp != nil:
+		delete(sh.spill, slot)
+		r.flags &^= recSpill
+	}
+	return nil
 }
 
-// state returns e's state, or alg's new state if e is nil.
-func state(e *memEntry, alg Algorithm) algoState {
-	if e != nil {
-		return e.state
+// insert gives key a record of algorithm alg, in a free slot or a new
+// one, and returns its slot. sh.mu must be held.
+func (sh *memShard) insert(key string, alg Algorithm) uint32 {
+	var slot uint32
+	if n := len(sh.free); n > 0 {
+		slot, sh.free = sh.free[n-1], sh.free[:n-1]
+	} else {
+		slot = uint32(len(sh.recs))
+		sh.recs = append(sh.recs, memRec{})
 	}
-	return algorithms[alg].code.newState()
+	sh.recs[slot] = memRec{alg: alg}
+	sh.m[strings.Clone(key)] = slot // the caller's key may be a reused buffer
+	return slot
 }
 
 // Lease implements Leaser.
@@ -227,16 +474,16 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := unixMicros(now)
-	e := sh.lookup(key, p.Algorithm, t)
-	st := state(e, p.Algorithm)
-	if to.ID != "" {
-		to.ID = sh.holder(to.ID) // the state may keep it in a loan
-	}
+	slot, ok := sh.lookup(key, p.Algorithm, t)
+	st := sh.state(p.Algorithm, slot, ok)
+	defer sh.done(st)
 	g := st.(leasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
 	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
 	// granting nothing settled, maybe to 0.
-	if g.Granted > 0 || g.Lent > 0 || (e != nil && p.Algorithm.refills()) {
-		sh.save(key, e, p.Algorithm, st, p, t)
+	if g.Granted > 0 || g.Lent > 0 || (ok && p.Algorithm.refills()) {
+		if err := sh.save(key, slot, ok, p.Algorithm, st, p, t); err != nil {
+			return Grant{}, fmt.Errorf("cannot lease: %w", err)
+		}
 	}
 	return g, nil
 }
@@ -254,9 +501,14 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := unixMicros(now)
-	if e := sh.lookup(key, p.Algorithm, t); e != nil {
-		e.state.(leasedState).Return(p, now, tokens, holder)
-		sh.save(key, e, p.Algorithm, e.state, p, t)
+	if slot, ok := sh.lookup(key, p.Algorithm, t); ok {
+		st := sh.state(p.Algorithm, slot, ok)
+		defer sh.done(st)
+		st.(leasedState).Return(p, now, tokens, holder)
+		// A return names no new holder: saving cannot fail.
+		if err := sh.save(key, slot, ok, p.Algorithm, st, p, t); err != nil {
+			return fmt.Errorf("cannot return tokens: %w", err)
+		}
 	}
 	return nil
 }
@@ -274,11 +526,11 @@ func (m *MemoryStore) Log(ctx context.Context, key string, p Policy, hits int64)
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.lookup(key, p.Algorithm, t)
-	st := state(e, p.Algorithm)
+	slot, ok := sh.lookup(key, p.Algorithm, t)
+	st := sh.state(p.Algorithm, slot, ok)
 	r := st.(logState).Check(p, now, hits)
-	if e != nil || (r.Allowed && hits > 0) {
-		sh.save(key, e, p.Algorithm, st, p, t)
+	if ok || (r.Allowed && hits > 0) {
+		_ = sh.save(key, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
 	return r, nil
 }
@@ -296,11 +548,11 @@ func (m *MemoryStore) Acquire(ctx context.Context, key string, p Policy, id stri
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.lookup(key, p.Algorithm, t)
-	st := state(e, p.Algorithm)
+	slot, ok := sh.lookup(key, p.Algorithm, t)
+	st := sh.state(p.Algorithm, slot, ok)
 	r := st.(slotState).Acquire(p, now, id, hits)
-	if e != nil || (r.Allowed && hits > 0) {
-		sh.save(key, e, p.Algorithm, st, p, t)
+	if ok || (r.Allowed && hits > 0) {
+		_ = sh.save(key, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
 	return r, nil
 }
@@ -319,12 +571,52 @@ func (m *MemoryStore) Release(ctx context.Context, key string, p Policy, id stri
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	held := false
-	if e := sh.lookup(key, p.Algorithm, t); e != nil {
-		held = e.state.(slotState).Release(now, id)
-		sh.save(key, e, p.Algorithm, e.state, p, t)
+	if slot, ok := sh.lookup(key, p.Algorithm, t); ok {
+		st := sh.state(p.Algorithm, slot, ok)
+		held = st.(slotState).Release(now, id)
+		_ = sh.save(key, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
 	if !held {
 		return ErrNoSlot
 	}
 	return nil
 }
+
+// The leased algorithms' states packed in a memRec: num holds their
+// numbers, call the Call of lastCall; the loans are the record's.
+
+func (s *TokenBucketState) unpack(r memRec, ls loans) {
+	*s = TokenBucketState{Tokens: math.Float64frombits(uint64(r.num[0])), Updated: r.num[1], Loans: ls, Last: lastCall{Call: r.call, Grant: r.num[2]}}
+}
+
+func (s *TokenBucketState) pack(r *memRec) {
+	r.num, r.call = [3]int64{int64(math.Float64bits(s.Tokens)), s.Updated, s.Last.Grant}, s.Last.Call
+}
+
+func (s *TokenBucketState) lent() loans { return s.Loans }
+
+func (s *GCRAState) unpack(r memRec, ls loans) {
+	*s = GCRAState{TAT: r.num[0], Loans: ls, Last: lastCall{Call: r.call, Grant: r.num[2]}}
+}
+
+func (s *GCRAState) pack(r *memRec) {
+	r.num, r.call = [3]int64{s.TAT, 0, s.Last.Grant}, s.Last.Call
+}
+
+func (s *GCRAState) lent() loans { return s.Loans }
+
+func (s *FixedWindowState) unpack(r memRec, ls loans) {
+	*s = FixedWindowState{Start: r.num[0], Count: r.num[1], Loans: ls}
+}
+
+func (s *FixedWindowState) pack(r *memRec) { r.num, r.call = [3]int64{s.Start, s.Count, 0}, 0 }
+
+func (s *FixedWindowState) lent() loans { return s.Loans }
+
+func (s *SlidingWindowState) unpack(r memRec, ls loans) {
+	*s = SlidingWindowState{Start: r.num[0], Prev: r.num[1], Cur: r.num[2], Loans: ls}
+}
+
+func (s *SlidingWindowState) pack(r *memRec) { r.num, r.call = [3]int64{s.Start, s.Prev, s.Cur}, 0 }
+
+func (s *SlidingWindowState) lent() loans { return s.Loans }

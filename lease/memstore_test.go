@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -198,9 +199,9 @@ func BenchmarkMemoryStoreLease(b *testing.B) {
 			// Limits high enough that every lease is granted and the
 			// state persists (a full bucket would be deleted as expired):
 			// the cost of the common path.
-			p := lease.Policy{Algorithm: alg, Limit: lease.MaxLimit, Period: time.Hour}
+			p := lease.Policy{Algorithm: alg, Limit: 1 << 32, Period: time.Second}
 			if alg == lease.TokenBucket || alg == lease.GCRA {
-				p.Limit, p.Burst = 1, lease.MaxLimit
+				p.Limit, p.Burst = 1<<20, 1<<32
 			}
 			keys := make([]string, 1024)
 			for i := range keys {
@@ -224,7 +225,7 @@ func BenchmarkMemoryStoreLease(b *testing.B) {
 	b.Run("token_bucket/one_key", func(b *testing.B) {
 		s := lease.NewMemoryStore(lease.MemoryStoreConfig{SweepInterval: -1})
 		defer s.Close()
-		p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1, Period: time.Hour, Burst: lease.MaxLimit}
+		p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1 << 20, Period: time.Second, Burst: 1 << 32}
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -258,4 +259,69 @@ func BenchmarkMemoryStoreLog(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkMemoryStoreLeaseHolder is a node's common call: a lease of an
+// existing key by its Manager (a holder, with a loan to settle).
+func BenchmarkMemoryStoreLeaseHolder(b *testing.B) {
+	ctx := context.Background()
+	s := lease.NewMemoryStore(lease.MemoryStoreConfig{SweepInterval: -1})
+	defer s.Close()
+	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1 << 20, Period: time.Second, Burst: 1 << 32}
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "bench:" + strconv.Itoa(i)
+	}
+	to := lease.Lessee{ID: "node-1", TTL: time.Minute, Idle: time.Second, Held: 100}
+	b.ReportAllocs()
+	var seq atomic.Uint64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			if _, err := s.Lease(ctx, keys[i%len(keys)], p, 100, 1, to); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkMemoryStorePerKey reports the live heap per key of 1M
+// token_bucket keys, each leased once by one holder (a node's Manager),
+// beyond the key's own length, and the allocations of a first lease.
+func BenchmarkMemoryStorePerKey(b *testing.B) {
+	const n = 1 << 20
+	ctx := context.Background()
+	keys := make([]string, n)
+	keyBytes := 0
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%07d", i)
+		keyBytes += len(keys[i])
+	}
+	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1000, Period: time.Second}
+	to := lease.Lessee{ID: "node-1", TTL: time.Minute, Idle: time.Second}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		s := lease.NewMemoryStore(lease.MemoryStoreConfig{SweepInterval: -1})
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		for _, k := range keys {
+			if _, err := s.Lease(ctx, k, p, 10, 1, to); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perKey := float64(after.HeapAlloc-before.HeapAlloc) / n
+		b.ReportMetric(perKey, "B/key")
+		b.ReportMetric(perKey-float64(keyBytes)/n, "B/key-beyond-key")
+		runtime.KeepAlive(s)
+		_ = s.Close()
+		b.StartTimer()
+	}
 }

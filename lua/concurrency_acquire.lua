@@ -12,8 +12,8 @@
 -- holder expires; Reset the time until the latest one does (0 when none).
 -- The key expires with its latest holder.
 -- (Joined after prelude.lua: key, now, ttl, ms and fmt come from there.)
-local limit, pu = tonumber(ARGV[1]), tonumber(ARGV[2])
-local id, hits = ARGV[3], tonumber(ARGV[4])
+local limit, pu = ARGV[1] + 0, ARGV[2] + 0
+local id, hits = ARGV[3], ARGV[4] + 0
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
 local held = redis.call('ZCARD', key)
@@ -22,7 +22,7 @@ local mine = redis.call('ZSCORE', key, id)
 local allowed, retry = 1, 0
 if not mine and held >= limit then
   allowed = 0
-  retry = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) - now
+  retry = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] - now
 elseif hits > 0 then
   redis.call('ZADD', key, fmt(now + pu), id)
   if not mine then
@@ -32,7 +32,7 @@ end
 
 local reset = 0
 if held > 0 then
-  reset = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) - now
+  reset = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] - now
   if allowed == 1 and hits > 0 then
     redis.call('PEXPIRE', key, ttl(reset))
   end

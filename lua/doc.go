@@ -31,9 +31,11 @@
 // Leased scripts write only when they grant (or take back) tokens, or
 // settle a holder's loan: a denial or a peek without a loan is read-only.
 // Each lease script has a fast path for the common states (no state yet,
-// or the caller's loan the key's only one; for token_bucket and gcra also
-// held whole, so that no ended loan comes of the call): locals, one GET,
-// one SET, none of the loan helpers' tables or closures. It is the general
+// or the caller's loan the key's only one; for token_bucket and gcra, the
+// caller's loan first and only ended loans after it, whether the caller
+// holds it whole or reports tokens spent): locals (and the ended loans'
+// lent and expiry in one table), one GET, one SET, none of the loan
+// helpers' closures and no holder compared past the first. It is the general
 // path operation for operation on those states and writes the same bytes,
 // which TestFastPathMatchesGeneral checks against the scripts with their
 // fast paths off; every other state takes the general path, which mirrors

@@ -19,7 +19,9 @@ import (
 // replies, the same stored bytes and the same expiry after every call: a
 // fast path must answer and write exactly what the general path would for
 // every state it accepts. It also requires that the fast paths' states
-// came up often (keys without state, keys whose only loan is the caller's).
+// came up often: keys without state, keys whose only loan is the
+// caller's, and a holder renewing its key (its loan first, only ended
+// loans after it) reporting tokens spent, with and without ended loans.
 func TestFastPathMatchesGeneral(t *testing.T) {
 	start := time.Date(2026, 6, 1, 12, 0, 0, 123456000, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
@@ -49,9 +51,17 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		return v, ttl
 	}
 	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
-	var calls, empty, ownOnly, other int
+	var calls, empty, ownOnly, spent, spentEnded, other int
 	for i := 0; i < 300; i++ {
+		// Half the keys: one holder renewing its key, mostly
+		// reporting tokens spent (the steady state of a key one node
+		// checks), now and then another caller; token_bucket or gcra,
+		// whose loans end.
+		renewing := r.IntN(2) == 0
 		a := lease.Algorithm(1 + r.IntN(4))
+		if renewing {
+			a = []lease.Algorithm{lease.TokenBucket, lease.GCRA}[r.IntN(2)]
+		}
 		p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: time.Duration(pick(1, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
 		if a == lease.TokenBucket || a == lease.GCRA {
 			p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
@@ -70,27 +80,31 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			two = 4 // most keys: anonymous callers and one holder
 		}
 		for step := 0; step < 25; step++ {
-			switch r.IntN(5) {
-			case 0: // same instant
-			case 1:
+			switch c := r.IntN(5); {
+			case c == 0: // same instant
+			case renewing && r.IntN(4) != 0: // ended loans still capping the level
+				clock.Advance(time.Duration(r.Int64N(int64(p.Period)/50 + 1)))
+			case c == 1:
 				clock.Advance(time.Duration(r.Int64N(int64(p.Period)/8 + 1)))
-			case 2:
+			case c == 2:
 				clock.Advance(time.Duration(r.Int64N(int64(2 * p.Period))))
 			default:
 				clock.Advance(time.Duration(r.Int64N(int64(10 * time.Millisecond))))
 			}
 			h := holders[r.IntN(two)]
+			if renewing && r.IntN(10) != 0 {
+				h = "m-a"
+			}
 			fv, _ := state(fast, key, a)
 			before := fv
+			first, ended := loansOf(fv, a, holderOf(h))
 			switch {
 			case fv == "":
 				empty++
-			case onlyLoanOf(fv, a, holderOf(h)):
-				ownOnly++
-			default:
+			case !first:
 				other++
 			}
-			if h != "" && r.IntN(6) == 0 {
+			if h != "" && r.IntN(6) == 0 && (!renewing || r.IntN(5) == 0) {
 				n := min(pick(0, 1, lent[h], lent[h]+1, r.Int64N(capacity)+1), lease.MaxHits)
 				e1, e2 := fast.Return(ctx, key, p, n, h), slow.Return(ctx, key, p, n, h)
 				if e1 != nil || e2 != nil {
@@ -98,12 +112,18 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 				}
 			} else {
 				need := min(pick(0, 1, 1, 2, capacity/2, capacity, capacity+1, r.Int64N(capacity)+1), lease.MaxHits)
+				if renewing && r.IntN(4) != 0 {
+					need = min(pick(1, 1, 2, r.Int64N(capacity/8+1)+1), lease.MaxHits) // mostly granted
+				}
 				want := min(lease.MaxHits, need+pick(0, 0, 1, 10, capacity, r.Int64N(capacity)+1))
 				to := lease.Lessee{ID: h}
 				if h != "" {
-					// Mostly the holder holds all it was lent (the fast path's
-					// state), sometimes less (spent tokens: the general path).
+					// Mostly the holder holds all it was lent, sometimes less
+					// (spent tokens); a renewing holder mostly less.
 					to.Held = min(pick(lent[h], lent[h], lent[h], lent[h]+3, 0, r.Int64N(capacity)+1), lease.MaxHits)
+					if renewing && r.IntN(4) != 0 {
+						to.Held = pick(lent[h]/2, max(0, lent[h]-1), r.Int64N(lent[h]+1))
+					}
 					to.SpentBefore = min(pick(0, 0, 0, 1, lent[h], r.Int64N(capacity)+1), lease.MaxHits)
 					to.TTL = time.Duration(pick(1, 100, 60_000, 300_000, 3_600_000)) * time.Millisecond
 					to.Idle = time.Duration(pick(0, 0, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
@@ -114,6 +134,18 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					if r.IntN(5) == 0 {
 						to.Unanswered = uint32(pick(0, 1, 2, 3))
 					}
+				}
+				switch {
+				case !first:
+				case to.Held < lent[h]:
+					spent++
+					if ended > 0 {
+						spentEnded++
+					}
+				case ended == 0:
+					ownOnly++
+				default:
+					other++
 				}
 				g1, e1 := fast.Lease(ctx, key, p, want, need, to)
 				g2, e2 := slow.Lease(ctx, key, p, want, need, to)
@@ -132,17 +164,18 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d others", calls, empty, ownOnly, other)
-	if empty < 500 || ownOnly < 1000 || other < 500 {
+	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d with the caller's loan first and only ended loans after it (%d of them with ended loans), %d others", calls, empty, ownOnly, spent, spentEnded, other)
+	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || other < 500 {
 		t.Errorf("too few calls in each kind of state to compare the paths")
 	}
 }
 
-// onlyLoanOf reports whether v (a key's state of algorithm a, see
-// leased.lua) holds exactly one loan, of holder id.
-func onlyLoanOf(v string, a lease.Algorithm, id string) bool {
-	if id == "" {
-		return false
+// loansOf reports whether v (a key's state of algorithm a, see
+// leased.lua) has a loan, holder id's first, followed by ended loans
+// only (first), and how many of those (ended).
+func loansOf(v string, a lease.Algorithm, id string) (first bool, ended int) {
+	if id == "" || v == "" {
+		return false, 0
 	}
 	b := []byte(v)
 	width := func(code byte) int { return [4]int{1, 2, 4, 7}[code%4] }
@@ -161,16 +194,27 @@ func onlyLoanOf(v string, a lease.Algorithm, id string) bool {
 	default:
 		pos = 1 + 7 + width(b[0]) + width(b[0]/4)
 	}
-	if pos >= len(b) || b[pos] < 64 || string(b[pos+1:pos+9]) != id {
-		return false
-	}
-	kind := b[pos]
-	n := 1 + 8 + width(kind)
-	if a == lease.TokenBucket || a == lease.GCRA {
-		n += width(kind / 4)
-		if kind >= 128 {
-			n += width(kind / 16)
+	i := 0
+	for ; pos < len(b); i++ {
+		kind := b[pos]
+		n := 1 + width(kind)
+		if kind >= 64 {
+			if i > 0 || string(b[pos+1:pos+9]) != id {
+				return false, 0
+			}
+			n += 8
+		} else if i == 0 {
+			return false, 0
+		} else {
+			ended++
 		}
+		if a == lease.TokenBucket || a == lease.GCRA {
+			n += width(kind / 4)
+			if kind >= 128 {
+				n += width(kind / 16)
+			}
+		}
+		pos += n
 	}
-	return pos+n == len(b)
+	return i > 0 && pos == len(b), ended
 }

@@ -13,8 +13,8 @@
 -- is written only when tokens are granted, and expires two windows after
 -- its window began.
 local limit, pu = lf, pf
-local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
-local held = tonumber(ARGV[7])
+local want, need = ARGV[5] + 0, ARGV[6] + 0
+local held = ARGV[7] + 0
 
 local fast = true -- false: loans always through the general helpers (tests)
 local v = redis.call('GET', key)

@@ -6,14 +6,14 @@
 -- KEYS[1]  string (see fixed_window_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
-local pu, n = pf, tonumber(ARGV[5])
+local pu, n = pf, ARGV[5] + 0
 local H = loans()
 local st, ls = H.read(redis.call('GET', key), 'fw')
 if not st.w or n < 0 then
   return 0
 end
-local count = tonumber(st.c)
-if tonumber(st.w) < now - math.fmod(now, pu) or count == 0 then
+local count = st.c
+if st.w < now - math.fmod(now, pu) or count == 0 then
   return 0
 end
 if H.lent_to(ls, holder, -1) == 0 then

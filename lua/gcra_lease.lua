@@ -17,9 +17,9 @@
 -- The key is written when tokens are granted, or when the holder has a
 -- running loan (every call settles it, see split), and expires when the
 -- TAT and every loan's tokens are past.
-local want, need = tonumber(ARGV[5]), tonumber(ARGV[6])
-local held, ttl_us, idle_us = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local spent_before, call, unans = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local want, need = ARGV[5] + 0, ARGV[6] + 0
+local held, ttl_us, idle_us = ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0
+local spent_before, call, unans = ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0
 local bf = cf
 
 local function avail(d)
@@ -31,38 +31,50 @@ end
 local fast = true -- false: every call takes the general path (tests)
 local v = redis.call('GET', key)
 
--- The fast path answers the common states with locals only: no state, or
--- state whose only loan is the caller's, running, and which the caller
--- still holds whole (see token_bucket_lease.lua). It is the general path
--- below, operation for operation, for those states, and writes the same
--- bytes; any other state breaks out to the general path.
+-- The fast path answers the states with no other holder: no state, or
+-- state whose running loans are the caller's alone, its loan first and
+-- any ended loans after it (see token_bucket_lease.lua). It is the
+-- general path below, operation for operation, for those states, and
+-- writes the same bytes; any other state breaks out to the general path.
 repeat -- the fast path (break: the general path)
   if not fast then break end
   local tat, lc, lg = 0, 0, 0
   local lent, exp, last = nil, 0, 0 -- the caller's loan
+  local el, n = nil, 0 -- the ended loans after it: n of them
   if v then
-    local at = string.byte(v, 1) -- the header, then where the loans start
-    if at % 2 == 1 then at = 9 + 4 + W[4 + math.floor(at / 2) % 4] else at = 9 end
-    if not sole_loan(v, at) then break end
     local h, pos
     h, tat, pos = struct.unpack('<BI7', v)
-    if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
-    if pos <= #v then
+    if h % 2 == 1 then lc, lg, pos = struct.unpack('<I4' .. W[(h - h % 2) / 2 % 4], v, pos) end
+    local size = #v
+    if pos <= size then
       local kind = string.byte(v, pos)
       if kind < 64 or holder == '' then break end
       local id, d1, d2
-      local f = '<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4]
+      local k4 = (kind - kind % 4) / 4 -- the width codes, without math.floor
+      local f = '<c8' .. W[kind % 4] .. W[k4 % 4]
       if kind >= 128 then
-        id, lent, d1, d2, pos = struct.unpack(f .. W[math.floor(kind / 16) % 4], v, pos + 1)
+        id, lent, d1, d2, pos = struct.unpack(f .. W[(k4 - k4 % 4) / 4 % 4], v, pos + 1)
         if d2 % 2 == 0 then last = tat - d2 / 2 else last = tat + (d2 + 1) / 2 end
       else
         id, lent, d1, pos = struct.unpack(f, v, pos + 1)
       end
-      if id ~= holder or pos <= #v then break end
+      if id ~= holder then break end
       if d1 % 2 == 0 then exp = tat + d1 / 2 else exp = tat - (d1 + 1) / 2 end
+      if pos <= size then el = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end -- five loans without a rehash
+      while pos <= size do
+        kind = string.byte(v, pos)
+        if kind >= 64 then break end -- another holder's loan
+        local a, x
+        a, x, pos = struct.unpack('<' .. W[kind % 4] .. W[(kind - kind % 4) / 4 % 4], v, pos + 1)
+        if x % 2 == 0 then x = tat + x / 2 else x = tat - (x + 1) / 2 end
+        el[2 * n + 1], el[2 * n + 2] = a, x
+        n = n + 1
+      end
+      if pos <= size then break end
     end
   end
   local fl = 0 -- floor_tat
+  local run, early, late, early_at, late_at = 0, 0, 0, 0, 0
   if lent then
     if exp <= now then break end -- it ended: retire
     if unans ~= 0 and lc == unans then
@@ -73,8 +85,49 @@ repeat -- the fast path (break: the general path)
         tat = b - math.min(math.floor(back * pf / lf), b - now)
       end
     end
-    if held < lent then break end -- split: spent tokens
-    fl = math.max(fl, now + math.ceil(lent * pf / lf))
+    -- split
+    run = lent
+    if held < run then run = held end
+    early = lent - run
+    if spent_before < early then early = spent_before end
+    late = lent - run - early
+    late_at = now - idle_us
+    early_at = late_at
+    if last > 0 and last < late_at then early_at = last end
+    -- effective (see token_bucket_lease.lua), then floor_tat over the
+    -- loan, the ended and the parts spent before now
+    local r, e1, x1, e2, x2 = run, 0, 0, 0, 0
+    if early == 0 then
+      -- nothing
+    elseif early_at < now then
+      e1, x1 = early, early_at
+    else
+      r = r + early
+    end
+    if late == 0 then
+      -- nothing
+    elseif late_at < now then
+      e2, x2 = late, late_at
+    else
+      r = r + late
+    end
+    for i = -2, n do
+      local x = exp
+      if i == -1 then x = x1 elseif i == 0 then x = x2 elseif i > 0 then x = el[2 * i] end
+      if i < -1 or i > 0 or (i == -1 and e1 > 0) or (i == 0 and e2 > 0) then
+        local a = 0 -- after: A(x) over the effective loans
+        if exp >= x then a = r end
+        if e1 > 0 and x1 >= x then a = a + e1 end
+        if e2 > 0 and x2 >= x then a = a + e2 end
+        for k = 2, 2 * n, 2 do
+          if el[k] >= x then a = a + el[k - 1] end
+        end
+        local s = x
+        if now < s then s = now end
+        local c = s + math.ceil(a * pf / lf)
+        if c > fl then fl = c end
+      end
+    end
   end
   local base = math.max(tat, now, fl)
   local d = base - now
@@ -83,7 +136,8 @@ repeat -- the fast path (break: the general path)
   if need > bf then
     wait = pf
   elseif a >= need then
-    granted = math.min(want, a)
+    granted = want
+    if a < want then granted = a end
   else
     wait = d - (bf - need) * pf / lf
   end
@@ -91,16 +145,89 @@ repeat -- the fast path (break: the general path)
   if granted > 0 or lent then
     local cost = math.ceil(granted * pf / lf)
     tat = math.max(tat, now) + cost
-    local nl, ne = (lent or 0) + granted, now + ttl_us
-    if lent then ne = math.max(ne, exp) end
+    -- settling and settle (see token_bucket_lease.lua)
+    local nl, ne = granted, now + ttl_us
+    if lent then
+      nl = run + granted
+      if exp > ne then ne = exp end
+      if early > 0 then
+        if not el then el = {0, 0, 0, 0} end
+        if early_at > now then early_at = now end
+        el[2 * n + 1], el[2 * n + 2] = early, early_at
+        n = n + 1
+      end
+      if late == 0 then
+        -- nothing
+      elseif granted > 0 then
+        if not el then el = {0, 0, 0, 0} end
+        if late_at > now then late_at = now end
+        el[2 * n + 1], el[2 * n + 2] = late, late_at
+        n = n + 1
+      else
+        nl = nl + late -- kept lent
+      end
+      if nl == 0 and n > 0 then break end -- the loan goes, the last ended takes its place
+    end
+    -- trim: merge the ended loans of one time, then drop (or past
+    -- max_ended bake into the TAT) the oldest while it floors nothing
+    local i = 2
+    while i < 2 * n do
+      local j = i + 2
+      while j <= 2 * n do
+        if el[i] == el[j] then
+          el[i - 1] = el[i - 1] + el[j - 1]
+          el[j - 1], el[j] = el[2 * n - 1], el[2 * n]
+          n = n - 1
+        else
+          j = j + 2
+        end
+      end
+      i = i + 2
+    end
+    while n > 0 do
+      local o = 2
+      for k = 4, 2 * n, 2 do
+        if el[k] < el[o] then o = k end
+      end
+      local x = el[o]
+      local s = 0
+      if ne >= x then s = nl end
+      for k = 2, 2 * n, 2 do
+        if el[k] >= x then s = s + el[k - 1] end
+      end
+      local c = x + math.ceil(s * pf / lf)
+      if c > now then
+        if n <= max_ended then break end
+        tat = math.max(tat, c)
+      end
+      el[o - 1], el[o] = el[2 * n - 1], el[2 * n]
+      n = n - 1
+    end
     d = base + cost - now
-    local e, loan = tat, ''
+    -- spent_by and write
+    local e, loans = tat, ''
     if holder ~= '' and nl > 0 then
-      loan = pack_loan(holder, nl, ne, now - idle_us, tat, false)
-      e = math.max(e, ne + math.ceil(nl * pf / lf))
+      local s = nl
+      for k = 2, 2 * n, 2 do
+        if el[k] >= ne then s = s + el[k - 1] end
+      end
+      local c = ne + math.ceil(s * pf / lf)
+      if c > e then e = c end
+      loans = pack_loan(holder, nl, ne, now - idle_us, tat, false)
       if ne > now then lent_now = nl end
     end
-    redis.call('SET', key, head('gc', tat, last_of(call, granted)) .. loan, 'PX', ttl(e - now))
+    for k = 2, 2 * n, 2 do
+      local x = el[k]
+      local s = 0
+      if ne >= x then s = nl end
+      for m = 2, 2 * n, 2 do
+        if el[m] >= x then s = s + el[m - 1] end
+      end
+      local c = x + math.ceil(s * pf / lf)
+      if c > e then e = c end
+      loans = loans .. pack_loan('', el[k - 1], x, 0, tat, false)
+    end
+    redis.call('SET', key, head('gc', tat, last_of(call, granted)) .. loans, 'PX', ttl(e - now))
   end
   return {granted, avail(d), ms(wait), ms(d), lent_now}
 until true

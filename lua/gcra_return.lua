@@ -6,10 +6,10 @@
 -- KEYS[1]  string (see gcra_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
-local n = tonumber(ARGV[5])
+local n = ARGV[5] + 0
 local H = loans()
 local st, ls = H.read(redis.call('GET', key), 'gc')
-local tat = tonumber(st.t)
+local tat = st.t
 if not tat or n < 0 then
   return 0
 end

@@ -13,7 +13,7 @@
 -- (lease.Loan.LastSpend; windowed loans end with their window). An ended
 -- loan has no holder: its tokens were spent by its expiry, which still
 -- caps the level.
-local lf, pf, cf = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local lf, pf, cf = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local holder = ARGV[4]
 
 -- A key's state is one binary string (struct.pack, little-endian; GET,
@@ -79,19 +79,6 @@ local function pack_loan(id, lent, exp, last, ref, windowed)
     return struct.pack('<Bc8' .. W[cl] .. W[c1] .. W[c2], 192 + cl + 4 * c1 + 16 * c2, id, lent, d1, d2)
   end
   return struct.pack('<Bc8' .. W[cl] .. W[c1], 64 + cl + 4 * c1, id, lent, d1)
-end
-
--- sole_loan reports whether v holds, from its byte at on, no loan or
--- exactly one token_bucket or gcra loan of a holder: the states a fast
--- path may take, told from the kind byte alone.
-local function sole_loan(v, at)
-  local n = #v
-  if at > n then return true end
-  local k = string.byte(v, at)
-  if k < 64 then return false end
-  local size = 9 + W[4 + k % 4] + W[4 + math.floor(k / 4) % 4]
-  if k >= 128 then size = size + W[4 + math.floor(k / 16) % 4] end
-  return at + size == n + 1
 end
 
 -- last_of is the last call ('#') and grant ('$') a call of holder that

@@ -21,14 +21,14 @@
 -- The key expires one period after its newest stamp, when the whole log
 -- has left the window.
 -- (Joined after prelude.lua: key, now, ttl, ms and fmt come from there.)
-local limit, pu = tonumber(ARGV[1]), tonumber(ARGV[2])
-local mi, hits = tonumber(ARGV[3]), tonumber(ARGV[4])
+local limit, pu = ARGV[1] + 0, ARGV[2] + 0
+local mi, hits = ARGV[3] + 0, ARGV[4] + 0
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - pu))
 local count = redis.call('ZCARD', key)
 local newest = 0
 if count > 0 then
-  newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + 0
 end
 
 local allowed, retry = 0, 0
@@ -38,7 +38,7 @@ elseif hits > limit then
   retry = pu
 elseif count + hits > limit then
   local k = count + hits - limit
-  local at = tonumber(redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')[2])
+  local at = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')[2] + 0
   retry = at + pu - now
   if mi > 0 and count > 0 then
     retry = math.max(retry, newest + mi - now)

@@ -7,14 +7,14 @@
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back (0: no state, the window the tokens were
 --          counted in is no longer current, or nothing lent)
-local n = tonumber(ARGV[5])
+local n = ARGV[5] + 0
 local H = loans()
 local st, ls = H.read(redis.call('GET', key), 'sw')
 if not st.w or n < 0 then
   return 0
 end
-local cur = tonumber(st.c)
-if tonumber(st.w) < now - math.fmod(now, pf) or cur == 0 then
+local cur = st.c
+if st.w < now - math.fmod(now, pf) or cur == 0 then
   return 0
 end
 if H.lent_to(ls, holder, -1) == 0 then

@@ -6,19 +6,19 @@
 -- KEYS[1]  string (see token_bucket_lease.lua)
 -- ARGV     limit, period_us, capacity, holder, tokens
 -- returns  the tokens given back
-local n = tonumber(ARGV[5])
+local n = ARGV[5] + 0
 local H = loans()
 local st, ls = H.read(redis.call('GET', key), 'tb')
 if not st.t or n < 0 then
   return 0
 end
-if H.lent_to(ls, holder, math.max(tonumber(st.u), now)) == 0 then
+if H.lent_to(ls, holder, math.max(st.u, now)) == 0 then
   return 0 -- nothing lent to holder: nothing comes back, nothing changes
 end
-local updated = tonumber(st.u)
+local updated = st.u
 local elapsed = now - updated
 if elapsed < 0 then elapsed = 0 end
-local raw = math.min(cf, tonumber(st.t) + elapsed * lf / pf)
+local raw = math.min(cf, st.t + elapsed * lf / pf)
 updated = math.max(updated, now)
 local back
 ls, back = H.end_loan(ls, n, updated)

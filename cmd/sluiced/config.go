@@ -75,6 +75,9 @@ type options struct {
 	upstreamToken string
 	region        string
 	upstreamRTT   time.Duration
+	// gcHeadroom: the GC policy's headroom in percent of the live heap
+	// (gc.go); 100: Go's default.
+	gcHeadroom int
 }
 
 // setting is one flag and its environment variable.
@@ -331,6 +334,14 @@ func settings() []setting {
 				return fmt.Errorf("want a duration between 0 and 1m, got %q", v)
 			}
 			o.upstreamRTT = d
+			return nil
+		}},
+		{"gc-headroom", "SLUICE_GC_HEADROOM", "25", "how far the heap may grow past the live heap before the garbage collector runs, in percent of the live heap, once that growth is 32 MiB or more (below, Go's default: 100%); 100: Go's default. Ignored when GOGC or GOMEMLIMIT is set", func(o *options, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 10 || n > 100 {
+				return fmt.Errorf("want a whole percent between 10 and 100, got %q", v)
+			}
+			o.gcHeadroom = n
 			return nil
 		}},
 		{"log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error", func(o *options, v string) error {

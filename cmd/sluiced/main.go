@@ -87,6 +87,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	defer startGCPolicy(o.gcHeadroom, getenv)()
 
 	// Signals first, so that a SIGTERM during start-up is not fatal.
 	stop := make(chan os.Signal, 1)

@@ -50,6 +50,26 @@ func TestOptionsPrecedence(t *testing.T) {
 	}
 }
 
+// TestGCHeadroomOption: -gc-headroom's default, the environment, the flag
+// over it.
+func TestGCHeadroomOption(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{nil, nil, 25},
+		{nil, map[string]string{"SLUICE_GC_HEADROOM": "50"}, 50},
+		{[]string{"-gc-headroom", "100"}, map[string]string{"SLUICE_GC_HEADROOM": "50"}, 100},
+		{[]string{"-gc-headroom=10"}, nil, 10},
+	} {
+		o, err := parseOptions(c.args, env(c.env), io.Discard)
+		if err != nil || o.gcHeadroom != c.want {
+			t.Errorf("%v %v: headroom %d, %v; want %d", c.args, c.env, o.gcHeadroom, err, c.want)
+		}
+	}
+}
+
 // TestHotOptions: -hot-split (alone, =false, or SLUICE_HOT_SPLIT) and
 // -hot-capacity-share, flags over the environment.
 func TestHotOptions(t *testing.T) {
@@ -103,6 +123,9 @@ func TestOptionsInvalid(t *testing.T) {
 		{[]string{"-hot-capacity-share", "-0.1"}, nil, "-hot-capacity-share"},
 		{nil, map[string]string{"SLUICE_HOT_CAPACITY_SHARE": "NaN"}, "SLUICE_HOT_CAPACITY_SHARE"},
 		{nil, map[string]string{"SLUICE_HOT_SPLIT": "no way"}, "SLUICE_HOT_SPLIT"},
+		{[]string{"-gc-headroom", "5"}, nil, "-gc-headroom"},
+		{[]string{"-gc-headroom", "101"}, nil, "-gc-headroom"},
+		{nil, map[string]string{"SLUICE_GC_HEADROOM": "25%"}, "SLUICE_GC_HEADROOM"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
@@ -121,7 +144,7 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"-listen", "SLUICE_LISTEN", "SLUICE_RULES", "SLUICE_REDIS", "SLUICE_JOIN", "SLUICE_NODE_NAME",
 		"SLUICE_GOSSIP", "SLUICE_GOSSIP_ADVERTISE", "SLUICE_CLUSTER_KEY", "SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_HORIZON", "SLUICE_LOG_LEVEL",
 		"SLUICE_LEASE_IDLE", "SLUICE_STORE_TIMEOUT", "SLUICE_RULES_POLL", "-hot-split", "SLUICE_HOT_SPLIT",
-		"-hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", "SLUICE_INSECURE_CLUSTER", "SLUICE_METRICS_TOKEN", "SLUICE_TLS_CERT", "SLUICE_TLS_KEY", "SLUICE_TLS_CA", "SLUICE_INTERNAL_WINDOW"} {
+		"-hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", "SLUICE_INSECURE_CLUSTER", "SLUICE_METRICS_TOKEN", "SLUICE_TLS_CERT", "SLUICE_TLS_KEY", "SLUICE_TLS_CA", "SLUICE_INTERNAL_WINDOW", "-gc-headroom", "SLUICE_GC_HEADROOM"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h lacks %s", want)
 		}
