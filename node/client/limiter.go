@@ -40,7 +40,8 @@ type LimiterConfig struct {
 	// TLS verifies the nodes over HTTPS. Nil means plain HTTP unless a
 	// node is given as https://, then the system roots.
 	TLS *tls.Config
-	// Timeout bounds one request to a node. Zero means 500ms.
+	// Timeout bounds one request to a node. Zero means 500ms. A rules
+	// fetch, which no decision waits for, may take at least 2s.
 	Timeout time.Duration
 	// Flush is how long a lease or return waits for others to the same
 	// node before they are sent as one request. Zero means 1ms (a lease
@@ -112,6 +113,10 @@ type Limiter struct {
 	holder string
 	mgr    *lease.Manager
 	store  *remoteStore
+	// rulesHC fetches the rules: the nodes' clients read and write within
+	// Timeout, a decision's budget; a rules fetch may take longer
+	// (rulesTimeout).
+	rulesHC *fasthttp.Client
 
 	rules atomic.Pointer[ruleSnap]
 	keys  sync.Pool // *[]byte: counter keys built per check
@@ -259,10 +264,13 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	l := &Limiter{cfg: cfg, c: c, auth: "Bearer " + cfg.Token, holder: hex.EncodeToString(id[:]),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	l.keys.New = func() any { b := make([]byte, 0, api.MaxRuleNameLen+1+api.MaxKeyLen); return &b }
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*cfg.Timeout)
+	l.rulesHC = &fasthttp.Client{Name: "sluice-client", NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
+		MaxResponseBodySize: maxMembersBody, TLSConfig: cfg.TLS, DisablePathNormalizing: true}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*l.rulesTimeout())
 	err = l.refreshRules(ctx)
 	cancel()
 	if err != nil {
+		l.rulesHC.CloseIdleConnections()
 		c.Close()
 		return nil, err
 	}
@@ -302,6 +310,7 @@ func (l *Limiter) Close() error {
 		<-l.done
 		err = l.mgr.Close()
 		l.c.Close()
+		l.rulesHC.CloseIdleConnections()
 	})
 	return err
 }
@@ -432,6 +441,16 @@ func (l *Limiter) exactDescriptors(ctx context.Context, descriptors []api.Descri
 		Degraded: res.Degraded, Rule: res.Rule}, nil
 }
 
+// minRulesTimeout is the least time a rules fetch may take. Timeout
+// bounds what the Limiter adds to a decision; a rules fetch is no
+// decision (NewLimiter's first one, then the background poll), and one
+// cut short by a decision's budget on a busy host would fail NewLimiter.
+const minRulesTimeout = 2 * time.Second
+
+// rulesTimeout is one rules fetch's timeout: Timeout, at least
+// minRulesTimeout.
+func (l *Limiter) rulesTimeout() time.Duration { return max(l.cfg.Timeout, minRulesTimeout) }
+
 // refreshRules fetches the rules from a node (304: unchanged).
 func (l *Limiter) refreshRules(ctx context.Context) error {
 	old := l.rules.Load()
@@ -465,7 +484,7 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 	if old != nil {
 		req.Header.Set(fasthttp.HeaderIfNoneMatch, `"`+old.version+`"`)
 	}
-	if err := n.hc.DoTimeout(req, resp, l.cfg.Timeout); err != nil {
+	if err := l.rulesHC.DoTimeout(req, resp, l.rulesTimeout()); err != nil {
 		return nil, fmt.Errorf("%s: %w", n.addr, err)
 	}
 	switch resp.StatusCode() {
@@ -513,7 +532,7 @@ func (l *Limiter) pollRules() {
 		case <-l.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), l.rulesTimeout())
 			_ = l.refreshRules(ctx) // keep the rules we have; the next poll retries
 			cancel()
 		}
