@@ -38,7 +38,7 @@ func TestPolicySameEveryField(t *testing.T) {
 func TestTakeLocal(t *testing.T) {
 	m, fs, _ := testManager(t, nil)
 	p := perSecond(100)
-	if _, ok := m.TakeLocal("k", &p, 1); ok {
+	if _, _, ok := m.TakeLocal("k", &p, 1); ok {
 		t.Fatal("TakeLocal decided a key with no bucket")
 	}
 	d := mustTake(t, m, "k", p, 1)
@@ -50,12 +50,17 @@ func TestTakeLocal(t *testing.T) {
 	if held < 2 {
 		t.Fatalf("%d tokens on hand after the first lease, want at least 2", held)
 	}
-	d, ok := m.TakeLocal("k", &p, 1)
-	if !ok || !d.Allowed {
-		t.Fatalf("TakeLocal with tokens on hand: %+v, %v", d, ok)
+	remaining, reset, ok := m.TakeLocal("k", &p, 1)
+	if !ok {
+		t.Fatal("TakeLocal refused a check with tokens on hand")
 	}
 	if got := m.buckets.load("k").tokens.Load(); got != held-1 {
 		t.Fatalf("tokens on hand after TakeLocal of 1: %d, want %d", got, held-1)
+	}
+	// Its answer is the allowed Decision Take's fast path gives (the
+	// clock is frozen: the same now).
+	if want := m.buckets.load("k").decision(held-1, m.nanos()); remaining != want.Remaining || reset != want.Reset {
+		t.Fatalf("TakeLocal answered remaining %d, reset %v; Take's fast path: %d, %v", remaining, reset, want.Remaining, want.Reset)
 	}
 	other := perSecond(99)
 	for _, c := range []struct {
@@ -69,8 +74,8 @@ func TestTakeLocal(t *testing.T) {
 		{"more hits than on hand", &p, held},
 		{"another policy", &other, 1},
 	} {
-		if d, ok := m.TakeLocal("k", c.p, c.hits); ok {
-			t.Errorf("%s: decided %+v", c.name, d)
+		if _, _, ok := m.TakeLocal("k", c.p, c.hits); ok {
+			t.Errorf("%s: decided", c.name)
 		}
 	}
 	if got := m.buckets.load("k").tokens.Load(); got != held-1 {
@@ -92,7 +97,7 @@ func TestTakeLocalAllocatesNothing(t *testing.T) {
 		var buf [64]byte
 		n := copy(buf[:], prefix)
 		n += copy(buf[n:], key)
-		if _, ok := m.TakeLocal(unsafe.String(&buf[0], n), &p, 1); !ok {
+		if _, _, ok := m.TakeLocal(unsafe.String(&buf[0], n), &p, 1); !ok {
 			t.Fatal("TakeLocal refused a leased key")
 		}
 	})

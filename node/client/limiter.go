@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,8 @@ type LimiterConfig struct {
 	// TLS verifies the nodes over HTTPS. Nil means plain HTTP unless a
 	// node is given as https://, then the system roots.
 	TLS *tls.Config
-	// Timeout bounds one request to a node. Zero means 500ms.
+	// Timeout bounds one request to a node. Zero means 500ms. A rules
+	// fetch, which no decision waits for, may take at least 2s.
 	Timeout time.Duration
 	// Flush is how long a lease or return waits for others to the same
 	// node before they are sent as one request. Zero means 1ms (a lease
@@ -111,6 +113,10 @@ type Limiter struct {
 	holder string
 	mgr    *lease.Manager
 	store  *remoteStore
+	// rulesHC fetches the rules: the nodes' clients read and write within
+	// Timeout, a decision's budget; a rules fetch may take longer
+	// (rulesTimeout).
+	rulesHC *fasthttp.Client
 
 	rules atomic.Pointer[ruleSnap]
 	keys  sync.Pool // *[]byte: counter keys built per check
@@ -125,18 +131,90 @@ type Limiter struct {
 type ruleSnap struct {
 	version string
 	set     *rules.Set
-	byName  map[string]*limRule
+	// byName is an open-addressing table of the rules by nameHash
+	// (linear probing, at most a quarter full): Allow's lookup, cheaper
+	// than a map's. Its names are the nodes' rules, not the callers': a
+	// name no rule has costs a probe to the next empty slot, whatever it
+	// is.
+	byName []*limRule
+	shift  uint8 // 64 - log2(len(byName))
+}
+
+// rule returns the rule named name, or nil.
+func (s *ruleSnap) rule(name string) *limRule {
+	r, _, _ := s.find(name)
+	return r
+}
+
+// find returns the rule named name, or nil and the free slot where it
+// would go, and the name's word. A rule name's word is its last 8 bytes,
+// or all of them if it has 8 or fewer: such names are compared by their
+// words and lengths, not byte by byte. Its hash is of every byte and the
+// length, not seeded: the table holds the operator's names only.
+func (s *ruleSnap) find(name string) (r *limRule, slot, w uint64) {
+	const k0, k1 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
+	n := len(name)
+	h := uint64(n) * k0
+	switch {
+	case n > 8:
+		for i := 0; i+8 < n; i += 8 { // the bytes before the last 8
+			h = (h ^ le64(name[i:])) * k1
+			h ^= h >> 31
+		}
+		w = le64(name[n-8:])
+	case n == 8:
+		w = le64(name)
+	case n >= 4: // the first 4 and the last 4, overlapping
+		w = uint64(le32(name)) | uint64(le32(name[n-4:]))<<32
+	case n > 0:
+		w = uint64(name[0]) | uint64(name[n/2])<<8 | uint64(name[n-1])<<16
+	}
+	mask := uint64(len(s.byName) - 1)
+	for i := ((h ^ w) * k1) >> s.shift; ; i = (i + 1) & mask {
+		r := s.byName[i]
+		if r == nil {
+			return nil, i, w
+		}
+		if r.word == w && len(r.r.Name) == n && (n <= 8 || r.r.Name == name) {
+			return r, i, w
+		}
+	}
+}
+
+// index builds byName of rs, whose names differ.
+func (s *ruleSnap) index(rs []*limRule) {
+	lg := bits.Len(uint(max(4*len(rs), 8) - 1))
+	s.byName, s.shift = make([]*limRule, 1<<lg), uint8(64-lg)
+	for _, r := range rs {
+		_, i, w := s.find(r.r.Name)
+		r.word = w
+		s.byName[i] = r
+	}
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
 type limRule struct {
 	r      *rules.Rule
 	prefix string // name + ":"
+	word   uint64 // the name's nameHash word
 	// check: the nodes do not lease the rule; its checks are sent to them.
 	check bool
 	// local: a check of the rule may be decided by Allow's fast path (a
 	// leased rule without overrides: every key's policy is pol).
 	local bool
 	pol   lease.Policy
+	// keyBuf is the start of Allow's counter keys: prefix, then zeros.
+	keyBuf [fastKeyLen]byte
 }
 
 // fastKeyLen bounds the counter keys ("rule:key") that Allow builds on
@@ -186,10 +264,13 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	l := &Limiter{cfg: cfg, c: c, auth: "Bearer " + cfg.Token, holder: hex.EncodeToString(id[:]),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	l.keys.New = func() any { b := make([]byte, 0, api.MaxRuleNameLen+1+api.MaxKeyLen); return &b }
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*cfg.Timeout)
+	l.rulesHC = &fasthttp.Client{Name: "sluice-client", NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
+		MaxResponseBodySize: maxMembersBody, TLSConfig: cfg.TLS, DisablePathNormalizing: true}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*l.rulesTimeout())
 	err = l.refreshRules(ctx)
 	cancel()
 	if err != nil {
+		l.rulesHC.CloseIdleConnections()
 		c.Close()
 		return nil, err
 	}
@@ -229,6 +310,7 @@ func (l *Limiter) Close() error {
 		<-l.done
 		err = l.mgr.Close()
 		l.c.Close()
+		l.rulesHC.CloseIdleConnections()
 	})
 	return err
 }
@@ -239,7 +321,7 @@ func (l *Limiter) Close() error {
 // or hits) or, for a rule sent as a check (an exact rule, or one the
 // nodes do not lease), when no node answered.
 func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Decision, error) {
-	r := l.rules.Load().byName[rule]
+	r := l.rules.Load().rule(rule)
 	if r == nil {
 		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
@@ -249,11 +331,12 @@ func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Deci
 	// allow, which did (keys are never leased otherwise), and the
 	// validation is a function of the key.
 	if r.local && len(r.prefix)+len(key) <= fastKeyLen && !l.closed.Load() {
-		var buf [fastKeyLen]byte
-		n := copy(buf[:], r.prefix)
-		n += copy(buf[n:], key)
-		if d, ok := l.mgr.TakeLocal(unsafe.String(&buf[0], n), &r.pol, hits); ok {
-			return r.decision(&d), nil
+		buf := r.keyBuf // the prefix, copied as a whole: cheaper than zeroing and copying it
+		n := len(r.prefix) + copy(buf[len(r.prefix):], key)
+		if remaining, reset, ok := l.mgr.TakeLocal(unsafe.String(&buf[0], n), &r.pol, hits); ok {
+			// An allowed Decision, written out: Manager.TakeLocal's answer.
+			return Decision{Allowed: true, Limit: r.pol.Limit, Remaining: remaining, Reset: reset,
+				Shadow: r.r.Shadow, Rule: r.r.Name}, nil
 		}
 	}
 	return l.allow(ctx, r, key, hits)
@@ -329,7 +412,7 @@ func (l *Limiter) AllowDescriptors(ctx context.Context, descriptors []api.Descri
 	}
 	var out Decision
 	for i := range ms {
-		r := snap.byName[ms[i].Rule.Name]
+		r := snap.rule(ms[i].Rule.Name)
 		if r == nil {
 			continue
 		}
@@ -357,6 +440,16 @@ func (l *Limiter) exactDescriptors(ctx context.Context, descriptors []api.Descri
 		RetryAfter: time.Duration(res.RetryAfterMS) * time.Millisecond, Reset: time.Duration(res.ResetMS) * time.Millisecond,
 		Degraded: res.Degraded, Rule: res.Rule}, nil
 }
+
+// minRulesTimeout is the least time a rules fetch may take. Timeout
+// bounds what the Limiter adds to a decision; a rules fetch is no
+// decision (NewLimiter's first one, then the background poll), and one
+// cut short by a decision's budget on a busy host would fail NewLimiter.
+const minRulesTimeout = 2 * time.Second
+
+// rulesTimeout is one rules fetch's timeout: Timeout, at least
+// minRulesTimeout.
+func (l *Limiter) rulesTimeout() time.Duration { return max(l.cfg.Timeout, minRulesTimeout) }
 
 // refreshRules fetches the rules from a node (304: unchanged).
 func (l *Limiter) refreshRules(ctx context.Context) error {
@@ -391,7 +484,7 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 	if old != nil {
 		req.Header.Set(fasthttp.HeaderIfNoneMatch, `"`+old.version+`"`)
 	}
-	if err := n.hc.DoTimeout(req, resp, l.cfg.Timeout); err != nil {
+	if err := l.rulesHC.DoTimeout(req, resp, l.rulesTimeout()); err != nil {
 		return nil, fmt.Errorf("%s: %w", n.addr, err)
 	}
 	switch resp.StatusCode() {
@@ -413,16 +506,19 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: rules: %w", n.addr, err)
 	}
-	snap := &ruleSnap{version: body.Version, set: set, byName: map[string]*limRule{}}
+	snap := &ruleSnap{version: body.Version, set: set}
 	checks := make(map[string]bool, len(body.Checks))
 	for _, name := range body.Checks {
 		checks[name] = true
 	}
+	lrs := make([]*limRule, 0, len(set.Rules()))
 	for _, r := range set.Rules() {
 		lr := &limRule{r: r, prefix: r.Name + ":", check: checks[r.Name], pol: r.Policy}
+		copy(lr.keyBuf[:], lr.prefix)
 		lr.local = !lr.check && len(r.Overrides) == 0 && r.Policy.Algorithm.Leased()
-		snap.byName[r.Name] = lr
+		lrs = append(lrs, lr)
 	}
+	snap.index(lrs)
 	return snap, nil
 }
 
@@ -436,7 +532,7 @@ func (l *Limiter) pollRules() {
 		case <-l.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), l.rulesTimeout())
 			_ = l.refreshRules(ctx) // keep the rules we have; the next poll retries
 			cancel()
 		}

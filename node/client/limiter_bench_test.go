@@ -141,8 +141,25 @@ func BenchmarkLimiterAllowZipf(b *testing.B) {
 // as clock-p50/clock-p99 (the same two readings around nothing).
 func BenchmarkLimiterAllowLatency(b *testing.B) {
 	l := benchLimiter(b)
-	ctx := context.Background()
 	keys, draws := zipfKeys(b, l, 10000)
+	allowLatency(b, l, keys, draws)
+}
+
+// BenchmarkLimiterAllowLatencyOneKey is BenchmarkLimiterAllowLatency on
+// one key: the decision's own latency, its key and bucket in the cache.
+// The difference in the tail is the cold keys' memory reads.
+func BenchmarkLimiterAllowLatencyOneKey(b *testing.B) {
+	l := benchLimiter(b)
+	if d, err := l.Allow(context.Background(), "big", "k", 1); err != nil || !d.Allowed || d.Degraded {
+		b.Fatalf("leasing k: %+v, %v", d, err)
+	}
+	allowLatency(b, l, []string{"k"}, []int32{0})
+}
+
+// allowLatency decides keys[draws[i]] from every goroutine, timing each
+// Allow; len(draws) is a power of 2.
+func allowLatency(b *testing.B, l *client.Limiter, keys []string, draws []int32) {
+	ctx := context.Background()
 	var (
 		mu          sync.Mutex
 		all, clocks bench.Histogram

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -358,5 +360,43 @@ rules:
 		}
 	}); allocs != 0 {
 		t.Fatalf("%v allocations per Allow on a leased key, want 0", allocs)
+	}
+}
+
+// A rules fetch is not cut short by the decisions' Timeout: NewLimiter
+// through a node whose rules answer takes longer than Timeout (a busy
+// host) starts, and decides. (The proxy holds the rules answer for three
+// Timeouts, a wall-clock delay: what is under test is a timeout; it stays
+// far below the fetch's own 2s.)
+func TestLimiterSlowRulesFetch(t *testing.T) {
+	clock := clocktest.New()
+	n := startLimiterNode(t, lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now}), clock, limiterRules)
+	const timeout = 50 * time.Millisecond
+	target := &url.URL{Scheme: "http", Host: n.addr}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var slowed atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/lease/rules" {
+			slowed.Add(1)
+			time.Sleep(3 * timeout)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	cfg := client.LimiterConfig{Nodes: []string{proxy.URL}, Token: limiterToken, Timeout: timeout}
+	cfg.Lease.Now = clock.Now
+	cfg.Lease.AfterFunc = clock.AfterFunc
+	cfg.Lease.SweepInterval = -1
+	l, err := client.NewLimiter(cfg)
+	if err != nil {
+		t.Fatalf("NewLimiter through a node whose rules take 3 Timeouts: %v", err)
+	}
+	defer l.Close()
+	if slowed.Load() == 0 {
+		t.Fatal("the rules were not fetched through the slow proxy")
+	}
+	d, err := l.Allow(context.Background(), "per-key", "user-1", 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Allow: %+v, %v; want allowed", d, err)
 	}
 }

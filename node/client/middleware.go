@@ -85,7 +85,7 @@ func (l *Limiter) WriteHeaders(h http.Header, rule, key string, d *Decision) {
 	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
 	reset := strconv.FormatInt(ceilSeconds(d.Reset), 10)
 	h.Set("RateLimit", strconv.Quote(rule)+";r="+remaining+";t="+reset)
-	if r := l.rules.Load().byName[rule]; r != nil {
+	if r := l.rules.Load().rule(rule); r != nil {
 		p := r.r.PolicyFor(key)
 		h.Set("RateLimit-Policy", strconv.Quote(rule)+";q="+strconv.FormatInt(p.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(p.Period), 10))
 	}
