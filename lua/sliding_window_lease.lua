@@ -25,30 +25,37 @@ local fast = true -- false: loans always through the general helpers (tests)
 local v = redis.call('GET', key)
 
 -- The fast path keeps the caller's loan as a local (own) when it is the
--- key's only loan, or there is none; with other holders' loans the
--- general helpers read and settle them all (ls). Both write the same
--- bytes (see fixed_window_lease.lua).
+-- key's only loan, or there is none, and with other holders' loans reads
+-- them all (ol, oi: see fixed_window_lease.lua); the general helpers (ls,
+-- H; fast off) read and settle them. Both write the same bytes.
 local ws = now - math.fmod(now, pf) -- fmod is exact on doubles
 local prev, cur = 0, 0
 local current = false
-local ls, own, H = nil, 0, nil -- H: the general helpers, when ls
+local own, ol, oi, n = 0, nil, 0, 0
+local ls, H = nil, nil -- H: the general helpers, when ls
 if v then
   local h, w, pos = struct.unpack('<BI7', v)
   local c, p
   c, p, pos = struct.unpack('<' .. W[h % 4] .. W[math.floor(h / 4) % 4], v, pos)
   if w >= ws then
     ws, cur, prev, current = w, c, p, true
-    if pos <= #v and fast and holder ~= '' then
-      local id
-      id, own, pos = struct.unpack('<c8' .. W[string.byte(v, pos) % 4], v, pos + 1)
-      if id ~= holder or pos <= #v then own, ls = 0, {} end
-    elseif pos <= #v or not fast then
-      ls = {}
-    end
-    if ls then
+    if not fast then
       H = loans()
       local _
       _, ls = H.read(v, 'sw')
+    elseif pos <= #v then
+      local id
+      id, own, pos = struct.unpack('<c8' .. W[string.byte(v, pos) % 4], v, pos + 1)
+      if id ~= holder or holder == '' or pos <= #v then
+        ol, n = {id, own}, 1
+        own = 0
+        while true do
+          if oi == 0 and holder ~= '' and ol[2 * n - 1] == holder then oi, own = n, ol[2 * n] end
+          if pos > #v then break end
+          ol[2 * n + 1], ol[2 * n + 2], pos = struct.unpack('<c8' .. W[string.byte(v, pos) % 4], v, pos + 1)
+          n = n + 1
+        end
+      end
     end
   elseif w == ws - pf then
     prev = c
@@ -73,12 +80,22 @@ elseif a >= need then
       ls = H.settle(ls, H.held_of(ls, held), granted, now, 0, 0, true)
       H.write(head('sw', ws, cur, prev), ls, 0, true, ttl(ws + 2 * pf - now))
     else
-      local loan = ''
+      local lb = '' -- the loans' bytes
       if holder ~= '' then
         own = math.min(own, held) + granted
-        loan = pack_loan(holder, own, 0, 0, 0, true)
+        if not ol then
+          lb = pack_loan(holder, own, 0, 0, 0, true)
+        elseif oi > 0 then
+          ol[2 * oi] = own
+        else
+          ol[2 * n + 1], ol[2 * n + 2] = holder, own
+          n = n + 1
+        end
       end
-      redis.call('SET', key, head('sw', ws, cur, prev) .. loan, 'PX', ttl(ws + 2 * pf - now))
+      for k = 2, 2 * n, 2 do
+        lb = lb .. pack_loan(ol[k - 1], ol[k], 0, 0, 0, true)
+      end
+      redis.call('SET', key, head('sw', ws, cur, prev) .. lb, 'PX', ttl(ws + 2 * pf - now))
     end
   end
 else
