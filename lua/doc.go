@@ -30,19 +30,22 @@
 //
 // Leased scripts write only when they grant (or take back) tokens, or
 // settle a holder's loan: a denial or a peek without a loan is read-only.
-// Each lease script has a fast path for the common states (no state yet,
-// or the caller's loan the key's only one; for token_bucket and gcra, the
-// caller's loan first and only ended loans after it, whether the caller
-// holds it whole or reports tokens spent): locals (and the ended loans'
-// lent and expiry in one table), one GET, one SET, none of the loan
-// helpers' closures and no holder compared past the first. It is the general
-// path operation for operation on those states and writes the same bytes,
-// which TestFastPathMatchesGeneral checks against the scripts with their
-// fast paths off; every other state takes the general path, which mirrors
-// lease/loans.go. sliding_log cleans up, counts, checks
-// min_interval against the newest stamp, inserts one member per hit
-// ("<stamp>-<n>", added with NX so none is ever overwritten) and sets the
-// expiry in one script; a check records at most [MaxLogHits] hits.
+// Each lease and return script has a fast path for the common states,
+// with locals (and for token_bucket and gcra the ended loans' lent and
+// expiry, or for the windows the loans' holders and lent, in one flat
+// table), one GET, one SET, none of the loan helpers' closures: no state
+// yet; for token_bucket and gcra, the caller's loan first and only ended
+// loans after it, whether the caller holds it whole or reports tokens
+// spent; for the windows, any loans (a return: the caller's loan the
+// only one). It is the general path operation for operation on those
+// states and writes the same bytes, which TestFastPathMatchesGeneral
+// checks against the scripts with their fast paths off; every other state
+// (in a token_bucket or gcra key, another holder's loan, or the caller's
+// after an ended one) takes the general path, which mirrors
+// lease/loans.go. sliding_log cleans up, counts, checks min_interval
+// against the newest stamp, inserts one member per hit ("<stamp>-<n>",
+// added with NX so none is ever overwritten) and sets the expiry in one
+// script; a check records at most [MaxLogHits] hits.
 //
 // # Keys
 //
