@@ -286,9 +286,9 @@ func TestKeyNeedNotOutliveCall(t *testing.T) {
 			t.Fatalf("%s: %v", q.Algorithm, err)
 		}
 		copy(buf, "rule:key-d")
-		sh := ms.shard("rule:key-c")
+		sh, h := ms.shard("rule:key-c")
 		sh.mu.Lock()
-		_, okC := sh.m["rule:key-c"]
+		_, okC := sh.find("rule:key-c", h)
 		sh.mu.Unlock()
 		if !okC || ms.Len() != 1 {
 			t.Errorf("%s: state of key-c lost after the caller's buffer changed (%d keys)", q.Algorithm, ms.Len())

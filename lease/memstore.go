@@ -36,8 +36,8 @@ const memShards = 64
 // with the same semantics as the Redis store (the pure math of the
 // algo*.go files). It is for single-node deployments, embedding and tests.
 //
-// It is safe for concurrent use: keys are spread over 64 shards, each a map
-// behind its own mutex, and every call holds one shard lock. State that
+// It is safe for concurrent use: keys are spread over 64 shards, each an
+// index behind its own mutex, and every call holds one shard lock. State that
 // would have expired in Redis (a full bucket, windows two periods old, a
 // log whose newest stamp left the window, a concurrency key with nothing
 // held) is treated as absent and removed by Sweep, which a janitor
@@ -48,10 +48,13 @@ const memShards = 64
 // calls on a key that has state allocate nothing for the key.
 //
 // A key's state is a fixed-size record without pointers (memRec, 64
-// bytes) in its shard's slab, which the shard's map indexes by key: a
-// leased algorithm's numbers and its first loan, the holder named by an
-// index into the shard's table of holder IDs. Only more loans than one,
-// and the states of sliding_log and concurrency (lists), are kept beside.
+// bytes) in its shard's slab: a leased algorithm's numbers and its first
+// loan, the holder named by an index into the shard's table of holder IDs.
+// Only more loans than one, and the states of sliding_log and concurrency
+// (lists), are kept beside. The shard finds a key's slot by an
+// open-addressing table of slot numbers (4 bytes an entry; the key is in
+// a slice beside the slab): a Go map of key to slot costs 35–56 bytes a
+// key, as its load factor goes.
 type MemoryStore struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -63,13 +66,20 @@ type MemoryStore struct {
 }
 
 type memShard struct {
-	mu sync.Mutex
-	// m maps each key with state to its record's slot in recs.
-	m map[string]uint32 // guarded by mu
-	// recs are the records; the slots of removed keys are zero and
-	// listed in free, for the next new key.
+	mu   sync.Mutex
+	seed maphash.Seed // the store's
+	// recs are the records and keys their keys, by slot; the slots of
+	// removed keys are zero (alg 0) and listed in free, for the next new
+	// key.
 	recs []memRec // guarded by mu
+	keys []string // guarded by mu
 	free []uint32 // guarded by mu
+	// tab finds a key's slot: open addressing with linear probing from
+	// the key's hash (its bits above the shard's), each entry a slot + 1,
+	// 0 for empty, memTombstone for a removed key's; a power of two long, at
+	// most 3/4 used (live counts the keys, used the tombstones too).
+	tab        []uint32 // guarded by mu
+	live, used int      // guarded by mu
 	// spill holds what a record has no room for, by slot (see memSpill).
 	spill   map[uint32]*memSpill // guarded by mu
 	holders holderTable          // guarded by mu
@@ -182,6 +192,79 @@ func (h *holderTable) release(i uint16) {
 	}
 }
 
+// memTombstone is the entry of a removed key in a shard's tab: probes go
+// on past it.
+const memTombstone = math.MaxUint32
+
+// minTab is the smallest tab.
+const minTab = 8
+
+// hash is key's hash, which picks its shard (its low bits) and where its
+// shard's probes start (the bits above).
+func (sh *memShard) hash(key string) uint64 { return maphash.String(sh.seed, key) }
+
+// find returns the slot of key, whose hash is h; ok is false when key has
+// no state. sh.mu must be held.
+func (sh *memShard) find(key string, h uint64) (slot uint32, ok bool) {
+	if len(sh.tab) == 0 {
+		return 0, false
+	}
+	mask := uint64(len(sh.tab) - 1)
+	for i := (h / memShards) & mask; ; i = (i + 1) & mask {
+		switch v := sh.tab[i]; {
+		case v == 0:
+			return 0, false
+		case v != memTombstone && sh.keys[v-1] == key:
+			return v - 1, true
+		}
+	}
+}
+
+// place enters slot, whose key (hash h) the table does not hold yet.
+// sh.mu must be held.
+func (sh *memShard) place(h uint64, slot uint32) {
+	if (sh.used+1)*4 > len(sh.tab)*3 {
+		sh.rehash(sh.live + 1)
+	}
+	mask := uint64(len(sh.tab) - 1)
+	i := (h / memShards) & mask
+	for sh.tab[i] != 0 && sh.tab[i] != memTombstone {
+		i = (i + 1) & mask
+	}
+	if sh.tab[i] == 0 {
+		sh.used++
+	}
+	sh.tab[i] = slot + 1
+	sh.live++
+}
+
+// unplace removes slot, whose key has hash h, from the table. sh.mu must
+// be held.
+func (sh *memShard) unplace(h uint64, slot uint32) {
+	mask := uint64(len(sh.tab) - 1)
+	i := (h / memShards) & mask
+	for sh.tab[i] != slot+1 {
+		i = (i + 1) & mask
+	}
+	sh.tab[i] = memTombstone
+	sh.live--
+}
+
+// rehash rebuilds the table without tombstones, at most half full with n
+// keys. sh.mu must be held.
+func (sh *memShard) rehash(n int) {
+	size := minTab
+	for size < 2*n {
+		size *= 2
+	}
+	sh.tab, sh.live, sh.used = make([]uint32, size), 0, 0
+	for slot := range sh.recs {
+		if sh.recs[slot].alg != 0 {
+			sh.place(sh.hash(sh.keys[slot]), uint32(slot))
+		}
+	}
+}
+
 var _ Store = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty MemoryStore. Call Close to stop its
@@ -194,7 +277,7 @@ func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
 	algs := Algorithms()
 	for i := range m.shards {
 		sh := &m.shards[i]
-		sh.m = make(map[string]uint32)
+		sh.seed = m.seed
 		sh.spill = make(map[uint32]*memSpill)
 		sh.holders = holderTable{ids: make(map[string]uint16), names: []string{""}, refs: []uint32{0}}
 		sh.scratch = make([]packedState, int(algs[len(algs)-1])+1)
@@ -243,20 +326,20 @@ func (m *MemoryStore) Close() error {
 
 // Sweep removes the state of every key that has expired at now and returns
 // how many keys it removed. A shard left with more free slots than keys
-// is rebuilt to its keys' size (Go's maps do not shrink).
+// is rebuilt to its keys' size.
 func (m *MemoryStore) Sweep(now time.Time) int {
 	t := unixMicros(now)
 	removed := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		for k, slot := range sh.m {
-			if sh.recs[slot].expires <= t {
-				sh.remove(k, slot)
+		for slot := range sh.recs {
+			if r := &sh.recs[slot]; r.alg != 0 && r.expires <= t {
+				sh.remove(sh.hash(sh.keys[slot]), uint32(slot))
 				removed++
 			}
 		}
-		if len(sh.free) > len(sh.m) && len(sh.recs) >= minCompact {
+		if len(sh.free) > sh.live && len(sh.recs) >= minCompact {
 			sh.compact()
 		}
 		sh.mu.Unlock()
@@ -267,21 +350,23 @@ func (m *MemoryStore) Sweep(now time.Time) int {
 // minCompact is the fewest slots a shard has before Sweep rebuilds it.
 const minCompact = 256
 
-// compact rebuilds the shard's map, slab and spill with its keys alone.
-// sh.mu must be held.
+// compact rebuilds the shard's slab, keys, spill and table with its keys
+// alone. sh.mu must be held.
 func (sh *memShard) compact() {
-	m := make(map[string]uint32, len(sh.m))
-	recs := make([]memRec, 0, len(sh.m))
+	recs := make([]memRec, 0, sh.live)
+	keys := make([]string, 0, sh.live)
 	spill := make(map[uint32]*memSpill, len(sh.spill))
-	for k, slot := range sh.m {
-		n := uint32(len(recs))
-		recs = append(recs, sh.recs[slot])
-		if sp, ok := sh.spill[slot]; ok {
-			spill[n] = sp
+	for slot := range sh.recs {
+		if sh.recs[slot].alg == 0 {
+			continue
 		}
-		m[k] = n
+		if sp, ok := sh.spill[uint32(slot)]; ok {
+			spill[uint32(len(recs))] = sp
+		}
+		recs, keys = append(recs, sh.recs[slot]), append(keys, sh.keys[slot])
 	}
-	sh.m, sh.recs, sh.spill, sh.free = m, recs, spill, nil
+	sh.recs, sh.keys, sh.spill, sh.free = recs, keys, spill, nil
+	sh.rehash(len(recs))
 }
 
 // Len returns the number of keys with state, including expired state not
@@ -291,37 +376,40 @@ func (m *MemoryStore) Len() int {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.live
 		sh.mu.Unlock()
 	}
 	return n
 }
 
-func (m *MemoryStore) shard(key string) *memShard {
-	return &m.shards[maphash.String(m.seed, key)%memShards]
+// shard returns key's shard and key's hash.
+func (m *MemoryStore) shard(key string) (*memShard, uint64) {
+	h := maphash.String(m.seed, key)
+	return &m.shards[h%memShards], h
 }
 
 // lookup returns the slot of key's live state for algorithm alg; ok is
 // false without one. State of another algorithm (the key's policy
 // changed) or expired state is removed: the key starts fresh. sh.mu must
 // be held.
-func (sh *memShard) lookup(key string, alg Algorithm, t int64) (slot uint32, ok bool) {
-	slot, ok = sh.m[key]
+func (sh *memShard) lookup(key string, h uint64, alg Algorithm, t int64) (slot uint32, ok bool) {
+	slot, ok = sh.find(key, h)
 	if ok {
 		if r := &sh.recs[slot]; r.alg != alg || r.expires <= t {
-			sh.remove(key, slot)
+			sh.remove(h, slot)
 			return 0, false
 		}
 	}
 	return slot, ok
 }
 
-// remove removes key, whose record is at slot. sh.mu must be held.
-func (sh *memShard) remove(key string, slot uint32) {
+// remove removes the key whose record is at slot (its hash h). sh.mu
+// must be held.
+func (sh *memShard) remove(h uint64, slot uint32) {
 	sh.releaseLoans(slot)
 	delete(sh.spill, slot)
-	delete(sh.m, key)
-	sh.recs[slot] = memRec{}
+	sh.unplace(h, slot)
+	sh.recs[slot], sh.keys[slot] = memRec{}, ""
 	sh.free = append(sh.free, slot)
 }
 
@@ -383,11 +471,11 @@ func (sh *memShard) done(st algoState) {
 // slot), or removes the key when the state already equals no state. It
 // fails, changing nothing, when a new holder's loan finds the shard's
 // holder table full. sh.mu must be held.
-func (sh *memShard) save(key string, slot uint32, ok bool, alg Algorithm, st algoState, p Policy, t int64) error {
+func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorithm, st algoState, p Policy, t int64) error {
 	exp := st.expiry(p)
 	if exp <= t {
 		if ok {
-			sh.remove(key, slot)
+			sh.remove(h, slot)
 		}
 		return nil
 	}
@@ -411,7 +499,7 @@ func (sh *memShard) save(key string, slot uint32, ok bool, alg Algorithm, st alg
 	if ok {
 		sh.releaseLoans(slot)
 	} else {
-		slot = sh.insert(key, alg)
+		slot = sh.insert(key, h, alg)
 	}
 	r := &sh.recs[slot]
 	r.expires = exp
@@ -446,18 +534,19 @@ func (sh *memShard) save(key string, slot uint32, ok bool, alg Algorithm, st alg
 	return nil
 }
 
-// insert gives key a record of algorithm alg, in a free slot or a new
-// one, and returns its slot. sh.mu must be held.
-func (sh *memShard) insert(key string, alg Algorithm) uint32 {
+// insert gives key (hash h) a record of algorithm alg, in a free slot or
+// a new one, and returns its slot. sh.mu must be held.
+func (sh *memShard) insert(key string, h uint64, alg Algorithm) uint32 {
 	var slot uint32
 	if n := len(sh.free); n > 0 {
 		slot, sh.free = sh.free[n-1], sh.free[:n-1]
 	} else {
 		slot = uint32(len(sh.recs))
-		sh.recs = append(sh.recs, memRec{})
+		sh.recs, sh.keys = append(sh.recs, memRec{}), append(sh.keys, "")
 	}
+	sh.place(h, slot) // first: a rehash enters the slots in use, this one not yet
 	sh.recs[slot] = memRec{alg: alg}
-	sh.m[strings.Clone(key)] = slot // the caller's key may be a reused buffer
+	sh.keys[slot] = strings.Clone(key) // the caller's key may be a reused buffer
 	return slot
 }
 
@@ -470,18 +559,18 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 		return Grant{}, fmt.Errorf("cannot lease: %w", err)
 	}
 	now := m.now()
-	sh := m.shard(key)
+	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := unixMicros(now)
-	slot, ok := sh.lookup(key, p.Algorithm, t)
+	slot, ok := sh.lookup(key, h, p.Algorithm, t)
 	st := sh.state(p.Algorithm, slot, ok)
 	defer sh.done(st)
 	g := st.(leasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
 	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
 	// granting nothing settled, maybe to 0.
 	if g.Granted > 0 || g.Lent > 0 || (ok && p.Algorithm.refills()) {
-		if err := sh.save(key, slot, ok, p.Algorithm, st, p, t); err != nil {
+		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
 			return Grant{}, fmt.Errorf("cannot lease: %w", err)
 		}
 	}
@@ -497,16 +586,16 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 		return fmt.Errorf("cannot return tokens: %w", err)
 	}
 	now := m.now()
-	sh := m.shard(key)
+	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := unixMicros(now)
-	if slot, ok := sh.lookup(key, p.Algorithm, t); ok {
+	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
 		st := sh.state(p.Algorithm, slot, ok)
 		defer sh.done(st)
 		st.(leasedState).Return(p, now, tokens, holder)
 		// A return names no new holder: saving cannot fail.
-		if err := sh.save(key, slot, ok, p.Algorithm, st, p, t); err != nil {
+		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
 			return fmt.Errorf("cannot return tokens: %w", err)
 		}
 	}
@@ -523,14 +612,14 @@ func (m *MemoryStore) Log(ctx context.Context, key string, p Policy, hits int64)
 	}
 	now := m.now()
 	t := unixMicros(now)
-	sh := m.shard(key)
+	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	slot, ok := sh.lookup(key, p.Algorithm, t)
+	slot, ok := sh.lookup(key, h, p.Algorithm, t)
 	st := sh.state(p.Algorithm, slot, ok)
 	r := st.(logState).Check(p, now, hits)
 	if ok || (r.Allowed && hits > 0) {
-		_ = sh.save(key, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
+		_ = sh.save(key, h, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
 	return r, nil
 }
@@ -545,14 +634,14 @@ func (m *MemoryStore) Acquire(ctx context.Context, key string, p Policy, id stri
 	}
 	now := m.now()
 	t := unixMicros(now)
-	sh := m.shard(key)
+	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	slot, ok := sh.lookup(key, p.Algorithm, t)
+	slot, ok := sh.lookup(key, h, p.Algorithm, t)
 	st := sh.state(p.Algorithm, slot, ok)
 	r := st.(slotState).Acquire(p, now, id, hits)
 	if ok || (r.Allowed && hits > 0) {
-		_ = sh.save(key, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
+		_ = sh.save(key, h, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
 	return r, nil
 }
@@ -567,14 +656,14 @@ func (m *MemoryStore) Release(ctx context.Context, key string, p Policy, id stri
 	}
 	now := m.now()
 	t := unixMicros(now)
-	sh := m.shard(key)
+	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	held := false
-	if slot, ok := sh.lookup(key, p.Algorithm, t); ok {
+	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
 		st := sh.state(p.Algorithm, slot, ok)
 		held = st.(slotState).Release(now, id)
-		_ = sh.save(key, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
+		_ = sh.save(key, h, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
 	if !held {
 		return ErrNoSlot

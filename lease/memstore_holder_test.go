@@ -4,18 +4,25 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
 	"unsafe"
 )
 
+// shardOf is key's shard.
+func (m *MemoryStore) shardOf(key string) *memShard {
+	sh, _ := m.shard(key)
+	return sh
+}
+
 // sameShardKeys returns n keys of s's shard of "k0".
 func sameShardKeys(s *MemoryStore, n int) []string {
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := "k" + strconv.Itoa(i)
-		if s.shard(k) == s.shard("k0") {
+		if sh, _ := s.shard(k); sh == s.shardOf("k0") {
 			keys = append(keys, k)
 		}
 	}
@@ -39,10 +46,10 @@ func TestMemoryStoreSharesHolderIDs(t *testing.T) {
 		}
 	}
 	copy(buf, "XXXXXXXX")
-	sh := s.shard(keys[0])
+	sh := s.shardOf(keys[0])
 	var first *byte
 	for _, k := range keys {
-		slot, ok := sh.m[k]
+		slot, ok := sh.find(k, sh.hash(k))
 		st := sh.state(TokenBucket, slot, ok).(*TokenBucketState)
 		ls := append(loans(nil), st.Loans...)
 		sh.done(st)
@@ -70,7 +77,7 @@ func TestMemoryStoreDropsGoneHolders(t *testing.T) {
 	ctx := context.Background()
 	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Second}
 	keys := sameShardKeys(s, 2)
-	sh := s.shard(keys[0])
+	sh := s.shardOf(keys[0])
 	to := func(id string) Lessee { return Lessee{ID: id, TTL: time.Minute, Idle: time.Second} }
 	for _, k := range keys {
 		if _, err := s.Lease(ctx, k, p, 10, 1, to("gw-1")); err != nil {
@@ -116,7 +123,7 @@ func TestMemoryStoreFullHolderTable(t *testing.T) {
 	ctx := context.Background()
 	p := Policy{Algorithm: TokenBucket, Limit: 1 << 20, Period: time.Second}
 	key := sameShardKeys(s, 1)[0]
-	sh := s.shard(key)
+	sh := s.shardOf(key)
 	to := func(id string) Lessee { return Lessee{ID: id, TTL: time.Minute, Idle: time.Second} }
 	// Fill the table directly: 65535 leases of one key would take long.
 	for i := 1; i <= math.MaxUint16; i++ {
@@ -131,10 +138,121 @@ func TestMemoryStoreFullHolderTable(t *testing.T) {
 	if !errors.Is(err, errHolders) {
 		t.Fatalf("Lease by a new holder = %+v, %v; want errHolders", g, err)
 	}
-	slot := sh.m[key]
+	slot, _ := sh.find(key, sh.hash(key))
 	st := sh.state(TokenBucket, slot, true).(*TokenBucketState)
 	defer sh.done(st)
 	if len(st.Loans) != 1 || st.Loans[0].Holder != "h1" || st.Loans[0].Lent != 10 || st.Tokens != 1<<20-10 {
 		t.Fatalf("after the refusal the key has %+v, want h1's loan of 10 alone", *st)
+	}
+}
+
+// TestMemoryStoreSweepCompacts: a shard left with more free slots than
+// keys is rebuilt by Sweep to its keys' size, and the keys that stay keep
+// their state: the numbers, the first loan, the loans beside it, the
+// lists of the exact algorithms.
+func TestMemoryStoreSweepCompacts(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return now }, SweepInterval: -1})
+	defer s.Close()
+	ctx := context.Background()
+	keys := sameShardKeys(s, 600)
+	sh := s.shardOf(keys[0])
+	short := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Second}
+	long := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Hour}
+	logp := Policy{Algorithm: SlidingLog, Limit: 10, Period: time.Hour}
+	to := func(id string) Lessee { return Lessee{ID: id, TTL: 30 * time.Minute, Idle: time.Second} }
+	for i, k := range keys {
+		var err error
+		switch {
+		case i%100 == 0: // stays: two holders' loans, one inline, one beside
+			_, err = s.Lease(ctx, k, long, 1, 1, to("gw-a"))
+			if err == nil {
+				_, err = s.Lease(ctx, k, long, 2, 2, to("gw-b"))
+			}
+		case i%100 == 1: // stays: a log
+			_, err = s.Log(ctx, k, logp, 3)
+		default: // full again in 50ms
+			_, err = s.Lease(ctx, k, short, 5, 5, Lessee{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sh.recs) != 600 {
+		t.Fatalf("%d slots, want 600", len(sh.recs))
+	}
+	now = now.Add(time.Minute)
+	if n := s.Sweep(now); n != 588 {
+		t.Fatalf("Sweep removed %d keys, want 588", n)
+	}
+	if len(sh.recs) != 12 || sh.live != 12 || len(sh.free) != 0 || len(sh.tab) != 32 || sh.used != 12 {
+		t.Fatalf("after Sweep: %d slots, %d keys, %d free, table of %d with %d used; want 12, 12, 0, 32, 12",
+			len(sh.recs), sh.live, len(sh.free), len(sh.tab), sh.used)
+	}
+	for i, k := range keys {
+		switch i % 100 {
+		case 0:
+			slot, ok := sh.find(k, sh.hash(k))
+			st := sh.state(TokenBucket, slot, ok).(*TokenBucketState)
+			ls := append(loans(nil), st.Loans...)
+			sh.done(st)
+			if len(ls) != 2 || ls[0] != (Loan{Holder: "gw-a", Lent: 1, Expires: ls[0].Expires, LastSpend: ls[0].LastSpend}) ||
+				ls[1] != (Loan{Holder: "gw-b", Lent: 2, Expires: ls[1].Expires, LastSpend: ls[1].LastSpend}) {
+				t.Fatalf("%s: loans %+v, want gw-a's 1 and gw-b's 2", k, ls)
+			}
+			// 7 tokens left, refilled by 10 an hour for a minute.
+			if g, err := s.Lease(ctx, k, long, 10, 0, to("gw-c")); err != nil || g.Granted != 7 {
+				t.Fatalf("%s: Lease = %+v, %v; want 7 granted", k, g, err)
+			}
+		case 1:
+			if r, err := s.Log(ctx, k, logp, 0); err != nil || r.Remaining != 7 {
+				t.Fatalf("%s: Log = %+v, %v; want 7 remaining", k, r, err)
+			}
+		}
+	}
+}
+
+// TestMemoryStoreIndex drives one shard's table of slots through inserts
+// and removals (growth, tombstones, their reuse, rehashes, compaction)
+// against a Go map, and checks every key it ever held after each round.
+func TestMemoryStoreIndex(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreConfig{SweepInterval: -1})
+	defer s.Close()
+	sh := &s.shards[0]
+	want := map[string]uint32{}
+	var all []string
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 40 {
+		for range r.IntN(400) {
+			k := "key-" + strconv.Itoa(r.IntN(3000))
+			if _, ok := want[k]; ok {
+				continue
+			}
+			if len(all) < 3000 {
+				all = append(all, k)
+			}
+			want[k] = sh.insert(k, sh.hash(k), TokenBucket)
+		}
+		for k, slot := range want {
+			if r.IntN(3) == 0 {
+				sh.remove(sh.hash(k), slot)
+				delete(want, k)
+			}
+		}
+		if round%10 == 9 {
+			sh.compact()
+			for k := range want {
+				want[k], _ = sh.find(k, sh.hash(k))
+			}
+		}
+		for _, k := range all {
+			slot, ok := sh.find(k, sh.hash(k))
+			if w, in := want[k]; ok != in || ok && (slot != w || sh.keys[slot] != k) {
+				t.Fatalf("round %d: find(%s) = %d, %v; want %d, %v", round, k, slot, ok, w, in)
+			}
+		}
+		if sh.live != len(want) || sh.used*4 > len(sh.tab)*3 {
+			t.Fatalf("round %d: %d live (want %d), %d of %d used", round, sh.live, len(want), sh.used, len(sh.tab))
+		}
 	}
 }
