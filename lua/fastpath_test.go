@@ -51,8 +51,8 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		return v, ttl
 	}
 	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
-	var calls, empty, ownOnly, spent, spentEnded, other int
-	for i := 0; i < 300; i++ {
+	var calls, empty, ownOnly, spent, spentEnded, returned, returnedEnded, other int
+	for i := 0; i < 400; i++ {
 		// Half the keys: one holder renewing its key, mostly
 		// reporting tokens spent (the steady state of a key one node
 		// checks), now and then another caller; token_bucket or gcra,
@@ -104,8 +104,14 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			case !first:
 				other++
 			}
-			if h != "" && r.IntN(6) == 0 && (!renewing || r.IntN(5) == 0) {
+			if h != "" && r.IntN(6) == 0 && (!renewing || r.IntN(2) == 0) {
 				n := min(pick(0, 1, lent[h], lent[h]+1, r.Int64N(capacity)+1), lease.MaxHits)
+				if first {
+					returned++
+					if ended > 0 {
+						returnedEnded++
+					}
+				}
 				e1, e2 := fast.Return(ctx, key, p, n, h), slow.Return(ctx, key, p, n, h)
 				if e1 != nil || e2 != nil {
 					t.Fatalf("Return: fast %v, general %v", e1, e2)
@@ -164,8 +170,8 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d with the caller's loan first and only ended loans after it (%d of them with ended loans), %d others", calls, empty, ownOnly, spent, spentEnded, other)
-	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || other < 500 {
+	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other)
+	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || returned < 200 || returnedEnded < 40 || other < 500 {
 		t.Errorf("too few calls in each kind of state to compare the paths")
 	}
 }

@@ -256,7 +256,7 @@ local ls, tat, last_c, last_g = {}, 0, 0, 0
 if v then
   local h, pos
   h, tat, pos = struct.unpack('<BI7', v)
-  if h % 2 == 1 then last_c, last_g, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
+  if h % 2 == 1 then last_c, last_g, pos = struct.unpack('<I4' .. W[(h - h % 2) / 2 % 4], v, pos) end
   local size, m = #v, 0
   while pos <= size do
     local kind = string.byte(v, pos)
@@ -304,17 +304,22 @@ end
 local run, early, late, early_at, late_at = 0, 0, 0, 0, 0
 if si then
   local lent = ls[si + 2]
-  run = math.min(lent, held)
-  early = math.min(spent_before, lent - run)
+  -- (math.min and math.max written out on the common steps: a C call
+  -- each saved)
+  run = lent
+  if held < lent then run = held end
+  early = spent_before
+  if lent - run < early then early = lent - run end
   late = lent - run - early
   late_at = now - idle_us
   early_at = late_at
-  if ls[si + 4] > 0 then early_at = math.min(ls[si + 4], late_at) end
+  if ls[si + 4] > 0 and ls[si + 4] < late_at then early_at = ls[si + 4] end
 end
 -- effective
 local eff = ls
 if si and run ~= ls[si + 2] then
-  local e = math.min(ls[si + 3], now)
+  local e = ls[si + 3]
+  if now < e then e = now end
   eff = {}
   for k = 1, #ls do
     eff[k] = ls[k]
@@ -352,7 +357,8 @@ local granted, wait = 0, 0
 if need > bf then
   wait = pf
 elseif a >= need then
-  granted = math.min(want, a)
+  granted = want
+  if a < want then granted = a end
 else
   wait = d - (bf - need) * pf / lf
 end
@@ -370,7 +376,8 @@ if granted > 0 or (si and ls[si + 3] > now) then
   -- settling
   if si and run ~= ls[si + 2] then
     local exp = ls[si + 3]
-    local e = math.min(exp, now)
+    local e = exp
+    if now < e then e = now end
     ls[si + 2] = run
     if early > 0 then append(ls, '', early, math.min(early_at, e), 0) end
     if late == 0 then
@@ -395,7 +402,7 @@ if granted > 0 or (si and ls[si + 3] > now) then
       end
     end
     local lent, exp, last = keep + granted, now + ttl_us, now - idle_us
-    if i then exp = math.max(exp, ls[i + 3]) end
+    if i and ls[i + 3] > exp then exp = ls[i + 3] end
     if i and lent > 0 then
       ls[i + 2], ls[i + 3], ls[i + 4] = lent, exp, last
     elseif i then

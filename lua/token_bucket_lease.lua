@@ -259,7 +259,7 @@ local ls, lvl, updated, last_c, last_g = {}, nil, 0, 0, 0
 if v then
   local h, pos
   h, lvl, updated, pos = struct.unpack('<BdI7', v)
-  if h % 2 == 1 then last_c, last_g, pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos) end
+  if h % 2 == 1 then last_c, last_g, pos = struct.unpack('<I4' .. W[(h - h % 2) / 2 % 4], v, pos) end
   local size, m = #v, 0
   while pos <= size do
     local kind = string.byte(v, pos)
@@ -286,8 +286,9 @@ local raw, t = cf, now
 if lvl then
   local elapsed = now - updated
   if elapsed < 0 then elapsed = 0 end
-  raw = math.min(cf, lvl + elapsed * lf / pf)
-  t = math.max(now, updated)
+  local x = lvl + elapsed * lf / pf
+  if x < cf then raw = x end
+  if updated > now then t = updated end
 end
 -- find: the caller's loan, at si
 local si = nil
@@ -313,19 +314,24 @@ end
 local run, early, late, early_at, late_at = 0, 0, 0, 0, 0
 if si then
   local lent = ls[si + 2]
-  run = math.min(lent, held)
-  early = math.min(spent_before, lent - run)
+  -- (math.min and math.max written out on the common steps: a C call
+  -- each saved)
+  run = lent
+  if held < lent then run = held end
+  early = spent_before
+  if lent - run < early then early = lent - run end
   late = lent - run - early
   late_at = t - idle_us
   early_at = late_at
-  if ls[si + 4] > 0 then early_at = math.min(ls[si + 4], late_at) end
+  if ls[si + 4] > 0 and ls[si + 4] < late_at then early_at = ls[si + 4] end
 end
 local tokens = raw
 if lvl then
   -- effective
   local eff = ls
   if si and run ~= ls[si + 2] then
-    local e = math.min(ls[si + 3], t)
+    local e = ls[si + 3]
+    if t < e then e = t end
     eff = {}
     for k = 1, #ls do
       eff[k] = ls[k]
@@ -361,7 +367,8 @@ local granted, wait = 0, 0
 if need > cf then
   wait = pf
 elseif avail >= need then
-  granted = math.min(want, avail)
+  granted = want
+  if avail < want then granted = avail end
 else
   wait = (need - tokens) * pf / lf
 end
@@ -379,7 +386,8 @@ if granted > 0 or (si and ls[si + 3] > t) then
   -- settling
   if si and run ~= ls[si + 2] then
     local exp = ls[si + 3]
-    local e = math.min(exp, t)
+    local e = exp
+    if t < e then e = t end
     ls[si + 2] = run
     if early > 0 then append(ls, '', early, math.min(early_at, e), 0) end
     if late == 0 then
@@ -404,7 +412,7 @@ if granted > 0 or (si and ls[si + 3] > t) then
       end
     end
     local lent, exp, last = keep + granted, t + ttl_us, t - idle_us
-    if i then exp = math.max(exp, ls[i + 3]) end
+    if i and ls[i + 3] > exp then exp = ls[i + 3] end
     if i and lent > 0 then
       ls[i + 2], ls[i + 3], ls[i + 4] = lent, exp, last
     elseif i then

@@ -5,15 +5,22 @@
 #   lua/testdata/script-instructions.sh OLD_REF
 # Starts one redis-server under callgrind on a free port and, for each
 # leased algorithm, the lease script as of OLD_REF (a git ref) and as in the
-# work tree: 3000 calls over 500 keys, then counts 2000 more, in three
+# work tree: 3000 calls over 500 keys, then counts 2000 more, in five
 # cases: "spent", a holder renewing that reports tokens spent (which
-# leaves its loan and ended loans in each key); "held", a holder renewing
-# that still holds its whole loan; "new", a first lease of a key without
-# state (keys drawn from 10^8). Each version gets the holder argument its
-# Store passes (OLD_REF may pass the Lessee ID itself, 34 bytes; this tree
-# an 8-byte digest). Prints instructions per call; "return 1" is the floor
-# of any script call with these arguments. Needs valgrind and
-# redis-benchmark.
+# leaves its loan and ended loans in each key: 1000 an hour, so they
+# still cap it); "shared", the same by two holders at once on the same
+# keys (another holder's loan in the key: the general path); "renew", one
+# holder on a key that refills at 100/s, after 2 s idle (the parts it
+# reports spent cap nothing and go: its loan stays the key's only one, the
+# steady state of a key one node checks); "held", a holder renewing that
+# still holds its whole loan; "new", a first lease of a key without state
+# (keys drawn from 10^8). Then "return", the holder's return of a key it
+# leased (1000 keys, each leased once, then returned once: the return
+# script's instructions). Each version gets the holder argument its Store
+# passes (OLD_REF may pass the Lessee ID itself, 34 bytes; this tree an
+# 8-byte digest). Prints instructions per call; "return 1" is the floor of
+# any script call with these arguments. Needs valgrind, redis-benchmark
+# and redis-cli.
 set -euo pipefail
 old=${1:?usage: script-instructions.sh OLD_REF}
 cd "$(git rev-parse --show-toplevel)"
@@ -24,31 +31,61 @@ valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" redis-server --port
 vg=$!
 trap 'kill "$vg" 2>/dev/null; wait "$vg" 2>/dev/null; rm -rf "$tmp"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 1; done
-ir() { # script-file holder [case] -> instructions per call
+ir() { # script-file holder case [holder2] -> instructions per call
   redis-cli -p "$port" script flush >/dev/null # a bigger Lua heap costs every call more GC
-  local sha args keys=500
+  local sha args args2='' keys=500
   sha=$(redis-cli -p "$port" script load "$(cat "$1")")
   redis-cli -p "$port" flushall >/dev/null
-  case ${3:-spent} in # held, spent_before
+  case $3 in # held, spent_before
   spent) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0" ;;
+  shared) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0" args2=${args/$2/$4} ;;
+  renew) args="100 1000000 100 $2 10 1 3 300000000 2000000 7 12345 0" ;;
   held) args="1000 3600000000 1000 $2 10 1 1000000 300000000 0 0 12345 0" ;;
   new) args="1000 3600000000 1000 $2 10 1 0 300000000 0 0 12345 0" keys=100000000 ;;
   esac
-  redis-benchmark -p "$port" -n 3000 -r "$keys" -c 4 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null
+  calls() { # n: n calls of the case (shared: n/2 of each holder at once)
+    if [ -z "$args2" ]; then
+      redis-benchmark -p "$port" -n "$1" -r "$keys" -c 4 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null
+      return
+    fi
+    redis-benchmark -p "$port" -n $(($1 / 2)) -r "$keys" -c 2 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null &
+    local other=$!
+    redis-benchmark -p "$port" -n $(($1 / 2)) -r "$keys" -c 2 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args2 >/dev/null
+    wait "$other"
+  }
+  calls 3000
   callgrind_control -z "$vg" >/dev/null
-  redis-benchmark -p "$port" -n 2000 -r "$keys" -c 4 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null
+  calls 2000
   rm -f "$tmp"/cg.out.*
   callgrind_control -d "$vg" >/dev/null
   awk '/^summary:|^totals:/ {print int($2 / 2000); exit}' "$(ls -t "$tmp"/cg.out.* | head -1)"
 }
+ret() { # lease-file return-file holder -> instructions per return call
+  redis-cli -p "$port" script flush >/dev/null
+  local ls rs i
+  ls=$(redis-cli -p "$port" script load "$(cat "$1")")
+  rs=$(redis-cli -p "$port" script load "$(cat "$2")")
+  redis-cli -p "$port" flushall >/dev/null
+  for i in $(seq 1000); do
+    echo "evalsha $ls 1 {r$i}:x 1000 3600000000 1000 $3 10 1 0 300000000 0 0 12345 0"
+  done | redis-cli -p "$port" >/dev/null
+  callgrind_control -z "$vg" >/dev/null
+  for i in $(seq 1000); do echo "evalsha $rs 1 {r$i}:x 1000 3600000000 1000 $3 5"; done | redis-cli -p "$port" >/dev/null
+  rm -f "$tmp"/cg.out.*
+  callgrind_control -d "$vg" >/dev/null
+  awk '/^summary:|^totals:/ {print int($2 / 1000); exit}' "$(ls -t "$tmp"/cg.out.* | head -1)"
+}
 echo 'return 1' >"$tmp/r1.lua"
-echo "return 1: $(ir "$tmp/r1.lua" x)"
+echo "return 1: $(ir "$tmp/r1.lua" x spent)"
 for a in token_bucket gcra fixed_window sliding_window; do
   for f in prelude leased "${a}_lease"; do git show "$old:lua/$f.lua"; done >"$tmp/old.lua"
   cat lua/prelude.lua lua/leased.lua "lua/${a}_lease.lua" >"$tmp/new.lua"
-  oldholder=m-0123456789abcdef0123456789abcdef
-  if git show "$old:lua/store.go" | grep -q holderOf; then oldholder=AbCdEfGh; fi
-  for c in spent held new; do
-    echo "$a, $c: $old $(ir "$tmp/old.lua" "$oldholder" $c), work tree $(ir "$tmp/new.lua" AbCdEfGh $c)"
+  oldholder=m-0123456789abcdef0123456789abcdef oldholder2=m-fedcba9876543210fedcba9876543210
+  if git show "$old:lua/store.go" | grep -q holderOf; then oldholder=AbCdEfGh oldholder2=ZyXwVuTs; fi
+  for c in spent shared renew held new; do
+    echo "$a, $c: $old $(ir "$tmp/old.lua" "$oldholder" $c "$oldholder2"), work tree $(ir "$tmp/new.lua" AbCdEfGh $c ZyXwVuTs)"
   done
+  for f in prelude leased "${a}_return"; do git show "$old:lua/$f.lua"; done >"$tmp/oldr.lua"
+  cat lua/prelude.lua lua/leased.lua "lua/${a}_return.lua" >"$tmp/newr.lua"
+  echo "$a, return: $old $(ret "$tmp/old.lua" "$tmp/oldr.lua" "$oldholder"), work tree $(ret "$tmp/new.lua" "$tmp/newr.lua" AbCdEfGh)"
 done
