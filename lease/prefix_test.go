@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -273,5 +274,95 @@ func TestPrefixFollowsTheManager(t *testing.T) {
 	rangePrefix(px.x, func(*bucket) { n++ })
 	if n != 0 {
 		t.Fatalf("the Prefix's index holds %d buckets after the sweep, want 0", n)
+	}
+}
+
+// BenchmarkPrefixTakeLocal is a gateway's fast path in the Manager: a
+// leased key of a Prefix, and the same key striped (with -cpu 1, the
+// striped fast path's own cost).
+func BenchmarkPrefixTakeLocal(b *testing.B) {
+	for _, striped := range []bool{false, true} {
+		name := "single"
+		if striped {
+			name = "striped"
+		}
+		b.Run(name, func(b *testing.B) {
+			m := benchManager(b)
+			px := m.Prefix("rule:")
+			if d, err := px.Take("hot", hotPolicy, 1); err != nil || !d.Allowed {
+				b.Fatalf("%+v %v", d, err)
+			}
+			if striped {
+				bk := m.buckets.load("rule:hot")
+				m.stripe(bk)
+				if bk.tokens.Load() >= 0 {
+					b.Fatal("not striped")
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, _, ok := px.TakeLocal("hot", &hotPolicy, 1); !ok {
+						b.Fatal("refused")
+					}
+				}
+			})
+		})
+	}
+}
+
+// The accuracy contract through a Prefix on a striped key: TakeLocal
+// spends from the goroutine's stripe (quickTakeStriped), then from the
+// others; checks from many goroutines at once, each TakeLocal first and
+// Take when it refuses, admit exactly what the Store grants.
+func TestPrefixStripedKeyAdmitsExactlyWhatItHolds(t *testing.T) {
+	for _, hits := range []int64{1, 3} {
+		m, fs, _ := testManager(t, wholeLease)
+		const limit = 3000
+		p := Policy{Algorithm: TokenBucket, Limit: limit, Period: time.Hour}
+		px := m.Prefix("r:")
+		if d, err := px.Take("k", p, 1); err != nil || !d.Allowed {
+			t.Fatalf("first check: %+v, %v", d, err)
+		}
+		b := m.buckets.load("r:k")
+		m.stripe(b)
+		if b.tokens.Load() >= 0 {
+			t.Fatal("not striped")
+		}
+		var admitted, local atomic.Int64
+		admitted.Add(1)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for {
+					if _, _, ok := px.TakeLocal("k", &p, hits); ok {
+						admitted.Add(hits)
+						local.Add(hits)
+						continue
+					}
+					d, err := px.Take("k", p, hits)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						return
+					}
+					admitted.Add(hits)
+				}
+			})
+		}
+		wg.Wait()
+		want := int64(limit - (limit-1)%hits)
+		if got := admitted.Load(); got != want {
+			t.Fatalf("hits %d: admitted %d, want %d (the limit: exactly what was granted)", hits, got, want)
+		}
+		if local.Load() < limit/2 {
+			t.Fatalf("hits %d: TakeLocal admitted %d of %d: the striped fast path was not taken", hits, local.Load(), want)
+		}
+		if got := fs.available(t, "r:k", p); got != 0 {
+			t.Fatalf("hits %d: the Store has %d left, want 0", hits, got)
+		}
 	}
 }
