@@ -31,7 +31,7 @@ type Config struct {
 	// sliding_window, half their LeaseTTL for token_bucket and gcra) and
 	// whose loan is a slow key's (what the Store lends this Manager of it
 	// is at most twice the smallest lease, MinLeaseShare of its capacity:
-	// see keeps) keeps its bucket, with no Store call, so that a check
+	// a slow key's leases are that smallest one) keeps its bucket, with no Store call, so that a check
 	// coming back after an idle spell is answered from memory. It is
 	// dropped as any other once its tokens are no longer spendable on the
 	// fast path, or when more than KeepIdle keys are kept (the longest
@@ -80,7 +80,8 @@ type Config struct {
 	// (sliding_log, concurrency) and peeks of unknown keys are not
 	// budgeted: their one Store call is the decision.
 	CheckBudget time.Duration
-	// AfterFunc is the clock of the checks' budgets (CheckBudget). Nil
+	// AfterFunc is the clock of the checks' budgets (CheckBudget) and of
+	// ReturnTimeout. Nil
 	// means time.AfterFunc; tests pass a fake clock's.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Breaker configures the breaker around the Store. Zero fields mean
@@ -146,6 +147,18 @@ type Config struct {
 // quarter of a horizon (25ms by default) to come back, dozens of Redis
 // round trips. StoreTimeout 50ms: the most a failing Store may add to a
 // check.
+//
+// KeepIdle 100000 (DefaultKeepIdle): a slow key's lease is MinLeaseShare
+// of its capacity, which lasts it many checks; dropped at Idle, a key that
+// comes back every 15s would lease again on every check (measured: one
+// Store call per check, TestIdleKeepStoreCallsPerVisit), each costing the
+// Store about twice a naive counter's update. Kept, it makes one call per
+// half LeaseTTL (0.11 per check there). ReturnTimeout 5s: a return takes
+// one Store round trip, ReturnWorkers at once (a return script costs
+// Redis 50-70µs), so 5s returns tens of thousands of loans from a healthy
+// Redis (the biggest first); past it a shutting-down
+// node leaves the rest to end on their own rather than hold up its exit,
+// and a node whose Store is down does not log one line per key.
 //
 // MinLeaseShare 1/8: a key checked less than 1/Horizon times a second
 // would otherwise lease one token per check (measured: 33% Store calls

@@ -373,8 +373,10 @@ func (m *Manager) sweeper(every time.Duration) {
 }
 
 // ReturnKeys returns the leases of every key for which keep is false and
-// drops their buckets (ownership moved to another node). It waits for the
-// returns and reports the first failure. keep must not call the Manager.
+// drops their buckets (ownership moved to another node), kept idle keys
+// included. It waits for the returns, starting none after ReturnTimeout
+// (the loans left end on their own), and reports the first failure. keep
+// must not call the Manager.
 func (m *Manager) ReturnKeys(keep func(key string) bool) error {
 	var moved []*bucket
 	m.buckets.rangeAll(func(b *bucket) {
@@ -392,7 +394,9 @@ func (m *Manager) ReturnKeys(keep func(key string) bool) error {
 }
 
 // Close stops the Manager's goroutines and returns every lease to the
-// Store. It reports the first failed return. Close is idempotent. Call it
+// Store, as ReturnKeys does (within ReturnTimeout, logging one line for
+// the loans it could not return or left). It reports the first failed
+// return. Close is idempotent. Call it
 // after the last check: checks made during or after Close still work (no
 // longer prefetching), but the tokens they lease are not returned.
 func (m *Manager) Close() error {
