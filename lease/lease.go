@@ -171,6 +171,14 @@
 // puts back at most what the Store lends the Manager (at most the
 // refunded hits).
 //
+// A Manager's idle sweep keeps a slow key's loan past Config.Idle while
+// its tokens are spendable on the fast path (Config.KeepIdle): nothing in
+// (b) changes, the loan counts as any other until the key's next call, its
+// return (when the sweep drops the key, or ReturnKeys, or Close) or its
+// end; only for longer than the idle return would have, at most the loan's
+// fast-path life (half LeaseTTL; a window's end), and at most twice the
+// smallest lease (MinLeaseShare of the capacity).
+//
 // A crash costs the crashed holder's lent tokens: they count as spent at
 // exp_h (at most TTL after its last call; Config.LeaseTTL, 5 minutes by
 // default), and the bucket refills from there; nothing stays lost.

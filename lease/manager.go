@@ -33,9 +33,10 @@ import (
 // is exact.
 // Leased tokens of fixed_window and sliding_window are spent only in the
 // window they were granted in; those left at its end are dropped. Keys
-// unchecked for Idle give their tokens back and are dropped; so do keys
-// whose policy changed (the new policy starts fresh) and keys passed to
-// ReturnKeys.
+// unchecked for Idle give their tokens back and are dropped, but for up
+// to KeepIdle slow keys, which keep their small loans while they are
+// spendable on the fast path; so do keys whose policy changed (the new
+// policy starts fresh) and keys passed to ReturnKeys.
 // Refund puts tokens back into the local bucket, never above what the
 // Store lends this Manager (Grant.Lent of its last answer; a grant of
 // nothing leaves it): a refund racing with a lease call may be clipped

@@ -22,8 +22,23 @@ type Config struct {
 	// floor (leases sized by rate alone); above 1 means 1.
 	MinLeaseShare float64
 	// Idle is how long a key goes unchecked before its tokens go back to
-	// the Store and its bucket is dropped. Zero means 10s; at most 24h.
+	// the Store and its bucket is dropped, unless it is kept (KeepIdle).
+	// Zero means 10s; at most 24h.
 	Idle time.Duration
+	// KeepIdle is how many idle keys at most keep their loan past Idle. A
+	// key unchecked for Idle whose tokens are still spendable on the fast
+	// path (until the end of their window for fixed_window and
+	// sliding_window, half their LeaseTTL for token_bucket and gcra) and
+	// whose loan is a slow key's (what the Store lends this Manager of it
+	// is at most twice the smallest lease, MinLeaseShare of its capacity:
+	// a slow key's leases are that smallest one) keeps its bucket, with no Store call, so that a check
+	// coming back after an idle spell is answered from memory. It is
+	// dropped as any other once its tokens are no longer spendable on the
+	// fast path, or when more than KeepIdle keys are kept (the longest
+	// idle first). ReturnKeys and Close return kept loans as any other.
+	// Zero means 100000; negative means none (every key idle for Idle is
+	// dropped).
+	KeepIdle int
 	// Holder names this Manager to the Store, which counts the tokens it
 	// lends to each holder against the key's capacity (see "Lent tokens"
 	// in the package doc). It must be unique among the Managers sharing a
@@ -65,7 +80,8 @@ type Config struct {
 	// (sliding_log, concurrency) and peeks of unknown keys are not
 	// budgeted: their one Store call is the decision.
 	CheckBudget time.Duration
-	// AfterFunc is the clock of the checks' budgets (CheckBudget). Nil
+	// AfterFunc is the clock of the checks' budgets (CheckBudget) and of
+	// ReturnTimeout. Nil
 	// means time.AfterFunc; tests pass a fake clock's.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Breaker configures the breaker around the Store. Zero fields mean
@@ -78,6 +94,14 @@ type Config struct {
 	// leases are returned together (idle sweep, ReturnKeys, Close). Zero
 	// means 8.
 	ReturnWorkers int
+	// ReturnTimeout bounds the time spent returning many leases together
+	// (idle sweep, ReturnKeys, Close): no return call starts after it
+	// (the biggest loans go first), and the loans not returned are left
+	// to end on their own (LeaseTTL; a window's at its end), as a
+	// crashed node's do, logged in one line. The calls in flight then
+	// end within their StoreTimeout. Zero means 5s; it runs on AfterFunc's
+	// clock.
+	ReturnTimeout time.Duration
 	// BatchWorkers is how many checks of one TakeMany at most wait for the
 	// Store at once. Zero means 64.
 	BatchWorkers int
@@ -124,6 +148,18 @@ type Config struct {
 // round trips. StoreTimeout 50ms: the most a failing Store may add to a
 // check.
 //
+// KeepIdle 100000 (DefaultKeepIdle): a slow key's lease is MinLeaseShare
+// of its capacity, which lasts it many checks; dropped at Idle, a key that
+// comes back every 15s would lease again on every check (measured: one
+// Store call per check, TestIdleKeepStoreCallsPerVisit), each costing the
+// Store about twice a naive counter's update. Kept, it makes one call per
+// half LeaseTTL (0.11 per check there). ReturnTimeout 5s: a return takes
+// one Store round trip, ReturnWorkers at once (a return script costs
+// Redis 50-70µs), so 5s returns tens of thousands of loans from a healthy
+// Redis (the biggest first); past it a shutting-down
+// node leaves the rest to end on their own rather than hold up its exit,
+// and a node whose Store is down does not log one line per key.
+//
 // MinLeaseShare 1/8: a key checked less than 1/Horizon times a second
 // would otherwise lease one token per check (measured: 33% Store calls
 // per decision for Zipf keys). With owner routing a key has one holder, so
@@ -156,6 +192,8 @@ func DefaultConfig() Config {
 		StoreTimeout:  50 * time.Millisecond,
 		Breaker:       DefaultBreakerConfig(),
 		ReturnWorkers: 8,
+		ReturnTimeout: 5 * time.Second,
+		KeepIdle:      DefaultKeepIdle,
 		BatchWorkers:  64,
 		Now:           nil,
 	}
@@ -205,6 +243,12 @@ func (c Config) withDefaults() Config {
 	if c.ReturnWorkers <= 0 {
 		c.ReturnWorkers = d.ReturnWorkers
 	}
+	if c.ReturnTimeout <= 0 {
+		c.ReturnTimeout = d.ReturnTimeout
+	}
+	if c.KeepIdle == 0 {
+		c.KeepIdle = d.KeepIdle
+	}
 	if c.BatchWorkers <= 0 {
 		c.BatchWorkers = d.BatchWorkers
 	}
@@ -218,6 +262,13 @@ func (c Config) withDefaults() Config {
 // DefaultMinLeaseShare is Config.MinLeaseShare's default: a cold key
 // leases an eighth of its capacity at a time (see DefaultConfig for why).
 const DefaultMinLeaseShare = 1.0 / 8
+
+// DefaultKeepIdle is Config.KeepIdle's default: a kept key costs the node
+// its bucket, its key and its index entry (TestMemoryPerKey: about 120 B
+// plus the key; 150-200 B of RSS), so 100000 kept keys cost 15-20 MB, a
+// small part of a node sized for a million active keys, and they save a
+// Store call for each return of a slow key within its loan's life.
+const DefaultKeepIdle = 100_000
 
 // maxIdle bounds Config.Idle: use times are kept in 32-bit milliseconds.
 const maxIdle = 24 * time.Hour

@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,8 +63,8 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		m.callEnded(old, Lessee{}, nil)
 		if !marked {
 			m.release(old, s, nil)
-		} else if !m.goBG(func() { m.returnBucket(context.Background(), old, s, true) }) {
-			m.returnBucket(m.ctx, old, s, true)
+		} else if !m.goBG(func() { m.returnOne(old, s) }) {
+			m.returnOne(old, s)
 		}
 		return nb
 	}
@@ -87,9 +89,39 @@ func (m *Manager) goBG(f func()) bool {
 // releases s, the key's slot, which the caller holds. always makes the
 // call even with nothing to give back, to end the loan (a policy change,
 // an ownership move, Close: the last spends may be recent); the idle sweep
-// does not (see below, and leaseSync's first lease of a key).
+// does not (see returnable, and leaseSync's first lease of a key). The
+// caller logs a failure.
 func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always bool) error {
-	tokens := m.takeAll(b)
+	tokens, call := m.returnable(b, always)
+	var err error
+	if call {
+		m.st.returns.Add(1)
+		err = m.store.Return(ctx, b.key, *b.pol, tokens, m.cfg.Holder)
+		if err == nil {
+			m.st.tokensReturned.Add(tokens)
+			m.met.tokensReturned.AddInt64(tokens)
+		}
+	}
+	m.release(b, s, err)
+	if err == nil && tokens > 0 {
+		// A newer bucket of the key (after a policy change, or a check
+		// racing with eviction) may be denying until a batch that the
+		// Store could not see coming: these tokens. Let it lease again.
+		// Holding its slot orders this after any lease it has in flight.
+		if nb := m.buckets.load(b.key); nb != nil && nb != b {
+			ns := m.claimWait(nb)
+			nb.forget()
+			m.release(nb, ns, nil)
+		}
+	}
+	return err
+}
+
+// returnable takes the tokens of an evicted bucket b off it (the caller
+// holds b's slot) and says what its return gives back, and whether it
+// makes a Store call at all.
+func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
+	tokens = m.takeAll(b)
 	m.striped.remove(b) // b left the index: checks holding it find no stripes
 	lent := b.basis.Load()
 	m.countLocal(lent - tokens)
@@ -115,30 +147,15 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 	// counts what it lent this Manager until the loan ends or this
 	// Manager's next lease of the key settles it (that lease says the
 	// tokens were spent at least Idle ago: see leaseSync).
-	var err error
-	if tokens > 0 || (always && lent > 0) {
-		m.st.returns.Add(1)
-		err = m.store.Return(ctx, b.key, *b.pol, tokens, m.cfg.Holder)
-		if err == nil {
-			m.st.tokensReturned.Add(tokens)
-			m.met.tokensReturned.AddInt64(tokens)
-		} else {
-			m.cfg.Logger.Warn("cannot return leased tokens", logkey.Attr(b.key), "tokens", tokens, "err", err)
-		}
+	return tokens, tokens > 0 || (always && lent > 0)
+}
+
+// returnOne returns the tokens of b, evicted on a policy change, logging
+// a failure.
+func (m *Manager) returnOne(b *bucket, s *slot) {
+	if err := m.returnBucket(m.ctx, b, s, true); err != nil {
+		m.cfg.Logger.Warn("cannot return leased tokens", logkey.Attr(b.key), "err", err)
 	}
-	m.release(b, s, err)
-	if err == nil && tokens > 0 {
-		// A newer bucket of the key (after a policy change, or a check
-		// racing with eviction) may be denying until a batch that the
-		// Store could not see coming: these tokens. Let it lease again.
-		// Holding its slot orders this after any lease it has in flight.
-		if nb := m.buckets.load(b.key); nb != nil && nb != b {
-			ns := m.claimWait(nb)
-			nb.forget()
-			m.release(nb, ns, nil)
-		}
-	}
-	return err
 }
 
 // evict removes b (the bucket of key) from the index and marks it; false
@@ -180,27 +197,50 @@ func (m *Manager) evictHeld(b *bucket, wait bool) (e evicting, ok bool) {
 }
 
 // returnAll returns the tokens of evicted buckets with at most
-// ReturnWorkers Store calls at once; it reports the first error.
-func (m *Manager) returnAll(ctx context.Context, bs []evicting) error {
+// ReturnWorkers Store calls at once, the biggest loans first, starting
+// none after ReturnTimeout: the loans it leaves then end on their own (the
+// Store counts them as lent until their TTL or their window's end, as a
+// crashed node's). It logs one line for what failed or was left, and
+// reports the first error.
+func (m *Manager) returnAll(bs []evicting) error {
 	if len(bs) == 0 {
 		return nil
 	}
+	slices.SortFunc(bs, func(x, y evicting) int { return cmp.Compare(y.b.basis.Load(), x.b.basis.Load()) })
+	var over atomic.Bool
+	stop := m.afterFunc(m.cfg.ReturnTimeout, func() { over.Store(true) })
+	defer stop()
 	var (
-		mu    sync.Mutex
-		first error
-		fails int
+		mu       sync.Mutex
+		first    error
+		firstKey string
+		fails    int
+		left     atomic.Int64
 	)
 	m.eachStoreCall(len(bs), func(i int) {
-		if err := m.returnBucket(ctx, bs[i].b, bs[i].s, bs[i].always); err != nil {
+		e := bs[i]
+		if over.Load() {
+			if _, call := m.returnable(e.b, e.always); call {
+				left.Add(1)
+			}
+			m.release(e.b, e.s, nil)
+			return
+		}
+		if err := m.returnBucket(m.ctx, e.b, e.s, e.always); err != nil {
 			mu.Lock()
 			if first == nil {
-				first = err
+				first, firstKey = err, e.b.key
 			}
 			fails++
 			mu.Unlock()
 		}
 	})
+	if n := left.Load(); n > 0 {
+		m.cfg.Logger.Warn("leases left to end on their own: the return budget ran out", "keys", n,
+			"returned", len(bs)-int(n)-fails, "budget", m.cfg.ReturnTimeout)
+	}
 	if first != nil {
+		m.cfg.Logger.Warn("cannot return leased tokens", logkey.Attr(firstKey), "keys", fails, "err", first)
 		return fmt.Errorf("cannot return the leases of %d keys: %w", fails, first)
 	}
 	return nil
@@ -221,27 +261,85 @@ func (m *Manager) eachStoreCall(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// sweep evicts the buckets unused since now - Idle and returns their
+// sweep evicts the buckets unused since now - Idle, but those it keeps
+// (see keeps; at most KeepIdle, the least idle), and returns their
 // tokens; it returns how many it evicted.
 func (m *Manager) sweep(now time.Time) int {
-	nowMs := unixMs32(now.UnixNano())
+	nowNs := now.UnixNano()
+	nowMs := unixMs32(nowNs)
 	var idle []evicting
+	var kept []keptBucket
 	m.buckets.rangeAll(func(b *bucket) {
 		// Signed: a bucket used after now was read (checks go on during
 		// a sweep) is not idle, not 49 days idle. A key with a Store
 		// call in flight is not idle either.
-		if int32(nowMs-b.lastUse.Load()) >= int32(m.idleMs) {
-			if e, ok := m.evictHeld(b, false); ok {
+		if d := int32(nowMs - b.lastUse.Load()); d >= int32(m.idleMs) {
+			if m.keeps(b, nowNs) {
+				kept = append(kept, keptBucket{b: b, idle: d})
+			} else if e, ok := m.evictHeld(b, false); ok {
 				idle = append(idle, e)
 			}
 		}
 	})
-	_ = m.returnAll(m.ctx, idle) // logged per key
+	if bound := max(m.cfg.KeepIdle, 0); len(kept) > bound {
+		// Too many: the longest idle go, as any other idle key.
+		slices.SortFunc(kept, func(x, y keptBucket) int { return cmp.Compare(y.idle, x.idle) })
+		for _, k := range kept[:len(kept)-bound] {
+			if e, ok := m.evictHeld(k.b, false); ok {
+				idle = append(idle, e)
+			}
+		}
+	}
+	_ = m.returnAll(idle) // logged
 	if !m.store.Rejecting() {
 		m.chargeOwed() // charges that failed while the breaker stayed closed
 	}
 	m.prunePolicies()
 	return len(idle)
+}
+
+// keptBucket is a bucket the sweep may keep, idle for idle ms.
+type keptBucket struct {
+	b    *bucket
+	idle int32
+}
+
+// keeps reports whether the idle sweep keeps b, idle for Idle at now: it
+// has tokens spendable on the fast path (a check coming back is answered
+// from memory), and its loan is a slow key's: what the Store lends this
+// Manager of it (basis) is at most twice the smallest lease (slowLoan),
+// and b is not in a FailLocal episode.
+//
+// Keeping it costs no accuracy: the Store counts the loan against the
+// key's capacity as long as it runs (a token_bucket's level is capped by
+// its loans, a gcra's TAT kept ahead of them, a window counts what it
+// lent), so the key cannot spend the loan and a refilled bucket both. What
+// it costs is under-admission of the other holders of the key (a hot
+// key's split, another node after an ownership move that did not go
+// through ReturnKeys) of at most the loan, for at most the loan's life:
+// the loan's tokens stop being spendable on the fast path (their window's
+// end, half their TTL), and the next sweep drops the bucket, returning
+// them if they still count.
+func (m *Manager) keeps(b *bucket, now int64) bool {
+	if m.cfg.KeepIdle <= 0 || b.tokens.Load() <= 0 || !b.spendable(now) || b.basis.Load() > m.slowLoan(b.pol) {
+		return false // striped buckets (tokens < 0) are hot keys'
+	}
+	if m.degraded.n.Load() > 0 {
+		if _, ok := m.degraded.m.Load(b); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// slowLoan is the biggest loan of a key that the idle sweep keeps: twice
+// the smallest lease of p (MinLeaseShare of its capacity, at least one
+// token). A slow key's leases are the smallest lease, and it asks for one
+// when what it holds is below that (it ran out, fell to its prefetch mark,
+// or is renewing), so its loan stays below twice it. A key that leased
+// for its rate has a bigger loan, which goes back at Idle.
+func (m *Manager) slowLoan(p *Policy) int64 {
+	return 2 * leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, p.Capacity())
 }
 
 // prunePolicies forgets the interned policies that no bucket uses, so that
@@ -275,8 +373,10 @@ func (m *Manager) sweeper(every time.Duration) {
 }
 
 // ReturnKeys returns the leases of every key for which keep is false and
-// drops their buckets (ownership moved to another node). It waits for the
-// returns and reports the first failure. keep must not call the Manager.
+// drops their buckets (ownership moved to another node), kept idle keys
+// included. It waits for the returns, starting none after ReturnTimeout
+// (the loans left end on their own), and reports the first failure. keep
+// must not call the Manager.
 func (m *Manager) ReturnKeys(keep func(key string) bool) error {
 	var moved []*bucket
 	m.buckets.rangeAll(func(b *bucket) {
@@ -290,11 +390,13 @@ func (m *Manager) ReturnKeys(keep func(key string) bool) error {
 			gone = append(gone, e)
 		}
 	}
-	return m.returnAll(m.ctx, gone)
+	return m.returnAll(gone)
 }
 
 // Close stops the Manager's goroutines and returns every lease to the
-// Store. It reports the first failed return. Close is idempotent. Call it
+// Store, as ReturnKeys does (within ReturnTimeout, logging one line for
+// the loans it could not return or left). It reports the first failed
+// return. Close is idempotent. Call it
 // after the last check: checks made during or after Close still work (no
 // longer prefetching), but the tokens they lease are not returned.
 func (m *Manager) Close() error {

@@ -137,8 +137,11 @@ func TestHitsAboveCapacityDeniedWithoutDenyUntil(t *testing.T) {
 	}
 }
 
+// TestIdleReturnGivesTokensBackAndEvicts: a key idle for Idle that the
+// sweep does not keep (KeepIdle off here; see TestIdleKeep* for the keys it
+// keeps) gives its unspent tokens back and is dropped.
 func TestIdleReturnGivesTokensBackAndEvicts(t *testing.T) {
-	m, fs, clk := testManager(t, nil)
+	m, fs, clk := testManager(t, func(c *Config) { c.KeepIdle = -1 })
 	p := Policy{Algorithm: FixedWindow, Limit: 10_000, Period: time.Hour}
 	// Warm the key so that its lease holds more than it spends.
 	for range 200 {
@@ -622,7 +625,9 @@ func TestIdleReturnSkipsRefilledBuckets(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, fs, clk := testManager(t, nil)
+			// Not kept past Idle (a slow key's loan would be: see
+			// TestIdleKeep*), to see its return.
+			m, fs, clk := testManager(t, func(c *Config) { c.KeepIdle = -1 })
 			mustTake(t, m, "k", tt.p, 1) // leases 1/8 of the capacity
 			clk.Advance(10 * time.Second)
 			if n := m.sweep(clk.Now()); n != 1 {

@@ -41,11 +41,14 @@ type options struct {
 	adminToken             string
 	// adminHosts: names besides localhost and the node's addresses that
 	// admin requests may carry in Host (see node.Config.AdminHosts).
-	adminHosts     []string
-	metricsToken   string
-	clientToken    string
-	leaseHorizon   time.Duration
-	leaseIdle      time.Duration
+	adminHosts   []string
+	metricsToken string
+	clientToken  string
+	leaseHorizon time.Duration
+	leaseIdle    time.Duration
+	// leaseKeepIdle: how many idle keys at most keep a slow key's loan
+	// past -lease-idle (lease.Config.KeepIdle); 0: none.
+	leaseKeepIdle  int
 	storeTimeout   time.Duration
 	checkBudget    time.Duration
 	forwardTimeout time.Duration
@@ -241,6 +244,14 @@ func settings() []setting {
 		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
+		{"lease-keep-idle", "SLUICE_LEASE_KEEP_IDLE", "100000", "how many keys idle for -lease-idle at most keep their loan while its tokens are spendable, if it is a slow key's (at most 2/8 of the rule's capacity): a check coming back after an idle spell is answered without a Store call; beyond, the longest idle give their tokens back. About 150-200 bytes of memory each; 0: none", func(o *options, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > maxKeepIdle {
+				return fmt.Errorf("want a whole number between 0 and %d, got %q", maxKeepIdle, v)
+			}
+			o.leaseKeepIdle = n
+			return nil
+		}},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
 		{"check-budget", "SLUICE_CHECK_BUDGET", "20ms", "the most a check waits on the Store (its lease call, or another check's for the same key): past it, it is decided by its rule's on_store_failure from what the node knows while the call goes on in the background; 0: wait as long as the Store call may take (up to 4 × -store-timeout)", func(o *options, v string) error {
 			d, err := time.ParseDuration(v)
@@ -354,6 +365,10 @@ func settings() []setting {
 		}},
 	}
 }
+
+// maxKeepIdle bounds -lease-keep-idle: ten million kept keys hold about
+// 2 GB.
+const maxKeepIdle = 10_000_000
 
 func durationSetter(field func(*options) *time.Duration) func(*options, string) error {
 	return func(o *options, v string) error {

@@ -104,6 +104,10 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	mcfg := lease.DefaultConfig()
 	mcfg.Horizon = o.leaseHorizon
 	mcfg.Idle = o.leaseIdle
+	mcfg.KeepIdle = o.leaseKeepIdle
+	if o.leaseKeepIdle == 0 {
+		mcfg.KeepIdle = -1 // none
+	}
 	mcfg.StoreTimeout = o.storeTimeout
 	mcfg.CheckBudget = o.checkBudget
 	mcfg.Logger = log

@@ -70,6 +70,26 @@ func TestGCHeadroomOption(t *testing.T) {
 	}
 }
 
+// TestLeaseKeepIdleOption: -lease-keep-idle's default, the environment,
+// the flag over it, and 0 (none).
+func TestLeaseKeepIdleOption(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{nil, nil, 100_000},
+		{nil, map[string]string{"SLUICE_LEASE_KEEP_IDLE": "5000"}, 5000},
+		{[]string{"-lease-keep-idle", "0"}, map[string]string{"SLUICE_LEASE_KEEP_IDLE": "5000"}, 0},
+		{[]string{"-lease-keep-idle=10000000"}, nil, 10_000_000},
+	} {
+		o, err := parseOptions(c.args, env(c.env), io.Discard)
+		if err != nil || o.leaseKeepIdle != c.want {
+			t.Errorf("%v %v: keep %d, %v; want %d", c.args, c.env, o.leaseKeepIdle, err, c.want)
+		}
+	}
+}
+
 // TestHotOptions: -hot-split (alone, =false, or SLUICE_HOT_SPLIT) and
 // -hot-capacity-share, flags over the environment.
 func TestHotOptions(t *testing.T) {
@@ -126,6 +146,9 @@ func TestOptionsInvalid(t *testing.T) {
 		{[]string{"-gc-headroom", "5"}, nil, "-gc-headroom"},
 		{[]string{"-gc-headroom", "101"}, nil, "-gc-headroom"},
 		{nil, map[string]string{"SLUICE_GC_HEADROOM": "25%"}, "SLUICE_GC_HEADROOM"},
+		{[]string{"-lease-keep-idle", "-1"}, nil, "-lease-keep-idle"},
+		{[]string{"-lease-keep-idle", "10000001"}, nil, "-lease-keep-idle"},
+		{nil, map[string]string{"SLUICE_LEASE_KEEP_IDLE": "1e5"}, "SLUICE_LEASE_KEEP_IDLE"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer

@@ -165,12 +165,12 @@ func (r *run) apply(o op) (line, violation string) {
 			if m != nil {
 				m.SweepIdle(h.Now())
 				m.Settle()
-				md.swept(i)
+				md.swept(i, m.Holds)
 			}
 		}
 	case opSweep:
 		ms[o.m].SweepIdle(h.Now())
-		md.swept(o.m)
+		md.swept(o.m, ms[o.m].Holds)
 	case opReturnKeys:
 		err := ms[o.m].ReturnKeys(func(key string) bool {
 			k, ok := md.index(key)

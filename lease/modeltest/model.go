@@ -804,14 +804,15 @@ func (md *model) released(key int, id string) {
 	delete(md.keys[key].ids, id)
 }
 
-// swept records an idle sweep of holder m: the keys it dropped (by the
-// Manager's idle clock, which the model keeps at the same resolution)
-// forget what it knew.
-func (md *model) swept(m int) {
+// swept records an idle sweep of holder m: the keys it dropped (idle by
+// the Manager's idle clock, which the model keeps at the same resolution,
+// and no longer held: holds asks the Manager, which keeps some idle keys'
+// loans) forget what it knew.
+func (md *model) swept(m int, holds func(key string) bool) {
 	md.mu.Lock()
 	defer md.mu.Unlock()
-	for _, k := range md.keys {
-		if md.now/int64(time.Millisecond)-k.lastUse[m] >= int64(idle/time.Millisecond) {
+	for i, k := range md.keys {
+		if md.now/int64(time.Millisecond)-k.lastUse[m] >= int64(idle/time.Millisecond) && !holds(md.keyName(i)) {
 			k.snap[m] = nil
 			k.dropped(m, md.now)
 		}
