@@ -239,7 +239,7 @@ func TestPrefixIndexConcurrent(t *testing.T) {
 // or that went idle (evicted) leaves the Prefix's index, and TakeLocal
 // then refuses it; a Take through the Prefix links the new bucket.
 func TestPrefixFollowsTheManager(t *testing.T) {
-	m, _, clk := testManager(t, func(c *Config) { c.Idle = time.Minute })
+	m, _, clk := testManager(t, func(c *Config) { c.Idle, c.KeepIdle = time.Minute, -1 })
 	px := m.Prefix("r:")
 	p, q := perSecond(100), perSecond(50)
 	for _, k := range []string{"a", "b"} {
