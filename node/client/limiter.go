@@ -143,18 +143,24 @@ type ruleSnap struct {
 const nameK0, nameK1 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
 
 // rule returns the rule named name, or nil: find's probe, written out for
-// a name of 1 to 8 bytes (Allow's case), whose word is read without
-// bounds checks and compared with its length alone, with no call.
+// a name of 1 to 16 bytes (Allow's case), read as one or two words
+// without bounds checks and compared by them and its length alone, with
+// no call.
 func (s *ruleSnap) rule(name string) *limRule {
 	n := len(name)
-	if uint(n-1) >= 8 {
+	if uint(n-1) >= 16 {
 		r, _, _ := s.find(name)
 		return r
 	}
-	// shortWord(name), written out: it is too big to be inlined.
+	// find's hash and words, written out: it is too big to be inlined.
 	p := unsafe.Pointer(unsafe.StringData(name))
-	var w uint64
+	h := uint64(n) * nameK0
+	var w, head uint64
 	switch {
+	case n > 8:
+		head, w = rd8(p), rd8(unsafe.Add(p, n-8))
+		h = (h ^ head) * nameK1
+		h ^= h >> 31
 	case n == 8:
 		w = rd8(p)
 	case n >= 4:
@@ -163,8 +169,8 @@ func (s *ruleSnap) rule(name string) *limRule {
 		w = uint64(*(*byte)(p)) | uint64(*(*byte)(unsafe.Add(p, n>>1)))<<8 | uint64(*(*byte)(unsafe.Add(p, n-1)))<<16
 	}
 	mask := uint64(len(s.byName) - 1)
-	for i := ((uint64(n)*nameK0 ^ w) * nameK1) >> (s.shift & 63); ; i = (i + 1) & mask {
-		if r := s.byName[i&mask]; r == nil || r.word == w && r.n == n {
+	for i := ((h ^ w) * nameK1) >> (s.shift & 63); ; i = (i + 1) & mask {
+		if r := s.byName[i&mask]; r == nil || r.word == w && r.n == n && r.head == head {
 			return r
 		}
 	}
@@ -222,6 +228,9 @@ func (s *ruleSnap) index(rs []*limRule) {
 	for _, r := range rs {
 		_, i, w := s.find(r.r.Name)
 		r.word, r.n = w, len(r.r.Name)
+		if r.n > 8 {
+			r.head = le64(r.r.Name)
+		}
 		s.byName[i] = r
 	}
 }
@@ -254,6 +263,9 @@ type limRule struct {
 	r    *rules.Rule
 	word uint64 // the name's word (see find)
 	n    int    // the name's length
+	// head is the first 8 bytes of a name of 9 to 16 (0 for a shorter
+	// one): with word, all of its bytes (see rule).
+	head uint64
 	// px is the Manager's keys of the rule ("name:key"), checked by key.
 	px *lease.Prefix
 	// check: the nodes do not lease the rule; its checks are sent to them.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -23,6 +24,11 @@ func TestRuleTableFindsExactlyItsRules(t *testing.T) {
 		b[7], b[8], b[9] = '0'+byte(i/100), '0'+byte(i/10%10), '0'+byte(i%10)
 		names = append(names, string(b))
 	}
+	for i := range 100 {
+		// 9 to 16 bytes (read as two words), the same last 8 bytes, one
+		// byte apart at the start.
+		names = append(names, fmt.Sprintf("%d%s", i, "-per-min"[:i%8]+"-per-minute"[:8]))
+	}
 	names = append(names, "aaab", "baaa", "ab", "ba", "abc", "acb", "a.b-c_d", "A")
 	snap := &ruleSnap{}
 	var rs []*limRule
@@ -40,6 +46,7 @@ func TestRuleTableFindsExactlyItsRules(t *testing.T) {
 		"", "b", "aab", "aaba", "abab", "bb", "ca", "acbd", strings.Repeat("a", 65), strings.Repeat("a", 200),
 		"tenant-200-requests-per-minute", "tenant-000-requests-per-minutes", "xenant-000-requests-per-minute",
 		"tenant-000-requests-per-minut", "a.b-c_e", "a", // "a" is there: checked below
+		"100-per-minute", "x0-per-minute", "0-per-minutf", "0-pe-per-minute",
 	} {
 		got := snap.rule(name)
 		if name == "a" {
