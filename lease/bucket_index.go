@@ -145,8 +145,9 @@ func (x *index) loadOrStore(key string, b *bucket) (*bucket, bool) {
 	sh, h := x.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.tab.Load().find(key, 0, h); i >= 0 {
-		return sh.tab.Load().slot(uint64(i)).Load(), true
+	t := sh.tab.Load()
+	if i := t.find(key, 0, h); i >= 0 {
+		return t.slot(uint64(i)).Load(), true
 	}
 	sh.insert(b, h, x.rehash)
 	return b, false
