@@ -28,6 +28,13 @@ import (
 type index struct {
 	seed   maphash.Seed
 	shards [indexShards]indexShard
+	// prefixes are the Prefixes' indexes (Manager.Prefix), each of some of
+	// these buckets; a slice replaced whole under prefixMu. A bucket is in
+	// a Prefix's index only while it is in this one: linked holding its
+	// shard's mutex here (see link), unlinked by the writers that take it
+	// out, under the same mutex.
+	prefixes atomic.Pointer[[]*prefixIndex]
+	prefixMu sync.Mutex
 }
 
 // indexShards spreads writers (new keys, evictions) so that they rarely
@@ -117,14 +124,16 @@ func (x *index) load(key string) *bucket {
 	}
 }
 
-// find returns the slot of key in t, or -1. Callers hold the shard's mutex.
-func (t *indexTable) find(key string, h uint64) int {
+// find returns the slot of key, whose hash is h, in t, or -1; the
+// table's keys are its buckets' keys from off (0, or a Prefix's length).
+// Callers hold the shard's mutex.
+func (t *indexTable) find(key string, off int, h uint64) int {
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		b := t.slot(i).Load()
 		if b == nil {
 			return -1
 		}
-		if b.key == key && b != tombstone {
+		if b != tombstone && len(b.key) == off+len(key) && b.key[off:] == key {
 			return int(i)
 		}
 	}
@@ -136,12 +145,20 @@ func (x *index) loadOrStore(key string, b *bucket) (*bucket, bool) {
 	sh, h := x.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := sh.tab.Load()
-	if i := t.find(key, h); i >= 0 {
-		return t.slot(uint64(i)).Load(), true
+	if i := sh.tab.Load().find(key, 0, h); i >= 0 {
+		return sh.tab.Load().slot(uint64(i)).Load(), true
 	}
+	sh.insert(b, h, x.rehash)
+	return b, false
+}
+
+// insert stores b, whose key's hash is h and which is not in the shard's
+// table, growing the table first if it is three quarters full (of
+// buckets and tombstones). Callers hold the shard's mutex.
+func (sh *indexShard) insert(b *bucket, h uint64, rehash func(*bucket) uint64) {
+	t := sh.tab.Load()
 	if (sh.used+1)*4 > t.size()*3 {
-		t = sh.rebuild(x, max(minIndexTable, 1<<bits.Len(uint(sh.live*2))))
+		t = sh.rebuild(max(minIndexTable, 1<<bits.Len(uint(sh.live*2))), rehash)
 	}
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		old := t.slot(i).Load()
@@ -151,10 +168,13 @@ func (x *index) loadOrStore(key string, b *bucket) (*bucket, bool) {
 			}
 			sh.live++
 			t.set(i, b, h)
-			return b, false
+			return
 		}
 	}
 }
+
+// rehash is the hash of b's key in x (for rebuild).
+func (x *index) rehash(b *bucket) uint64 { return maphash.String(x.seed, b.key) }
 
 // compareAndSwap replaces key's bucket old with b.
 func (x *index) compareAndSwap(key string, old, b *bucket) bool {
@@ -162,11 +182,12 @@ func (x *index) compareAndSwap(key string, old, b *bucket) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.tab.Load()
-	i := t.find(key, h)
+	i := t.find(key, 0, h)
 	if i < 0 || t.slot(uint64(i)).Load() != old {
 		return false
 	}
 	t.slot(uint64(i)).Store(b)
+	x.unlinkPrefixes(old)
 	return true
 }
 
@@ -175,22 +196,34 @@ func (x *index) compareAndDelete(key string, b *bucket) bool {
 	sh, h := x.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if !sh.delete(key, 0, h, b, x.rehash) {
+		return false
+	}
+	x.unlinkPrefixes(b)
+	return true
+}
+
+// delete replaces b, the bucket of key (whose hash is h; see find for
+// off), with a tombstone, shrinking the table when it is under an
+// eighth full; false if key's bucket is not b. Callers hold the shard's
+// mutex.
+func (sh *indexShard) delete(key string, off int, h uint64, b *bucket, rehash func(*bucket) uint64) bool {
 	t := sh.tab.Load()
-	i := t.find(key, h)
+	i := t.find(key, off, h)
 	if i < 0 || t.slot(uint64(i)).Load() != b {
 		return false
 	}
 	t.slot(uint64(i)).Store(tombstone)
 	sh.live--
 	if t.size() > minIndexTable && sh.live*8 < t.size() {
-		sh.rebuild(x, max(minIndexTable, 1<<bits.Len(uint(sh.live*2))))
+		sh.rebuild(max(minIndexTable, 1<<bits.Len(uint(sh.live*2))), rehash)
 	}
 	return true
 }
 
-// rebuild publishes a new table of size slots holding the live buckets.
-// Callers hold the shard's mutex.
-func (sh *indexShard) rebuild(x *index, size int) *indexTable {
+// rebuild publishes a new table of size slots holding the live buckets,
+// placed by rehash. Callers hold the shard's mutex.
+func (sh *indexShard) rebuild(size int, rehash func(*bucket) uint64) *indexTable {
 	old := sh.tab.Load()
 	t := newIndexTable(size)
 	for i := range uint64(old.size()) {
@@ -198,7 +231,7 @@ func (sh *indexShard) rebuild(x *index, size int) *indexTable {
 		if b == nil || b == tombstone {
 			continue
 		}
-		h := maphash.String(x.seed, b.key)
+		h := rehash(b)
 		for j := h & t.mask; ; j = (j + 1) & t.mask {
 			if t.slot(j).Load() == nil {
 				t.set(j, b, h)

@@ -69,49 +69,6 @@ func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, boo
 	return Decision{}, false
 }
 
-// TakeLocal decides a check of hits under policy p from the tokens this
-// Manager holds of key, as Take's fast path does, and reports ok; the
-// check is then allowed, and remaining and reset are its Decision's
-// Remaining and Reset (its Limit is p.Limit, its RetryAfter 0, and it is
-// neither Degraded nor Unavailable). When it cannot decide (no bucket
-// for key or another policy, too few tokens on hand, tokens past their
-// time, hits outside [1, MaxHits], an exact policy) it reports !ok and
-// changes nothing: the caller then calls Take, which decides the check
-// fully. It never calls the Store and never allocates, and key is not
-// kept (it may be a view of a buffer on the caller's stack, which stays
-// there), so that a caller that builds its counter keys can try the fast
-// path before it pays for a key that may outlive the call.
-//
-// It answers in three words rather than a Decision, whose copies a
-// caller that builds its own answer would pay for on every check.
-func (m *Manager) TakeLocal(key string, p *Policy, hits int64) (remaining int64, reset time.Duration, ok bool) {
-	if hits <= 0 || hits > MaxHits {
-		return 0, 0, false
-	}
-	var now int64
-	if m.clock != nil {
-		now = m.clock.Nanos()
-	}
-	if now == 0 {
-		now = m.nowFn().UnixNano()
-	}
-	b := m.buckets.load(key)
-	if b == nil || !b.pol.same(p) || !b.spendable(now) {
-		return 0, 0, false
-	}
-	left, ok := b.quickTake(hits)
-	if !ok {
-		if left, ok = m.take(b, hits); !ok {
-			return 0, 0, false
-		}
-	}
-	m.touch(b, now)
-	if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
-		m.prefetch(b)
-	}
-	return min(left+b.remaining.Load(), b.pol.Capacity()), b.reset(left, now), true
-}
-
 // Check is one item of [Manager.TakeMany]: the arguments of a Take (Key,
 // Policy, Hits) and, once TakeMany returns, its results (Decision, Err).
 type Check struct {

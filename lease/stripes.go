@@ -437,3 +437,17 @@ func (m *Manager) settle(b *bucket, lent int64) int64 {
 	}
 	return b.settle(lent)
 }
+
+// quickTakeStriped is take's common case on a striped bucket, small
+// enough to be inlined in Prefix.TakeLocal: hits from the goroutine's own
+// stripe, one compare-and-swap. When it reports false it changed
+// nothing: call take.
+func (m *Manager) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) {
+	s := m.striped.of(b, b.tokens.Load())
+	if s == nil {
+		return 0, false
+	}
+	st := &s.s[s.home()&s.mask].tokens
+	t := st.Load()
+	return (t - hits) * int64(len(s.s)), t >= hits && st.CompareAndSwap(t, t-hits)
+}

@@ -119,7 +119,6 @@ type Limiter struct {
 	rulesHC *fasthttp.Client
 
 	rules atomic.Pointer[ruleSnap]
-	keys  sync.Pool // *[]byte: counter keys built per check
 
 	closed atomic.Bool
 	stop   chan struct{}
@@ -140,45 +139,80 @@ type ruleSnap struct {
 	shift  uint8 // 64 - log2(len(byName))
 }
 
-// rule returns the rule named name, or nil.
+// The multipliers of the names' hash.
+const nameK0, nameK1 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
+
+// rule returns the rule named name, or nil: find's probe, written out for
+// a name of 1 to 8 bytes (Allow's case), whose word is read without
+// bounds checks and compared with its length alone, with no call.
 func (s *ruleSnap) rule(name string) *limRule {
-	r, _, _ := s.find(name)
-	return r
+	n := len(name)
+	if uint(n-1) >= 8 {
+		r, _, _ := s.find(name)
+		return r
+	}
+	// shortWord(name), written out: it is too big to be inlined.
+	p := unsafe.Pointer(unsafe.StringData(name))
+	var w uint64
+	switch {
+	case n == 8:
+		w = rd8(p)
+	case n >= 4:
+		w = uint64(rd4(p)) | uint64(rd4(unsafe.Add(p, n-4)))<<32
+	default:
+		w = uint64(*(*byte)(p)) | uint64(*(*byte)(unsafe.Add(p, n>>1)))<<8 | uint64(*(*byte)(unsafe.Add(p, n-1)))<<16
+	}
+	mask := uint64(len(s.byName) - 1)
+	for i := ((uint64(n)*nameK0 ^ w) * nameK1) >> (s.shift & 63); ; i = (i + 1) & mask {
+		if r := s.byName[i&mask]; r == nil || r.word == w && r.n == n {
+			return r
+		}
+	}
 }
 
 // find returns the rule named name, or nil and the free slot where it
 // would go, and the name's word. A rule name's word is its last 8 bytes,
-// or all of them if it has 8 or fewer: such names are compared by their
-// words and lengths, not byte by byte. Its hash is of every byte and the
-// length, not seeded: the table holds the operator's names only.
+// or all of them if it has 8 or fewer (shortWord): such names are
+// compared by their words and lengths, not byte by byte. Its hash is of
+// every byte and the length, not seeded: the table holds the operator's
+// names only.
 func (s *ruleSnap) find(name string) (r *limRule, slot, w uint64) {
-	const k0, k1 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
 	n := len(name)
-	h := uint64(n) * k0
-	switch {
-	case n > 8:
+	h := uint64(n) * nameK0
+	if n > 8 {
 		for i := 0; i+8 < n; i += 8 { // the bytes before the last 8
-			h = (h ^ le64(name[i:])) * k1
+			h = (h ^ le64(name[i:])) * nameK1
 			h ^= h >> 31
 		}
 		w = le64(name[n-8:])
-	case n == 8:
-		w = le64(name)
-	case n >= 4: // the first 4 and the last 4, overlapping
-		w = uint64(le32(name)) | uint64(le32(name[n-4:]))<<32
-	case n > 0:
-		w = uint64(name[0]) | uint64(name[n/2])<<8 | uint64(name[n-1])<<16
+	} else {
+		w = shortWord(name)
 	}
 	mask := uint64(len(s.byName) - 1)
-	for i := ((h ^ w) * k1) >> s.shift; ; i = (i + 1) & mask {
+	for i := ((h ^ w) * nameK1) >> s.shift; ; i = (i + 1) & mask {
 		r := s.byName[i]
 		if r == nil {
 			return nil, i, w
 		}
-		if r.word == w && len(r.r.Name) == n && (n <= 8 || r.r.Name == name) {
+		if r.word == w && r.n == n && (n <= 8 || r.r.Name == name) {
 			return r, i, w
 		}
 	}
+}
+
+// shortWord is the word of a name of up to 8 bytes: its bytes (up to 3:
+// the first, middle and last; 4 to 7: the first 4 and the last 4,
+// overlapping).
+func shortWord(name string) uint64 {
+	switch n := len(name); {
+	case n == 8:
+		return le64(name)
+	case n >= 4:
+		return uint64(le32(name)) | uint64(le32(name[n-4:]))<<32
+	case n > 0:
+		return uint64(name[0]) | uint64(name[n/2])<<8 | uint64(name[n-1])<<16
+	}
+	return 0
 }
 
 // index builds byName of rs, whose names differ.
@@ -187,9 +221,22 @@ func (s *ruleSnap) index(rs []*limRule) {
 	s.byName, s.shift = make([]*limRule, 1<<lg), uint8(64-lg)
 	for _, r := range rs {
 		_, i, w := s.find(r.r.Name)
-		r.word = w
+		r.word, r.n = w, len(r.r.Name)
 		s.byName[i] = r
 	}
+}
+
+// rd8 and rd4 are le64 and le32 of the bytes at p (in the caller's
+// string), without bounds checks.
+func rd8(p unsafe.Pointer) uint64 {
+	q := (*[8]byte)(p)
+	return uint64(q[0]) | uint64(q[1])<<8 | uint64(q[2])<<16 | uint64(q[3])<<24 |
+		uint64(q[4])<<32 | uint64(q[5])<<40 | uint64(q[6])<<48 | uint64(q[7])<<56
+}
+
+func rd4(p unsafe.Pointer) uint32 {
+	q := (*[4]byte)(p)
+	return uint32(q[0]) | uint32(q[1])<<8 | uint32(q[2])<<16 | uint32(q[3])<<24
 }
 
 func le64(s string) uint64 {
@@ -204,22 +251,18 @@ func le32(s string) uint32 {
 }
 
 type limRule struct {
-	r      *rules.Rule
-	prefix string // name + ":"
-	word   uint64 // the name's nameHash word
+	r    *rules.Rule
+	word uint64 // the name's word (see find)
+	n    int    // the name's length
+	// px is the Manager's keys of the rule ("name:key"), checked by key.
+	px *lease.Prefix
 	// check: the nodes do not lease the rule; its checks are sent to them.
 	check bool
 	// local: a check of the rule may be decided by Allow's fast path (a
 	// leased rule without overrides: every key's policy is pol).
 	local bool
 	pol   lease.Policy
-	// keyBuf is the start of Allow's counter keys: prefix, then zeros.
-	keyBuf [fastKeyLen]byte
 }
-
-// fastKeyLen bounds the counter keys ("rule:key") that Allow builds on
-// its stack: the common key. Longer ones take a pooled buffer.
-const fastKeyLen = 128
 
 // NewLimiter returns a Limiter that has fetched the rules from the first
 // node that answers; it fails when none does.
@@ -263,17 +306,8 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	_, _ = rand.Read(id[:])
 	l := &Limiter{cfg: cfg, c: c, auth: "Bearer " + cfg.Token, holder: hex.EncodeToString(id[:]),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	l.keys.New = func() any { b := make([]byte, 0, api.MaxRuleNameLen+1+api.MaxKeyLen); return &b }
 	l.rulesHC = &fasthttp.Client{Name: "sluice-client", NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
 		MaxResponseBodySize: maxMembersBody, TLSConfig: cfg.TLS, DisablePathNormalizing: true}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*l.rulesTimeout())
-	err = l.refreshRules(ctx)
-	cancel()
-	if err != nil {
-		l.rulesHC.CloseIdleConnections()
-		c.Close()
-		return nil, err
-	}
 	l.store = &remoteStore{l: l}
 	mcfg := cfg.Lease
 	if mcfg.StoreTimeout <= 0 {
@@ -284,7 +318,18 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	}
 	mcfg.LeaseTTL = min(mcfg.LeaseTTL, time.Duration(api.MaxLeaseTTLMS)*time.Millisecond)
 	mcfg.Holder = l.holder
+	// The Manager first: the rules' Prefixes are its (it holds no key and
+	// calls no node until a check).
 	l.mgr = lease.NewManager(l.store, mcfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*l.rulesTimeout())
+	err = l.refreshRules(ctx)
+	cancel()
+	if err != nil {
+		_ = l.mgr.Close()
+		l.rulesHC.CloseIdleConnections()
+		c.Close()
+		return nil, err
+	}
 	go l.pollRules()
 	return l, nil
 }
@@ -325,16 +370,14 @@ func (l *Limiter) Allow(ctx context.Context, rule, key string, hits int64) (Deci
 	if r == nil {
 		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
-	// The fast path: a key whose tokens the Limiter holds, its counter
-	// key built on the stack. It does not validate the key: the Manager
-	// has a bucket of "rule:key" only if a check of it went through
-	// allow, which did (keys are never leased otherwise), and the
-	// validation is a function of the key.
-	if r.local && len(r.prefix)+len(key) <= fastKeyLen && !l.closed.Load() {
-		buf := r.keyBuf // the prefix, copied as a whole: cheaper than zeroing and copying it
-		n := len(r.prefix) + copy(buf[len(r.prefix):], key)
-		if remaining, reset, ok := l.mgr.TakeLocal(unsafe.String(&buf[0], n), &r.pol, hits); ok {
-			// An allowed Decision, written out: Manager.TakeLocal's answer.
+	// The fast path: a key whose tokens the Limiter holds, looked up by
+	// key in the rule's Prefix (no counter key built). It does not
+	// validate the key: the Prefix has a bucket of "rule:key" only if a
+	// check of it went through allow, which did (keys are never leased
+	// otherwise), and the validation is a function of the key.
+	if r.local && !l.closed.Load() {
+		if remaining, reset, ok := r.px.TakeLocal(key, &r.pol, hits); ok {
+			// An allowed Decision, written out: Prefix.TakeLocal's answer.
 			return Decision{Allowed: true, Limit: r.pol.Limit, Remaining: remaining, Reset: reset,
 				Shadow: r.r.Shadow, Rule: r.r.Name}, nil
 		}
@@ -363,11 +406,7 @@ func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64)
 	if r.check || !p.Algorithm.Leased() {
 		return l.send(ctx, r, key, hits)
 	}
-	bp := l.keys.Get().(*[]byte)
-	b := append(append((*bp)[:0], r.prefix...), key...)
-	d, err := l.mgr.Take(unsafe.String(unsafe.SliceData(b), len(b)), p, hits)
-	*bp = b
-	l.keys.Put(bp)
+	d, err := r.px.Take(key, p, hits)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -513,8 +552,7 @@ func (l *Limiter) fetchRules(n *node, old *ruleSnap) (*ruleSnap, error) {
 	}
 	lrs := make([]*limRule, 0, len(set.Rules()))
 	for _, r := range set.Rules() {
-		lr := &limRule{r: r, prefix: r.Name + ":", check: checks[r.Name], pol: r.Policy}
-		copy(lr.keyBuf[:], lr.prefix)
+		lr := &limRule{r: r, px: l.mgr.Prefix(r.Name + ":"), check: checks[r.Name], pol: r.Policy}
 		lr.local = !lr.check && len(r.Overrides) == 0 && r.Policy.Algorithm.Leased()
 		lrs = append(lrs, lr)
 	}
