@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -203,11 +205,12 @@ func TestIdleKeepStoreCallsPerVisit(t *testing.T) {
 // fake clock.
 type returnClockStore struct {
 	*faultStore
-	clk *clocktest.Clock
+	clk  *clocktest.Clock
+	step time.Duration // 0: a second
 }
 
 func (s *returnClockStore) Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error {
-	s.clk.Advance(time.Second)
+	s.clk.Advance(cmp.Or(s.step, time.Second))
 	return s.faultStore.Return(ctx, key, p, tokens, holder)
 }
 
@@ -272,5 +275,74 @@ func TestCloseLogsFailedReturnsOnce(t *testing.T) {
 	out := logs.String()
 	if n := strings.Count(out, "cannot return leased tokens"); n != 1 || !strings.Contains(out, "keys=30") {
 		t.Errorf("%d lines about failed returns, want one naming 30 keys:\n%s", n, out)
+	}
+}
+
+// TestLeftLoanNotDatedBack: a key whose loan ReturnKeys could not end (its
+// return failed, or its budget ran out first) may have spent it just now.
+// A new bucket of the key must not tell the Store those spends were Idle
+// ago (as it may after an idle sweep dropped the key): the Store would lift
+// the loan's cap on the refill from then, and a key that held its loan
+// while its Store bucket filled up would pass its burst.
+func TestLeftLoanNotDatedBack(t *testing.T) {
+	// Burst 100, one token a second: Idle's refill is 10 tokens.
+	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: 100 * time.Second}
+	admitted := func(t *testing.T, m *Manager) int64 {
+		var n int64
+		for range 200 {
+			if mustTake(t, m, "k", p, 1).Allowed {
+				n++
+			}
+			m.drain()
+		}
+		return n
+	}
+	for _, tt := range []struct {
+		name string
+		// leave runs ReturnKeys on every key so that k's loan is left.
+		leave func(t *testing.T, m *Manager, fs *faultStore, budget *clocktest.Clock)
+	}{
+		{"return failed", func(t *testing.T, m *Manager, fs *faultStore, _ *clocktest.Clock) {
+			fs.mode.Store(faultError)
+			if err := m.ReturnKeys(func(string) bool { return false }); err == nil {
+				t.Fatal("ReturnKeys did not report the failed return")
+			}
+			fs.mode.Store(faultNone)
+		}},
+		{"budget ran out", func(t *testing.T, m *Manager, fs *faultStore, _ *clocktest.Clock) {
+			// A bigger loan, returned first: its return takes the whole
+			// budget (returnClockStore).
+			mustTake(t, m, "big", Policy{Algorithm: TokenBucket, Limit: 8000, Period: time.Hour}, 1)
+			_ = m.ReturnKeys(func(string) bool { return false })
+			if fs.n(opReturn) != 1 {
+				t.Fatalf("%d return calls, want only the big key's", fs.n(opReturn))
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk, budget := clocktest.New(), clocktest.New() // the budget's clock apart: time stands still for the Store
+			fs := newFaultStore(clk.Now)
+			cfg := DefaultConfig()
+			cfg.Now = clk.Now
+			cfg.AfterFunc = budget.AfterFunc
+			cfg.SweepInterval = -1
+			cfg.StoreTimeout = time.Minute
+			cfg.ReturnWorkers = 1
+			cfg.Breaker = BreakerConfig{Failures: 100}
+			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			m := NewManager(&returnClockStore{faultStore: fs, clk: budget, step: 5 * time.Second}, cfg)
+			t.Cleanup(func() { _ = m.Close() })
+			mustTake(t, m, "k", p, 1) // a loan of 12
+			// The Store bucket fills up meanwhile, but for the loan.
+			clk.Advance(20 * time.Second)
+			first := admitted(t, m) // the whole burst: the loan, then the Store's
+			tt.leave(t, m, fs, budget)
+			if m.Holds("k") {
+				t.Fatal("the key is still held after ReturnKeys")
+			}
+			if n := admitted(t, m); first+n > 100 {
+				t.Errorf("admitted %d then %d hits at one instant, burst 100: the left loan's spends were dated back", first, n)
+			}
+		})
 	}
 }

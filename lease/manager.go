@@ -146,6 +146,13 @@ type Manager struct {
 	sweepDone chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+	// leftUntil (Unix ns): until then a bucket's first lease does not
+	// date the last spend of a loan the Manager may still have on its key
+	// back to Idle (see leaseSync): a return that was to end a loan whose
+	// spends may be recent (ReturnKeys, Close, a policy change) failed or
+	// was left by ReturnTimeout, and the loan runs until LeaseTTL after
+	// its last call.
+	leftUntil atomic.Int64
 
 	st stats
 }

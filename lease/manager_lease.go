@@ -224,11 +224,11 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
 	}
-	if b.lastLeaseMs == 0 {
+	if b.lastLeaseMs == 0 && now >= m.leftUntil.Load() {
 		// The bucket's first lease. A loan of this Manager for the key
 		// can only be left by a bucket the idle sweep dropped without a
-		// return (every other eviction ends the loan): its last spend was
-		// at least Idle before.
+		// return (every other eviction ends the loan, or sets leftUntil):
+		// its last spend was at least Idle before.
 		to.Idle = max(idle, m.cfg.Idle-time.Duration(m.touchMs+1)*time.Millisecond)
 	}
 	lc := leaseCall{b: b, s: s, p: p, now: now, need: need, keep: keep, kept: kept, local: local, to: to}

@@ -100,6 +100,8 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 		if err == nil {
 			m.st.tokensReturned.Add(tokens)
 			m.met.tokensReturned.AddInt64(tokens)
+		} else if always {
+			m.leftRecent() // before a new bucket of the key can lease
 		}
 	}
 	m.release(b, s, err)
@@ -148,6 +150,23 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	// Manager's next lease of the key settles it (that lease says the
 	// tokens were spent at least Idle ago: see leaseSync).
 	return tokens, tokens > 0 || (always && lent > 0)
+}
+
+// leftRecent records that a loan whose last spends may be recent was left
+// running (its return failed, or was not made): until it ends, LeaseTTL
+// from now at most, the first lease of a new bucket says it spent nothing
+// for as long as it knows, not Idle (see leaseSync). The Store then may
+// keep the refill of up to that loan's tokens from a key for that long
+// (under-admission), where dating their spends back would let it admit
+// them twice.
+func (m *Manager) leftRecent() {
+	until := addTime(m.nanos(), m.cfg.LeaseTTL)
+	for {
+		u := m.leftUntil.Load()
+		if u >= until || m.leftUntil.CompareAndSwap(u, until) {
+			return
+		}
+	}
 }
 
 // returnOne returns the tokens of b, evicted on a policy change, logging
@@ -222,6 +241,9 @@ func (m *Manager) returnAll(bs []evicting) error {
 		if over.Load() {
 			if _, call := m.returnable(e.b, e.always); call {
 				left.Add(1)
+				if e.always {
+					m.leftRecent() // before a new bucket of the key can lease
+				}
 			}
 			m.release(e.b, e.s, nil)
 			return

@@ -89,6 +89,12 @@ func TestModelFoundSeeds(t *testing.T) {
 		// (b)), was judged as if they covered it.
 		{"sliding_window/last-ms", modeltest.Options{Seed: 1795696002211708853, Seeds: 1, Steps: 250, Holders: 3,
 			Algorithms: []lease.Algorithm{lease.SlidingWindow}}},
+		// A prefetch denied with a short Wait, right after a check for
+		// many tokens denied with a long one: the model ended the batch
+		// wait (clause (c)) at the prefetch's, where the Manager keeps
+		// the first denial's (a kept idle bucket near its prefetch mark).
+		{"gcra/batch-after-prefetch", modeltest.Options{Seed: 1795777366067154188, Seeds: 1, Steps: 250, Holders: 1,
+			Algorithms: []lease.Algorithm{lease.GCRA}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if s := modeltest.Run(t, memoryHarness(), c.o); s.Seeds != 1 {

@@ -269,10 +269,11 @@ func opsPerDecision(t testing.TB, decisions int, next func(r *rand.Rand) string)
 // Store call, so a run that starts cold pays one call per distinct key it
 // sees (the first simulated second alone: about 20%). The test warms up
 // until nearly every key has been seen, then asserts ≤ 1% on average.
-// With the idle return on (keys unchecked for 10s are dropped), the Zipf
-// tail, keys checked less often than every 10s, pays a lease per visit
-// (~2.6% here; the design target is not met at this keys-to-rate ratio
-// with a 10s Idle): that figure is reported, and bounded loosely.
+// With the idle return on (keys unchecked for 10s are dropped) the Zipf
+// tail, keys checked less often than every 10s, keeps its small loans
+// (Config.KeepIdle): the same ≤ 1%. Without kept loans it pays a lease per
+// visit (~2.6% here; the design target is not met at this keys-to-rate
+// ratio with a 10s Idle): that figure is reported, and bounded loosely.
 func TestRedisOpsPerDecision(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
@@ -297,7 +298,15 @@ func TestRedisOpsPerDecision(t *testing.T) {
 		// The sweeper runs on a real ticker and judges idleness on the
 		// simulated clock: every few hundred simulated ms.
 		warm, fracs := zipfOps(t, keys, rate, 20, 5, lease.Config{SweepInterval: 20 * time.Millisecond})
-		t.Logf("zipf(s=1.1) over %d keys at %d decisions/s (simulated), idle return after 10s: warm-up 20s %.2f%%, then per second: %s",
+		t.Logf("zipf(s=1.1) over %d keys at %d decisions/s (simulated), idle return after 10s, slow loans kept: warm-up 20s %.2f%%, then per second: %s; target ≤ 1%%",
+			keys, rate, 100*avg(warm), percents(fracs))
+		if f := avg(fracs); f > 0.01 {
+			t.Errorf("steady state with idle return: %.2f%% script calls per decision, want ≤ 1%%", 100*f)
+		}
+	})
+	t.Run("zipf with idle return, no kept loans", func(t *testing.T) {
+		warm, fracs := zipfOps(t, keys, rate, 20, 5, lease.Config{SweepInterval: 20 * time.Millisecond, KeepIdle: -1})
+		t.Logf("zipf(s=1.1) over %d keys at %d decisions/s (simulated), idle return after 10s, every idle key dropped: warm-up 20s %.2f%%, then per second: %s",
 			keys, rate, 100*avg(warm), percents(fracs))
 		// The tail's lease per visit, ~2.6% here (its return is skipped:
 		// by then the Store's bucket has refilled). Bounded loosely.

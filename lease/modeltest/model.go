@@ -399,8 +399,9 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	if l.need > 0 && g.Granted == 0 {
 		// A Store denial: the holder may wait for a batch until Wait
 		// plus a horizon (contract clause (c)), whatever it leases
-		// meanwhile.
-		k.batchUntil[m] = now + int64(max(g.Wait, time.Millisecond)+k.horizon)
+		// meanwhile, and whatever a later denial with a shorter Wait
+		// says (a prefetch's, for one token, after a check's for many).
+		k.batchUntil[m] = max(k.batchUntil[m], now+int64(max(g.Wait, time.Millisecond)+k.horizon))
 	}
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
