@@ -291,13 +291,18 @@ func (b *bucket) quickTake(hits int64) (left int64, ok bool) {
 }
 
 // take spends hits > 0 tokens of b if there are that many on hand (on
-// one stripe, if striped) and returns an estimate of those left. A
-// compare-and-swap that fails and finds the counter lower is a race lost
-// to another check (what else lowers it, a lease call's settle or a
-// return, is rare): counted by raced, or on a striped key by rehome if
-// it was the check's home.
-func (m *Manager) take(b *bucket, hits int64) (left int64, ok bool) {
+// one stripe, if striped) and returns an estimate of those left. was is
+// the counter as the caller's quickTake of these hits read it (it
+// failed), or -1. A compare-and-swap that failed, its own or quickTake's,
+// and a counter found lower after it is a race lost to another check
+// (what else lowers it, a lease call's settle or a return, is rare):
+// counted by raced, or on a striped key by rehome if it was the check's
+// home.
+func (m *Manager) take(b *bucket, hits, was int64) (left int64, ok bool) {
 	t := b.tokens.Load()
+	if t < was && t >= 0 {
+		m.raced(b)
+	}
 	for t >= hits {
 		if b.tokens.CompareAndSwap(t, t-hits) {
 			return t - hits, true
@@ -473,10 +478,11 @@ func (m *Manager) settle(b *bucket, lent int64) int64 {
 	return b.settle(lent)
 }
 
-// quickTakeStriped is take's common case on a striped bucket, small
-// enough to be inlined in Prefix.TakeLocal: hits from the goroutine's own
-// stripe, one compare-and-swap. When it reports false it changed
-// nothing: call take.
+// quickTakeStriped is take's common case on a striped bucket, for
+// Prefix.TakeLocal: hits from the goroutine's own stripe, one
+// compare-and-swap (if it loses to another check, the homes are drawn
+// again: see rehome). When it reports false it changed no tokens: call
+// take.
 func (m *Manager) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) {
 	s := m.striped.of(b, b.tokens.Load())
 	if s == nil {
@@ -484,5 +490,14 @@ func (m *Manager) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) 
 	}
 	st := &s.s[s.home()].tokens
 	t := st.Load()
-	return (t - hits) * int64(len(s.s)), t >= hits && st.CompareAndSwap(t, t-hits)
+	if t < hits {
+		return 0, false
+	}
+	if st.CompareAndSwap(t, t-hits) {
+		return (t - hits) * int64(len(s.s)), true
+	}
+	if st.Load() < t {
+		s.rehome(m.nanos())
+	}
+	return 0, false
 }

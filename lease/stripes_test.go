@@ -155,7 +155,7 @@ func TestStripedKeyBounds(t *testing.T) {
 	if got := m.onHand(b); got != 0 {
 		t.Fatalf("the old bucket holds %d, want 0", got)
 	}
-	if _, ok := m.take(b, 1); ok {
+	if _, ok := m.take(b, 1, -1); ok {
 		t.Fatal("a take from the old bucket spent another key's tokens")
 	}
 }
