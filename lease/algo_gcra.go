@@ -50,6 +50,8 @@ type GCRAState struct {
 	Loans loans
 	// Last is the last call that settled a loan (Lessee.Unanswered).
 	Last lastCall
+	// bake: see TokenBucketState.
+	bake bakeFunc
 }
 
 // gcraAvail is floor(B - d*L/P), at least 0, where d = max(TAT, t) - t.
@@ -125,7 +127,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 func (s *GCRAState) trim(t int64, pf, lf float64) {
 	floor := func(l Loan, a int64) int64 { return l.Expires + int64(math.Ceil(float64(a)*pf/lf)) }
 	s.Loans = s.Loans.trim(t, func(l Loan, a int64) bool { return floor(l, a) > t },
-		func(l Loan, a int64) { s.TAT = max(s.TAT, floor(l, a)) })
+		func(l Loan, a int64) { s.TAT = max(s.TAT, floor(l, a)); s.bake.report(l, a) })
 }
 
 // Return ends holder's loan at now: TAT = max(t, max(TAT, t) −

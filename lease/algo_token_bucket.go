@@ -30,6 +30,9 @@ type TokenBucketState struct {
 	Loans loans
 	// Last is the last call that settled a loan (Lessee.Unanswered).
 	Last lastCall
+	// bake, when set, is told of each ended loan trim bakes in
+	// (MemoryStoreConfig.OnBake).
+	bake bakeFunc
 }
 
 // raw is the stored level refilled to t: min(C, Tokens + (t-Updated)*L/P),
@@ -110,7 +113,7 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 func (s *TokenBucketState) trim(u int64, pf, lf, cf float64) {
 	cap := func(l Loan, a int64) float64 { return cf - float64(a) + float64(u-l.Expires)*lf/pf }
 	s.Loans = s.Loans.trim(u, func(l Loan, a int64) bool { return cap(l, a) < cf },
-		func(l Loan, a int64) { s.Tokens = math.Min(s.Tokens, cap(l, a)) })
+		func(l Loan, a int64) { s.Tokens = math.Min(s.Tokens, cap(l, a)); s.bake.report(l, a) })
 }
 
 // Return ends holder's loan at now: min(n, lent) tokens go back to the

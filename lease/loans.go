@@ -320,6 +320,16 @@ func (ls loans) trim(t int64, binding func(l Loan, a int64) bool, bake func(l Lo
 	}
 }
 
+// bakeFunc is told that trim baked the ended loan that ended at end (unix
+// µs), with lent tokens lent at its time (A(E)); nil is told nothing.
+type bakeFunc func(end, lent int64)
+
+func (f bakeFunc) report(l Loan, a int64) {
+	if f != nil {
+		f(l.Expires, a)
+	}
+}
+
 // remove removes ls[i] (the last loan takes its place).
 func (ls loans) remove(i int) loans {
 	ls[i] = ls[len(ls)-1]

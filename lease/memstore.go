@@ -19,6 +19,14 @@ type MemoryStoreConfig struct {
 	// SweepInterval is how often the store's janitor removes expired
 	// state. Zero means 10s; negative means no janitor (call Sweep).
 	SweepInterval time.Duration
+	// OnBake, when set, is called when a Lease or Return of a token_bucket
+	// or gcra key applies the cap of an ended loan to the key's stored
+	// level for good (the key had more than 3 ended loans still capping
+	// it: see "Lent tokens" in the package doc): the loan ended at end,
+	// and the tokens lent at its time (lent) count as spent then. It runs
+	// under the key's lock, before the call returns, and must not call
+	// the Store. For tests (lease/modeltest).
+	OnBake func(key string, end time.Time, lent int64)
 }
 
 // DefaultMemoryStoreConfig returns the defaults: the wall clock, and a
@@ -57,6 +65,7 @@ const memShards = 64
 // key, as its load factor goes.
 type MemoryStore struct {
 	now    func() time.Time
+	onBake func(key string, end time.Time, lent int64)
 	seed   maphash.Seed
 	shards [memShards]memShard
 
@@ -270,7 +279,7 @@ var _ Store = (*MemoryStore)(nil)
 // NewMemoryStore returns an empty MemoryStore. Call Close to stop its
 // janitor.
 func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
-	m := &MemoryStore{now: cfg.Now, seed: maphash.MakeSeed(), stop: make(chan struct{})}
+	m := &MemoryStore{now: cfg.Now, onBake: cfg.OnBake, seed: maphash.MakeSeed(), stop: make(chan struct{})}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -566,6 +575,7 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 	slot, ok := sh.lookup(key, h, p.Algorithm, t)
 	st := sh.state(p.Algorithm, slot, ok)
 	defer sh.done(st)
+	m.reportBakes(key, st)
 	g := st.(leasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
 	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
 	// granting nothing settled, maybe to 0.
@@ -593,6 +603,7 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
 		st := sh.state(p.Algorithm, slot, ok)
 		defer sh.done(st)
+		m.reportBakes(key, st)
 		st.(leasedState).Return(p, now, tokens, holder)
 		// A return names no new holder: saving cannot fail.
 		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
@@ -600,6 +611,21 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 		}
 	}
 	return nil
+}
+
+// reportBakes has st tell OnBake, if set, of the ended loans the call on
+// key bakes (see MemoryStoreConfig.OnBake); sh.done clears it.
+func (m *MemoryStore) reportBakes(key string, st algoState) {
+	if m.onBake == nil {
+		return
+	}
+	f := bakeFunc(func(end, lent int64) { m.onBake(key, time.UnixMicro(end), lent) })
+	switch s := st.(type) {
+	case *TokenBucketState:
+		s.bake = f
+	case *GCRAState:
+		s.bake = f
+	}
 }
 
 // Log implements Exact.

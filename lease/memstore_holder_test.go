@@ -256,3 +256,59 @@ func TestMemoryStoreIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryStoreReportsBakes: OnBake hears of each ended loan a call
+// applies to the stored level for good (the fifth ended loan still capping
+// a key bakes the oldest), with its end and the tokens lent then, and of
+// nothing else.
+func TestMemoryStoreReportsBakes(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+			type bake struct {
+				key  string
+				end  time.Time
+				lent int64
+			}
+			var bakes []bake
+			s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return clk }, SweepInterval: -1,
+				OnBake: func(key string, end time.Time, lent int64) { bakes = append(bakes, bake{key, end, lent}) }})
+			defer s.Close()
+			// A slow refill: every ended loan keeps capping the key.
+			p := Policy{Algorithm: alg, Limit: 1, Period: time.Hour, Burst: 100}
+			ctx := context.Background()
+			var ends []time.Time
+			for i := range 5 {
+				to := Lessee{ID: "h" + strconv.Itoa(i), TTL: time.Minute}
+				if g, err := s.Lease(ctx, "k", p, 10, 10, to); err != nil || g.Granted != 10 {
+					t.Fatalf("lease %d: %+v, %v", i, g, err)
+				}
+			}
+			for i := range 5 {
+				clk = clk.Add(time.Second)
+				ends = append(ends, clk)
+				// A return of nothing ends the loan: its 10 tokens count as
+				// spent now, an ended loan.
+				if err := s.Return(ctx, "k", p, 0, "h"+strconv.Itoa(i)); err != nil {
+					t.Fatal(err)
+				}
+				if i < 3 && len(bakes) > 0 {
+					t.Fatalf("after %d ended loans: bakes %+v, want none", i+1, bakes)
+				}
+			}
+			// The fourth ended loan is one more than a key keeps: the
+			// oldest bakes (its end, and the 50 tokens lent then: its 10,
+			// the three other ended ones' and the running one's); the
+			// fifth bakes the next (40).
+			want := []bake{{"k", ends[0], 50}, {"k", ends[1], 40}}
+			if len(bakes) != len(want) {
+				t.Fatalf("bakes %+v, want %+v", bakes, want)
+			}
+			for i, b := range bakes {
+				if b.key != want[i].key || !b.end.Equal(want[i].end) || b.lent != want[i].lent {
+					t.Errorf("bake %d: %+v, want %+v", i, b, want[i])
+				}
+			}
+		})
+	}
+}

@@ -317,7 +317,21 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 	if shared != "" {
 		r.md.shareWait(r.m, key, g, r.now())
 	}
+	r.bakes(key)
 	return g, err
+}
+
+// bakes tells the model of the bakes of the call on key just made, if
+// the Store reports them (BakingStore).
+func (r *recorder) bakes(key string) {
+	bs, ok := r.Store.(BakingStore)
+	if !ok {
+		return
+	}
+	for _, b := range bs.Baked(key) {
+		r.md.note("  (m%d's call baked the ended loan of %s, %d tokens lent then)", r.m, r.md.at(b.End.UnixNano()), b.Lent)
+		r.md.baked(key, b.End, b.Lent, r.now())
+	}
 }
 
 func (r *recorder) Return(ctx context.Context, key string, p lease.Policy, tokens int64, holder string) error {
@@ -326,5 +340,6 @@ func (r *recorder) Return(ctx context.Context, key string, p lease.Policy, token
 	if err == nil {
 		r.md.returned(r.m, key, tokens, r.now())
 	}
+	r.bakes(key)
 	return err
 }

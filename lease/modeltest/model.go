@@ -63,15 +63,19 @@ type keyModel struct {
 	// loan to what the holder says it holds, plus the grant.
 	lent, settled []int64
 	// credit is a holder's unsettled spent tokens as its last call (one
-	// that granted nothing) counted them: spent at credit.t.
-	credit []event
+	// that granted nothing) counted them: spent at their t (a bake's end
+	// for those a bake counts from then, see dated).
+	credit [][]event
 	// lastSpend is what the Store keeps with each holder's loan: when it
 	// last spent before its last call (token_bucket, gcra).
 	lastSpend []int64
 	// lost is what the Store counts as spent that no check spent: loans
 	// that expired or ended unspent (token_bucket, gcra). It lowers the
 	// level the denials are judged against, never the safety side.
-	lost    []event
+	lost []event
+	// bakes are the ended loans whose caps the Store applied to the
+	// stored level for good (BakingStore), oldest first.
+	bakes   []*bake
 	netAdm  []int64 // per holder: admitted − refunded
 	snap    []*snapshot
 	opSnaps [][]*snapshot // per holder: its snapshot before the op and those made during it
@@ -108,7 +112,7 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			heldExp:    make([]int64, slots),
 			lent:       make([]int64, slots),
 			settled:    make([]int64, slots),
-			credit:     make([]event, slots),
+			credit:     make([][]event, slots),
 			lastSpend:  make([]int64, slots),
 			netAdm:     make([]int64, slots),
 			snap:       make([]*snapshot, slots),
@@ -219,7 +223,7 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 		// costs the crashed holder's loan, contract clause (b)).
 		k.lose(e, max(k.held[m], k.settled[m]), m)
 		k.held[m], k.lent[m], k.settled[m] = 0, 0, 0
-		k.credit[m] = event{}
+		k.credit[m] = nil
 	}
 	return k.held[m]
 }
@@ -270,26 +274,96 @@ func (k *keyModel) heldOthers(m int, t int64) int64 {
 	return n
 }
 
+// bake is an ended loan whose cap the Store applied to the key's stored
+// level for good (the package doc's "more than 3 ended loans"): it counts
+// the tokens lent at its time as spent then, at most those. end is when
+// the loan ended; left is how many more of those tokens a later call may
+// report spent before end and still see counted from end; budget is, per
+// holder, how many of them the Store lent that holder when it baked (by
+// the model), less those already counted from end.
+type bake struct {
+	end    int64
+	left   int64
+	budget []int64
+}
+
+// dated is n tokens holder m's lease call reports spent by at, as the
+// Store counts them: from at, but those that a bake counts as spent at
+// its end, later than at, from that end (the latest end first), as far as
+// the bake's left and m's budget go. With settle, the call settles them
+// (they are no longer lent): it uses up what it takes from those; a call
+// that keeps them lent (credit) does not, its holder's next call reports
+// them again.
+func (k *keyModel) dated(at, n int64, m int, settle bool) []event {
+	var out []event
+	for i := len(k.bakes) - 1; i >= 0 && n > 0; i-- {
+		b := k.bakes[i]
+		if b.end <= at {
+			continue
+		}
+		if x := min(n, b.left, b.budget[m]); x > 0 {
+			out = append(out, event{t: b.end, hits: x, m: m})
+			if settle {
+				b.left -= x
+				b.budget[m] -= x
+			}
+			n -= x
+		}
+	}
+	if n > 0 {
+		out = append(out, event{t: at, hits: n, m: m})
+	}
+	return out
+}
+
+// baked records that the Store applied to k's stored level, at t, the
+// cap of an ended loan that ended at end, when lent tokens were lent.
+func (md *model) baked(key string, end time.Time, lent int64, t time.Time) {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	i, ok := md.byName[key]
+	if !ok {
+		md.fail("bake of unknown key %q", key)
+		return
+	}
+	k, now, e := md.keys[i], t.UnixNano(), end.UnixNano()
+	if e > now || lent < 0 {
+		md.fail("%s: the Store baked a loan that ended at %s with %d tokens lent, at %s", k.name, md.at(e), lent, md.at(now))
+		return
+	}
+	b := &bake{end: e, left: lent, budget: make([]int64, len(k.settled))}
+	for m := range b.budget {
+		k.heldNow(m, now)
+		b.budget[m] = k.settled[m]
+	}
+	k.bakes = append(k.bakes, b)
+}
+
 // level is the token_bucket/gcra bucket at t of the actual admissions
 // and the lost loans (full at the start): what has not been admitted,
 // including what holders hold.
-func (k *keyModel) level(t int64) float64 { return k.levelWith(t, event{}) }
+func (k *keyModel) level(t int64) float64 { return k.levelWith(t) }
 
-// levelWith is level with one more spend, extra (none if extra.hits is 0).
-func (k *keyModel) levelWith(t int64, extra event) float64 {
+// levelWith is level with more spends, extra.
+func (k *keyModel) levelWith(t int64, extra ...event) float64 {
 	for m := range k.held {
 		k.heldNow(m, t) // loans that ended are lost
 	}
 	lost := k.lost
-	if extra.hits > 0 {
-		lost = append([]event(nil), k.lost...)
+	for _, x := range extra {
+		if x.hits <= 0 {
+			continue
+		}
+		if len(lost) == len(k.lost) {
+			lost = append([]event(nil), k.lost...)
+		}
 		i := len(lost)
-		for i > 0 && lost[i-1].t > extra.t {
+		for i > 0 && lost[i-1].t > x.t {
 			i--
 		}
 		lost = append(lost, event{})
 		copy(lost[i+1:], lost[i:])
-		lost[i] = extra
+		lost[i] = x
 	}
 	lvl := k.cap
 	last := int64(math.MinInt64)
@@ -356,7 +430,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// admissions of a batch are recorded after it, its lease calls
 		// as they happen.)
 		k.lent[m] = l.lent
-		k.credit[m] = event{}
+		k.credit[m] = nil
 		if k.windowed() {
 			if g.Granted > 0 {
 				k.settled[m] = min(k.settled[m], l.held) + g.Granted
@@ -379,14 +453,18 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 				if k.lastSpend[m] != 0 {
 					at = min(at, k.lastSpend[m])
 				}
-				k.lose(at, early, m)
+				for _, e := range k.dated(at, early, m, true) {
+					k.lose(e.t, e.hits, m)
+				}
 			}
 			k.settled[m] = run + late + g.Granted
 			if g.Granted > 0 && late > 0 {
-				k.lose(spent, late, m)
+				for _, e := range k.dated(spent, late, m, true) {
+					k.lose(e.t, e.hits, m)
+				}
 				k.settled[m] -= late
 			} else if late > 0 {
-				k.credit[m] = event{t: spent, hits: late, m: m}
+				k.credit[m] = k.dated(spent, late, m, false)
 			}
 			k.lastSpend[m] = spent
 		}
@@ -406,7 +484,7 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		s.oth = float64(k.heldOthers(m, now))
-		s.avail = k.levelWith(now, k.credit[m]) - s.oth
+		s.avail = k.levelWith(now, k.credit[m]...) - s.oth
 	case lease.FixedWindow, lease.SlidingWindow:
 		s.c0, s.c1 = k.counted[s.win-1], k.counted[s.win]
 	}
@@ -471,7 +549,7 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 	}
 	k.held[m] = max(0, k.held[m]-tokens)
 	k.lent[m], k.settled[m] = 0, 0
-	k.credit[m] = event{}
+	k.credit[m] = nil
 	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
 		// A return ends the loan: what was not returned is spent.
 		k.lose(now, k.held[m], m)
@@ -591,7 +669,11 @@ func (md *model) refunded(m int, it item) {
 			// The Manager reports refunded tokens as not spent before
 			// its last call (Lessee.SpentBefore): its next call credits
 			// fewer of them from then.
-			k.credit[m].hits = max(0, k.credit[m].hits-r)
+			for i := range k.credit[m] {
+				c := &k.credit[m][i]
+				x := min(c.hits, r)
+				c.hits, r = c.hits-x, r-x
+			}
 			return
 		}
 	}
@@ -627,8 +709,12 @@ func (md *model) judge(m int, it item, d lease.Decision) string {
 		// m's own spent tokens: as its last call credited them, or, after
 		// a grant, lent until its next call.
 		lvl, unsettled := k.level(now), float64(max(0, k.settled[m]-k.heldNow(m, now)))
-		if c := k.credit[m]; c.hits > 0 {
-			lvl, unsettled = k.levelWith(now, c), max(0, unsettled-float64(c.hits))
+		var credited int64
+		for _, c := range k.credit[m] {
+			credited += c.hits
+		}
+		if credited > 0 {
+			lvl, unsettled = k.levelWith(now, k.credit[m]...), max(0, unsettled-float64(credited))
 		}
 		avail = math.Floor(lvl-oth-unsettled-float64(own)+1e-6) + float64(own)
 	case lease.FixedWindow:

@@ -35,7 +35,9 @@
 // cover h (one token of slack where the Store floors); (b) the model's
 // level now, less what the other holders hold (or the Store still lends
 // them, spent and unsettled), less the holder's own spent and unsettled
-// tokens, cannot cover h; (c) after a Store denial, until its Wait plus a
+// tokens, cannot cover h (the level counting spent tokens from when the
+// holder's calls say, or, for the tokens lent when a loan ended whose cap
+// the Store baked into the key's level, from that end: BakingStore); (c) after a Store denial, until its Wait plus a
 // horizon, h plus a batch is not covered; (d) on a tier that splits a
 // saturated key among its holders (SharedStore: the region tier), after
 // an answer from the holder's share, h is more than the holder has on
@@ -129,6 +131,31 @@ type SharedStore interface {
 	// of key that granted nothing was such a wait. The harness asks it
 	// right after the call, from the goroutine that made it.
 	ShareWait(key, holder string) bool
+}
+
+// BakingStore is implemented by a Store under test that reports its
+// bakes: a token_bucket or gcra key keeps at most 3 ended loans capping
+// its level, and beyond, applies the oldest one's cap to the stored level
+// for good, which counts the tokens lent at that loan's end as spent then
+// (at most those, until the bucket is full again: the package doc's
+// clause (b)). The model then counts those that a later call reports
+// spent earlier, up to what each holder was lent at the bake, as spent at
+// the loan's end; without the report it credits them from when they were
+// spent, and may find a denial unjustified that the contract allows.
+type BakingStore interface {
+	lease.Store
+	// Baked returns, and forgets, the bakes of the calls on key since
+	// the last Baked of key. The harness asks it right after each Lease
+	// and Return, from the goroutine that made it.
+	Baked(key string) []Bake
+}
+
+// Bake is one bake (BakingStore): the ended loan ended at End, and Lent
+// tokens were lent then (the loans that ended at or after End, running
+// ones included).
+type Bake struct {
+	End  time.Time
+	Lent int64
 }
 
 // Options says what to run. The environment overrides it (see FromEnv).
