@@ -168,10 +168,10 @@ func TestBucketRefundCap(t *testing.T) {
 	if got := b.aux.Load(); got != 2 {
 		t.Fatalf("kept counts the refunds put back: %d, want 2", got)
 	}
-	if left, ok := m.take(&b, 5); !ok || left != 0 {
+	if left, ok := m.take(&b, 5, -1); !ok || left != 0 {
 		t.Fatalf("tryTake 5 of 5: %d %v", left, ok)
 	}
-	if _, ok := m.take(&b, 1); ok {
+	if _, ok := m.take(&b, 1, -1); ok {
 		t.Fatal("tryTake from an empty bucket")
 	}
 }

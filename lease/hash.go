@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"math/rand/v2"
 	"unsafe"
@@ -83,16 +84,9 @@ func mix(a, b uint64) uint64 {
 	return hi ^ lo
 }
 
-// r8 and r4 read 8 and 4 bytes at p, little-endian (one load each where
-// the CPU allows it, as the runtime's readUnaligned64). The callers keep
-// them within their strings.
-func r8(p unsafe.Pointer) uint64 {
-	q := (*[8]byte)(p)
-	return uint64(q[0]) | uint64(q[1])<<8 | uint64(q[2])<<16 | uint64(q[3])<<24 |
-		uint64(q[4])<<32 | uint64(q[5])<<40 | uint64(q[6])<<48 | uint64(q[7])<<56
-}
+// r8 and r4 read 8 and 4 bytes at p, little-endian: one load each where
+// the CPU allows it (the fixed length leaves no bounds check). The callers
+// keep them within their strings.
+func r8(p unsafe.Pointer) uint64 { return binary.LittleEndian.Uint64((*[8]byte)(p)[:]) }
 
-func r4(p unsafe.Pointer) uint64 {
-	q := (*[4]byte)(p)
-	return uint64(q[0]) | uint64(q[1])<<8 | uint64(q[2])<<16 | uint64(q[3])<<24
-}
+func r4(p unsafe.Pointer) uint64 { return uint64(binary.LittleEndian.Uint32((*[4]byte)(p)[:])) }

@@ -46,7 +46,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	waited := false
 	for {
 		if m.usable(b, now) {
-			if left, ok := m.take(b, hits); ok {
+			if left, ok := m.take(b, hits, -1); ok {
 				m.touch(b, now)
 				if !b.spendable(now) {
 					if renewHook != nil {

@@ -33,7 +33,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if b != nil && b.pol.same(&p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
-			left, ok = m.take(b, hits)
+			left, ok = m.take(b, hits, left+hits)
 		}
 		if ok {
 			m.touch(b, now)
@@ -56,7 +56,7 @@ func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, boo
 	if b != nil && b.pol.same(p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
-			left, ok = m.take(b, hits)
+			left, ok = m.take(b, hits, left+hits)
 		}
 		if ok {
 			m.touch(b, now)

@@ -63,8 +63,9 @@ func (px *Prefix) TakeLocal(key string, p *Policy, hits int64) (remaining int64,
 	}
 	left, ok := b.quickTake(hits)
 	if !ok {
+		was := left + hits
 		if left, ok = m.quickTakeStriped(b, hits); !ok {
-			if left, ok = m.take(b, hits); !ok {
+			if left, ok = m.take(b, hits, was); !ok {
 				return 0, 0, false
 			}
 		}

@@ -3,6 +3,7 @@ package lease
 import (
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,13 +13,16 @@ import (
 // Striped tokens. A bucket's tokens on hand are one atomic counter: every
 // check of the key compare-and-swaps it, and when several cores check one
 // key at once the counter's cache line (the bucket's, read by every check)
-// moves from core to core on each check. A key seen contended (a
-// compare-and-swap of its counter failed) is given stripes: its tokens on
-// hand are spread over counters on cache lines of their own, and each
-// check spends from the stripe its goroutine hashes to, then from the
-// others, before it goes the slow way. The bucket's counter then holds
-// stripedMark plus the stripes' place in the Manager's table, and is
-// read, not written, by the checks.
+// moves from core to core on each check. A key seen contended (checks'
+// compare-and-swaps of its counter lost to other checks: see raced) is
+// given stripes: its tokens on hand are spread over counters on cache
+// lines of their own, and each check spends from the stripe its
+// goroutine hashes to (its home), then from the others, before it goes
+// the slow way. Two goroutines whose homes are one stripe are seen the
+// same way, on that stripe, and every goroutine's home is drawn again
+// (see rehome). The bucket's counter then holds stripedMark plus the
+// stripes' place in the Manager's table, and is read, not written, by
+// the checks.
 //
 // The accuracy contract is unchanged: a token is in exactly one stripe
 // until a check spends it, the stripes' sum is what the bucket holds
@@ -53,14 +57,17 @@ const stripeBytes = 128
 // them, then the slow way).
 const minStripeBasis = 4
 
-// A key is seen contended when two of its sampled takes (one in
-// 2^sightEvery) by different goroutines are at most sightWithinMs apart:
-// at least 6,400 checks a second, from several goroutines. The sightings
-// are kept in a table of 2^sightBits words per Manager, by bucket.
+// A key is seen contended when racesToStripe compare-and-swaps of checks
+// of it lost to other checks within raceWithinMs of the first: checks of
+// it overlap, from several cores, at a high rate (a lost race needs two
+// checks within a few nanoseconds of each other). One goroutine's checks
+// never race one another, nor do the checks of goroutines that take turns
+// at the key, however many. The races are counted in a table of
+// 2^raceBits words per Manager, by bucket.
 const (
-	sightEvery    = 6
-	sightWithinMs = 10
-	sightBits     = 8
+	racesToStripe = 4
+	raceWithinMs  = 10
+	raceBits      = 8
 )
 
 type stripe struct {
@@ -74,7 +81,12 @@ type stripes struct {
 	mask  uint64  // len(s) - 1
 	shift uint8   // 64 - log2(len(s))
 	s     []stripe
-	_     [stripeBytes]byte // the checks read the line above; mu is written
+	// mult is the odd multiplier of the goroutines' hints that makes
+	// their homes (see home); rehome draws it again, at most once a
+	// millisecond (movedMs, Unix ms modulo 2^32).
+	mult    atomic.Uint64
+	movedMs atomic.Uint32
+	_       [stripeBytes]byte // the checks read the line above; mu is written
 	// mu serialises what adds tokens (put, refund) and settle: see above.
 	mu sync.Mutex
 }
@@ -85,12 +97,12 @@ type stripeTable struct {
 	mu     sync.Mutex
 	used   atomic.Int32 // written under mu
 	places [maxStriped]atomic.Pointer[stripes]
-	_      [stripeBytes]byte // places are read by checks, seen written
-	// seen is the last sampled take of the buckets that hash to each
-	// word: the bucket's hash (32 bits), the goroutine's (16), the time
+	_      [stripeBytes]byte // places are read by checks, races written
+	// races counts the lost races of the buckets that hash to each word:
+	// the bucket's hash (32 bits), the races (16), the time of the first
 	// (Unix ms, 16).
-	seen [1 << sightBits]atomic.Uint64
-	_    [stripeBytes]byte // nor the Manager's next fields share its lines
+	races [1 << raceBits]atomic.Uint64
+	_     [stripeBytes]byte // nor the Manager's next fields share its lines
 }
 
 func (t *stripeTable) init() {
@@ -126,6 +138,7 @@ func (t *stripeTable) add(b *bucket) (int, *stripes) {
 	for i := range t.places {
 		if t.places[i].Load() == nil {
 			s := &stripes{owner: b, mask: uint64(t.n - 1), shift: uint8(64 - bits.TrailingZeros(uint(t.n))), s: make([]stripe, t.n)}
+			s.mult.Store(rand.Uint64() | 1)
 			t.places[i].Store(s)
 			t.used.Add(1)
 			return i, s
@@ -155,49 +168,57 @@ func (t *stripeTable) remove(b *bucket) {
 	}
 }
 
-// goroutineHint is a hash of an address on the calling goroutine's
-// stack: the same for every call a goroutine makes from one place in its
-// code, different for goroutines (their stacks are apart, in blocks of at
-// least 2 KiB aligned to their size). Use its high bits.
+// goroutineHint is the 2 KiB block of the calling goroutine's stack that
+// holds an address on it: the same for every call a goroutine makes from
+// one place in its code (until its stack moves), different for
+// goroutines alive at once (their stacks are apart, in blocks of at least
+// 2 KiB).
 func goroutineHint() uint64 {
 	var here byte
-	return (uint64(uintptr(unsafe.Pointer(&here))) >> 11) * 0x9e3779b97f4a7c15
+	return uint64(uintptr(unsafe.Pointer(&here))) >> 11
 }
 
-// goroutineRegion is a hash of the 32 KiB block of the calling
-// goroutine's stack that holds an address on it: what sightings compare.
-// A goroutine's stack up to 32 KiB is aligned to its size, so every call
-// it makes sees the same block whatever its depth (goroutineHint's 2 KiB
-// blocks differ between two calls a few frames apart, which made one
-// goroutine look like two), while goroutines whose stacks share a block
-// look like one: contention is then seen at a later pair of sightings.
-// A stack that moves (grows, or is shrunk by the collector) changes it.
-func goroutineRegion() uint64 {
-	var here byte
-	return (uint64(uintptr(unsafe.Pointer(&here))) >> 15) * 0x9e3779b97f4a7c15
-}
-
-// home is the stripe a check starts from: the goroutine's.
-func (s *stripes) home() uint64 { return goroutineHint() >> s.shift }
+// home is the stripe a check starts from: its goroutine's hint times
+// mult, its high bits (a multiply-shift hash: two goroutines' hints
+// share a home for about one multiplier in len(s), and a goroutine keeps
+// its home until rehome draws another).
+func (s *stripes) home() uint64 { return goroutineHint() * s.mult.Load() >> s.shift }
 
 // take spends hits > 0 tokens from one stripe, its home first. left is
 // an estimate of the tokens left on hand (the stripe's, times the
 // stripes): reading the others would move their cache lines here.
-func (s *stripes) take(hits int64) (left int64, ok bool) {
+// raced reports that a compare-and-swap of its home lost to another
+// check (see rehome).
+func (s *stripes) take(hits int64) (left int64, ok, raced bool) {
 	h := s.home()
 	for i := range uint64(len(s.s)) {
 		st := &s.s[(h+i)&s.mask].tokens
-		for {
-			t := st.Load()
-			if t < hits {
-				break
-			}
+		t := st.Load()
+		for t >= hits {
 			if st.CompareAndSwap(t, t-hits) {
-				return (t - hits) * int64(len(s.s)), true
+				return (t - hits) * int64(len(s.s)), true, raced
+			}
+			last := t
+			if t = st.Load(); t < last && i == 0 {
+				raced = true
 			}
 		}
 	}
-	return 0, false
+	return 0, false, raced
+}
+
+// rehome draws the goroutines' homes again (a new multiplier), unless
+// they were drawn in the millisecond at now: a check lost a race on its
+// home to another check, so two goroutines that run at once probably
+// share it. The new homes are apart for two goroutines with about 15
+// chances in 16 (16 stripes); with as many running goroutines as
+// stripes some share one whatever the draw, and the draws stay one a
+// millisecond at most: each moves every goroutine's home once.
+func (s *stripes) rehome(now int64) {
+	ms := unixMs32(now)
+	if last := s.movedMs.Load(); last != ms && s.movedMs.CompareAndSwap(last, ms) {
+		s.mult.Store(rand.Uint64() | 1)
+	}
 }
 
 // sum is the tokens on hand: under mu, at least what is there at its
@@ -262,55 +283,74 @@ func (s *stripes) put(n int64) {
 // counter itself.
 
 // quickTake is take's common case, small enough to be inlined in the
-// fast paths: b is not striped, no sample is due, no other check came in
-// between. When it reports false it changed nothing: call take.
+// fast paths: b is not striped, no other check came in between. When it
+// reports false it changed nothing: call take.
 func (b *bucket) quickTake(hits int64) (left int64, ok bool) {
 	t := b.tokens.Load()
-	return t - hits, t >= hits && (t-hits)>>sightEvery == t>>sightEvery && b.tokens.CompareAndSwap(t, t-hits)
+	return t - hits, t >= hits && b.tokens.CompareAndSwap(t, t-hits)
 }
 
 // take spends hits > 0 tokens of b if there are that many on hand (on
-// one stripe, if striped) and returns an estimate of those left.
-func (m *Manager) take(b *bucket, hits int64) (left int64, ok bool) {
-	for {
-		t := b.tokens.Load()
-		if t < hits {
-			if t < 0 {
-				if s := m.striped.of(b, t); s != nil {
-					return s.take(hits)
-				}
-				return 0, false
-			}
-			return t, false
-		}
+// one stripe, if striped) and returns an estimate of those left. was is
+// the counter as the caller's quickTake of these hits read it (it
+// failed), or -1. A compare-and-swap that failed, its own or quickTake's,
+// and a counter found lower after it is a race lost to another check
+// (what else lowers it, a lease call's settle or a return, is rare):
+// counted by raced, or on a striped key by rehome if it was the check's
+// home.
+func (m *Manager) take(b *bucket, hits, was int64) (left int64, ok bool) {
+	t := b.tokens.Load()
+	if t < was && t >= 0 {
+		m.raced(b)
+	}
+	for t >= hits {
 		if b.tokens.CompareAndSwap(t, t-hits) {
-			if (t-hits)>>sightEvery != t>>sightEvery && m.striped.n > 1 {
-				m.sighted(b, goroutineRegion())
-			}
 			return t - hits, true
 		}
+		last := t
+		if t = b.tokens.Load(); t < last && t >= 0 {
+			m.raced(b)
+		}
 	}
+	if t >= 0 {
+		return t, false
+	}
+	s := m.striped.of(b, t)
+	if s == nil {
+		return 0, false
+	}
+	left, ok, raced := s.take(hits)
+	if raced {
+		s.rehome(m.nanos())
+	}
+	return left, ok
 }
 
-// sighted records that a goroutine whose goroutineRegion is g took tokens
-// of b (one take in 2^sightEvery is sampled) and stripes b if another
-// goroutine was the last one seen taking them, shortly before: the key
-// is checked from several goroutines at a high rate, so probably from
-// several cores at once.
-func (m *Manager) sighted(b *bucket, g uint64) {
-	k := uint64(uintptr(unsafe.Pointer(b))) * 0x9e3779b97f4a7c15
-	seen := &m.striped.seen[k>>(64-sightBits)]
+// raced records that a check of b lost a race to another check, and
+// stripes b at the racesToStripe-th race within raceWithinMs of the
+// first: several cores check the key at once, at a high rate. Checks
+// that only follow one another (one goroutine's, or goroutines that take
+// turns) never race.
+func (m *Manager) raced(b *bucket) {
+	if m.striped.n <= 1 {
+		return // one core: no cache line to move
+	}
+	k := uint64(uintptr(unsafe.Pointer(b))) * 0x9e3779b97f4a7c15 >> 32 << 32
+	w := &m.striped.races[k>>(64-raceBits)]
 	ms := uint64(uint16(unixMs32(m.nanos())))
-	v := k>>32<<32 | g>>48<<16 | ms
-	old := seen.Swap(v)
-	if old>>32 == v>>32 && old>>16&0xffff != v>>16&0xffff && uint16(ms-old&0xffff) <= sightWithinMs {
+	n := uint64(1)
+	if old := w.Load(); old&^0xffffffff == k && uint16(ms-old&0xffff) <= raceWithinMs {
+		n, ms = min(old>>16&0xffff+1, 0xffff), old&0xffff
+	}
+	w.Store(k | n<<16 | ms)
+	if n >= racesToStripe {
 		m.stripe(b)
 	}
 }
 
 // stripe gives b stripes (it was seen contended), unless they would not
 // pay or cannot be had now: the key's slot is busy (a lease call of it
-// is out: the next sighting tries again), the table is full, b holds too
+// is out: the next race tries again), the table is full, b holds too
 // little.
 func (m *Manager) stripe(b *bucket) {
 	if b.basis.Load() < minStripeBasis*int64(m.striped.n) || m.striped.full() {
@@ -438,16 +478,26 @@ func (m *Manager) settle(b *bucket, lent int64) int64 {
 	return b.settle(lent)
 }
 
-// quickTakeStriped is take's common case on a striped bucket, small
-// enough to be inlined in Prefix.TakeLocal: hits from the goroutine's own
-// stripe, one compare-and-swap. When it reports false it changed
-// nothing: call take.
+// quickTakeStriped is take's common case on a striped bucket, for
+// Prefix.TakeLocal: hits from the goroutine's own stripe, one
+// compare-and-swap (if it loses to another check, the homes are drawn
+// again: see rehome). When it reports false it changed no tokens: call
+// take.
 func (m *Manager) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) {
 	s := m.striped.of(b, b.tokens.Load())
 	if s == nil {
 		return 0, false
 	}
-	st := &s.s[s.home()&s.mask].tokens
+	st := &s.s[s.home()].tokens
 	t := st.Load()
-	return (t - hits) * int64(len(s.s)), t >= hits && st.CompareAndSwap(t, t-hits)
+	if t < hits {
+		return 0, false
+	}
+	if st.CompareAndSwap(t, t-hits) {
+		return (t - hits) * int64(len(s.s)), true
+	}
+	if st.Load() < t {
+		s.rehome(m.nanos())
+	}
+	return 0, false
 }

@@ -1,11 +1,14 @@
 package lease
 
 import (
-	"runtime/debug"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // stripedKey leases key under p (a frozen clock: nothing refills), the
@@ -152,36 +155,42 @@ func TestStripedKeyBounds(t *testing.T) {
 	if got := m.onHand(b); got != 0 {
 		t.Fatalf("the old bucket holds %d, want 0", got)
 	}
-	if _, ok := m.take(b, 1); ok {
+	if _, ok := m.take(b, 1, -1); ok {
 		t.Fatal("a take from the old bucket spent another key's tokens")
 	}
 }
 
-// A key is striped when two goroutines' sampled takes of it come within
-// sightWithinMs, never on one goroutine's alone, nor on sightings further
-// apart, nor on one core.
-func TestSightingsStripeContendedKeys(t *testing.T) {
+// A key is striped at the racesToStripe-th race lost by its checks
+// within raceWithinMs of the first, never on fewer, nor on races further
+// apart, nor on one core, nor holding too few tokens to spread.
+func TestRacesStripeContendedKeys(t *testing.T) {
 	p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Hour}
-	const a, b = 1 << 48, 2 << 48 // two goroutines' hints
-	t.Run("two goroutines", func(t *testing.T) {
+	t.Run("races close together", func(t *testing.T) {
 		m, _, clk := testManager(t, wholeLease)
 		m.striped.n = 16
 		mustTake(t, m, "k", p, 1)
 		bk := m.buckets.load("k")
-		m.sighted(bk, a)
-		m.sighted(bk, a)
-		m.sighted(bk, a)
-		if bk.tokens.Load() < 0 {
-			t.Fatal("striped by one goroutine's sightings")
+		for range racesToStripe - 1 {
+			m.raced(bk)
 		}
-		clk.Advance(time.Duration(sightWithinMs+1) * time.Millisecond)
-		m.sighted(bk, b)
 		if bk.tokens.Load() < 0 {
-			t.Fatal("striped by sightings more than sightWithinMs apart")
+			t.Fatalf("striped after %d races", racesToStripe-1)
 		}
-		m.sighted(bk, a)
+		clk.Advance(time.Duration(raceWithinMs+1) * time.Millisecond)
+		m.raced(bk) // the first of a new count
+		if bk.tokens.Load() < 0 {
+			t.Fatal("striped by races more than raceWithinMs apart")
+		}
+		for range racesToStripe - 2 {
+			m.raced(bk)
+		}
+		if bk.tokens.Load() < 0 {
+			t.Fatalf("striped after %d races within raceWithinMs", racesToStripe-1)
+		}
+		clk.Advance(time.Duration(raceWithinMs) * time.Millisecond)
+		m.raced(bk)
 		if bk.tokens.Load() >= 0 {
-			t.Fatal("not striped by two goroutines' sightings 0ms apart")
+			t.Fatalf("not striped by %d races within raceWithinMs", racesToStripe)
 		}
 	})
 	t.Run("one core", func(t *testing.T) {
@@ -189,18 +198,9 @@ func TestSightingsStripeContendedKeys(t *testing.T) {
 		m.striped.n = 1
 		mustTake(t, m, "k", p, 1)
 		bk := m.buckets.load("k")
-		// Sampled takes from two goroutines at once: not even sighted.
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Go(func() {
-				for range 4 {
-					if _, ok := m.take(bk, 1<<sightEvery); !ok {
-						t.Error("denied")
-					}
-				}
-			})
+		for range 2 * racesToStripe {
+			m.raced(bk)
 		}
-		wg.Wait()
 		if bk.tokens.Load() < 0 {
 			t.Fatal("striped with one core")
 		}
@@ -211,12 +211,164 @@ func TestSightingsStripeContendedKeys(t *testing.T) {
 		small := Policy{Algorithm: TokenBucket, Limit: minStripeBasis * 16, Period: time.Hour}
 		mustTake(t, m, "k", small, 1)
 		bk := m.buckets.load("k")
-		m.sighted(bk, a)
-		m.sighted(bk, b)
+		for range 2 * racesToStripe {
+			m.raced(bk)
+		}
 		if bk.tokens.Load() < 0 {
 			t.Fatalf("striped holding %d, under %d a stripe", bk.basis.Load(), minStripeBasis)
 		}
 	})
+}
+
+// racesOf is the races counted for b (0 if its word holds another
+// bucket's).
+func racesOf(m *Manager, b *bucket) uint64 {
+	k := uint64(uintptr(unsafe.Pointer(b))) * 0x9e3779b97f4a7c15 >> 32 << 32
+	if w := m.striped.races[k>>(64-raceBits)].Load(); w&^0xffffffff == k {
+		return w >> 16 & 0xffff
+	}
+	return 0
+}
+
+// hotKey leases a key of many tokens (the whole lease at once, a frozen
+// clock: no check runs out) on a Manager that stripes as on many cores.
+func hotKey(t *testing.T) (*Manager, Policy, *bucket, *clocktest.Clock) {
+	t.Helper()
+	m, _, clk := testManager(t, wholeLease)
+	m.striped.n = 16
+	p := Policy{Algorithm: TokenBucket, Limit: MaxLimit, Period: time.Hour}
+	mustTake(t, m, "k", p, 1)
+	return m, p, m.buckets.load("k"), clk
+}
+
+// Checks that never overlap never race: one goroutine's, from any depth
+// of its stack, and those of goroutines that take turns at the key.
+func TestChecksInTurnNeverRace(t *testing.T) {
+	t.Run("one goroutine", func(t *testing.T) {
+		m, p, bk, _ := hotKey(t)
+		var deep func(n int)
+		deep = func(n int) {
+			var pad [256]byte
+			if n > 0 {
+				deep(n - 1)
+				pad[n%len(pad)]++
+				return
+			}
+			mustTake(t, m, "k", p, 1)
+		}
+		for i := range 1 << 16 {
+			deep(i % 16)
+		}
+		if got := racesOf(m, bk); got != 0 || bk.tokens.Load() < 0 {
+			t.Fatalf("one goroutine's checks: %d races counted, striped %v", got, bk.tokens.Load() < 0)
+		}
+	})
+	t.Run("goroutines in turn", func(t *testing.T) {
+		m, p, bk, _ := hotKey(t)
+		turn := make(chan struct{}, 1)
+		turn <- struct{}{}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 64 {
+					<-turn
+					for range 256 {
+						mustTake(t, m, "k", p, 1)
+					}
+					turn <- struct{}{}
+				}
+			})
+		}
+		wg.Wait()
+		if got := racesOf(m, bk); got != 0 || bk.tokens.Load() < 0 {
+			t.Fatalf("goroutines taking turns: %d races counted, striped %v", got, bk.tokens.Load() < 0)
+		}
+	})
+}
+
+// Two goroutines checking one key at once, each on a core of its own,
+// lose races to each other and get the key striped. The test ends when
+// they have: it needs two cores that run at once, at some point.
+func TestOverlappingChecksStripe(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two cores: checks on one core take turns")
+	}
+	m, p, bk, _ := hotKey(t)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			<-start
+			for bk.tokens.Load() >= 0 {
+				if d, err := m.Take("k", p, 1); err != nil || !d.Allowed {
+					t.Errorf("%+v %v", d, err)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
+// A goroutine keeps its home while no other check races it there; two
+// goroutines that share one lose races on it and get new homes drawn.
+// Homes are drawn at most once a millisecond.
+func TestSharedHomesAreDrawnAgain(t *testing.T) {
+	m, p, bk, clk := hotKey(t)
+	m.stripe(bk)
+	s := m.striped.of(bk, bk.tokens.Load())
+	if s == nil {
+		t.Fatal("not striped")
+	}
+	if s.mult.Load()&1 == 0 {
+		t.Fatalf("even multiplier %x: two hints could share every home", s.mult.Load())
+	}
+	// A multiplier of 1 gives every goroutine the home 0 (a hint, a
+	// stack address / 2 KiB, is far below 2^60).
+	s.mult.Store(1)
+	for range 1 << 16 {
+		mustTake(t, m, "k", p, 1)
+	}
+	if got := s.mult.Load(); got != 1 {
+		t.Fatalf("one goroutine's checks drew new homes (%x)", got)
+	}
+	if got := s.home(); got != 0 {
+		t.Fatalf("home %d with the multiplier 1, want 0", got)
+	}
+	// rehome: once in a millisecond.
+	now := m.nanos()
+	s.rehome(now)
+	drawn := s.mult.Load()
+	if drawn == 1 || drawn&1 == 0 {
+		t.Fatalf("rehome drew %x", drawn)
+	}
+	s.rehome(now)
+	if s.mult.Load() != drawn {
+		t.Fatal("homes drawn twice in one millisecond")
+	}
+	s.mult.Store(1)
+	if runtime.GOMAXPROCS(0) < 2 {
+		return // checks on one core take turns: they never race
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			<-start
+			for s.mult.Load() == 1 {
+				if d, err := m.Take("k", p, 1); err != nil || !d.Allowed {
+					t.Errorf("%+v %v", d, err)
+					return
+				}
+			}
+		})
+	}
+	// The clock is frozen at the millisecond of the draw above: move it
+	// on so that the races can draw again.
+	clk.Advance(time.Millisecond)
+	close(start)
+	wg.Wait()
 }
 
 // Two goroutines alive at once have different hints (their stacks are
@@ -235,30 +387,5 @@ func TestGoroutineHintsDiffer(t *testing.T) {
 	close(release)
 	if h1 == h2 {
 		t.Fatalf("two live goroutines share the hint %x", h1)
-	}
-}
-
-// One goroutine is sighted as one whatever the depth of the call that
-// takes: its takes come from different call paths (the fast path, the
-// slow way, a caller's own frames), and a saturated key checked from one
-// goroutine was striped when two of them fell in different 2 KiB blocks.
-func TestOneGoroutineOneRegion(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a collection may move the stack
-	var deep func(n int) uint64
-	deep = func(n int) uint64 {
-		var pad [256]byte
-		if n == 0 {
-			return goroutineRegion() + uint64(pad[0])
-		}
-		return deep(n-1) + uint64(pad[n%len(pad)])
-	}
-	done := make(chan [2]uint64)
-	go func() {
-		deep(40) // grow the stack first: a growth moves it
-		done <- [2]uint64{deep(0), deep(12)}
-	}()
-	r := <-done
-	if r[0] != r[1] {
-		t.Fatalf("one goroutine, two regions: %x at depth 0, %x some 3 KiB deeper", r[0], r[1])
 	}
 }
