@@ -224,10 +224,18 @@ func FromEnv(t testing.TB, o Options) Options {
 		o.Duration = d
 		// The long form explores new seeds on every run; a failure
 		// prints its seed.
-		o.Seed += uint64(time.Now().UnixNano()) &^ (1<<40 - 1)
+		o.Seed += longFormBase(time.Now())
 		t.Logf("%s=%v: seeds from %d", EnvTime, d, o.Seed)
 	}
 	return o
+}
+
+// longFormBase is what the long form adds to a run's first seed at now:
+// the clock to about a second (2^30 ns), so that runs a second apart or
+// more explore different seeds, and the offsets a test gives its runs'
+// first seeds (up to millions) stay far below a second's step.
+func longFormBase(now time.Time) uint64 {
+	return uint64(now.UnixNano()) &^ (1<<30 - 1)
 }
 
 // Summary counts what a Run checked.

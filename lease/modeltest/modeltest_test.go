@@ -105,3 +105,19 @@ func TestHarnessFailsOnBrokenStores(t *testing.T) {
 		})
 	}
 }
+
+// TestLongFormBaseMoves: long-form runs started minutes apart (two
+// SLUICE_MODEL_TIME runs in a row) explore different seeds, and their
+// ranges do not overlap.
+func TestLongFormBaseMoves(t *testing.T) {
+	start := time.Date(2026, 11, 27, 11, 39, 31, 0, time.UTC)
+	a := longFormBase(start)
+	for _, d := range []time.Duration{2 * time.Second, time.Minute, 11 * time.Minute} {
+		b := longFormBase(start.Add(d))
+		// A run's tests start at their offsets (10^6 apart) plus the
+		// base and each runs at most some 10^6 seeds.
+		if b-a < 100_000_000 {
+			t.Errorf("runs %v apart start %d seeds apart: their seeds overlap", d, b-a)
+		}
+	}
+}
