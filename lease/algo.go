@@ -96,6 +96,12 @@ func CheckLease(p Policy, want, need int64, to Lessee) error {
 		return &FieldError{Field: "idle", Msg: fmt.Sprintf("must be between 0 and %v, got %v", MaxPeriod, to.Idle)}
 	case to.ID != "" && (to.TTL < time.Millisecond || to.TTL > MaxLeaseTTL):
 		return &FieldError{Field: "ttl", Msg: fmt.Sprintf("must be between 1ms and %v, got %v", MaxLeaseTTL, to.TTL)}
+	case to.AheadWindows < 0 || to.AheadWindows > MaxAheadWindows:
+		return &FieldError{Field: "ahead_windows", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxAheadWindows), to.AheadWindows)}
+	case to.AheadWindows > 0 && time.Duration(to.AheadWindows) > MaxLeaseTTL/p.Period:
+		return &FieldError{Field: "ahead_windows", Msg: fmt.Sprintf("must span at most %v (%d periods of %v), got %d", MaxLeaseTTL, int64(MaxLeaseTTL/p.Period), p.Period, to.AheadWindows)}
+	case to.AheadTokens < 0 || to.AheadTokens > MaxHits:
+		return &FieldError{Field: "ahead_tokens", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxHits), to.AheadTokens)}
 	}
 	return nil
 }

@@ -350,6 +350,14 @@ type Grant struct {
 	// before the lessee's previous call (see "Lent tokens"); the windows'
 	// report it unchanged (0 if the loan expired).
 	Lent int64
+	// AheadTokens and AheadWindows are fixed_window's windows leased
+	// ahead (see Lessee.AheadWindows): the Store lends the call's lessee
+	// AheadTokens in each of the AheadWindows windows after the current
+	// one, counted in each of them from its start, as if granted by a
+	// call at that start; 0 and 0 when it lends none ahead (then the
+	// lessee's loan ends with the current window).
+	AheadTokens  int64
+	AheadWindows int64
 }
 
 // Result is the answer of an exact check (sliding_log, concurrency).
@@ -439,7 +447,22 @@ type Lessee struct {
 	// as spent at this call, as it did before this field. token_bucket
 	// and gcra only.
 	Unanswered uint32
+	// AheadWindows and AheadTokens ask a fixed_window key for tokens of the
+	// windows after the current one, so that a holder need not call at
+	// every window: AheadTokens in each of the next AheadWindows windows.
+	// The Store lends each window's share only as far as the shares it
+	// lends other holders ahead leave of the limit, and counts it in each
+	// window from that window's start (its count starts at the shares lent
+	// into it); the holder may spend a window's share only within that
+	// window, and a return ends the loan with every share ahead. A call
+	// with AheadWindows 0 (or no ID) ends the shares the holder had
+	// ahead after the current window. Other algorithms ignore both.
+	AheadWindows int64
+	AheadTokens  int64
 }
+
+// MaxAheadWindows bounds Lessee.AheadWindows.
+const MaxAheadWindows = 1 << 16
 
 // MaxLeaseTTL bounds Lessee.TTL.
 const MaxLeaseTTL = 24 * time.Hour

@@ -11,13 +11,20 @@ type Loan struct {
 	// returned.
 	Lent int64
 	// Expires is when Lent counts as spent (unix µs). Windowed algorithms
-	// keep 0: their loans end with the window.
+	// keep 0: their loans end with the window, except a fixed_window loan
+	// with shares ahead (Share), which ends with the window that ends at
+	// Expires.
 	Expires int64
 	// LastSpend is when Holder last spent a token of the key before its
 	// last lease call (that call's now − Idle, unix µs; 0 when unknown):
 	// the tokens its next call reports spent before the last one
 	// (Lessee.SpentBefore) refill from then. token_bucket and gcra only.
 	LastSpend int64
+	// Share is, for fixed_window, the tokens lent to Holder in each window
+	// after the current one up to Expires (Lessee.AheadTokens): when such
+	// a window starts, Lent becomes Share and the window's count starts
+	// at the sum of the shares. 0 otherwise.
+	Share int64
 }
 
 // loans is a key's loans, one per holder, in no particular order. Not
