@@ -120,8 +120,22 @@ const (
 	recSpill             // the slot has a memSpill
 )
 
-// memLoan is a Loan without its holder.
-type memLoan struct{ lent, expires, lastSpend int64 }
+// memLoan is a Loan without its holder. aux is its LastSpend, or for
+// fixed_window its Share: no algorithm's loans have both.
+type memLoan struct{ lent, expires, aux int64 }
+
+func memLoanOf(l Loan) memLoan { return memLoan{l.Lent, l.Expires, l.LastSpend + l.Share} }
+
+// loan is l as holder's Loan of a key of algorithm alg.
+func (l memLoan) loan(holder string, alg Algorithm) Loan {
+	x := Loan{Holder: holder, Lent: l.lent, Expires: l.expires}
+	if alg == FixedWindow {
+		x.Share = l.aux
+	} else {
+		x.LastSpend = l.aux
+	}
+	return x
+}
 
 // memSpill is what a key's record has no room for: a leased algorithm's
 // loans past the first (a key that several holders lease, or that keeps
@@ -454,11 +468,11 @@ func (sh *memShard) state(alg Algorithm, slot uint32, ok bool) algoState {
 	}
 	r := &sh.recs[slot]
 	if r.flags&recLoan != 0 {
-		ls = append(ls, Loan{Holder: sh.holders.names[r.holder], Lent: r.loan.lent, Expires: r.loan.expires, LastSpend: r.loan.lastSpend})
+		ls = append(ls, r.loan.loan(sh.holders.names[r.holder], alg))
 	}
 	if r.flags&recSpill != 0 {
 		for _, l := range sh.spill[slot].loans {
-			ls = append(ls, Loan{Holder: sh.holders.names[l.holder], Lent: l.lent, Expires: l.expires, LastSpend: l.lastSpend})
+			ls = append(ls, l.loan(sh.holders.names[l.holder], alg))
 		}
 	}
 	ps.unpack(*r, ls)
@@ -523,7 +537,7 @@ func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorit
 	r.flags &^= recLoan
 	if len(ls) > 0 {
 		r.flags |= recLoan
-		r.holder, r.loan = sh.ids[0], memLoan{ls[0].Lent, ls[0].Expires, ls[0].LastSpend}
+		r.holder, r.loan = sh.ids[0], memLoanOf(ls[0])
 	}
 	switch sp := sh.spill[slot]; {
 	case len(ls) > 1 && sp == nil:
@@ -533,7 +547,7 @@ func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorit
 	case len(ls) > 1:
 		sp.loans = sp.loans[:0]
 		for i, l := range ls[1:] {
-			sp.loans = append(sp.loans, spilledLoan{memLoan{l.Lent, l.Expires, l.LastSpend}, sh.ids[i+1]})
+			sp.loans = append(sp.loans, spilledLoan{memLoanOf(l), sh.ids[i+1]})
 		}
 		r.flags |= recSpill
 	case sp != nil:
@@ -577,9 +591,11 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 	defer sh.done(st)
 	m.reportBakes(key, st)
 	g := st.(leasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
-	// A grant, a renewed loan, or (token_bucket, gcra) a loan that a call
-	// granting nothing settled, maybe to 0.
-	if g.Granted > 0 || g.Lent > 0 || (ok && p.Algorithm.refills()) {
+	// A grant, a renewed loan, (token_bucket, gcra) a loan that a call
+	// granting nothing settled, maybe to 0, or (fixed_window) shares ahead
+	// lent or ended (a fixed_window call that changed nothing left the
+	// state as it was).
+	if g.Granted > 0 || g.Lent > 0 || g.AheadWindows > 0 || (ok && (p.Algorithm.refills() || p.Algorithm == FixedWindow)) {
 		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
 			return Grant{}, fmt.Errorf("cannot lease: %w", err)
 		}

@@ -77,6 +77,7 @@ var cases = []struct {
 	{"gcra/refill", func(e *env) { bucketRefill(e, lease.GCRA) }},
 	{"fixed_window/counting", fixedCounting},
 	{"fixed_window/roll", fixedRoll},
+	{"fixed_window/ahead", fixedAhead},
 	{"sliding_window/counting", slidingCounting},
 	{"sliding_window/weights", slidingWeights},
 	{"sliding_log/counting", logCounting},
@@ -425,6 +426,54 @@ func fixedRoll(e *env) {
 	e.advance(ms(2 * P))
 	e.ret(k, p, 2, "return into a later window, after the state expired")
 	e.lease(k, p, 0, 0, grantExp{0, 3, 0, ms(P)}, "two windows later the count is 0 and a return cannot push availability above the limit")
+}
+
+// fixedAhead: shares of the next windows, counted in each from its start,
+// capped by the other holders' shares, ended by a return or by a call
+// asking none; the key outlives its window while a share covers a later
+// one.
+func fixedAhead(e *env) {
+	const P = 300
+	p := lease.Policy{Algorithm: lease.FixedWindow, Limit: 10, Period: ms(P)}
+	a := lease.Lessee{ID: "a", TTL: time.Hour, AheadWindows: 2, AheadTokens: 4}
+	b := lease.Lessee{ID: "b", TTL: time.Hour, AheadWindows: 3, AheadTokens: 10}
+	shares := func(g lease.Grant, tokens, windows int64, why string) {
+		e.t.Helper()
+		if g.AheadTokens != tokens || g.AheadWindows != windows {
+			e.t.Fatalf("shares ahead: got %d tokens for %d windows, want %d for %d: %s", g.AheadTokens, g.AheadWindows, tokens, windows, why)
+		}
+	}
+	k, k2 := e.key(), e.key()
+	e.alignWindow(p.Period)
+	e.advance(ms(50)) // every call 50ms into its window: 250ms of drift to the next boundary
+	g := e.leaseAs(k, p, 2, 1, a, grantExp{2, 8, 0, ms(P - 50)}, "a: grant 2 of 10 in this window, ask 4 of each of the next 2")
+	shares(g, 4, 2, "no other holder has shares: a gets the 4 it asked")
+	if g.Lent != 2 {
+		e.t.Fatalf("a's grant: lent %d, want 2 (the share is not lent in the current window)", g.Lent)
+	}
+	g = e.leaseAs(k, p, 0, 0, b, grantExp{0, 8, 0, ms(P - 50)}, "b grants nothing now and asks the whole limit ahead")
+	shares(g, 6, 3, "b gets what a's share of 4 leaves of the limit of 10")
+	g = e.leaseAs(k2, p, 1, 1, b, grantExp{1, 9, 0, ms(P - 50)}, "b on a second key: 1 now, 10 of each of the next 3 windows")
+	shares(g, 10, 3, "no other holder: the whole limit")
+	b2 := b
+	b2.AheadWindows, b2.Held = 0, 1
+	g = e.leaseAs(k2, p, 0, 0, b2, grantExp{0, 9, 0, ms(P - 50)}, "b asks none ahead: its shares end after this window")
+	shares(g, 0, 0, "a call asking none lends none")
+
+	e.advance(ms(P)) // window 1
+	e.lease(k, p, 1, 1, grantExp{0, 0, ms(P - 50), ms(P - 50)}, "window 1 starts with a's 4 and b's 6 counted: nothing left, wait for its end")
+	e.lease(k2, p, 0, 0, grantExp{0, 10, 0, ms(P - 50)}, "the second key's shares ended with b's call asking none")
+	if err := e.s.Return(e.ctx, k, p, 4, "a"); err != nil {
+		e.t.Fatalf("Return of a's 4: %v", err)
+	}
+	e.lease(k, p, 0, 0, grantExp{0, 4, 0, ms(P - 50)}, "a returned its whole share of window 1: 4 back")
+
+	e.advance(ms(P)) // window 2
+	e.lease(k, p, 0, 0, grantExp{0, 4, 0, ms(P - 50)}, "window 2: b's share of 6 alone (a's return ended its shares)")
+	e.advance(ms(P)) // window 3: three windows after the key's last write
+	e.lease(k, p, 0, 0, grantExp{0, 4, 0, ms(P - 50)}, "window 3: b's last share, still counted (the key outlives its window while a share covers a later one)")
+	e.advance(ms(P)) // window 4
+	e.lease(k, p, 0, 0, grantExp{0, 10, 0, ms(P - 50)}, "window 4: every share ended")
 }
 
 // --- sliding_window ---
