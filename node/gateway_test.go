@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/api"
 )
 
 const (
@@ -432,5 +433,11 @@ func TestLeaseSharesAhead(t *testing.T) {
 	post(`{"op":"lease","rule":"fw","key":"k2","want":1,"need":1,"ttl_ms":10000}`)
 	if g := lr.Results[0]; g.Granted != 1 || g.AheadTokens != 0 || g.AheadWindows != 0 {
 		t.Fatalf("lease asking nothing ahead: %+v, want none", g)
+	}
+}
+
+func TestLeaseAheadBoundMatchesTheEngine(t *testing.T) {
+	if api.MaxAheadWindows != lease.MaxAheadWindows {
+		t.Fatalf("api.MaxAheadWindows %d, lease.MaxAheadWindows %d: the wire must bound what the engine accepts", api.MaxAheadWindows, lease.MaxAheadWindows)
 	}
 }
