@@ -235,11 +235,13 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 // dropped records that holder m dropped its bucket of k at t without a
 // return: the Store counts its loan as lent until the holder's next call,
 // which (a new bucket: held 0, idle 0) ends all of it then, or until the
-// loan's end (contract clause (b)).
+// loan's end (contract clause (b)). Its shares ahead run on, lent to a
+// holder that no longer knows them.
 func (k *keyModel) dropped(m int, t int64) {
 	k.heldNow(m, t)
 	k.held[m] = 0
 	k.bucket[m] = false
+	k.ahead[m].known = false
 }
 
 // lose records n tokens the Store counts as spent at t.
