@@ -374,11 +374,12 @@ func human(v float64) string {
 }
 
 // floorNote is what the first touches of a run's keys bound its Store
-// operations per decision to. After a warm pass over the same keys the
-// bound is gone (the keys are leased already), except for keys that come
-// back in a cycle, whose leases the node returned in between.
+// operations per decision to. After a warm pass over the same keys there
+// is no such bound (the keys are leased already; keys that come back in a
+// cycle may still hold a slow key's loan the node kept past their idle
+// spell).
 func floorNote(r *RunResult) string {
-	if r.Warm > 0 && r.Dist != Cycle.String() {
+	if r.Warm > 0 {
 		return fmt.Sprintf("keys warmed for %v", r.Warm)
 	}
 	return "floor " + pct(float64(r.Accuracy.Keys)/float64(r.Decisions))
