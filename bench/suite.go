@@ -649,6 +649,9 @@ func (st *suite) redisPhases(ctx context.Context, rules, query string) {
 		{name: "redis-uniform-5k-warm", kind: Single, mode: Open, rate: 5000, conns: 64, work: 128, batch: 1, keys: uniform, acc: true, naive: true, warm: st.cfg.Phase},
 		{name: "redis-idle-return", kind: Single, mode: Open, rate: idleRate, conns: 64, work: 128, batch: 1, keys: idle, acc: true, naive: true, warm: idleCycle},
 		{name: "redis-fw1s-5k", rule: "bench-fw", kind: Single, mode: Open, rate: 5000, conns: 64, work: 128, batch: 1, keys: uniform, naive: true},
+		// Per-second windows in continuous operation: the keys already
+		// leased, with their shares of the windows ahead.
+		{name: "redis-fw1s-5k-warm", rule: "bench-fw", kind: Single, mode: Open, rate: 5000, conns: 64, work: 128, batch: 1, keys: uniform, naive: true, warm: st.cfg.Phase},
 	} {
 		ps.name += suffix
 		r := st.measure(ctx, addr, ps, procs, raddr)

@@ -100,3 +100,19 @@ func TestReportScriptRuns(t *testing.T) {
 		t.Errorf("the Redis table lacks script calls 1.0%% and scripts run 15.0%%:\n%s", md)
 	}
 }
+
+// A warmed run's Store operations have no first-touch floor, keys that
+// come back in a cycle included (a node may keep their loans past the
+// idle spell); a cold run's floor is its keys over its decisions.
+func TestFloorNote(t *testing.T) {
+	cold := &RunResult{Decisions: 400, Dist: Uniform.String(), Accuracy: &Accuracy{Keys: 100}}
+	if got := floorNote(cold); got != "floor 25.0%" {
+		t.Fatalf("cold run: %q, want the floor of 100 keys over 400 decisions", got)
+	}
+	for _, d := range []Dist{Uniform, Cycle} {
+		warm := &RunResult{Decisions: 400, Dist: d.String(), Warm: 15 * time.Second, Accuracy: &Accuracy{Keys: 100}}
+		if got := floorNote(warm); !strings.Contains(got, "warmed") {
+			t.Fatalf("%s keys warmed first: %q, want no floor", d, got)
+		}
+	}
+}

@@ -107,6 +107,16 @@
 //   - fixed_window, sliding_window: a grant already counts in its window,
 //     so lent_h does not cap anything; it lives in the window (a new
 //     window starts with no loans) and bounds returns.
+//   - fixed_window's shares ahead: a call of h may also ask share_h of each
+//     of the next k windows (Lessee.AheadWindows, AheadTokens), so that a
+//     key checked across many windows needs no call per window. The Store
+//     lends min(asked, limit − the other holders' shares ahead), so the
+//     shares never sum past the limit; when a window they cover starts,
+//     its count starts at Σ_h share_h and lent_h = share_h, as if each
+//     holder had been granted its share at the window's start. A return
+//     ends h's loan with its shares; a call asking none ends them after
+//     the current window; the key lives until a window after the last
+//     window a share covers.
 //   - Unanswered calls (token_bucket, gcra): each call carries a random
 //     id (Lessee.Call); the Store keeps, per key, the id of the last call
 //     that settled a loan and what it granted. A call whose answer h
@@ -128,7 +138,10 @@
 // + TTL (≤ the Store's exp_h: no clock sync needed), makes at most one
 // lease or return call per key at a time (so held is exact), and never
 // holds more than Grant.Lent (tokens refunded while a call was out are
-// clipped to it).
+// clipped to it). It spends a share ahead only inside its window, which
+// it dates from the call that lent it, late rather than early (from when
+// the answer came plus Reset and the windows between, to when the call
+// was sent plus the same, with an allowance for the two clocks' rates).
 //
 // The accuracy contract that follows, across all holders and for any
 // interval [t, t+T] (A = hits admitted in it; the only excess is writes a
@@ -150,7 +163,9 @@
 // next lease call reports what it still holds (Held), since when it spends
 // nothing (Idle) and what of it it had spent before its previous call
 // (SpentBefore), a return ends it, or it ends (at most LeaseTTL after the
-// holder's last call); at most the sum of the holders' leases. A call
+// holder's last call); at most the sum of the holders' leases; for
+// fixed_window, the shares lent into the window ahead count from its start
+// the same way. A call
 // credits the refill of the tokens it reports spent from when they were
 // spent as far as the holder can tell: those spent before its previous
 // call from that call's last spend, the others from now − Idle (the

@@ -482,10 +482,14 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 		}
 	}
 	ttl := time.Duration(op.TTLMS) * time.Millisecond
-	gr, err := store.Lease(ctx, lo.ckey, lo.p, op.Want, op.Need, lease.Lessee{
+	to := lease.Lessee{
 		ID: holder, Held: op.Held, TTL: ttl, SpentBefore: op.SpentBefore,
 		Idle: time.Duration(op.IdleMS) * time.Millisecond, Call: op.Call, Unanswered: op.Unanswered,
-	})
+	}
+	if !lo.region && lo.p.Algorithm == lease.FixedWindow {
+		to.AheadWindows, to.AheadTokens = aheadOf(op, lo.p, lo.share)
+	}
+	gr, err := store.Lease(ctx, lo.ckey, lo.p, op.Want, op.Need, to)
 	if err != nil {
 		return api.LeaseResult{Error: err.Error()}
 	}
@@ -498,11 +502,33 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 	}
 	lo.rm.granted.Add(int(gr.Granted))
 	lo.rm.spent.Add(int(op.SpentBefore))
-	g.book.set(holder, lo.ckey, lo.rm, gr.Lent, time.Now().Add(ttl))
+	until := time.Now().Add(ttl)
+	if gr.AheadWindows > 0 { // its shares run to the end of the last window they cover
+		until = time.Now().Add(max(ttl, gr.Reset+time.Duration(gr.AheadWindows)*lo.p.Period))
+	}
+	g.book.set(holder, lo.ckey, lo.rm, gr.Lent, until)
 	return api.LeaseResult{
 		Granted: gr.Granted, Remaining: gr.Remaining, Lent: gr.Lent,
 		WaitMS: ceilMS(gr.Wait), ResetMS: ceilMS(gr.Reset),
+		AheadTokens: gr.AheadTokens, AheadWindows: gr.AheadWindows,
 	}
+}
+
+// aheadOf is the shares ahead a gateway's fixed_window lease op may ask:
+// each window's share within the gateway's share of the limit, as its
+// grants are (clampLease), and no further ahead than the longest lease
+// TTL a gateway may ask (api.MaxLeaseTTLMS), so that a gateway that
+// crashes strands its shares no longer than its tokens.
+func aheadOf(op *api.LeaseOp, p lease.Policy, share float64) (windows, tokens int64) {
+	if op.AheadWindows <= 0 || op.AheadTokens <= 0 || p.Period <= 0 {
+		return 0, 0
+	}
+	windows = min(op.AheadWindows, int64(time.Duration(api.MaxLeaseTTLMS)*time.Millisecond/p.Period))
+	tokens = min(op.AheadTokens, max(int64(float64(p.Capacity())*share), 1))
+	if windows <= 0 {
+		return 0, 0
+	}
+	return windows, tokens
 }
 
 func ceilMS(d time.Duration) int64 {

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/api"
 )
 
 const (
@@ -377,5 +378,66 @@ func TestLeaseRoutedToOwner(t *testing.T) {
 	}
 	if g, _ := stores[other].Lease(t.Context(), "per-key:k", lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Minute}, 1, 0, lease.Lessee{}); g.Remaining != 99 {
 		t.Fatalf("the non-owner's Store was used: %+v", g)
+	}
+}
+
+// A gateway's fixed_window lease op may ask shares of the next windows:
+// the node lends them within the gateway's share of the limit and no
+// further ahead than a gateway's longest TTL, and its own checks then see
+// the share counted in each window; an op asking none gets none.
+func TestLeaseSharesAhead(t *testing.T) {
+	clock := testClock() // a window start: 2026-01-01T00:00:00Z
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	cfg := DefaultConfig()
+	cfg.ClientToken = testClientToken
+	cfg.AdminToken = testAdminToken
+	tn := newTestNodeConfig(t, "rules:\n  - name: fw\n    algorithm: fixed_window\n    limit: 100\n    period: 1s\n", store, clock, cfg)
+
+	var lr struct {
+		Results []struct {
+			Granted, Lent int64
+			AheadTokens   int64 `json:"ahead_tokens"`
+			AheadWindows  int64 `json:"ahead_windows"`
+			Error         string
+		}
+	}
+	post := func(op string) {
+		t.Helper()
+		r := tn.do("POST", LeasePath, leaseBody(holderA, op), clientAuth)
+		if r.status != 200 {
+			t.Fatalf("lease: %d %s", r.status, r.body)
+		}
+		lr.Results = nil
+		if err := json.Unmarshal([]byte(r.body), &lr); err != nil || len(lr.Results) != 1 || lr.Results[0].Error != "" {
+			t.Fatalf("lease reply %s: %v", r.body, err)
+		}
+	}
+	post(`{"op":"lease","rule":"fw","key":"k","want":1,"need":1,"ttl_ms":10000,"ahead_windows":1000,"ahead_tokens":50}`)
+	if g := lr.Results[0]; g.Granted != 1 || g.AheadTokens != 25 || g.AheadWindows != 60 {
+		t.Fatalf("lease asking 50 of each of 1000 windows: %+v, want 1 granted and 25 (the gateway's share of 100) of each of 60 windows (60s, a gateway's longest TTL)", g)
+	}
+	for _, w := range []int{1, 60} {
+		clock.Set(time.Date(2026, 1, 1, 0, 0, w, 0, time.UTC))
+		if r := tn.do("POST", "/v1/check", `{"rule":"fw","key":"k","hits":76}`); !strings.Contains(r.body, `"allowed":false`) {
+			t.Fatalf("window %d: a check of 76 with the gateway's share of 25 counted: %s, want denied", w, r.body)
+		}
+		if r := tn.do("POST", "/v1/check", `{"rule":"fw","key":"k","hits":75}`); !strings.Contains(r.body, `"allowed":true`) {
+			t.Fatalf("window %d: a check of the 75 left: %s, want allowed", w, r.body)
+		}
+	}
+	clock.Set(time.Date(2026, 1, 1, 0, 1, 1, 0, time.UTC))
+	if r := tn.do("POST", "/v1/check", `{"rule":"fw","key":"k","hits":100}`); !strings.Contains(r.body, `"allowed":true`) {
+		t.Fatalf("window 61, past the shares: a check of 100: %s, want allowed", r.body)
+	}
+	post(`{"op":"lease","rule":"fw","key":"k2","want":1,"need":1,"ttl_ms":10000}`)
+	if g := lr.Results[0]; g.Granted != 1 || g.AheadTokens != 0 || g.AheadWindows != 0 {
+		t.Fatalf("lease asking nothing ahead: %+v, want none", g)
+	}
+}
+
+func TestLeaseAheadBoundMatchesTheEngine(t *testing.T) {
+	if api.MaxAheadWindows != lease.MaxAheadWindows {
+		t.Fatalf("api.MaxAheadWindows %d, lease.MaxAheadWindows %d: the wire must bound what the engine accepts", api.MaxAheadWindows, lease.MaxAheadWindows)
 	}
 }

@@ -17,6 +17,12 @@ import (
 //	{"results":[{"granted":40,"remaining":12,"wait_ms":0,"reset_ms":900,"lent":43},
 //	  {"granted":0,"remaining":0,"wait_ms":0,"reset_ms":0,"lent":0}]}
 //
+// A fixed_window lease op may add "ahead_windows" and "ahead_tokens"
+// (lease.Lessee's AheadWindows and AheadTokens: shares of the next
+// windows), and its result then carries the shares lent as
+// "ahead_tokens" and "ahead_windows"; both are left out when 0, and a
+// node that does not know them ignores them and lends none.
+//
 // The fields of a lease op are lease.Lessee's and the Store's Lease
 // arguments; a result's are lease.Grant's (durations in whole
 // milliseconds, rounded up). A result with "error" was not applied (the
@@ -88,7 +94,14 @@ type LeaseOp struct {
 	// demand, by which the global tier splits a saturated key (0:
 	// unknown).
 	Demand int64
+	// AheadWindows and AheadTokens (lease, optional) ask shares of the
+	// next windows of a fixed_window key (lease.Lessee's fields).
+	AheadWindows int64
+	AheadTokens  int64
 }
+
+// MaxAheadWindows bounds ahead_windows (lease.MaxAheadWindows).
+const MaxAheadWindows = 1 << 16
 
 // LeaseRequest is the body of POST /v1/lease.
 type LeaseRequest struct {
@@ -110,7 +123,11 @@ type LeaseResult struct {
 	WaitMS    int64
 	ResetMS   int64
 	Lent      int64
-	Error     string
+	// AheadTokens and AheadWindows are the shares ahead lent (lease.Grant's
+	// fields).
+	AheadTokens  int64
+	AheadWindows int64
+	Error        string
 }
 
 // HolderMsg says what is wrong with a gateway holder id, or "".
@@ -331,9 +348,11 @@ const (
 	lfUnanswered
 	lfTokens
 	lfDemand
+	lfAheadWindows
+	lfAheadTokens
 )
 
-var leaseFieldNames = [...]string{"op", "rule", "key", "want", "need", "held", "ttl_ms", "spent_before", "idle_ms", "call", "unanswered", "tokens", "demand"}
+var leaseFieldNames = [...]string{"op", "rule", "key", "want", "need", "held", "ttl_ms", "spent_before", "idle_ms", "call", "unanswered", "tokens", "demand", "ahead_windows", "ahead_tokens"}
 
 func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 	s.pos++
@@ -424,6 +443,10 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 					dst.Tokens, _ = s.leaseInt(fe, field, 0, MaxHits)
 				case lfDemand:
 					dst.Demand, _ = s.leaseInt(fe, field, 0, MaxHits)
+				case lfAheadWindows:
+					dst.AheadWindows, _ = s.leaseInt(fe, field, 0, MaxAheadWindows)
+				case lfAheadTokens:
+					dst.AheadTokens, _ = s.leaseInt(fe, field, 0, MaxHits)
 				}
 			}
 			if !s.next('}') {
@@ -511,6 +534,12 @@ func AppendLeaseRequest(dst []byte, r *LeaseRequest) []byte {
 			dst = append(dst, `,"demand":`...)
 			dst = strconv.AppendInt(dst, op.Demand, 10)
 		}
+		if op.AheadWindows > 0 {
+			dst = append(dst, `,"ahead_windows":`...)
+			dst = strconv.AppendInt(dst, op.AheadWindows, 10)
+			dst = append(dst, `,"ahead_tokens":`...)
+			dst = strconv.AppendInt(dst, op.AheadTokens, 10)
+		}
 		dst = append(dst, '}')
 	}
 	return append(dst, "]}"...)
@@ -534,6 +563,12 @@ func AppendLeaseResults(dst []byte, rs []LeaseResult) []byte {
 		dst = strconv.AppendInt(dst, r.ResetMS, 10)
 		dst = append(dst, `,"lent":`...)
 		dst = strconv.AppendInt(dst, r.Lent, 10)
+		if r.AheadWindows > 0 {
+			dst = append(dst, `,"ahead_tokens":`...)
+			dst = strconv.AppendInt(dst, r.AheadTokens, 10)
+			dst = append(dst, `,"ahead_windows":`...)
+			dst = strconv.AppendInt(dst, r.AheadWindows, 10)
+		}
 		if r.Error != "" {
 			dst = append(dst, `,"error":`...)
 			dst = AppendString(dst, r.Error)
@@ -544,7 +579,7 @@ func AppendLeaseResults(dst []byte, rs []LeaseResult) []byte {
 }
 
 // Lease result fields.
-var leaseResultNames = [...]string{"granted", "remaining", "wait_ms", "reset_ms", "lent", "error"}
+var leaseResultNames = [...]string{"granted", "remaining", "wait_ms", "reset_ms", "lent", "error", "ahead_tokens", "ahead_windows"}
 
 // DecodeLeaseResults decodes the body answering a lease request into dst
 // (reused), checking that it holds exactly n results.
@@ -645,6 +680,10 @@ func (s *scanner) leaseResults(dst []LeaseResult, n int, fe **FieldError) []Leas
 							r.ResetMS = v
 						case 4:
 							r.Lent = v
+						case 6:
+							r.AheadTokens = v
+						case 7:
+							r.AheadWindows = v
 						}
 					}
 					if !s.next('}') {

@@ -31,6 +31,7 @@ var leaseSeeds = []string{
 func TestDecodeLeaseRoundTrip(t *testing.T) {
 	want := LeaseRequest{Holder: holder, Region: "eu-west.1", Ops: []LeaseOp{
 		{Op: OpLease, Rule: "per-key", Key: `a"b\c` + "é", Want: 40, Need: 1, Held: 3, TTLMS: 10000, SpentBefore: 2, IdleMS: 5, Call: 1<<32 - 1, Unanswered: 6, Demand: 700},
+		{Op: OpLease, Rule: "fw", Key: "u3", Want: 1, TTLMS: 1, AheadWindows: 150, AheadTokens: 12},
 		{Op: OpReturn, Rule: "per-key", Key: "u2", Tokens: 5},
 	}}
 	body := AppendLeaseRequest(nil, &want)
@@ -44,13 +45,13 @@ func TestDecodeLeaseRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
 	}
-	rs := []LeaseResult{{Granted: 4, Remaining: 5, WaitMS: 6, ResetMS: 7, Lent: 8}, {Error: "owner \"x\" unreachable"}}
+	rs := []LeaseResult{{Granted: 4, Remaining: 5, WaitMS: 6, ResetMS: 7, Lent: 8}, {Lent: 1, AheadTokens: 12, AheadWindows: 150}, {Error: "owner \"x\" unreachable"}}
 	rb := AppendLeaseResults(nil, rs)
-	back, err := DecodeLeaseResults(rb, nil, 2)
+	back, err := DecodeLeaseResults(rb, nil, 3)
 	if err != nil || !reflect.DeepEqual(back, rs) {
 		t.Fatalf("results round trip: %+v, %v (%s)", back, err, rb)
 	}
-	if _, err := DecodeLeaseResults(rb, nil, 3); err == nil {
+	if _, err := DecodeLeaseResults(rb, nil, 4); err == nil {
 		t.Fatal("a reply with fewer results than ops was accepted")
 	}
 }
@@ -81,6 +82,9 @@ func TestDecodeLeaseNamesTheField(t *testing.T) {
 		op(`7`): "ops[1]",
 		op(`{"op":"lease","rule":"r","key":"k","want":1,"ttl_ms":1,"demand":-1}`):                 "ops[1].demand",
 		op(`{"op":"return","rule":"r","key":"k","demand":1}`):                                     "ops[1].op",
+		op(`{"op":"lease","rule":"r","key":"k","want":1,"ttl_ms":1,"ahead_windows":65537}`):       "ops[1].ahead_windows",
+		op(`{"op":"lease","rule":"r","key":"k","want":1,"ttl_ms":1,"ahead_tokens":-1}`):           "ops[1].ahead_tokens",
+		op(`{"op":"return","rule":"r","key":"k","ahead_windows":1}`):                              "ops[1].op",
 		`{"holder":"` + holder + `","region":"a b","ops":[{"op":"return","rule":"r","key":"k"}]}`: "region",
 		`{"holder":"` + holder + `","region":7,"ops":[{"op":"return","rule":"r","key":"k"}]}`:     "region",
 		`{"holder":"` + holder + `","region":"","ops":[{"op":"return","rule":"r","key":"k"}]}`:    "region",

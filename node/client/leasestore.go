@@ -73,7 +73,8 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 	// want 0 with a Lessee renews the loan (what is held, what was spent).
 	op := api.LeaseOp{Op: api.OpLease, Rule: rule, Key: key, Want: max(want, 0), Need: min(max(need, 0), max(want, 0)),
 		Held: to.Held, TTLMS: min(max(ceilMS(to.TTL), 1), api.MaxLeaseTTLMS), SpentBefore: to.SpentBefore,
-		IdleMS: min(int64(to.Idle/time.Millisecond), api.MaxIdleMS), Call: to.Call, Unanswered: to.Unanswered}
+		IdleMS: min(int64(to.Idle/time.Millisecond), api.MaxIdleMS), Call: to.Call, Unanswered: to.Unanswered,
+		AheadWindows: min(max(to.AheadWindows, 0), api.MaxAheadWindows), AheadTokens: min(max(to.AheadTokens, 0), api.MaxHits)}
 	if d := s.l.cfg.Demand; d != nil {
 		op.Demand = min(max(d(ckey), 0), api.MaxHits)
 	}
@@ -84,8 +85,13 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 	if f := s.l.cfg.OnLent; f != nil {
 		f(ckey, r.Lent)
 	}
-	return lease.Grant{Granted: r.Granted, Remaining: r.Remaining, Lent: r.Lent,
-		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond}, nil
+	g := lease.Grant{Granted: r.Granted, Remaining: r.Remaining, Lent: r.Lent,
+		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond}
+	if op.AheadWindows > 0 && r.AheadTokens > 0 {
+		// Never more than asked: what this holder spends is what it asked.
+		g.AheadTokens, g.AheadWindows = min(r.AheadTokens, op.AheadTokens), min(r.AheadWindows, op.AheadWindows)
+	}
+	return g, nil
 }
 
 func (s *remoteStore) Return(ctx context.Context, ckey string, p lease.Policy, tokens int64, _ string) error {
