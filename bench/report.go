@@ -207,7 +207,7 @@ func Markdown(s *Suite, charts []string) string {
 			}
 			w("| %s | %s %s | %s | %d | %.2f | %d | %.2f | %s | %s | %s |\n", r.Name, human(float64(r.Keys)), r.Dist, r.Mode, r.Decisions, r.RedisUsPerDec, n.Decisions, n.RedisUsPerDec, ratio, pct(r.RedisPerDec), pct(runsPerDec(r)))
 		}
-		w("\nNot driven: the Envoy RLS drop-in (the suite has no gRPC driver); `redis-fw1s-5k` and `redis-fw1s-5k-warm` are the same per-second fixed-window workload over HTTP.\n")
+		w("\n`redis-rls1s-*` call the node's Envoy rate limit service (gRPC `ShouldRateLimit`, one descriptor per call, a `unit: second` limit: envoyproxy/ratelimit's configuration, counted as a fixed window); `redis-fw1s-*` are the same per-second workload over HTTP.\n")
 	}
 
 	w("\n## Runs\n\n")

@@ -102,14 +102,15 @@ type Headline struct {
 }
 
 type suite struct {
-	cfg   SuiteConfig
-	s     *Suite
-	log   io.Writer
-	tmp   string
-	phase int
-	peak  float64  // mean closed-loop single-check req/s on the memory node
-	redis *Process // redis-server during the Redis phases
-	token string   // the nodes' client token (the gateway phases lease with it)
+	cfg     SuiteConfig
+	s       *Suite
+	log     io.Writer
+	tmp     string
+	phase   int
+	peak    float64  // mean closed-loop single-check req/s on the memory node
+	redis   *Process // redis-server during the Redis phases
+	rlsAddr string   // the Redis node's Envoy rate limit service, during the Redis phases
+	token   string   // the nodes' client token (the gateway phases lease with it)
 
 	interrupted bool
 }
@@ -240,8 +241,24 @@ rules:
 	return path, os.WriteFile(path, []byte(yaml), 0o644)
 }
 
-// startNode starts sluiced; redisAddr "" means the in-memory store.
-func (st *suite) startNode(name, rules, redisAddr string) (*Process, string, error) {
+// rlsFile writes the Envoy rate limit service configuration of the RLS
+// phases: envoyproxy/ratelimit's YAML, a per-second limit (unit: second,
+// counted as a fixed window, as envoy counts) of the rule's limit on
+// each value of the descriptor entry "user" in domain "bench".
+func (st *suite) rlsFile() (string, error) {
+	yaml := fmt.Sprintf(`# Written by sluice-bench: the RLS phases' configuration.
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: %d}
+`, st.cfg.Limit.Limit)
+	path := filepath.Join(st.tmp, "rls.yaml")
+	return path, os.WriteFile(path, []byte(yaml), 0o644)
+}
+
+// startNode starts sluiced; redisAddr "" means the in-memory store. extra
+// are more flags.
+func (st *suite) startNode(name, rules, redisAddr string, extra ...string) (*Process, string, error) {
 	addr, err := FreePort()
 	if err != nil {
 		return nil, "", err
@@ -263,6 +280,7 @@ func (st *suite) startNode(name, rules, redisAddr string) (*Process, string, err
 	if redisAddr != "" {
 		args = append(args, "-redis", redisAddr)
 	}
+	args = append(args, extra...)
 	p, err := StartProcess(name, st.cfg.Sluiced, args...)
 	if err != nil {
 		return nil, "", err
@@ -297,6 +315,9 @@ type phaseSpec struct {
 	// gateway decides in this process with a client.Limiter leasing from
 	// the node (NewGatewayDriver) instead of sending checks (kind unused).
 	gateway bool
+	// rls calls the node's Envoy rate limit service (NewRLSDriver, on
+	// st.rlsAddr; kind and rule unused, conns are HTTP/2 connections).
+	rls bool
 }
 
 func (st *suite) keysFor(k KeyConfig) KeyConfig {
@@ -323,9 +344,12 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 	}
 	var d Driver
 	var err error
-	if ps.gateway {
+	switch {
+	case ps.gateway:
 		d, err = NewGatewayDriver(GatewayConfig{Nodes: []string{addr}, Token: st.token, Rule: rule, Keys: kc.KeyNames()})
-	} else {
+	case ps.rls:
+		d, err = NewRLSDriver(RLSConfig{Addr: st.rlsAddr, Conns: ps.conns, Keys: kc.KeyNames()})
+	default:
 		d, err = NewHTTPDriver(HTTPConfig{Kind: ps.kind, Addr: addr, Conns: ps.conns, Rule: rule, Keys: kc.KeyNames()})
 	}
 	if err != nil {
@@ -621,7 +645,20 @@ func (st *suite) redisPhases(ctx context.Context, rules, query string) {
 	if query != "" {
 		nodeRedis, suffix = "redis://"+raddr+"?"+query, "["+query+"]"
 	}
-	node, addr, err := st.startNode("sluiced-redis", rules, nodeRedis)
+	// The node also serves the Envoy rate limit service, for the RLS phases.
+	var extra []string
+	rlsConf, err := st.rlsFile()
+	if err == nil {
+		st.rlsAddr, err = FreePort()
+	}
+	if err != nil {
+		st.note("RLS phases skipped: %v", err)
+		st.rlsAddr = ""
+	} else {
+		extra = []string{"-rls-listen", st.rlsAddr, "-rls-config", rlsConf}
+	}
+	defer func() { st.rlsAddr = "" }()
+	node, addr, err := st.startNode("sluiced-redis", rules, nodeRedis, extra...)
 	if err != nil {
 		st.note("Redis phases skipped: the node refused -redis or did not start: %v", err)
 		return
@@ -652,7 +689,14 @@ func (st *suite) redisPhases(ctx context.Context, rules, query string) {
 		// Per-second windows in continuous operation: the keys already
 		// leased, with their shares of the windows ahead.
 		{name: "redis-fw1s-5k-warm", rule: "bench-fw", kind: Single, mode: Open, rate: 5000, conns: 64, work: 128, batch: 1, keys: uniform, naive: true, warm: st.cfg.Phase},
+		// The same through the Envoy rate limit service (unit: second):
+		// what an Envoy fleet's calls cost Redis.
+		{name: "redis-rls1s-5k", rls: true, mode: Open, rate: 5000, conns: 4, work: 128, batch: 1, keys: uniform, naive: true},
+		{name: "redis-rls1s-5k-warm", rls: true, mode: Open, rate: 5000, conns: 4, work: 128, batch: 1, keys: uniform, naive: true, warm: st.cfg.Phase},
 	} {
+		if ps.rls && st.rlsAddr == "" {
+			continue
+		}
 		ps.name += suffix
 		r := st.measure(ctx, addr, ps, procs, raddr)
 		if ps.name == "redis-single"+suffix {

@@ -81,3 +81,17 @@ func TestFixedWindowAhead(t *testing.T) {
 		t.Fatalf("after a peek in window 1: start %d count %d, want window 0's", s.Start, s.Count)
 	}
 }
+
+// A return of a holder without a loan changes nothing, even when it comes
+// in a later window (a Store then writes nothing, as a lease call that
+// changes nothing).
+func TestFixedWindowReturnWithoutLoan(t *testing.T) {
+	p := Policy{Algorithm: FixedWindow, Limit: 10, Period: time.Second}
+	var s FixedWindowState
+	s.Lease(p, base, 3, 3, Lessee{ID: "a", TTL: time.Second})
+	was := s.Start
+	s.Return(p, base.Add(time.Second), 2, "b")
+	if s.Start != was || s.Count != 3 || len(s.Loans) != 1 {
+		t.Fatalf("after b's return in the next window: %+v, want window 0's state unchanged", s)
+	}
+}

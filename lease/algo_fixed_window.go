@@ -156,8 +156,10 @@ func (s *FixedWindowState) setAhead(p Policy, to Lessee, ws, pu int64, g *Grant)
 // below 0. Tokens granted in an earlier window are not returned to this
 // one.
 func (s *FixedWindowState) Return(p Policy, now time.Time, n int64, holder string) {
+	was := *s
 	s.roll(unixMicros(now), periodMicros(p))
-	if n < 0 {
+	if n < 0 || holder == "" || s.Loans.find(holder) < 0 {
+		*s = was // nothing to end: the state as it was (see roll)
 		return
 	}
 	ls, back := s.Loans.take(holder, n)
