@@ -102,13 +102,8 @@ func TestFixedWindowAheadMatchesGo(t *testing.T) {
 					t.Fatalf("%+v step %d: Return(%d, %s) on %s: wrote %v, want %v (whether it ends a loan)", p, step, n, h, show(before), wrote, took)
 				case took:
 					exact++
-				default:
-					// It found no loan and changed nothing: the script
-					// leaves the key as it was, FixedWindowState.Return its
-					// state but for a roll to now's window, whose start a
-					// clock going back would see. Put it back, as Lease
-					// does.
-					g = before
+				case !reflect.DeepEqual(before, g):
+					t.Fatalf("%+v step %d: Return(%d, %s) found no loan in %s but changed the Go state to %s", p, step, n, h, show(before), show(g))
 				}
 			} else {
 				need := min(pick(0, 0, 1, 2, p.Limit/2, p.Limit, p.Limit+1, r.Int64N(p.Limit)+1), lease.MaxHits)
