@@ -93,7 +93,7 @@ func TestModel(t *testing.T) {
 			}
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: uint64(i) * 1_000_000, Seeds: 100, Steps: 250, Holders: r.holders, Algorithms: r.algs,
-				SafetyOnly: r.safety,
+				SafetyOnly: r.safety, Ahead: true,
 			})
 			s := modeltest.Run(t, memoryHarness(), o)
 			total.Seeds += s.Seeds
@@ -129,6 +129,14 @@ func TestModelFoundSeeds(t *testing.T) {
 		// then, found available (the Store reports its bakes now).
 		{"gcra/bake", modeltest.Options{Seed: 1795776266556525308, Seeds: 1, Steps: 250, Holders: 3,
 			Algorithms: []lease.Algorithm{lease.GCRA}}},
+		// Shares ahead the harness asked for in the Manager's place (so
+		// that the Manager cannot spend them) counted in the windows they
+		// cover: the Store denied what the model, without them, found
+		// available.
+		{"fixed_window/ahead", modeltest.Options{Seed: 4000001, Seeds: 1, Steps: 250, Holders: 1,
+			Algorithms: []lease.Algorithm{lease.FixedWindow}, Ahead: true}},
+		{"windows/ahead", modeltest.Options{Seed: 10000004, Seeds: 1, Steps: 250,
+			Algorithms: []lease.Algorithm{lease.FixedWindow, lease.SlidingWindow, lease.SlidingLog, lease.Concurrency}, Ahead: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if s := modeltest.Run(t, memoryHarness(), c.o); s.Seeds != 1 {

@@ -58,7 +58,7 @@ func TestModel(t *testing.T) {
 			}
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: uint64(i) * 1_000_000, Seeds: 20, Steps: 150, Holders: r.holders, Algorithms: r.algs,
-				SafetyOnly: r.safety,
+				SafetyOnly: r.safety, Ahead: true,
 			})
 			s := modeltest.Run(t, h, o)
 			total.Seeds += s.Seeds

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,7 +132,7 @@ func (r *run) newManager(i, slot int) *lease.Manager {
 		r.h.Config(&cfg)
 	}
 	r.md.setHorizon(cfg.Horizon)
-	return lease.NewManager(&recorder{Store: r.store, m: slot, md: r.md, now: r.h.Now}, cfg)
+	return lease.NewManager(&recorder{Store: r.store, m: slot, md: r.md, now: r.h.Now, calls: make(map[string]uint64)}, cfg)
 }
 
 // apply runs one op and checks its outcome; it returns the op's trace line
@@ -292,25 +293,50 @@ func outcome(d lease.Decision, err error) string {
 
 // recorder is one Manager's view of the shared Store: it tells the model
 // what the Store lent to that Manager and what came back.
+//
+// With scenario.ahead it also asks for shares ahead in the Manager's place
+// (see inject) in the fixed_window lease calls where the Manager asks for
+// none, and hides them from the Manager.
 type recorder struct {
 	lease.Store
 	m   int
 	md  *model
 	now func() time.Time
+
+	mu    sync.Mutex
+	calls map[string]uint64 // the lease calls of each key so far (scenario.ahead)
 }
 
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	known, injected := to.AheadWindows > 0, false
+	if k, ok := r.md.index(key); ok && r.md.sc.ahead && !known && to.ID != "" && p.Algorithm == lease.FixedWindow {
+		r.mu.Lock()
+		n := r.calls[key]
+		r.calls[key]++
+		r.mu.Unlock()
+		to.AheadWindows, to.AheadTokens = r.md.sc.inject(r.m, k, n)
+		injected = true
+	}
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
 	shared := ""
 	if ss, ok := r.Store.(SharedStore); ok && err == nil && g.Granted == 0 && want > 0 && ss.ShareWait(key, to.ID) {
 		shared = " (a wait for its share)"
 	}
-	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, lent %d, err %v%s",
-		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Lent, err, shared)
+	ahead := ""
+	if to.AheadWindows > 0 || g.AheadWindows > 0 {
+		by := ""
+		if injected {
+			by = " by the harness"
+		}
+		ahead = fmt.Sprintf(", %d ahead in %d windows asked%s: lent %d ahead in %d", to.AheadTokens, to.AheadWindows, by, g.AheadTokens, g.AheadWindows)
+	}
+	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, reset %v, lent %d, err %v%s%s",
+		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Reset, g.Lent, err, ahead, shared)
 	if err == nil && (want > 0 || to.ID != "") {
 		l := loan{lent: -1}
 		if to.ID != "" {
-			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need}
+			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need,
+				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: known}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
 	}
@@ -318,6 +344,9 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 		r.md.shareWait(r.m, key, g, r.now())
 	}
 	r.bakes(key)
+	if injected {
+		g.AheadTokens, g.AheadWindows = 0, 0 // the Manager asked for none
+	}
 	return g, err
 }
 

@@ -25,6 +25,9 @@ type scenario struct {
 	safetyOnly bool
 	keys       []lease.Policy // key i is "k<i>"
 	ops        []op
+	// ahead: the harness asks for shares ahead in the Managers' place
+	// (Options.Ahead, see inject).
+	ahead bool
 }
 
 type opKind uint8
@@ -101,6 +104,8 @@ func (o op) String() string {
 func generate(seed uint64, o Options) *scenario {
 	r := rand.New(rand.NewPCG(seed, 0x5111ce))
 	sc := &scenario{seed: seed, holders: o.Holders, safetyOnly: o.SafetyOnly}
+	// Drawn apart, so that a seed's ops are the same with Ahead or without.
+	sc.ahead = o.Ahead && rand.New(rand.NewPCG(seed, 0xa4ead)).IntN(2) == 0
 	if sc.holders < 1 || sc.holders > 3 {
 		sc.holders = 1 + r.IntN(3)
 	}

@@ -54,8 +54,7 @@ type keyModel struct {
 	rate    float64 // tokens per nanosecond
 	cap     float64
 	events  []event
-	held    []int64 // per holder: lent and not spent, returned or dropped
-	heldWin []int64 // windows: the window the held tokens belong to
+	held    []int64 // per holder: lent and not spent, returned or dropped (windows: in the window rolled)
 	heldExp []int64 // token_bucket, gcra: when the loan ends (0: never)
 	// lent is what the Store said it lends each holder (Grant.Lent) at
 	// its last call: held tokens and spent ones not yet settled. settled
@@ -93,10 +92,16 @@ type keyModel struct {
 	// for a batch rather than ask for a check its projection covers.
 	batchUntil []int64
 	bucket     []bool          // the holder has a bucket of the key (by the model)
-	counted    map[int64]int64 // windows: granted − returned per window
+	counted    map[int64]int64 // windows: granted − returned per window, the shares lent into it ahead included
 	stamps     []int64         // sliding_log
 	ids        map[string]int64
 	owned      [][]string // concurrency ids per holder, oldest first
+	// ahead is, per holder, the shares the Store lends it ahead
+	// (fixed_window), as its last lease call's answer reported them.
+	ahead []share
+	// rolled is the last window whose shares ahead were counted: the
+	// window of the latest time the model saw (fixed_window).
+	rolled int64
 }
 
 func newModel(sc *scenario, prefix string, slots int) *model {
@@ -108,7 +113,6 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 		k := &keyModel{name: fmt.Sprintf("k%d", i), p: p, cap: float64(p.Capacity()),
 			rate:       float64(p.Limit) / float64(p.Period),
 			held:       make([]int64, slots),
-			heldWin:    make([]int64, slots),
 			heldExp:    make([]int64, slots),
 			lent:       make([]int64, slots),
 			settled:    make([]int64, slots),
@@ -125,6 +129,8 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			horizon:    horizon,
 			bucket:     make([]bool, slots),
 			counted:    make(map[int64]int64),
+			ahead:      make([]share, slots),
+			rolled:     math.MinInt64,
 			ids:        make(map[string]int64),
 			owned:      make([][]string, slots),
 		}
@@ -214,9 +220,7 @@ func (k *keyModel) win(t int64) int64 {
 // heldNow is what holder m holds of k at t: windowed tokens die with their
 // window; a loan ends at its expiry, its tokens lost.
 func (k *keyModel) heldNow(m int, t int64) int64 {
-	if k.windowed() && k.win(t) != k.heldWin[m] {
-		k.held[m], k.lent[m], k.settled[m] = 0, 0, 0
-	}
+	k.roll(t)
 	if e := k.heldExp[m]; e > 0 && t >= e && max(k.held[m], k.settled[m]) > 0 {
 		// A loan that ends counts as spent then, all of it: its spent
 		// tokens lose their refill since they were spent (a crash
@@ -231,11 +235,13 @@ func (k *keyModel) heldNow(m int, t int64) int64 {
 // dropped records that holder m dropped its bucket of k at t without a
 // return: the Store counts its loan as lent until the holder's next call,
 // which (a new bucket: held 0, idle 0) ends all of it then, or until the
-// loan's end (contract clause (b)).
+// loan's end (contract clause (b)). Its shares ahead run on, lent to a
+// holder that no longer knows them.
 func (k *keyModel) dropped(m int, t int64) {
 	k.heldNow(m, t)
 	k.held[m] = 0
 	k.bucket[m] = false
+	k.ahead[m].known = false
 }
 
 // lose records n tokens the Store counts as spent at t.
@@ -399,6 +405,11 @@ type loan struct {
 	spentBefore int64
 	idle        time.Duration // how long since it last spent (Lessee.Idle)
 	need        int64
+	// aheadWindows, aheadTokens: the shares ahead the call asked for
+	// (Lessee.AheadWindows, AheadTokens); aheadKnown: its Manager asked
+	// for them (not the harness in its place).
+	aheadWindows, aheadTokens int64
+	aheadKnown                bool
 }
 
 // leased records a lease call's answer to holder m.
@@ -419,7 +430,6 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	own := k.heldNow(m, now)
 	if g.Granted > 0 {
 		k.held[m] = own + g.Granted
-		k.heldWin[m] = k.win(now)
 		if k.windowed() {
 			k.counted[k.win(now)] += g.Granted
 		}
@@ -472,6 +482,9 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		if !k.windowed() && l.ttl > 0 && k.lent[m] > 0 {
 			k.heldExp[m] = max(k.heldExp[m], now+int64(l.ttl))
 		}
+	}
+	if v := md.lendAhead(m, k, now, g, l); v != "" {
+		md.fail("%s", v)
 	}
 	s := &snapshot{t: now, win: k.win(now), own: k.held[m], adm: k.netAdm[m]}
 	if l.need > 0 && g.Granted == 0 {
@@ -550,6 +563,7 @@ func (md *model) returned(m int, key string, tokens int64, t time.Time) {
 	k.held[m] = max(0, k.held[m]-tokens)
 	k.lent[m], k.settled[m] = 0, 0
 	k.credit[m] = nil
+	k.endAhead(m)
 	if !k.windowed() && k.heldExp[m] > 0 && k.held[m] > 0 {
 		// A return ends the loan: what was not returned is spent.
 		k.lose(now, k.held[m], m)

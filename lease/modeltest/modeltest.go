@@ -50,6 +50,17 @@
 // spent when dropped). Refunds are bounded by what the Store lends the
 // holder (Grant.Lent), as the Manager documents.
 //
+// fixed_window's shares ahead (Lessee.AheadWindows, AheadTokens) are read
+// from each answer (Grant.AheadTokens, AheadWindows): each counts in every
+// window it covers from the window's start, as its holder's loan there,
+// until the holder's return, or after the window of its call that asks
+// for none; the shares lent into one window never pass the limit. A
+// holder holds its share in a window only if its Manager asked for it:
+// with Options.Ahead the harness asks for shares in the Managers' place
+// and hides them, so that the Store lends tokens that only it knows. A
+// denial is then excused by the others' shares and by the holder's own
+// that it cannot spend, and by no more.
+//
 // # Ops
 //
 // Take and TakeMany (hits 0, 1, a few, many, about and above the
@@ -174,6 +185,12 @@ type Options struct {
 	// SafetyOnly checks only the safety side (the inequalities, the exact
 	// algorithms' admissions), not that denials are justified.
 	SafetyOnly bool
+	// Ahead has the harness ask for fixed_window shares ahead
+	// (Lessee.AheadWindows, AheadTokens) in the lease calls of about half
+	// of the seeds where the Manager asks for none, and hide them from
+	// the Manager: tokens the Store lends that the Manager cannot spend,
+	// whose denials the model must excuse, and no more.
+	Ahead bool
 	// Duration, when positive, runs seeds from Seed on until this much
 	// wall time has passed (at least Seeds of them): the long form.
 	Duration time.Duration
@@ -317,6 +334,9 @@ func (h Harness) report(t testing.TB, sc *scenario, first result) (msg string, r
 	}
 	fmt.Fprintf(&b, "  %s\n\n", first.fail)
 	fmt.Fprintf(&b, "minimal reproduction: %d holder(s) sharing one Store, Idle %v, the clock moved only by the ops\n", sc.holders, idle)
+	if sc.ahead {
+		fmt.Fprintf(&b, "  (the harness asks for shares ahead in the Managers' fixed_window lease calls: Options.Ahead)\n")
+	}
 	used := make(map[int]bool)
 	for _, o := range ops {
 		for _, it := range o.items {

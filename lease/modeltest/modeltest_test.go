@@ -73,6 +73,20 @@ func (s lenientLog) Log(ctx context.Context, key string, p lease.Policy, hits in
 	return s.Store.Log(ctx, key, p, hits)
 }
 
+// hiddenShares asks for shares ahead in every fixed_window lease call of
+// a holder and does not report them: tokens the Store counts that the
+// model does not see.
+type hiddenShares struct{ lease.Store }
+
+func (s hiddenShares) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	if p.Algorithm == lease.FixedWindow && to.ID != "" {
+		to.AheadWindows, to.AheadTokens = 2, p.Limit/2+1
+	}
+	g, err := s.Store.Lease(ctx, key, p, want, need, to)
+	g.AheadTokens, g.AheadWindows = 0, 0
+	return g, err
+}
+
 func TestHarnessFailsOnBrokenStores(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -84,6 +98,7 @@ func TestHarnessFailsOnBrokenStores(t *testing.T) {
 		{"over-grant", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.TokenBucket}, true, "more than burst"},
 		{"over-grant/window", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.FixedWindow}, true, "more than the limit"},
 		{"stingy", func(s lease.Store) lease.Store { return stingy{s} }, []lease.Algorithm{lease.GCRA}, false, "denial unjustified"},
+		{"hidden-shares", func(s lease.Store) lease.Store { return hiddenShares{s} }, []lease.Algorithm{lease.FixedWindow}, false, "denial unjustified"},
 		{"lenient-log", func(s lease.Store) lease.Store { return lenientLog{s} }, []lease.Algorithm{lease.SlidingLog}, true, "over the limit"},
 	}
 	for _, c := range cases {
