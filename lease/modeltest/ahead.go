@@ -122,14 +122,14 @@ func (md *model) lendAhead(m int, k *keyModel, t int64, g lease.Grant, l loan) s
 // callSpan applies holder m's lease call at t, answered g, to the span of
 // the share it holds in the current window (if any: see roll), and
 // reports whether the call leaves that share behind. A Manager spends a
-// share it rolled into until its span ends; a call it makes outside the
-// span (before it rolled into the share, or after the span) holds none
-// of it, but finds the tokens lent to it in the Store's window if it
-// knows where its shares fall (placed); with them, or with a grant, it
-// spends all it holds to the window's end. A call in the span that grants
-// nothing leaves the span as it was. A Manager that no longer knows where
-// its shares fall (its call's answer lent none ahead) leaves the share
-// behind at a call outside the span: the Store counts it spent.
+// share it rolled into until its span ends. A call of a Manager that
+// knows where its shares fall (placed) shows it which window the Store is
+// in: it then spends all it holds of that window (found there, if it made
+// the call outside the span) to the window's end. One that no longer
+// knows (its last call's answer lent none ahead) holds none of the share
+// at a call outside the span (before it rolled into it, or after the
+// span), and leaves it behind: the Store counts it spent; its grant is
+// spendable to the window's end.
 func (k *keyModel) callSpan(m int, t int64, g lease.Grant) (lost bool) {
 	sp := k.span[m]
 	if sp.to == 0 {
@@ -137,9 +137,10 @@ func (k *keyModel) callSpan(m int, t int64, g lease.Grant) (lost bool) {
 	}
 	over := t < sp.from || t >= sp.to
 	switch {
-	case over && !k.placed[m]:
+	case k.placed[m]:
+	case over:
 		lost = true
-	case !over && g.Granted == 0:
+	case g.Granted == 0:
 		return false
 	}
 	k.span[m] = span{}
