@@ -17,8 +17,9 @@
 //
 //	file                       KEYS[1]                           ARGV                                           returns
 //	<leased>_lease.lua         string: fields and loans          limit, period_us, capacity, holder, want,      {granted, remaining, wait_ms, reset_ms, lent}
-//	                           (see leased.lua)                  need, held, ttl_us, idle_us, spent_before,
-//	                                                             call, unanswered
+//	                           (see leased.lua)                  need, held, ttl_us, idle_us, spent_before,     (fixed_window: and ahead_tokens, ahead_windows)
+//	                                                             call, unanswered (fixed_window: and
+//	                                                             ahead_windows, ahead_tokens)
 //	<leased>_return.lua        (same)                            limit, period_us, capacity, holder, tokens     the tokens given back
 //	sliding_log.lua            zset member→stamp µs              limit, period_us, min_interval_us, hits        {allowed, remaining, retry_ms, reset_ms}
 //	concurrency_acquire.lua    zset id→expiry µs                 limit, ttl_us, id, hits (0 = peek)             {allowed, remaining, retry_ms, reset_ms}
@@ -28,8 +29,11 @@
 // lease and return scripts are joined after leased.lua, which parses
 // their common arguments and holds the state's encoding.)
 //
-// Leased scripts write only when they grant (or take back) tokens, or
-// settle a holder's loan: a denial or a peek without a loan is read-only.
+// Leased scripts write only when they grant (or take back) tokens, settle
+// a holder's loan, or (fixed_window) change a holder's shares ahead: a
+// denial or a peek without a loan is read-only, even when a fixed_window
+// key's window has ended since it was written (a later window's count,
+// the shares lent into it, is what the next write stores).
 // Each lease and return script has a fast path for the common states,
 // with locals (and for token_bucket and gcra the ended loans' lent and
 // expiry, or for the windows the loans' holders and lent, in one flat
@@ -37,7 +41,10 @@
 // yet; for token_bucket and gcra, the caller's loan first and only ended
 // loans after it, whether the caller holds it whole or reports tokens
 // spent; for the windows, any loans (a return: the caller's loan the
-// only one). It is the general path operation for operation on those
+// only one), except that a fixed_window key with a share ahead takes it
+// only when the share is the caller's and its loan the only one, and one
+// without takes a caller asking shares only when the caller's loan is
+// the only one. It is the general path operation for operation on those
 // states and writes the same bytes, which TestFastPathMatchesGeneral
 // checks against the scripts with their fast paths off; every other state
 // (in a token_bucket or gcra key, another holder's loan, or the caller's
@@ -50,14 +57,15 @@
 // # Keys
 //
 // A counter key K of algorithm A lives in the Redis key
-// "{<prefix>:K}:<a>" (prefix "sl" by default; a = tb3, gc3, fw3, sw3, log,
+// "{<prefix>:K}:<a>" (prefix "sl" by default; a = tb3, gc3, fw4, sw3, log,
 // cc). A leased key's state is one binary string (fields and loans, see
 // leased.lua) read with one GET and written with one SET; its suffix ends
 // in the format's version, so nodes of a release that kept another format
-// (hashes at tb, gc, fw, sw; strings of doubles at tb2, gc2, fw2, sw2)
-// never share a Redis key with this one: during a rolling upgrade each
-// release counts a counter's limit on its own key, up to the limit once
-// per release.
+// (hashes at tb, gc, fw, sw; strings of doubles at tb2, gc2, fw2, sw2;
+// fixed_window without shares ahead at fw3) never share a Redis key with
+// this one: releases with different formats never share a Redis key, and
+// during a rolling upgrade each release counts a counter's limit on its
+// own key, up to the limit once per release.
 //
 // The whole counter key is the Cluster hash tag: a counter's keys share
 // one slot, and counters spread over all slots. A counter key containing
@@ -70,7 +78,8 @@
 // Every write sets an expiry at the moment the state stops mattering, so
 // abandoned keys disappear: token_bucket when the bucket would be full
 // again, gcra at its TAT, the windows two periods after their window
-// began, sliding_log one period after its newest stamp, concurrency when
+// began (fixed_window: or a period after the end of the last window a
+// share ahead covers, if later), sliding_log one period after its newest stamp, concurrency when
 // its latest holder expires.
 //
 // # Memory

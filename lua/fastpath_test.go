@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ import (
 // every state it accepts. It also requires that the fast paths' states
 // came up often: keys without state, keys whose only loan is the
 // caller's, and a holder renewing its key (its loan first, only ended
-// loans after it) reporting tokens spent, with and without ended loans.
+// loans after it) reporting tokens spent, with and without ended loans;
+// and for fixed_window, the caller's loan with a share ahead, in its
+// window and in a later one the share covers.
 func TestFastPathMatchesGeneral(t *testing.T) {
 	start := time.Date(2026, 6, 1, 12, 0, 0, 123456000, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
@@ -51,7 +54,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		return v, ttl
 	}
 	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
-	var calls, empty, ownOnly, spent, spentEnded, returned, returnedEnded, other int
+	var calls, empty, ownOnly, spent, spentEnded, returned, returnedEnded, other, withShare, shareRolled int
 	for i := 0; i < 400; i++ {
 		// Half the keys: one holder renewing its key, mostly
 		// reporting tokens spent (the steady state of a key one node
@@ -62,7 +65,13 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		if renewing {
 			a = []lease.Algorithm{lease.TokenBucket, lease.GCRA}[r.IntN(2)]
 		}
+		// Most fixed_window keys: one holder leasing shares ahead, of
+		// windows short enough to roll.
+		sharing := a == lease.FixedWindow && r.IntN(3) != 0
 		p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: time.Duration(pick(1, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
+		if sharing {
+			p.Period = time.Duration(pick(1, 10, 1000, 1000, 60_000)) * time.Millisecond
+		}
 		if a == lease.TokenBucket || a == lease.GCRA {
 			p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
 			if p.Validate() != nil {
@@ -92,12 +101,20 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 				clock.Advance(time.Duration(r.Int64N(int64(10 * time.Millisecond))))
 			}
 			h := holders[r.IntN(two)]
-			if renewing && r.IntN(10) != 0 {
+			if (renewing || sharing) && r.IntN(10) != 0 {
 				h = "m-a"
 			}
 			fv, _ := state(fast, key, a)
 			before := fv
 			first, ended := loansOf(fv, a, holderOf(h))
+			if first && a == lease.FixedWindow {
+				if start, end, ok := shareOf(fv); ok {
+					withShare++
+					if now := clock.Now().UnixMicro(); start < now-now%p.Period.Microseconds() && end >= now-now%p.Period.Microseconds()+p.Period.Microseconds() {
+						shareRolled++
+					}
+				}
+			}
 			switch {
 			case fv == "":
 				empty++
@@ -140,6 +157,15 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					if r.IntN(5) == 0 {
 						to.Unanswered = uint32(pick(0, 1, 2, 3))
 					}
+					if a == lease.FixedWindow && (!sharing || r.IntN(5) != 0) {
+						maxW := min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
+						to.AheadWindows = min(pick(0, 1, 2, 3, 3, maxW), maxW)
+						to.AheadTokens = min(pick(0, 1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
+						if sharing { // mostly asking some
+							to.AheadWindows = min(pick(1, 2, 3, 3, maxW), maxW)
+							to.AheadTokens = min(pick(1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
+						}
+					}
 				}
 				switch {
 				case !first:
@@ -170,8 +196,8 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other)
-	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || returned < 200 || returnedEnded < 40 || other < 500 {
+	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others; %d fixed_window calls on the caller's loan with a share ahead, %d of them in a later window it covers", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other, withShare, shareRolled)
+	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || returned < 200 || returnedEnded < 40 || other < 500 || withShare < 300 || shareRolled < 70 {
 		t.Errorf("too few calls in each kind of state to compare the paths")
 	}
 }
@@ -214,7 +240,7 @@ func loansOf(v string, a lease.Algorithm, id string) (first bool, ended int) {
 		} else {
 			ended++
 		}
-		if a == lease.TokenBucket || a == lease.GCRA {
+		if a == lease.TokenBucket || a == lease.GCRA || kind >= 128 {
 			n += width(kind / 4)
 			if kind >= 128 {
 				n += width(kind / 16)
@@ -223,4 +249,24 @@ func loansOf(v string, a lease.Algorithm, id string) (first bool, ended int) {
 		pos += n
 	}
 	return i > 0 && pos == len(b), ended
+}
+
+// shareOf reads a fixed_window key's first loan (see leased.lua): ok if it
+// has a share ahead, with the key's window start and the share's end.
+func shareOf(v string) (start, end int64, ok bool) {
+	b := []byte(v)
+	width := func(code byte) int { return [4]int{1, 2, 4, 7}[code%4] }
+	le := func(p []byte) int64 {
+		var x [8]byte
+		copy(x[:], p)
+		return int64(binary.LittleEndian.Uint64(x[:]))
+	}
+	start = le(b[1:8])
+	pos := 1 + 7 + width(b[0])
+	if pos >= len(b) || b[pos] < 128 {
+		return 0, 0, false
+	}
+	kind := b[pos]
+	pos += 9 + width(kind) + width(kind/4)
+	return start, start + le(b[pos:pos+width(kind/16)]), true
 }

@@ -4,15 +4,18 @@
 --
 -- ARGV     limit, period_us, capacity, holder, then per script:
 --          lease:  want, need, held, ttl_us, idle_us, spent_before, call,
---                  unanswered (Lessee.Call, Lessee.Unanswered; 0: none)
+--                  unanswered (Lessee.Call, Lessee.Unanswered; 0: none),
+--                  ahead_windows, ahead_tokens (Lessee.AheadWindows and
+--                  AheadTokens; fixed_window only)
 --          return: tokens
 --
 -- A loan is what the Store lent one holder and still counts against the
 -- key's capacity: its lent tokens and, for token_bucket and gcra, its
 -- expiry and the holder's last spend before its last call
--- (lease.Loan.LastSpend; windowed loans end with their window). An ended
--- loan has no holder: its tokens were spent by its expiry, which still
--- caps the level.
+-- (lease.Loan.LastSpend; windowed loans end with their window), and for
+-- fixed_window its share of each later window up to the end of the last
+-- one (lease.Loan.Share and Expires). An ended loan has no holder: its
+-- tokens were spent by its expiry, which still caps the level.
 local lf, pf, cf = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local holder = ARGV[4]
 
@@ -27,7 +30,13 @@ local holder = ARGV[4]
 -- spend), the holder (the Store's 8-byte digest of the Lessee ID; none
 -- for an ended loan), lent, and for token_bucket and gcra the expiry and
 -- last spend as zigzag distances from the key's reference time (its 'u',
--- or gcra's TAT): a few bytes each.
+-- or gcra's TAT): a few bytes each. A fixed_window loan with a share
+-- ahead has bit 128 (bits 2-3: the width of the share; 4-5: of its end)
+-- and adds the share and the end of the last window it covers, as µs
+-- after the key's window start 'w' (always after it: a share ends at
+-- least a window after the window it was lent in, and a later window
+-- keeps only the shares that cover it); 8 bytes more for a per-second
+-- window's share of a few tokens a few windows ahead.
 local W = {[0] = 'I1', 'I2', 'I4', 'I7', 1, 2, 4, 7} -- and W[4 + code]: the bytes
 
 -- head is the packed fields of algorithm alg, each integer's width code
@@ -59,13 +68,22 @@ local function head(alg, a, b, c, d)
 end
 
 -- pack_loan is one loan's bytes (see above): a windowed loan is its
--- holder and lent; a token_bucket or gcra loan adds its expiry, and its
--- last spend when known (> 0), as zigzag distances from ref.
+-- holder and lent, and for fixed_window a share ahead (last > 0: the
+-- share, exp its end) with its end as µs after ref (the window start); a
+-- token_bucket or gcra loan adds its expiry, and its last spend when
+-- known (> 0), as zigzag distances from ref.
 local function pack_loan(id, lent, exp, last, ref, windowed)
   -- wc and zz written out: a function call costs more than the compares
   local cl = 3
   if lent < 256 then cl = 0 elseif lent < 65536 then cl = 1 elseif lent < 4294967296 then cl = 2 end
-  if windowed then return struct.pack('<Bc8' .. W[cl], 64 + cl, id, lent) end
+  if windowed then
+    if last == 0 then return struct.pack('<Bc8' .. W[cl], 64 + cl, id, lent) end
+    local d = exp - ref
+    local cs, ce = 3, 3
+    if last < 256 then cs = 0 elseif last < 65536 then cs = 1 elseif last < 4294967296 then cs = 2 end
+    if d < 256 then ce = 0 elseif d < 65536 then ce = 1 elseif d < 4294967296 then ce = 2 end
+    return struct.pack('<Bc8' .. W[cl] .. W[cs] .. W[ce], 192 + cl + 4 * cs + 16 * ce, id, lent, last, d)
+  end
   local d1 = exp - ref
   if d1 >= 0 then d1 = 2 * d1 else d1 = -2 * d1 - 1 end
   local c1 = 3
@@ -97,7 +115,9 @@ end
 --
 -- A list of loans is one flat table, four entries per loan from base b
 -- (0, 4, 8, ...): ls[b+1] the holder ('' for an ended loan), ls[b+2]
--- lent, ls[b+3] the expiry, ls[b+4] the last spend: no table per loan.
+-- lent, ls[b+3] the expiry, ls[b+4] the last spend (token_bucket, gcra)
+-- or the share ahead (fixed_window; ls[b+3] its end, 0 without a share):
+-- no table per loan.
 -- A loan is named by its base; its order in the list is lease/loans.go's
 -- (appended at the end, removed by moving the last loan into its place).
 local max_ended = 3 -- the ended loans a key keeps (lease's maxEnded)
@@ -123,6 +143,7 @@ local function loans()
     elseif alg == 'fw' then
       h, st.w, pos = struct.unpack('<BI7', v)
       st.c, pos = struct.unpack('<' .. W[h % 4], v, pos)
+      ref = st.w
     else
       h, st.w, pos = struct.unpack('<BI7', v)
       st.c, st.p, pos = struct.unpack('<' .. W[h % 4] .. W[math.floor(h / 4) % 4], v, pos)
@@ -136,7 +157,11 @@ local function loans()
       local kind = string.byte(v, pos)
       local id, lent, d1, d2 = '', 0, nil, nil
       local wl, w1 = W[kind % 4], W[math.floor(kind / 4) % 4]
-      if windowed then
+      if kind >= 128 and windowed then -- a fixed_window share ahead
+        local share, d
+        id, lent, share, d, pos = struct.unpack('<c8' .. wl .. w1 .. W[math.floor(kind / 16) % 4], v, pos + 1)
+        d1, d2 = ref + d, share
+      elseif windowed then
         id, lent, pos = struct.unpack('<c8' .. wl, v, pos + 1)
       elseif kind >= 128 then
         id, lent, d1, d2, pos = struct.unpack('<c8' .. wl .. w1 .. W[math.floor(kind / 16) % 4], v, pos + 1)
@@ -146,8 +171,12 @@ local function loans()
         lent, d1, pos = struct.unpack('<' .. wl .. w1, v, pos + 1)
       end
       local exp, last = 0, 0
-      if d1 then exp = ref + unzz(d1) end
-      if d2 then last = ref - unzz(d2) end
+      if windowed then
+        if d1 then exp, last = d1, d2 end
+      else
+        if d1 then exp = ref + unzz(d1) end
+        if d2 then last = ref - unzz(d2) end
+      end
       ls[n + 1], ls[n + 2], ls[n + 3], ls[n + 4] = id, lent, exp, last
       n = n + 4
     end
@@ -209,7 +238,8 @@ local function loans()
 
   -- settle records a call of holder at t that granted g: its loan becomes
   -- keep + g, expiring at max(its expiry, t + ttl), its last spend t -
-  -- idle_us (windowed: expiry and last spend 0). Mirrors loans.settle.
+  -- idle_us (windowed: expiry 0, and a fixed_window share kept for
+  -- set_ahead to set). Mirrors loans.settle.
   local function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
     if holder == '' then return ls end
     local b = find(ls, holder)
@@ -218,6 +248,8 @@ local function loans()
     if not windowed then
       exp, last = t + ttl_us, t - idle_us
       if b then exp = math.max(exp, ls[b + 3]) end
+    elseif b then
+      last = ls[b + 4]
     end
     if b and lent > 0 then
       ls[b + 2], ls[b + 3], ls[b + 4] = lent, exp, last
@@ -476,5 +508,70 @@ local function loans()
     end
     return e
   end
-  return {read = read, write = write, find = find, after = after, lent_to = lent_to, remove = remove, append = append, settle = settle, last_call = last_call, unanswered = unanswered, tat_back = tat_back, held_of = held_of, end_loan = end_loan, retire = retire, take = take, split = split, keep_of = keep_of, effective = effective, settling = settling, trim = trim, cap_level = cap_level, full_in = full_in, floor_tat = floor_tat, spent_by = spent_by}
+  -- roll makes the window of t a fixed_window key's window (st.w, st.c)
+  -- if it is later than st.w (none: no state): the loans whose share
+  -- covers it (ending at or after its end) lend their share in it, the
+  -- others go, and its count is the sum of those shares; it returns the
+  -- loans (a new list when the window changed). A stored window later
+  -- than t's (a clock that went back) stays. Mirrors
+  -- FixedWindowState.roll.
+  local function roll(st, ls, t)
+    local ws = t - math.fmod(t, pf)
+    if st.w and st.w >= ws then return ls end
+    st.w, st.c = ws, 0
+    local out = {}
+    for b = 0, #ls - 4, 4 do
+      if ls[b + 4] > 0 and ls[b + 3] >= ws + pf then
+        append(out, ls[b + 1], ls[b + 4], ls[b + 3], ls[b + 4])
+        st.c = st.c + ls[b + 4]
+      end
+    end
+    return out
+  end
+
+  -- set_ahead sets holder's shares ahead of the fixed_window window
+  -- starting at ws, asked aw windows of at tokens: min(at, L - the other
+  -- holders' shares that cover windows after it) in each of the next aw
+  -- windows, none when that is 0 or aw is 0. It returns the loans, the
+  -- tokens and windows lent ahead, and whether the loans changed; a loan
+  -- left with nothing lent and no share goes. Mirrors
+  -- FixedWindowState.setAhead and aheadOf.
+  local function set_ahead(ls, ws, aw, at)
+    local tokens, windows = 0, 0
+    if aw > 0 then
+      local a = 0 -- the others' shares ahead
+      for b = 0, #ls - 4, 4 do
+        if ls[b + 1] ~= holder and ls[b + 4] > 0 and ls[b + 3] > ws + pf then a = a + ls[b + 4] end
+      end
+      tokens = math.max(0, math.min(at, lf - a))
+    end
+    if tokens > 0 then windows = aw end
+    local e = ws + (windows + 1) * pf
+    local b = find(ls, holder)
+    if b and ls[b + 4] == tokens and (tokens == 0 or ls[b + 3] == e) then return ls, tokens, windows, false end
+    if not b then
+      if tokens == 0 then return ls, 0, 0, false end
+      append(ls, holder, 0, e, tokens)
+    elseif tokens > 0 then
+      ls[b + 3], ls[b + 4] = e, tokens
+    elseif ls[b + 2] > 0 then
+      ls[b + 3], ls[b + 4] = 0, 0
+    else
+      remove(ls, b)
+    end
+    return ls, tokens, windows, true
+  end
+
+  -- fw_expiry is when a fixed_window key of window ws and loans ls stops
+  -- mattering: two windows after ws, or a window after the end of the
+  -- last window a share covers, whichever is later. Mirrors
+  -- FixedWindowState.expiry.
+  local function fw_expiry(ws, ls)
+    local e = ws + 2 * pf
+    for b = 0, #ls - 4, 4 do
+      if ls[b + 4] > 0 and ls[b + 3] + pf > e then e = ls[b + 3] + pf end
+    end
+    return e
+  end
+  return {roll = roll, set_ahead = set_ahead, fw_expiry = fw_expiry, read = read, write = write, find = find, after = after, lent_to = lent_to, remove = remove, append = append, settle = settle, last_call = last_call, unanswered = unanswered, tat_back = tat_back, held_of = held_of, end_loan = end_loan, retire = retire, take = take, split = split, keep_of = keep_of, effective = effective, settling = settling, trim = trim, cap_level = cap_level, full_in = full_in, floor_tat = floor_tat, spent_by = spent_by}
 end

@@ -37,7 +37,8 @@ var (
 // state, or a WRONGTYPE error; the leased algorithms' suffixes end in their
 // state's format version: a key is read only by the scripts that wrote its
 // format, and nodes of releases that wrote another format use other keys:
-// tb, gc, fw, sw held hashes, tb2, gc2, fw2, sw2 strings of doubles) and
+// tb, gc, fw, sw held hashes, tb2, gc2, fw2, sw2 strings of doubles, fw3
+// fixed_window's compact string without shares ahead) and
 // its script files: lease and ret for a leased algorithm (Store.Lease and
 // Return), log for sliding_log (Store.Log), acquire and release for
 // concurrency.
@@ -48,7 +49,7 @@ var algorithms = [...]struct {
 }{
 	lease.TokenBucket:   {suffix: "tb3", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
 	lease.GCRA:          {suffix: "gc3", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
-	lease.FixedWindow:   {suffix: "fw3", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
+	lease.FixedWindow:   {suffix: "fw4", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
 	lease.SlidingWindow: {suffix: "sw3", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
 	lease.SlidingLog:    {suffix: "log", log: "sliding_log.lua"},
 	lease.Concurrency:   {suffix: "cc", acquire: "concurrency_acquire.lua", release: "concurrency_release.lua"},
@@ -221,15 +222,24 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
+	n := 5
+	if p.Algorithm == lease.FixedWindow {
+		args = append(args, itoa(to.AheadWindows), itoa(to.AheadTokens))
+		n = 7
+	}
 	m, err := s.leased(ctx, "lease", p.Algorithm, true, s.Key(key, p.Algorithm), args)
 	if err != nil {
 		return lease.Grant{}, err
 	}
-	v, err := ints("lease", m, 5)
+	v, err := ints("lease", m, n)
 	if err != nil {
 		return lease.Grant{}, err
 	}
-	return lease.Grant{Granted: v[0], Remaining: v[1], Wait: millis(v[2]), Reset: millis(v[3]), Lent: v[4]}, nil
+	g := lease.Grant{Granted: v[0], Remaining: v[1], Wait: millis(v[2]), Reset: millis(v[3]), Lent: v[4]}
+	if n == 7 {
+		g.AheadTokens, g.AheadWindows = v[5], v[6]
+	}
+	return g, nil
 }
 
 // Return implements lease.Leaser.

@@ -164,7 +164,7 @@ func TestExpiry(t *testing.T) {
 
 // ttlOf orders TestExpiry's keys as their algorithms' TTLs are ordered.
 func ttlOf(key string) int {
-	for i, suffix := range []string{":tb3", ":gc3", ":log", ":cc", ":fw3", ":sw3"} {
+	for i, suffix := range []string{":tb3", ":gc3", ":log", ":cc", ":fw4", ":sw3"} {
 		if strings.HasSuffix(key, suffix) {
 			return i
 		}
