@@ -250,14 +250,14 @@ type aheadGap struct {
 	reset int64 // the bucket's resetAt: its window's latest end
 	own   bool  // the tokens on hand are of the window ending at reset
 	left  int64 // the tokens on hand of a call made with the window over
-	held  int64 // what such a call reports held
+	held  int64 // what such a call reports held: the most it may find
+	sure  int64 // the least it may find, in any window the Store may be in
 }
 
-// aheadGapOf is b's aheadGap before a lease call (the caller holds b's
-// slot, and has not asked lesseeOf, which drops the shares). With over
-// (b's window is over at the call's now), local is the tokens the call
-// took off b.
-func (m *Manager) aheadGapOf(b *bucket, over bool, local int64) aheadGap {
+// aheadGapOf is b's aheadGap before a lease call at now (the caller holds
+// b's slot, and has not asked lesseeOf, which drops the shares). With over
+// (b's window is over at now), local is the tokens the call took off b.
+func (m *Manager) aheadGapOf(b *bucket, over bool, local, now int64) aheadGap {
 	a, r := b.ahead(), b.resetAt.Load()
 	if a == 0 || r == 0 {
 		return aheadGap{}
@@ -272,10 +272,39 @@ func (m *Manager) aheadGapOf(b *bucket, over bool, local int64) aheadGap {
 	if gp.own {
 		gp.left = local
 	}
-	gp.held = gp.left
-	if aheadWindows(b.pol.Period, m.cfg.AheadHorizon) > a.index() {
-		gp.held = max(gp.held, a.tokens())
+	// The windows the Store may answer in: from the bucket's window of now
+	// (by the latest ends) to that of now + P/2 (by the earliest: a call
+	// takes less than half a window), counted from the bucket's window.
+	pu := b.pol.Period
+	k := aheadWindows(pu, m.cfg.AheadHorizon)
+	d := aheadMargin(pu, k)
+	first := max(0, (now-r-d)/int64(pu)+1)
+	if now < r+d {
+		first = 0
 	}
+	e := r - a.latency() - d // the earliest end of the bucket's window
+	last := max(0, (now+int64(pu)/2-e+d)/int64(pu)+1)
+	if now+int64(pu)/2 < e-d {
+		last = 0
+	}
+	gp.sure = -1
+	for n := first; n <= min(last, first+2); n++ {
+		f := int64(0)
+		switch {
+		case n == 0:
+			f = gp.left
+		case a.index()+n <= k:
+			f = a.tokens()
+		}
+		gp.held = max(gp.held, f)
+		if gp.sure < 0 || f < gp.sure {
+			gp.sure = f
+		}
+	}
+	if last > first+2 {
+		gp.sure = 0 // more windows than a call's latency crosses: unsure
+	}
+	gp.sure = max(gp.sure, 0)
 	return gp
 }
 
@@ -328,4 +357,15 @@ func (m *Manager) aheadFound(b *bucket, gp aheadGap, g Grant, send, recv int64) 
 		return min(gp.a.tokens(), lent)
 	}
 	return 0
+}
+
+// aheadMayFind reports whether a lease call of b at now, its window over
+// by the bucket's bound, may find tokens lent to it in the Store's window
+// (see aheadGap): a check then asks the Store rather than deny locally
+// (the tokens on hand of a window that runs on past the bound, a share).
+func (m *Manager) aheadMayFind(b *bucket, now int64) bool {
+	if b.ahead() == 0 || m.usable(b, now) {
+		return false
+	}
+	return m.aheadGapOf(b, true, max(b.tokens.Load(), 0), now).held > 0
 }

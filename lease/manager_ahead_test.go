@@ -375,3 +375,25 @@ func TestAheadGapFindsShare(t *testing.T) {
 		t.Fatalf("%d lease calls, want one (the margin)", l-leases)
 	}
 }
+
+// TestAheadGapAsksAgain: a check at a window's start (in its margin,
+// where the Store may still be in the window before) counts on finding
+// only what it surely finds there (its window's tokens on hand, fewer
+// than its share), so its lease call asks for too much of the new window
+// and is denied; the answer shows the Store in the share's window, and
+// the check asks again for the rest, knowing it: its whole limit is
+// admitted, the share with it.
+func TestAheadGapAsksAgain(t *testing.T) {
+	p := perSecondWindow(16) // shares of 2
+	ms, st, clk := aheadManagers(t, 1, func(_ int, c *Config) { c.AheadHorizon = 30 * time.Second })
+	a := ms[0]
+	clk.Advance(500 * time.Millisecond)
+	mustTake(t, a, "k", p, 1) // a lease of 2: 1 left
+	clk.Advance(500 * time.Millisecond)
+	if d := mustTake(t, a, "k", p, 16); !d.Allowed {
+		t.Fatalf("the whole limit at the next window's start: %+v, want allowed (a's share and the rest)", d)
+	}
+	if leases, _ := st.calls(); leases != 3 {
+		t.Errorf("%d lease calls, want 3: the first lease, the one denied for too much, the one asking again", leases)
+	}
+}

@@ -28,7 +28,8 @@ type Config struct {
 	// KeepIdle is how many idle keys at most keep their loan past Idle. A
 	// key unchecked for Idle whose tokens are still spendable on the fast
 	// path (until the end of their window for fixed_window and
-	// sliding_window, half their LeaseTTL for token_bucket and gcra) and
+	// sliding_window, or of the last window a fixed_window key has a share
+	// of: see AheadHorizon; half their LeaseTTL for token_bucket and gcra) and
 	// whose loan is a slow key's (what the Store lends this Manager of it
 	// is at most twice the smallest lease, MinLeaseShare of its capacity:
 	// a slow key's leases are that smallest one) keeps its bucket, with no Store call, so that a check

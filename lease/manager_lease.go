@@ -43,7 +43,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			bud.stop()
 		}
 	}()
-	waited := false
+	waited, again, retried := false, false, false
 	for {
 		if m.usable(b, now) {
 			if left, ok := m.take(b, hits, -1); ok {
@@ -72,7 +72,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		if m.usable(b, now) {
 			local = m.onHand(b)
 		}
-		if at, slack := b.coverAt(hits - local); at != 0 {
+		if at, slack := b.coverAt(hits - local); at != 0 && !m.aheadMayFind(b, now) {
 			if now < du {
 				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
 			}
@@ -120,16 +120,25 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			m.release(b, s, nil)
 			continue
 		}
-		if m.cfg.CheckBudget > 0 {
-			return m.leaseSync(m.ctx, b, s, p, hits, now, idle, bud), nil
+		ctx, lb := m.ctx, bud
+		if m.cfg.CheckBudget <= 0 {
+			lb = nil
+			if waited {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(m.ctx, bud.deadline)
+				defer cancel()
+			}
 		}
-		ctx := m.ctx
-		if waited {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(m.ctx, bud.deadline)
-			defer cancel()
+		d := m.leaseSync(ctx, b, s, p, hits, now, idle, lb, &again)
+		if again && !retried {
+			// A call between two windows' spans found less of its own in
+			// the Store's window than it counted on, and the Store has
+			// the rest: ask again, knowing the window (once).
+			retried = true
+			now = max(now, m.nanos())
+			continue
 		}
-		return m.leaseSync(ctx, b, s, p, hits, now, idle, nil), nil
+		return d, nil
 	}
 }
 
@@ -196,7 +205,8 @@ func (m *Manager) waitSlot(s *slot, bud *budget) bool {
 // mode (errBudget) and the call goes on in the background, where its
 // answer is kept as a prefetch's would be (the grant on hand for the next
 // checks, what local mode admitted meanwhile charged to the Store).
-func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration, bud *budget) Decision {
+func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration, bud *budget, again *bool) Decision {
+	*again = false
 	kept := int64(0)
 	if p.Algorithm.refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
@@ -210,7 +220,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	if over {
 		keep = 0
 	}
-	gap := m.aheadGapOf(b, over, local)
+	gap := m.aheadGapOf(b, over, local, now)
 	if keep >= hits {
 		m.put(b, keep-hits)
 		b.keptAdd(kept)
@@ -226,9 +236,9 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	m.met.decisionsStore.Inc()
 	to := m.lesseeOf(b, keep)
 	// A call made with the window over may find tokens lent to it in the
-	// Store's window (see aheadGap): it needs that much less.
+	// Store's window (see aheadGap): it needs what it surely finds less.
 	to.Held = max(to.Held, gap.held)
-	ask := max(need-gap.held, 0)
+	ask := max(need-gap.sure, 0)
 	to.Idle = idle
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
@@ -240,7 +250,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		// its last spend was at least Idle before.
 		to.Idle = max(idle, m.cfg.Idle-time.Duration(m.touchMs+1)*time.Millisecond)
 	}
-	lc := leaseCall{b: b, s: s, p: p, now: now, need: need, keep: keep, kept: kept, local: local, to: to, gap: gap}
+	lc := leaseCall{b: b, s: s, p: p, now: now, need: need, keep: keep, kept: kept, local: local, to: to, gap: gap, again: again}
 	if bud == nil {
 		g, err := m.store.Lease(ctx, b.key, p, want, ask, to)
 		return m.leaseEnded(lc, hits, g, err)
@@ -292,6 +302,7 @@ type leaseCall struct {
 	now, need, keep, kept, local int64
 	to                           Lessee
 	gap                          aheadGap
+	again                        *bool // set when the check should lease again (see takeSlow)
 }
 
 // leaseEnded applies the answer (g, err) of lease call c for a check of
@@ -358,11 +369,21 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	// the consumption is measured at the next grant).
 	m.st.tokensLeased.Add(g.Granted) // a call between windows' spans may get some
 	m.met.tokensLeased.AddInt64(g.Granted)
+	if keep > 0 && m.aheadSame(b, c.gap, g, now, after) {
+		got += keep // of the Store's window, as the answer shows: until its end
+		keep = 0
+	}
 	m.put(b, keep+got)
 	b.answer(g, after)
 	m.keepAhead(b, g, now, after)
 	if got > 0 {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL)) // of the Store's window
+		// A call between windows' spans that counted on finding more
+		// than it did: the check asks again if the Store has the rest.
+		// (hits 0: the check was decided, and again is not written.)
+		if hits > 0 && c.gap.held > 0 && got+g.Remaining >= need {
+			*c.again = true
+		}
 	}
 	if g.Lent > 0 && p.Algorithm.refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
@@ -601,7 +622,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.met.prefetches.Inc()
 	// held may be spent while the call is out: an upper bound, which the
 	// Store may count as lent until the next call settles it.
-	gap := m.aheadGapOf(b, false, 0)
+	gap := m.aheadGapOf(b, false, 0, now)
 	to := m.lesseeOf(b, held)
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
