@@ -295,8 +295,8 @@ func outcome(d lease.Decision, err error) string {
 // what the Store lent to that Manager and what came back.
 //
 // With scenario.ahead it also asks for shares ahead in the Manager's place
-// (see inject) in the fixed_window lease calls where the Manager asks for
-// none, and hides them from the Manager.
+// (see inject) in fixed_window lease calls, and hides them from the
+// Manager.
 type recorder struct {
 	lease.Store
 	m   int
@@ -308,14 +308,16 @@ type recorder struct {
 }
 
 func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
-	known, injected := to.AheadWindows > 0, false
-	if k, ok := r.md.index(key); ok && r.md.sc.ahead && !known && to.ID != "" && p.Algorithm == lease.FixedWindow {
+	asked, injected := to.AheadWindows > 0, false
+	if k, ok := r.md.index(key); ok && r.md.sc.ahead && to.ID != "" && p.Algorithm == lease.FixedWindow {
 		r.mu.Lock()
 		n := r.calls[key]
 		r.calls[key]++
 		r.mu.Unlock()
-		to.AheadWindows, to.AheadTokens = r.md.sc.inject(r.m, k, n)
-		injected = true
+		var w, tokens int64
+		if w, tokens, injected = r.md.sc.inject(r.m, k, n, asked); injected {
+			to.AheadWindows, to.AheadTokens = w, tokens
+		}
 	}
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
 	shared := ""
@@ -336,7 +338,7 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 		l := loan{lent: -1}
 		if to.ID != "" {
 			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need,
-				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: known}
+				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: !injected}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
 	}
@@ -345,7 +347,9 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 	}
 	r.bakes(key)
 	if injected {
-		g.AheadTokens, g.AheadWindows = 0, 0 // the Manager asked for none
+		// Hidden: to the Manager, the Store lent none ahead (all its
+		// shares may take, when others' fill the limit).
+		g.AheadTokens, g.AheadWindows = 0, 0
 	}
 	return g, err
 }

@@ -99,6 +99,14 @@ type keyModel struct {
 	// ahead is, per holder, the shares the Store lends it ahead
 	// (fixed_window), as its last lease call's answer reported them.
 	ahead []share
+	// span is, per holder, where in the current window it may spend what
+	// it holds there, its share ahead, until a lease call lets it spend
+	// all it holds to the window's end (see spanOf, callSpan); zero: no
+	// such bound.
+	span []span
+	// placed: the holder's Manager knows where its shares ahead fall (its
+	// last lease call's answer, as it saw it, lent it shares ahead).
+	placed []bool
 	// rolled is the last window whose shares ahead were counted: the
 	// window of the latest time the model saw (fixed_window).
 	rolled int64
@@ -130,6 +138,8 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			bucket:     make([]bool, slots),
 			counted:    make(map[int64]int64),
 			ahead:      make([]share, slots),
+			span:       make([]span, slots),
+			placed:     make([]bool, slots),
 			rolled:     math.MinInt64,
 			ids:        make(map[string]int64),
 			owned:      make([][]string, slots),
@@ -241,7 +251,7 @@ func (k *keyModel) dropped(m int, t int64) {
 	k.heldNow(m, t)
 	k.held[m] = 0
 	k.bucket[m] = false
-	k.ahead[m].known = false
+	k.ahead[m].known, k.placed[m] = false, false
 }
 
 // lose records n tokens the Store counts as spent at t.
@@ -257,10 +267,14 @@ func (k *keyModel) lose(t, n int64, m int) {
 
 // usable is what holder m can spend of what it holds at t: a Manager stops
 // spending windowed tokens it held from before a check a millisecond
-// before their window ends (its clock may lag by that much).
+// before their window ends (its clock may lag by that much), and spends a
+// share ahead that it holds only in its span (see spanOf).
 func (k *keyModel) usable(m int, t int64) int64 {
 	h := k.heldNow(m, t)
 	if k.windowed() && t >= (k.win(t)+1)*int64(k.p.Period)-int64(time.Millisecond) {
+		return 0
+	}
+	if sp := k.span[m]; sp.to != 0 && (t < sp.from || t >= sp.to) {
 		return 0
 	}
 	return h
@@ -428,6 +442,9 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	}
 	k.shareAt[m] = 0 // a Store's answer (shareWait sets it again after a share's)
 	own := k.heldNow(m, now)
+	if l.lent >= 0 && k.callSpan(m, now, g) {
+		own, k.held[m] = 0, 0
+	}
 	if g.Granted > 0 {
 		k.held[m] = own + g.Granted
 		if k.windowed() {

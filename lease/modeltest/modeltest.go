@@ -186,10 +186,11 @@ type Options struct {
 	// algorithms' admissions), not that denials are justified.
 	SafetyOnly bool
 	// Ahead has the harness ask for fixed_window shares ahead
-	// (Lessee.AheadWindows, AheadTokens) in the lease calls of about half
-	// of the seeds where the Manager asks for none, and hide them from
-	// the Manager: tokens the Store lends that the Manager cannot spend,
-	// whose denials the model must excuse, and no more.
+	// (Lessee.AheadWindows, AheadTokens) in the Manager's place in the
+	// lease calls of about half of the seeds (in half the calls where the
+	// Manager asks for shares itself, in most where it asks for none), and
+	// hide them from the Manager: tokens the Store lends that the Manager
+	// cannot spend, whose denials the model must excuse, and no more.
 	Ahead bool
 	// Duration, when positive, runs seeds from Seed on until this much
 	// wall time has passed (at least Seeds of them): the long form.
