@@ -107,6 +107,7 @@ func TestAheadStoreCallsPerHorizon(t *testing.T) {
 				clk.Advance(2 * time.Second)
 			}
 			leases, _ := st.calls()
+			t.Logf("%d lease calls for 100 visits over 200 windows", leases)
 			if tt.horizon < 0 && leases != tt.max || leases > tt.max || leases < tt.max/2 {
 				t.Errorf("%d lease calls for 100 visits over 200 windows, want about %d", leases, tt.max)
 			}
@@ -395,5 +396,30 @@ func TestAheadGapAsksAgain(t *testing.T) {
 	}
 	if leases, _ := st.calls(); leases != 3 {
 		t.Errorf("%d lease calls, want 3: the first lease, the one denied for too much, the one asking again", leases)
+	}
+}
+
+// TestAheadStripedAsksNone: a striped (contended) key neither rolls onto
+// its shares (its tokens on hand are in stripes) nor asks for shares:
+// its need is far above the floor, so they would save it no Store call.
+func TestAheadStripedAsksNone(t *testing.T) {
+	p := perSecondWindow(10_000) // the floor: 1250
+	ms, st, clk := aheadManagers(t, 1, nil)
+	m := ms[0]
+	mustTake(t, m, "k", p, 1)
+	b := m.buckets.load("k")
+	m.stripe(b)
+	if b.tokens.Load() >= 0 {
+		t.Fatal("not striped")
+	}
+	clk.Advance(1500 * time.Millisecond) // the next window: a share covers it
+	mustTake(t, m, "k", p, 1)
+	leases, _ := st.calls()
+	st.mu.Lock()
+	last := st.leases[len(st.leases)-1]
+	st.mu.Unlock()
+	if leases != 2 || last.AheadWindows != 0 || last.AheadTokens != 0 {
+		t.Errorf("%d lease calls, the last asking %d ahead in %d windows; want 2 (no roll), the second asking none",
+			leases, last.AheadTokens, last.AheadWindows)
 	}
 }
