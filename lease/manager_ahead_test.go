@@ -423,3 +423,47 @@ func TestAheadStripedAsksNone(t *testing.T) {
 			leases, last.AheadTokens, last.AheadWindows)
 	}
 }
+
+// TestAheadConcurrentRolls: checks racing into a window on a share from
+// several goroutines roll the bucket once: per window, the key's only
+// holder admits at most the limit, though it asks for far more (its
+// share, then what its leases and prefetches get). A roll outside the
+// inflight lock fails it under -race (make race).
+func TestAheadConcurrentRolls(t *testing.T) {
+	const limit = 40
+	p := perSecondWindow(limit)
+	ms, _, clk := aheadManagers(t, 1, func(_ int, c *Config) { c.LowWater = 0.5 })
+	m := ms[0]
+	perWindow := map[int]int{}
+	for w := range 30 {
+		for _, at := range []time.Duration{100, 400, 800} {
+			clk.Set(clocktest.Epoch.Add(time.Duration(w)*time.Second + at*time.Millisecond))
+			var admitted sync.WaitGroup
+			var mu sync.Mutex
+			n := 0
+			start := make(chan struct{}) // all at once: they race into the roll
+			for range 4 {
+				admitted.Go(func() {
+					<-start
+					for range 20 {
+						if d, err := m.Take("k", p, 1); err == nil && d.Allowed {
+							mu.Lock()
+							n++
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			close(start)
+			admitted.Wait()
+			m.drain()
+			if at == 100 && n < limit/8 {
+				t.Fatalf("window %d: %d admitted at its first checks, want at least the share", w, n)
+			}
+			perWindow[w] += n
+		}
+		if perWindow[w] > limit {
+			t.Fatalf("window %d: %d admitted, want at most %d", w, perWindow[w], limit)
+		}
+	}
+}
