@@ -174,6 +174,7 @@ type stats struct {
 	returns        atomic.Int64
 	tokensLeased   atomic.Int64
 	tokensReturned atomic.Int64
+	aheadRolls     atomic.Int64
 }
 
 // Stats is a snapshot of a Manager's counters.
@@ -200,6 +201,9 @@ type Stats struct {
 	// TokensLeased and TokensReturned are the tokens granted by and given
 	// back to the Store.
 	TokensLeased, TokensReturned int64
+	// AheadRolls is the windows a fixed_window key moved into on a share
+	// leased ahead, with no Store call (see Config.AheadHorizon).
+	AheadRolls int64
 	// Breaker is the state of the Store's breaker.
 	Breaker BreakerState
 }
@@ -294,6 +298,7 @@ func (m *Manager) Stats() Stats {
 		Returns:           m.st.returns.Load(),
 		TokensLeased:      m.st.tokensLeased.Load(),
 		TokensReturned:    m.st.tokensReturned.Load(),
+		AheadRolls:        m.st.aheadRolls.Load(),
 		Breaker:           m.store.State(),
 	}
 }

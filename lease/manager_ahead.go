@@ -199,6 +199,7 @@ func (m *Manager) rollAhead(b *bucket, now int64) bool {
 	b.aux.Store(int64(packAhead(s, a.index()+n, a.latency()/int64(aheadUnit))))
 	b.low.Store(lowMark(m.cfg.LowWater, s))
 	b.expires.Store(to)
+	m.st.aheadRolls.Add(1)
 	return true
 }
 

@@ -107,9 +107,13 @@ func TestAheadStoreCallsPerHorizon(t *testing.T) {
 				clk.Advance(2 * time.Second)
 			}
 			leases, _ := st.calls()
-			t.Logf("%d lease calls for 100 visits over 200 windows", leases)
+			rolls := m.Stats().AheadRolls
+			t.Logf("%d lease calls and %d rolls for 100 visits over 200 windows", leases, rolls)
 			if tt.horizon < 0 && leases != tt.max || leases > tt.max || leases < tt.max/2 {
 				t.Errorf("%d lease calls for 100 visits over 200 windows, want about %d", leases, tt.max)
+			}
+			if int(rolls) != 100-leases {
+				t.Errorf("%d rolls, want one per visit without a lease call (%d)", rolls, 100-leases)
 			}
 		})
 	}
