@@ -40,11 +40,10 @@
 // table), one GET, one SET, none of the loan helpers' closures: no state
 // yet; for token_bucket and gcra, the caller's loan first and only ended
 // loans after it, whether the caller holds it whole or reports tokens
-// spent; for the windows, any loans (a return: the caller's loan the
-// only one), except that a fixed_window key with a share ahead takes it
-// only when the share is the caller's and its loan the only one, and one
-// without takes a caller asking shares only when the caller's loan is
-// the only one. It is the general path operation for operation on those
+// spent; for sliding_window, any loans; for fixed_window, the caller's
+// loan alone, with or without a share ahead, or other holders' loans
+// without shares for a caller asking none (a return of either window:
+// the caller's loan the only one). It is the general path operation for operation on those
 // states and writes the same bytes, which TestFastPathMatchesGeneral
 // checks against the scripts with their fast paths off; every other state
 // (in a token_bucket or gcra key, another holder's loan, or the caller's
@@ -100,7 +99,10 @@
 //	                 cap the level)
 //	gcra             88 bytes; 115 with one holder's loan; 115 after its
 //	                 second lease
-//	fixed_window     88 bytes; 99 with one holder's loan
+//	fixed_window     88 bytes; 99 with one holder's loan, no more with
+//	                 its share ahead (lent, share and end: a 24-byte
+//	                 value for a per-second window); 136 with three
+//	                 holders' loans and shares ahead (a value of 54)
 //	sliding_window   88 bytes; 99 with one holder's loan
 //	sliding_log      104 bytes with 1 stamp; ~36 bytes per stamp up to 128
 //	                 stamps (listpack), ~118 bytes per stamp beyond (skiplist)

@@ -20,11 +20,13 @@
 -- L - the other holders' shares ahead) in each of the next ahead_windows
 -- windows (none when 0). The key is written only when tokens are granted
 -- or a share changes, and expires two windows after its window began or
--- a window after the last share's window ends, whichever is later.
+-- a window after the last share's window ends, whichever is later (a
+-- write that leaves that time as it was keeps the key's TTL).
 local limit, pu = lf, pf
 local want, need = ARGV[5] + 0, ARGV[6] + 0
 local held = ARGV[7] + 0
-local aw, at = ARGV[13] + 0, ARGV[14] + 0
+local aw, at = 0, 0 -- most calls ask none: '0' is not converted
+if ARGV[13] ~= '0' then aw, at = ARGV[13] + 0, ARGV[14] + 0 end
 
 local fast = true -- false: loans always through the general helpers (tests)
 local v = redis.call('GET', key)
@@ -41,19 +43,36 @@ local count = 0
 local own, oshare, oe, have = 0, 0, 0, false
 local ol, oi, n = nil, 0, 0
 local ls, H = nil, nil -- H: the general helpers, when ls
+local e0 = nil -- the stored state's expiry (see fw_expiry; nil: no state)
 local general = not fast
 if v and not general then
   local h, w, pos = struct.unpack('<BI7', v)
   local c
   c, pos = struct.unpack('<' .. W[h % 4], v, pos)
-  if pos > #v then
-    if w >= ws then ws, count = w, c end -- no loans: a later window is empty
+  e0 = w + 2 * pu
+  local size, shares = #v, false
+  if w < ws then -- a later window: only the loans with a share carry over
+    local p = pos
+    while p <= size do
+      local kind = string.byte(v, p)
+      if kind >= 128 then
+        shares = true
+        break
+      end
+      p = p + 9 + W[4 + kind % 4]
+    end
+  end
+  if w >= ws and pos > size then
+    ws, count = w, c -- no loans
+  elseif w < ws and not shares then
+    -- nothing carries over: no state
   else
     local kind = string.byte(v, pos)
     local id
     if kind >= 128 then
       id, own, oshare, oe, pos = struct.unpack('<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4] .. W[math.floor(kind / 16) % 4], v, pos + 1)
       oe = w + oe
+      if oe + pu > e0 then e0 = oe + pu end -- the only share, if the caller's
     else
       id, own, pos = struct.unpack('<c8' .. W[kind % 4], v, pos + 1)
     end
@@ -69,8 +88,9 @@ if v and not general then
     elseif kind >= 128 then
       general = true
     else
-      -- Other holders' loans: the fast path takes them only without a
-      -- share among them.
+      -- Other holders' loans (of this window, or a later one would have
+      -- a share): the fast path takes them only without a share among
+      -- them.
       ol, n = {id, own}, 1
       own = 0
       while true do
@@ -86,8 +106,6 @@ if v and not general then
       end
       if general then
         ol, oi, n, own = nil, 0, 0, 0
-      elseif w < ws then
-        ol, oi, n, own = nil, 0, 0, 0 -- a later window: no share, no loan
       elseif holder ~= '' and aw > 0 and at > 0 then
         general = true -- the caller asks a share
         ol, oi, n, own = nil, 0, 0, 0
@@ -101,6 +119,7 @@ if general then
   H = loans()
   local st
   st, ls = H.read(v, 'fw')
+  if v then e0 = H.fw_expiry(st.w, ls) end
   ls = H.roll(st, ls, now)
   ws, count = st.w, st.c
 end
@@ -160,22 +179,30 @@ else
   end
 end
 
+-- A write keeps the key's expiry (KEEPTTL) when the call leaves the
+-- state's unchanged, else sets it (a ttl costs a string.format).
 if changed then
   if ls then
-    H.write(head('fw', ws, count), ls, ws, true, ttl(H.fw_expiry(ws, ls) - now))
+    local e, x = H.fw_expiry(ws, ls), nil
+    if e ~= e0 then x = ttl(e - now) end
+    H.write(head('fw', ws, count), ls, ws, true, x)
   elseif ol then
     local lb = '' -- the loans' bytes
     for k = 2, 2 * n, 2 do
       lb = lb .. pack_loan(ol[k - 1], ol[k], 0, 0, 0, true)
     end
-    redis.call('SET', key, head('fw', ws, count) .. lb, 'PX', ttl(ws + 2 * pu - now))
+    redis.call('SET', key, head('fw', ws, count) .. lb, 'KEEPTTL') -- this window, no share
   else
     local lb, e = '', ws + 2 * pu
     if have then
       lb = pack_loan(holder, own, oe, oshare, ws, true)
       if oshare > 0 and oe + pu > e then e = oe + pu end
     end
-    redis.call('SET', key, head('fw', ws, count) .. lb, 'PX', ttl(e - now))
+    if e == e0 then
+      redis.call('SET', key, head('fw', ws, count) .. lb, 'KEEPTTL')
+    else
+      redis.call('SET', key, head('fw', ws, count) .. lb, 'PX', ttl(e - now))
+    end
   end
 end
 local lent = own -- 0 without a loan

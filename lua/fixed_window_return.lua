@@ -36,6 +36,8 @@ repeat -- the fast path (break: the general path)
     id, lent, pos = struct.unpack('<c8' .. W[kind % 4], v, pos + 1)
   end
   if id ~= holder or pos <= #v then break end
+  local e0 = w + 2 * pu -- the expiry before (see fw_expiry)
+  if share > 0 and e + pu > e0 then e0 = e + pu end
   local ws = now - math.fmod(now, pu)
   if w < ws then -- roll
     if share == 0 or e < ws + pu then return 0 end -- the loan ended with its window
@@ -43,18 +45,28 @@ repeat -- the fast path (break: the general path)
   end
   local back = lent -- take
   if n < back then back = n end
-  redis.call('SET', key, head('fw', w, math.max(0, count - back)), 'PX', ttl(w + 2 * pu - now))
+  if w + 2 * pu == e0 then
+    redis.call('SET', key, head('fw', w, math.max(0, count - back)), 'KEEPTTL')
+  else
+    redis.call('SET', key, head('fw', w, math.max(0, count - back)), 'PX', ttl(w + 2 * pu - now))
+  end
   return back
 until true
 
 -- The general path.
 local H = loans()
 local st, ls = H.read(v, 'fw')
+if not v or n < 0 or holder == '' then
+  return 0
+end
+local e0 = H.fw_expiry(st.w, ls)
 ls = H.roll(st, ls, now)
-if n < 0 or not H.find(ls, holder) or holder == '' then
+if not H.find(ls, holder) then
   return 0
 end
 local back
 ls, back = H.take(ls, n)
-H.write(head('fw', st.w, math.max(0, st.c - back)), ls, st.w, true, ttl(H.fw_expiry(st.w, ls) - now))
+local e, x = H.fw_expiry(st.w, ls), nil -- a write keeps an unchanged expiry
+if e ~= e0 then x = ttl(e - now) end
+H.write(head('fw', st.w, math.max(0, st.c - back)), ls, st.w, true, x)
 return back

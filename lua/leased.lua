@@ -35,7 +35,7 @@ local holder = ARGV[4]
 -- and adds the share and the end of the last window it covers, as µs
 -- after the key's window start 'w' (always after it: a share ends at
 -- least a window after the window it was lent in, and a later window
--- keeps only the shares that cover it); 8 bytes more for a per-second
+-- keeps only the shares that cover it); 5 bytes more for a per-second
 -- window's share of a few tokens a few windows ahead.
 local W = {[0] = 'I1', 'I2', 'I4', 'I7', 1, 2, 4, 7} -- and W[4 + code]: the bytes
 

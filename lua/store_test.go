@@ -223,6 +223,32 @@ func TestMemoryPerKey(t *testing.T) {
 			t.Errorf("%v: %d bytes per key, %d with a loan, %d after a second lease, want ≤ 256", a, n, h, e)
 		}
 	}
+	// fixed_window with shares ahead: a holder leasing 7 of a window of a
+	// second and a share of 10 of each of the next 2 (a per-second key
+	// checked every 2s), then two more holders doing the same; against
+	// the same holder's loan without a share, on a key as long.
+	pa := lease.Policy{Algorithm: lease.FixedWindow, Limit: 1000, Period: time.Second}
+	const plain, ahead = "user-000043", "user-000044" // as long as counter
+	if _, err := s.Lease(ctx, plain, pa, 7, 7, lease.Lessee{ID: fmt.Sprintf("m-%032x", 1), TTL: 5 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	noShare := usage(s.Key(plain, lease.FixedWindow))
+	var withShares [3]int64
+	var valueLen string
+	for i := range withShares {
+		to := lease.Lessee{ID: fmt.Sprintf("m-%032x", i+1), TTL: 5 * time.Minute, AheadWindows: 2, AheadTokens: 10}
+		if g, err := s.Lease(ctx, ahead, pa, 7, 7, to); err != nil || g.AheadTokens != 10 {
+			t.Fatalf("Lease asking shares ahead: %+v %v", g, err)
+		}
+		withShares[i] = usage(s.Key(ahead, lease.FixedWindow))
+		if i == 0 {
+			valueLen = srv.Do("STRLEN", s.Key(ahead, lease.FixedWindow))
+		}
+	}
+	t.Logf("fixed_window   %3d bytes with one holder's loan (key %q), %3d with its share ahead too (2 windows of 1s; a %s-byte value), %3d with three holders' loans and shares", noShare, s.Key(plain, lease.FixedWindow), withShares[0], valueLen, withShares[2])
+	if n, _ := strconv.Atoi(valueLen); n > 44 || withShares[2] > 256 {
+		t.Errorf("fixed_window with shares ahead: a %s-byte value with one holder's, want ≤ 44 (one allocation with the object); %d bytes with three, want ≤ 256", valueLen, withShares[2])
+	}
 	pl := lease.Policy{Algorithm: lease.SlidingLog, Limit: 1000, Period: time.Hour}
 	pc := lease.Policy{Algorithm: lease.Concurrency, Limit: 1000, Period: time.Hour}
 	// Sorted sets of up to 128 entries are compact listpacks; beyond, a
@@ -347,22 +373,23 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-// TestUpgradeKeysDisjoint: nodes of the previous release (its scripts are
-// kept in testdata/previous) and of this one on the same counter keys
-// during a rolling upgrade. Each release keeps a key's state in its own
-// format under its own Redis key (previous: strings of doubles at :tb2,
-// :gc2, :fw2, :sw2; this one: compact strings at :tb3, :gc3, :fw3, :sw3),
-// so neither release's scripts ever meet the other's format (which they
-// would misread) and both keep the contract on their own key. The cost: while both run, a counter's
-// limit is counted once by each release.
+// TestUpgradeKeysDisjoint: nodes of an earlier release and of this one on
+// the same counter keys during a rolling upgrade. Each release keeps a
+// key's state in its own format under its own Redis key (strings of
+// doubles at :tb2, :gc2, :fw2, :sw2, whose scripts are kept in
+// testdata/previous; compact strings at :fw3 without shares ahead, kept in
+// testdata/previous-fw3; this release's at :tb3, :gc3, :fw4, :sw3), so
+// neither release's scripts ever meet the other's format (which they
+// would misread) and both keep the contract on their own key. The cost:
+// while both run, a counter's limit is counted once by each release.
 func TestUpgradeKeysDisjoint(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, srv.Addr)
 	ctx := context.Background()
-	prev := func(name string) *rueidis.Lua {
+	prev := func(dir, name string) *rueidis.Lua {
 		var src []byte
 		for _, f := range []string{"prelude", "leased", name} {
-			b, err := os.ReadFile(filepath.Join("testdata", "previous", f+".lua"))
+			b, err := os.ReadFile(filepath.Join("testdata", dir, f+".lua"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,16 +397,25 @@ func TestUpgradeKeysDisjoint(t *testing.T) {
 		}
 		return rueidis.NewLuaScript(string(src))
 	}
-	prevSuffix := map[lease.Algorithm]string{lease.TokenBucket: "tb2", lease.GCRA: "gc2", lease.FixedWindow: "fw2", lease.SlidingWindow: "sw2"}
 	file := map[lease.Algorithm]string{lease.TokenBucket: "token_bucket", lease.GCRA: "gcra", lease.FixedWindow: "fixed_window", lease.SlidingWindow: "sliding_window"}
-	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
+	for _, c := range []struct {
+		a           lease.Algorithm
+		dir, suffix string
+	}{
+		{lease.TokenBucket, "previous", "tb2"},
+		{lease.GCRA, "previous", "gc2"},
+		{lease.FixedWindow, "previous", "fw2"},
+		{lease.SlidingWindow, "previous", "sw2"},
+		{lease.FixedWindow, "previous-fw3", "fw3"},
+	} {
+		a := c.a
 		p := lease.Policy{Algorithm: a, Limit: 10, Period: time.Hour}
-		counter := "upgrade-" + a.String()
-		prevKey := "{sl:" + counter + "}:" + prevSuffix[a]
+		counter := "upgrade-" + c.suffix
+		prevKey := "{sl:" + counter + "}:" + c.suffix
 		if prevKey == s.Key(counter, a) {
 			t.Fatalf("%v: this release uses the previous release's key %s", a, prevKey)
 		}
-		prevL, prevR := prev(file[a]+"_lease"), prev(file[a]+"_return")
+		prevL, prevR := prev(c.dir, file[a]+"_lease"), prev(c.dir, file[a]+"_return")
 		// The previous release's arguments: limit, period, capacity, holder,
 		// want, need, held, ttl, idle, spent_before, call, unanswered.
 		prevLease := func(want int64, call int) []int64 {
@@ -391,6 +427,9 @@ func TestUpgradeKeysDisjoint(t *testing.T) {
 			return v
 		}
 		to := newLessee("m-new")
+		if a == lease.FixedWindow {
+			to.AheadWindows, to.AheadTokens = 2, 4 // this release's format: a share ahead
+		}
 		for i := range 3 {
 			if v := prevLease(3, i+1); v[0] != 3 {
 				t.Errorf("%v: previous release, lease %d granted %d, want 3", a, i, v[0])

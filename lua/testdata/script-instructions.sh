@@ -14,13 +14,18 @@
 # reports spent cap nothing and go: its loan stays the key's only one, the
 # steady state of a key one node checks); "held", a holder renewing that
 # still holds its whole loan; "new", a first lease of a key without state
-# (keys drawn from 10^8). Then "return", the holder's return of a key it
+# (keys drawn from 10^8); "roll", a holder renewing its share ahead of
+# 65536 windows of 1ms each (every call in a window its share covers and
+# the key has not started: the key rolls into it, and the call renews the
+# share; a version without shares ahead ignores those arguments and sees a
+# new window each call). Every case passes ahead_windows and ahead_tokens
+# (0 0 but in "roll"), which only fixed_window reads. Then "return", the holder's return of a key it
 # leased (1000 keys, each leased once, then returned once: the return
 # script's instructions). Each version gets the holder argument its Store
 # passes (OLD_REF may pass the Lessee ID itself, 34 bytes; this tree an
 # 8-byte digest). Prints instructions per call; "return 1" is the floor of
 # any script call with these arguments. Needs valgrind, redis-benchmark
-# and redis-cli.
+# and redis-cli. ALGS="fixed_window ..." counts only those algorithms.
 set -euo pipefail
 old=${1:?usage: script-instructions.sh OLD_REF}
 cd "$(git rev-parse --show-toplevel)"
@@ -37,11 +42,12 @@ ir() { # script-file holder case [holder2] -> instructions per call
   sha=$(redis-cli -p "$port" script load "$(cat "$1")")
   redis-cli -p "$port" flushall >/dev/null
   case $3 in # held, spent_before
-  spent) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0" ;;
-  shared) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0" args2=${args/$2/$4} ;;
-  renew) args="100 1000000 100 $2 10 1 3 300000000 2000000 7 12345 0" ;;
-  held) args="1000 3600000000 1000 $2 10 1 1000000 300000000 0 0 12345 0" ;;
-  new) args="1000 3600000000 1000 $2 10 1 0 300000000 0 0 12345 0" keys=100000000 ;;
+  spent) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0 0 0" ;;
+  shared) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0 0 0" args2=${args/$2/$4} ;;
+  renew) args="100 1000000 100 $2 10 1 3 300000000 2000000 7 12345 0 0 0" ;;
+  held) args="1000 3600000000 1000 $2 10 1 1000000 300000000 0 0 12345 0 0 0" ;;
+  new) args="1000 3600000000 1000 $2 10 1 0 300000000 0 0 12345 0 0 0" keys=100000000 ;;
+  roll) args="100 1000 100 $2 10 1 3 300000000 0 0 12345 0 65536 20" ;;
   esac
   calls() { # n: n calls of the case (shared: n/2 of each holder at once)
     if [ -z "$args2" ]; then
@@ -67,7 +73,7 @@ ret() { # lease-file return-file holder -> instructions per return call
   rs=$(redis-cli -p "$port" script load "$(cat "$2")")
   redis-cli -p "$port" flushall >/dev/null
   for i in $(seq 1000); do
-    echo "evalsha $ls 1 {r$i}:x 1000 3600000000 1000 $3 10 1 0 300000000 0 0 12345 0"
+    echo "evalsha $ls 1 {r$i}:x 1000 3600000000 1000 $3 10 1 0 300000000 0 0 12345 0 0 0"
   done | redis-cli -p "$port" >/dev/null
   callgrind_control -z "$vg" >/dev/null
   for i in $(seq 1000); do echo "evalsha $rs 1 {r$i}:x 1000 3600000000 1000 $3 5"; done | redis-cli -p "$port" >/dev/null
@@ -77,12 +83,14 @@ ret() { # lease-file return-file holder -> instructions per return call
 }
 echo 'return 1' >"$tmp/r1.lua"
 echo "return 1: $(ir "$tmp/r1.lua" x spent)"
-for a in token_bucket gcra fixed_window sliding_window; do
+for a in ${ALGS:-token_bucket gcra fixed_window sliding_window}; do
   for f in prelude leased "${a}_lease"; do git show "$old:lua/$f.lua"; done >"$tmp/old.lua"
   cat lua/prelude.lua lua/leased.lua "lua/${a}_lease.lua" >"$tmp/new.lua"
   oldholder=m-0123456789abcdef0123456789abcdef oldholder2=m-fedcba9876543210fedcba9876543210
   if git show "$old:lua/store.go" | grep -q holderOf; then oldholder=AbCdEfGh oldholder2=ZyXwVuTs; fi
-  for c in spent shared renew held new; do
+  cases="spent shared renew held new"
+  if [ "$a" = fixed_window ]; then cases="$cases roll"; fi
+  for c in $cases; do
     echo "$a, $c: $old $(ir "$tmp/old.lua" "$oldholder" $c "$oldholder2"), work tree $(ir "$tmp/new.lua" AbCdEfGh $c ZyXwVuTs)"
   done
   for f in prelude leased "${a}_return"; do git show "$old:lua/$f.lua"; done >"$tmp/oldr.lua"
