@@ -137,6 +137,16 @@ func TestModelFoundSeeds(t *testing.T) {
 			Algorithms: []lease.Algorithm{lease.FixedWindow}, Ahead: true}},
 		{"windows/ahead", modeltest.Options{Seed: 10000004, Seeds: 1, Steps: 250,
 			Algorithms: []lease.Algorithm{lease.FixedWindow, lease.SlidingWindow, lease.SlidingLog, lease.Concurrency}, Ahead: true}},
+		// A Manager rolled into its share; a call of it in the share's
+		// span that the Store denied (lending none ahead, so that the
+		// Manager no longer knew where its shares fall) showed it the
+		// Store's window, and it kept the share to the window's end: a
+		// later call after the span reported it held, and the Manager
+		// spent it with that call's grant. The model, which re-dated a
+		// share only at a grant or at a call outside the span, took it as
+		// left behind at the later call (admitted more than held).
+		{"fixed_window/ahead-redated", modeltest.Options{Seed: 1795787243421199545, Seeds: 1, Steps: 250, Holders: 3,
+			Algorithms: []lease.Algorithm{lease.FixedWindow}, Ahead: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if s := modeltest.Run(t, memoryHarness(), c.o); s.Seeds != 1 {

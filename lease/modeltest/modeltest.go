@@ -55,11 +55,14 @@
 // window it covers from the window's start, as its holder's loan there,
 // until the holder's return, or after the window of its call that asks
 // for none; the shares lent into one window never pass the limit. A
-// holder holds its share in a window only if its Manager asked for it:
-// with Options.Ahead the harness asks for shares in the Managers' place
-// and hides them, so that the Store lends tokens that only it knows. A
-// denial is then excused by the others' shares and by the holder's own
-// that it cannot spend, and by no more.
+// holder holds its share in a window only if its Manager asked for it,
+// and spends it only in the span the Manager dates from the lending call
+// (the lease package doc), until a lease call shows it the Store's window:
+// at the window's start and end, spells where the share is lent to it
+// and not usable. With Options.Ahead the harness asks for shares in the
+// Managers' place and hides them, so that the Store lends tokens that
+// only it knows. A denial is then excused by the others' shares and by
+// the holder's own that it cannot spend, and by no more.
 //
 // # Ops
 //
