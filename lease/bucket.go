@@ -30,10 +30,12 @@ type bucket struct {
 	// next check asks).
 	remaining atomic.Int64
 	resetAt   atomic.Int64
-	// aux is one word that two algorithms use apart (the bucket's size is
-	// its memory budget): for fixed_window and sliding_window, when the
-	// Store's last answer came (Unix ns, see answeredAt); for token_bucket
-	// and gcra, kept (see keptSwap).
+	// aux is one word that the algorithms use apart (the bucket's size is
+	// its memory budget): for sliding_window, when the Store's last answer
+	// came (Unix ns, see answeredAt); for fixed_window, its shares of the
+	// windows ahead (see aheadWord; written by the slot's holder, or by a
+	// roll under the Manager's inflight lock when no slot is held); for
+	// token_bucket and gcra, kept (see keptSwap).
 	aux atomic.Int64
 	// basis is what the Store lends this Manager of the key as of its last
 	// answer (Grant.Lent): the bound on the tokens on hand, so on Refund,
@@ -105,6 +107,9 @@ func (b *bucket) denyTill(t int64) {
 // count): the next check that needs the Store asks it.
 func (b *bucket) forget() {
 	b.resetAt.Store(0)
+	if b.pol.Algorithm == FixedWindow {
+		b.aux.Store(0) // its shares are placed from resetAt: see aheadSpan
+	}
 	b.clearDeny()
 }
 
@@ -223,7 +228,7 @@ func (b *bucket) coverAt(need int64) (at, slack int64) {
 // answer records the Store's answer g, received at (Unix ns).
 func (b *bucket) answer(g Grant, at int64) {
 	b.remaining.Store(g.Remaining)
-	if !b.pol.Algorithm.refills() {
+	if b.pol.Algorithm == SlidingWindow {
 		b.aux.Store(at)
 	}
 	b.resetAt.Store(addTime(at, g.Reset))
@@ -236,7 +241,8 @@ func (b *bucket) answer(g Grant, at int64) {
 // published the Store's answer in b.
 var answerHook func(b *bucket)
 
-// answeredAt is when the Store's last answer came (Unix ns; windows only).
+// answeredAt is when the Store's last answer came (Unix ns; sliding_window
+// only).
 func (b *bucket) answeredAt() int64 { return b.aux.Load() }
 
 // kept (token_bucket, gcra) is what this Manager held of the key when it

@@ -136,11 +136,12 @@ func TestIdleKeepHotKeyReturnsAtIdle(t *testing.T) {
 // TestIdleKeepWindowsWithinTheirWindow: fixed_window and sliding_window
 // keys are kept only until their window ends (their tokens are not
 // spendable after it); dropped then, with no return call (the window that
-// counted them is over).
+// counted them is over). fixed_window without shares ahead (see
+// TestAheadKeptIdle for a kept key with shares).
 func TestIdleKeepWindowsWithinTheirWindow(t *testing.T) {
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
-			m, fs, clk := testManager(t, nil)
+			m, fs, clk := testManager(t, func(c *Config) { c.AheadHorizon = -1 })
 			p := Policy{Algorithm: alg, Limit: 100, Period: time.Minute}
 			t0 := clk.Now() // a window's start
 			mustTake(t, m, "k", p, 1)

@@ -165,7 +165,9 @@
 // (SpentBefore), a return ends it, or it ends (at most LeaseTTL after the
 // holder's last call); at most the sum of the holders' leases; for
 // fixed_window, the shares lent into the window ahead count from its start
-// the same way. A call
+// the same way (the Manager asks only its smallest lease ahead,
+// MinLeaseShare of the capacity: at most that per holder per window, as
+// a kept idle loan; see Config.AheadHorizon). A call
 // credits the refill of the tokens it reports spent from when they were
 // spent as far as the holder can tell: those spent before its previous
 // call from that call's last spend, the others from now − Idle (the

@@ -32,7 +32,12 @@ import (
 // one Store call per key is in flight, so what the Manager says it holds
 // is exact.
 // Leased tokens of fixed_window and sliding_window are spent only in the
-// window they were granted in; those left at its end are dropped. Keys
+// window they were granted in; those left at its end are dropped. A
+// fixed_window lease call also asks for a share of each window up to
+// AheadHorizon ahead (the smallest lease): a check that finds its window
+// over rolls into the next on its share, with no Store call, where the
+// share is surely inside its window on the Store's clock (see
+// manager_ahead.go). Keys
 // unchecked for Idle give their tokens back and are dropped, but for up
 // to KeepIdle slow keys, which keep their small loans while they are
 // spendable on the fast path; so do keys whose policy changed (the new
@@ -169,6 +174,7 @@ type stats struct {
 	returns        atomic.Int64
 	tokensLeased   atomic.Int64
 	tokensReturned atomic.Int64
+	aheadRolls     atomic.Int64
 }
 
 // Stats is a snapshot of a Manager's counters.
@@ -195,6 +201,9 @@ type Stats struct {
 	// TokensLeased and TokensReturned are the tokens granted by and given
 	// back to the Store.
 	TokensLeased, TokensReturned int64
+	// AheadRolls is the windows a fixed_window key moved into on a share
+	// leased ahead, with no Store call (see Config.AheadHorizon).
+	AheadRolls int64
 	// Breaker is the state of the Store's breaker.
 	Breaker BreakerState
 }
@@ -272,6 +281,10 @@ func (m *Manager) nanos() int64 {
 	return m.nowFn().UnixNano()
 }
 
+// preciseNanos is the clock read precisely (not the fast path's coarse
+// clock, which may lag a tick): for when a Store's answer came.
+func (m *Manager) preciseNanos() int64 { return m.nowFn().UnixNano() }
+
 // Stats returns a snapshot of the Manager's counters.
 func (m *Manager) Stats() Stats {
 	return Stats{
@@ -285,6 +298,7 @@ func (m *Manager) Stats() Stats {
 		Returns:           m.st.returns.Load(),
 		TokensLeased:      m.st.tokensLeased.Load(),
 		TokensReturned:    m.st.tokensReturned.Load(),
+		AheadRolls:        m.st.aheadRolls.Load(),
 		Breaker:           m.store.State(),
 	}
 }

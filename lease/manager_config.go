@@ -28,7 +28,8 @@ type Config struct {
 	// KeepIdle is how many idle keys at most keep their loan past Idle. A
 	// key unchecked for Idle whose tokens are still spendable on the fast
 	// path (until the end of their window for fixed_window and
-	// sliding_window, half their LeaseTTL for token_bucket and gcra) and
+	// sliding_window, or of the last window a fixed_window key has a share
+	// of: see AheadHorizon; half their LeaseTTL for token_bucket and gcra) and
 	// whose loan is a slow key's (what the Store lends this Manager of it
 	// is at most twice the smallest lease, MinLeaseShare of its capacity:
 	// a slow key's leases are that smallest one) keeps its bucket, with no Store call, so that a check
@@ -56,6 +57,20 @@ type Config struct {
 	// tokens are lent until their window ends instead. Zero means 1m;
 	// between 1s and MaxLeaseTTL.
 	LeaseTTL time.Duration
+	// AheadHorizon is how far ahead a fixed_window key's lease calls ask
+	// for shares of the next windows (Lessee.AheadWindows): the smallest
+	// lease (MinLeaseShare of the capacity) in each of the AheadHorizon /
+	// Period windows after the current one (none when Period is longer).
+	// A check that finds its window over then rolls into the next on its
+	// share with no Store call, so that a slow key checked every few
+	// windows makes one Store call per AheadHorizon instead of one per
+	// window. Only that floor goes ahead: a hot key's bigger need is still
+	// leased window by window, so what the key's other holders can lose to
+	// a holder's unspent shares is at most the floor per window, as to a
+	// kept idle loan. Zero means half the LeaseTTL (the fast-path life of
+	// a token_bucket loan); negative means none ahead; at most
+	// MaxLeaseTTL.
+	AheadHorizon time.Duration
 	// LowWater is the prefetch mark as a fraction of the last grant: when
 	// a check leaves fewer local tokens, the Manager leases again in the
 	// background. Zero means 0.25; it must be in (0, 1).
@@ -182,6 +197,10 @@ type Config struct {
 // still admit 100% of the limit (lua TestTwoManagers*). BatchWorkers 64:
 // enough round trips in flight to hide a Store's latency behind a batch of
 // cold keys, few enough not to flood it.
+//
+// AheadHorizon is left 0: half of whatever LeaseTTL is (2.5 min with 5m).
+// A per-second key checked every 2 s then leases once per 150 windows
+// (TestAheadStoreCallsPerHorizon), each share of the floor.
 func DefaultConfig() Config {
 	return Config{
 		Horizon:       100 * time.Millisecond,
@@ -224,6 +243,13 @@ func (c Config) withDefaults() Config {
 	case c.LeaseTTL > MaxLeaseTTL:
 		c.LeaseTTL = MaxLeaseTTL
 	}
+	switch {
+	case c.AheadHorizon == 0:
+		c.AheadHorizon = c.LeaseTTL / 2
+	case c.AheadHorizon < 0:
+		c.AheadHorizon = 0 // none
+	}
+	c.AheadHorizon = min(c.AheadHorizon, MaxLeaseTTL)
 	if c.Holder == "" {
 		c.Holder = "m-" + newID()
 	}

@@ -43,7 +43,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			bud.stop()
 		}
 	}()
-	waited := false
+	waited, again, retried := false, false, false
 	for {
 		if m.usable(b, now) {
 			if left, ok := m.take(b, hits, -1); ok {
@@ -62,6 +62,9 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			b = m.bucketFor(key, p, now)
 			continue
 		}
+		if m.rollAhead(b, now) {
+			continue // the window of now, on a share leased ahead
+		}
 		// Judged on its own hits: denied locally only if the Store's last
 		// answer, projected to now, cannot cover what local tokens do not
 		// (or, while the key is saturated, that plus a batch).
@@ -69,7 +72,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		if m.usable(b, now) {
 			local = m.onHand(b)
 		}
-		if at, slack := b.coverAt(hits - local); at != 0 {
+		if at, slack := b.coverAt(hits - local); at != 0 && !m.aheadMayFind(b, now) {
 			if now < du {
 				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
 			}
@@ -117,16 +120,25 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			m.release(b, s, nil)
 			continue
 		}
-		if m.cfg.CheckBudget > 0 {
-			return m.leaseSync(m.ctx, b, s, p, hits, now, idle, bud), nil
+		ctx, lb := m.ctx, bud
+		if m.cfg.CheckBudget <= 0 {
+			lb = nil
+			if waited {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(m.ctx, bud.deadline)
+				defer cancel()
+			}
 		}
-		ctx := m.ctx
-		if waited {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(m.ctx, bud.deadline)
-			defer cancel()
+		d := m.leaseSync(ctx, b, s, p, hits, now, idle, lb, &again)
+		if again && !retried {
+			// A call between two windows' spans found less of its own in
+			// the Store's window than it counted on, and the Store has
+			// the rest: ask again, knowing the window (once).
+			retried = true
+			now = max(now, m.nanos())
+			continue
 		}
-		return m.leaseSync(ctx, b, s, p, hits, now, idle, nil), nil
+		return d, nil
 	}
 }
 
@@ -193,7 +205,8 @@ func (m *Manager) waitSlot(s *slot, bud *budget) bool {
 // mode (errBudget) and the call goes on in the background, where its
 // answer is kept as a prefetch's would be (the grant on hand for the next
 // checks, what local mode admitted meanwhile charged to the Store).
-func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration, bud *budget) Decision {
+func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration, bud *budget, again *bool) Decision {
+	*again = false
 	kept := int64(0)
 	if p.Algorithm.refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
@@ -203,9 +216,11 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	// Store counted them in that window, or counts them as spent
 	// (consumption is still measured from all of them).
 	keep := local
-	if !m.usable(b, now) {
+	over := !m.usable(b, now)
+	if over {
 		keep = 0
 	}
+	gap := m.aheadGapOf(b, over, local, now)
 	if keep >= hits {
 		m.put(b, keep-hits)
 		b.keptAdd(kept)
@@ -220,6 +235,10 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	m.st.leases.Add(1)
 	m.met.decisionsStore.Inc()
 	to := m.lesseeOf(b, keep)
+	// A call made with the window over may find tokens lent to it in the
+	// Store's window (see aheadGap): it needs what it surely finds less.
+	to.Held = max(to.Held, gap.held)
+	ask := max(need-gap.sure, 0)
 	to.Idle = idle
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
@@ -231,9 +250,9 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		// its last spend was at least Idle before.
 		to.Idle = max(idle, m.cfg.Idle-time.Duration(m.touchMs+1)*time.Millisecond)
 	}
-	lc := leaseCall{b: b, s: s, p: p, now: now, need: need, keep: keep, kept: kept, local: local, to: to}
+	lc := leaseCall{b: b, s: s, p: p, now: now, need: need, keep: keep, kept: kept, local: local, to: to, gap: gap, again: again}
 	if bud == nil {
-		g, err := m.store.Lease(ctx, b.key, p, want, need, to)
+		g, err := m.store.Lease(ctx, b.key, p, want, ask, to)
 		return m.leaseEnded(lc, hits, g, err)
 	}
 	// The call, in the background; the first of its answer and the budget
@@ -247,7 +266,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		decided  = make(chan struct{})
 	)
 	call := func() {
-		g, err = m.store.Lease(ctx, b.key, p, want, need, to)
+		g, err = m.store.Lease(ctx, b.key, p, want, ask, to)
 		if state.CompareAndSwap(0, 1) {
 			close(answered)
 			return
@@ -282,6 +301,8 @@ type leaseCall struct {
 	p                            Policy
 	now, need, keep, kept, local int64
 	to                           Lessee
+	gap                          aheadGap
+	again                        *bool // set when the check should lease again (see takeSlow)
 }
 
 // leaseEnded applies the answer (g, err) of lease call c for a check of
@@ -308,32 +329,37 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	admitted := m.takeEpisode(b)
 	defer func() { m.chargeLater(b, admitted) }()
 	b.keptAdd(keep + g.Granted)
-	// The Store's durations count from its answer, not from now. The
-	// answer is published after the tokens it grants are on hand: a check
-	// that reads an answer saying the Store has nothing left must find
-	// them (see takeSlow).
-	after := max(now, m.nanos())
-	if g.Granted >= need && g.Granted > 0 {
+	// The Store's durations count from its answer, not from now (read
+	// from the precise clock: a share ahead is placed from it, see
+	// aheadSpan). The answer is published after the tokens it grants are
+	// on hand: a check that reads an answer saying the Store has nothing
+	// left must find them (see takeSlow).
+	after := max(now, m.preciseNanos())
+	// got is what the call puts on hand: its grant, and what a call made
+	// between two windows' spans finds lent to it in the Store's window.
+	got := g.Granted + m.aheadFound(b, c.gap, g, now, after)
+	if got >= need && got > 0 {
 		m.countLocal(b.basis.Load() - local)
 		m.st.tokensLeased.Add(g.Granted)
 		m.met.tokensLeased.AddInt64(g.Granted)
 		b.lastLeaseMs = unixMs32(now)
 		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
-		if keep > 0 && !p.Algorithm.refills() {
+		if keep > 0 && !p.Algorithm.refills() && !m.aheadSame(b, c.gap, g, now, after) {
 			// Kept tokens may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
 		b.expires.Store(exp)
-		use := min(admitted, g.Granted+keep-hits)
+		use := min(admitted, got+keep-hits)
 		admitted -= use
-		m.put(b, g.Granted+keep-hits-use)
+		m.put(b, got+keep-hits-use)
 		b.answer(g, after)
+		m.keepAhead(b, g, now, after)
 		m.touch(b, now)
 		// basis bounds Refund: what the Store lends this Manager, so it
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.settle(b, g.Lent)
-		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))
+		b.low.Store(lowMark(m.cfg.LowWater, got))
 		m.release(b, s, nil)
 		return b.decision(left, now)
 	}
@@ -341,8 +367,24 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	// (token_bucket, gcra: and settled it, keeping what this call reports
 	// spent since the previous one, which may still be refunded; windows:
 	// the consumption is measured at the next grant).
-	m.put(b, keep)
+	m.st.tokensLeased.Add(g.Granted) // a call between windows' spans may get some
+	m.met.tokensLeased.AddInt64(g.Granted)
+	if keep > 0 && m.aheadSame(b, c.gap, g, now, after) {
+		got += keep // of the Store's window, as the answer shows: until its end
+		keep = 0
+	}
+	m.put(b, keep+got)
 	b.answer(g, after)
+	m.keepAhead(b, g, now, after)
+	if got > 0 {
+		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL)) // of the Store's window
+		// A call between windows' spans that counted on finding more
+		// than it did: the check asks again if the Store has the rest.
+		// (hits 0: the check was decided, and again is not written.)
+		if hits > 0 && c.gap.held > 0 && got+g.Remaining >= need {
+			*c.again = true
+		}
+	}
 	if g.Lent > 0 && p.Algorithm.refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
 	}
@@ -355,11 +397,13 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 
 // lesseeOf is this Manager as the Lessee of a lease call of b, holding
 // held: for token_bucket and gcra with a Call of its own, and the Call of
-// b's previous call if that one went unanswered. The caller holds b's
-// slot.
+// b's previous call if that one went unanswered; for fixed_window with
+// the shares it asks ahead (which drops b's: the call's answer sets them).
+// The caller holds b's slot.
 func (m *Manager) lesseeOf(b *bucket, held int64) Lessee {
 	to := m.lessee(held)
 	if !b.pol.Algorithm.refills() {
+		to.AheadWindows, to.AheadTokens = m.aheadAsk(b)
 		return to
 	}
 	to.Call = rand.Uint32() | 1
@@ -578,11 +622,13 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.met.prefetches.Inc()
 	// held may be spent while the call is out: an upper bound, which the
 	// Store may count as lent until the next call settles it.
+	gap := m.aheadGapOf(b, false, 0, now)
 	to := m.lesseeOf(b, held)
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
 	}
 	g, err := m.store.Lease(m.ctx, b.key, p, want, need, to)
+	after := max(now, m.preciseNanos()) // see leaseEnded
 	m.callEnded(b, to, err)
 	if err != nil {
 		// low stays -1: the next sync lease retries, or fails over.
@@ -602,7 +648,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 		switch {
 		case held == 0 || m.onHand(b) == 0:
 			m.takeAll(b) // of a window that ended, or expired: dropped
-		case !p.Algorithm.refills():
+		case !p.Algorithm.refills() && !m.aheadSame(b, gap, g, now, after):
 			// Tokens on hand may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
@@ -618,7 +664,8 @@ func (m *Manager) prefetchNow(b *bucket) {
 	// possible.
 	m.put(b, g.Granted)
 	// Published after the tokens are on hand (see leaseSync).
-	b.answer(g, max(now, m.nanos()))
+	b.answer(g, after)
+	m.keepAhead(b, g, now, after)
 	m.settle(b, g.Lent)
 	switch {
 	case g.Granted > 0:

@@ -89,8 +89,8 @@ func (m *Manager) goBG(f func()) bool {
 // releases s, the key's slot, which the caller holds. always makes the
 // call even with nothing to give back, to end the loan (a policy change,
 // an ownership move, Close: the last spends may be recent); the idle sweep
-// does not (see returnable, and leaseSync's first lease of a key). The
-// caller logs a failure.
+// does not (see returnable, and leaseSync's first lease of a key), but to
+// end fixed_window shares of windows ahead. The caller logs a failure.
 func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always bool) error {
 	tokens, call := m.returnable(b, always)
 	var err error
@@ -128,7 +128,11 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	lent := b.basis.Load()
 	m.countLocal(lent - tokens)
 	b.basis.Store(0)
-	if now := m.nanos(); !m.usable(b, now) {
+	now := m.nanos()
+	// Shares of windows ahead end only with a return (or a lease call
+	// asking none): one is made for them even with nothing on hand.
+	ahead := m.aheadLive(b, now)
+	if !m.usable(b, now) {
 		// Tokens of a window that ended (a return would lower the count
 		// of the current window, which never granted them), or past
 		// their TTL (the Store counts them as spent).
@@ -149,7 +153,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	// counts what it lent this Manager until the loan ends or this
 	// Manager's next lease of the key settles it (that lease says the
 	// tokens were spent at least Idle ago: see leaseSync).
-	return tokens, tokens > 0 || (always && lent > 0)
+	return tokens, tokens > 0 || (always && lent > 0) || ahead
 }
 
 // leftRecent records that a loan whose last spends may be recent was left
@@ -330,7 +334,10 @@ type keptBucket struct {
 // has tokens spendable on the fast path (a check coming back is answered
 // from memory), and its loan is a slow key's: what the Store lends this
 // Manager of it (basis) is at most twice the smallest lease (slowLoan),
-// and b is not in a FailLocal episode.
+// and b is not in a FailLocal episode. A fixed_window bucket with shares
+// of windows ahead (a slow key's floor, by construction) counts as
+// spendable until its last share's span ends: a check coming back rolls
+// into its window's share.
 //
 // Keeping it costs no accuracy: the Store counts the loan against the
 // key's capacity as long as it runs (a token_bucket's level is capped by
@@ -343,8 +350,16 @@ type keptBucket struct {
 // end, half their TTL), and the next sweep drops the bucket, returning
 // them if they still count.
 func (m *Manager) keeps(b *bucket, now int64) bool {
-	if m.cfg.KeepIdle <= 0 || b.tokens.Load() <= 0 || !b.spendable(now) || b.basis.Load() > m.slowLoan(b.pol) {
+	t := b.tokens.Load()
+	if m.cfg.KeepIdle <= 0 || t < 0 {
 		return false // striped buckets (tokens < 0) are hot keys'
+	}
+	current := t > 0 && b.spendable(now)
+	if current && b.basis.Load() > m.slowLoan(b.pol) {
+		return false
+	}
+	if !current && now >= m.aheadEnd(b) {
+		return false
 	}
 	if m.degraded.n.Load() > 0 {
 		if _, ok := m.degraded.m.Load(b); ok {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/member"
 )
@@ -48,7 +49,10 @@ type options struct {
 	leaseIdle    time.Duration
 	// leaseKeepIdle: how many idle keys at most keep a slow key's loan
 	// past -lease-idle (lease.Config.KeepIdle); 0: none.
-	leaseKeepIdle  int
+	leaseKeepIdle int
+	// leaseAhead: how far ahead fixed_window leases ask for shares of
+	// the next windows (lease.Config.AheadHorizon); 0: none.
+	leaseAhead     time.Duration
 	storeTimeout   time.Duration
 	checkBudget    time.Duration
 	forwardTimeout time.Duration
@@ -250,6 +254,14 @@ func settings() []setting {
 				return fmt.Errorf("want a whole number between 0 and %d, got %q", maxKeepIdle, v)
 			}
 			o.leaseKeepIdle = n
+			return nil
+		}},
+		{"lease-ahead", "SLUICE_LEASE_AHEAD", "2m30s", "how far ahead a fixed_window key's leases ask for a share of each next window (the smallest lease, 1/8 of the limit), so that a slow key checked every few windows makes one Store call per this instead of one per window; what the key's other holders can lose to a node's unspent shares is that share per window. Half the 5 min lease TTL by default; at most 24h; 0: none", func(o *options, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > lease.MaxLeaseTTL {
+				return fmt.Errorf("want a duration between 0 and %v, got %q", lease.MaxLeaseTTL, v)
+			}
+			o.leaseAhead = d
 			return nil
 		}},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},

@@ -108,6 +108,10 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	if o.leaseKeepIdle == 0 {
 		mcfg.KeepIdle = -1 // none
 	}
+	mcfg.AheadHorizon = o.leaseAhead
+	if o.leaseAhead == 0 {
+		mcfg.AheadHorizon = -1 // none
+	}
 	mcfg.StoreTimeout = o.storeTimeout
 	mcfg.CheckBudget = o.checkBudget
 	mcfg.Logger = log

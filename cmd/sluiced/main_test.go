@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
@@ -90,6 +91,26 @@ func TestLeaseKeepIdleOption(t *testing.T) {
 	}
 }
 
+// TestLeaseAheadOption: -lease-ahead's default (half the lease TTL), the
+// environment, the flag over it, and 0 (none).
+func TestLeaseAheadOption(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, nil, lease.DefaultConfig().LeaseTTL / 2},
+		{nil, map[string]string{"SLUICE_LEASE_AHEAD": "30s"}, 30 * time.Second},
+		{[]string{"-lease-ahead", "0"}, map[string]string{"SLUICE_LEASE_AHEAD": "30s"}, 0},
+		{[]string{"-lease-ahead=24h"}, nil, 24 * time.Hour},
+	} {
+		o, err := parseOptions(c.args, env(c.env), io.Discard)
+		if err != nil || o.leaseAhead != c.want {
+			t.Errorf("%v %v: ahead %v, %v; want %v", c.args, c.env, o.leaseAhead, err, c.want)
+		}
+	}
+}
+
 // TestHotOptions: -hot-split (alone, =false, or SLUICE_HOT_SPLIT) and
 // -hot-capacity-share, flags over the environment.
 func TestHotOptions(t *testing.T) {
@@ -147,6 +168,8 @@ func TestOptionsInvalid(t *testing.T) {
 		{[]string{"-gc-headroom", "101"}, nil, "-gc-headroom"},
 		{nil, map[string]string{"SLUICE_GC_HEADROOM": "25%"}, "SLUICE_GC_HEADROOM"},
 		{[]string{"-lease-keep-idle", "-1"}, nil, "-lease-keep-idle"},
+		{[]string{"-lease-ahead", "-1s"}, nil, "-lease-ahead"},
+		{[]string{"-lease-ahead", "25h"}, nil, "-lease-ahead"},
 		{[]string{"-lease-keep-idle", "10000001"}, nil, "-lease-keep-idle"},
 		{nil, map[string]string{"SLUICE_LEASE_KEEP_IDLE": "1e5"}, "SLUICE_LEASE_KEEP_IDLE"},
 	}
