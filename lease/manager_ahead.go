@@ -21,7 +21,9 @@ import "time"
 // that, so window j runs from at latest recv + Reset + (j−1)·P to at
 // earliest send + Reset − 1ms + j·P. Each end is moved inwards by the
 // margin aheadMargin(j) for the clocks' rates; a check between two
-// windows' spans, or past the last share, leases as any other.
+// windows' spans, or past the last share, leases as any other, and takes
+// on hand what the answer shows lent to it in the Store's window (see
+// aheadGap).
 //
 // The bucket keeps its shares in one word (the aux field, which
 // fixed_window does not otherwise use; see aheadWord), next to resetAt,
