@@ -51,9 +51,9 @@ const (
 )
 
 // aheadMargin is the margin of window j (counted from the grant's, j ≥ 1)
-// of policy period pu: 1ms for the coarse clock's tick, and aheadDrift of
-// the time from the call to the window's end, at most (j+1) periods (the
-// grant's Reset is at most one).
+// of policy period pu: 1ms, as a window's own tokens stop early (the
+// clocks' reading), and aheadDrift of the time from the call to the
+// window's end, at most (j+1) periods (the grant's Reset is at most one).
 func aheadMargin(pu time.Duration, j int64) int64 {
 	return int64(time.Millisecond) + int64(float64(j+1)*float64(pu)*aheadDrift)
 }
