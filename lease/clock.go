@@ -7,10 +7,14 @@ import (
 
 // coarseClock is a Unix clock in nanoseconds that a ticker goroutine
 // refreshes every tick, so that the Manager's fast path reads the time with
-// one atomic load instead of calling time.Now. Its resolution is the tick;
-// the Manager uses it for reporting (Reset, RetryAfter), idle detection,
-// deny-until, and the end of a windowed lease (set 1ms early, which covers
-// one tick of lag), never to decide how many tokens exist.
+// one atomic load instead of calling time.Now. Its resolution is the tick
+// while its ticker goroutine gets a CPU; on a node whose CPUs are busy it
+// can lag far longer (milliseconds to seconds). The Manager uses it for
+// reporting (Reset, RetryAfter), idle detection, deny-until and the
+// half-TTL life of token_bucket and gcra loans (minutes: a lag costs
+// nothing there), never to decide how many tokens exist, nor for the
+// windows, whose tokens end with their window (checks of window policies
+// read the precise clock: Manager.nanosFor).
 //
 // The ticker sleeps when nobody reads the clock for coarseIdleTicks ticks
 // (an idle node must not wake 1000 times a second: about 2% of a core);

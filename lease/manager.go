@@ -281,6 +281,20 @@ func (m *Manager) nanos() int64 {
 	return m.nowFn().UnixNano()
 }
 
+// nanosFor is the clock a check of p reads: the coarse clock, but for
+// the windows, whose tokens on hand end with their window (1ms early, see
+// Manager.Take) and whose shares ahead start with theirs: the coarse
+// clock lags by its tick only while its ticker goroutine gets a CPU, and
+// on a node whose CPUs are busy it can wait far longer (four goroutines
+// busy on two CPUs: most reads 5ms stale or more, up to 2s), so that a
+// check reading it would spend a window's tokens in the next window.
+func (m *Manager) nanosFor(p *Policy) int64 {
+	if p.Algorithm.kind() == kindWindow {
+		return m.preciseNanos()
+	}
+	return m.nanos()
+}
+
 // preciseNanos is the clock read precisely (not the fast path's coarse
 // clock, which may lag a tick): for when a Store's answer came.
 func (m *Manager) preciseNanos() int64 { return m.nowFn().UnixNano() }

@@ -21,7 +21,9 @@ import "time"
 // that, so window j runs from at latest recv + Reset + (j−1)·P to at
 // earliest send + Reset − 1ms + j·P. Each end is moved inwards by the
 // margin aheadMargin(j) for the clocks' rates; a check between two
-// windows' spans, or past the last share, leases as any other.
+// windows' spans, or past the last share, leases as any other, and takes
+// on hand what the answer shows lent to it in the Store's window (see
+// aheadGap).
 //
 // The bucket keeps its shares in one word (the aux field, which
 // fixed_window does not otherwise use; see aheadWord), next to resetAt,
@@ -49,9 +51,9 @@ const (
 )
 
 // aheadMargin is the margin of window j (counted from the grant's, j ≥ 1)
-// of policy period pu: 1ms for the coarse clock's tick, and aheadDrift of
-// the time from the call to the window's end, at most (j+1) periods (the
-// grant's Reset is at most one).
+// of policy period pu: 1ms, as a window's own tokens stop early (the
+// clocks' reading), and aheadDrift of the time from the call to the
+// window's end, at most (j+1) periods (the grant's Reset is at most one).
 func aheadMargin(pu time.Duration, j int64) int64 {
 	return int64(time.Millisecond) + int64(float64(j+1)*float64(pu)*aheadDrift)
 }

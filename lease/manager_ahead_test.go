@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -468,6 +470,53 @@ func TestAheadConcurrentRolls(t *testing.T) {
 		}
 		if perWindow[w] > limit {
 			t.Fatalf("window %d: %d admitted, want at most %d", w, perWindow[w], limit)
+		}
+	}
+}
+
+// TestAheadStoreCallsManyKeys: 1000 per-second keys, each checked once
+// every 2 s at its own phase of the window (so some checks fall in a
+// window's margins, where they lease), for 300 s: with the default
+// horizon (150 windows) about 2 lease calls per key, 1 per horizon, plus
+// one per check in a margin; without shares, one per check.
+func TestAheadStoreCallsManyKeys(t *testing.T) {
+	const keys, seconds = 1000, 300
+	p := perSecondWindow(100)
+	for _, tt := range []struct {
+		horizon  time.Duration
+		min, max float64 // lease calls per check
+	}{
+		{0, 0.013, 0.025},
+		{-1, 1, 1},
+	} {
+		ms, st, clk := aheadManagers(t, 1, func(_ int, c *Config) { c.AheadHorizon = tt.horizon })
+		m := ms[0]
+		r := rand.New(rand.NewPCG(1, 2))
+		phase := make([]int, keys) // ms in the 2s cycle
+		at := map[int][]int{}
+		for k := range phase {
+			phase[k] = r.IntN(2000)
+			at[phase[k]] = append(at[phase[k]], k)
+		}
+		names := make([]string, keys)
+		for k := range names {
+			names[k] = "k" + strconv.Itoa(k)
+		}
+		checks := 0
+		for ms := 0; ms < seconds*1000; ms++ {
+			for _, k := range at[ms%2000] {
+				if d := mustTake(t, m, names[k], p, 1); !d.Allowed {
+					t.Fatalf("%s at %dms: %+v, want allowed", names[k], ms, d)
+				}
+				checks++
+			}
+			clk.Advance(time.Millisecond)
+		}
+		leases, _ := st.calls()
+		perCheck := float64(leases) / float64(checks)
+		t.Logf("horizon %v: %d checks, %d lease calls (%.2f%% per check), %d rolls", tt.horizon, checks, leases, 100*perCheck, m.Stats().AheadRolls)
+		if perCheck < tt.min || perCheck > tt.max {
+			t.Errorf("horizon %v: %.4f lease calls per check, want %.3f to %.3f", tt.horizon, perCheck, tt.min, tt.max)
 		}
 	}
 }

@@ -113,7 +113,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 				return m.failure(b, key, p, hits, s.err), nil
 			}
 			waited = true
-			now = max(now, m.nanos())
+			now = max(now, m.nanosFor(&p))
 			continue
 		}
 		if b.denyUntil.Load() == evicted {
@@ -135,7 +135,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			// the Store's window than it counted on, and the Store has
 			// the rest: ask again, knowing the window (once).
 			retried = true
-			now = max(now, m.nanos())
+			now = max(now, m.nanosFor(&p))
 			continue
 		}
 		return d, nil

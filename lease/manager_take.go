@@ -25,7 +25,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if hits < 0 || hits > MaxHits {
 		return Decision{}, errHits(hits)
 	}
-	now := m.nanos()
+	now := m.nanosFor(&p)
 	b := m.buckets.load(key)
 	// The fast path, as takeFast (written out here: the call costs the
 	// single-check benchmark about a third). Only leased policies have
@@ -111,7 +111,7 @@ var errPending = errors.New("lease: check not decided yet")
 // The keys need not outlive the call, as for Take; cs must not be used by
 // other goroutines during it. TakeMany is safe for concurrent use.
 func (m *Manager) TakeMany(cs []Check) {
-	now := m.nanos()
+	now := m.preciseNanos() // once for the batch: it may hold windows (see nanosFor)
 	misses := 0
 	for i := range cs {
 		c := &cs[i]

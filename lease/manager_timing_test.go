@@ -52,6 +52,22 @@ func BenchmarkTakeHot(b *testing.B) {
 			}
 		})
 	})
+	// window: a fixed_window key, whose checks read the precise clock
+	// (Manager.nanosFor): the cost of that read over single's.
+	b.Run("window", func(b *testing.B) {
+		m := benchManager(b)
+		p := Policy{Algorithm: FixedWindow, Limit: 1 << 40, Period: time.Hour}
+		for range 1000 {
+			_, _ = m.Take("hot", p, 1)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if d, _ := m.Take("hot", p, 1); !d.Allowed {
+				b.Fatal("denied")
+			}
+		}
+	})
 	// striped: the key striped before the first timed check (parallel
 	// stripes it once two goroutines are seen taking it); with -cpu 1,
 	// the striped fast path's own cost.

@@ -51,7 +51,7 @@ func (px *Prefix) TakeLocal(key string, p *Policy, hits int64) (remaining int64,
 	}
 	m := px.m
 	var now int64
-	if m.clock != nil {
+	if m.clock != nil && p.Algorithm.kind() != kindWindow { // see Manager.nanosFor
 		now = m.clock.Nanos()
 	}
 	if now == 0 {

@@ -27,7 +27,8 @@ import (
 // count, each loan's holder, lent, share and end, in order: the scripts
 // write exactly when the Go state changes), and the key's expiry the Go
 // state's (two windows after its start, or a window after the last share's
-// end); a key Redis expired must be one whose Go state counts nothing now.
+// end, with the period of the last change: a rule's period changes now and
+// then); Redis must not expire a key before then.
 func TestFixedWindowAheadMatchesGo(t *testing.T) {
 	start := time.Date(2026, 7, 9, 10, 11, 12, 345678000, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
@@ -43,18 +44,29 @@ func TestFixedWindowAheadMatchesGo(t *testing.T) {
 		}
 		return v
 	}
-	var calls, exact, returnsIn, shareCalls, capped, rolledIn, returns, noneAfter, expired int
+	var periods, calls, exact, returnsIn, shareCalls, capped, rolledIn, returns, noneAfter, expired int
 	for i := 0; i < 300; i++ {
-		p := lease.Policy{Algorithm: lease.FixedWindow, Limit: pick(1, 2, 5, 10, 10, 100, 1+r.Int64N(1_000_000), lease.MaxLimit),
-			Period: time.Duration(pick(1, 10, 300, 1000, 1000, 60_000, 3_600_000, 1+r.Int64N(86_400_000))) * time.Millisecond}
+		randPeriod := func() time.Duration {
+			return time.Duration(pick(1, 10, 300, 1000, 1000, 60_000, 3_600_000, 1+r.Int64N(86_400_000))) * time.Millisecond
+		}
+		p := lease.Policy{Algorithm: lease.FixedWindow, Limit: pick(1, 2, 5, 10, 10, 100, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: randPeriod()}
 		pu := p.Period.Microseconds()
 		maxW := min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
 		key := uniqueKey(t)
 		k := s.Key(key, lease.FixedWindow)
 		var g lease.FixedWindowState
+		var goExp int64 // when the key of g expires: set at each change, with the period then
 		lent := map[string]int64{}
 		nh := 1 + int(pick(1, 1, 2, 4)) // anonymous and 1, 2 or 4 holders: the fast path's states and the general path's
 		for step := 0; step < 30; step++ {
+			if r.IntN(40) == 0 {
+				// The rule's period changes: the stored window and shares'
+				// ends need not fall on the new period's boundaries.
+				p.Period = randPeriod()
+				pu = p.Period.Microseconds()
+				maxW = min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
+				periods++
+			}
 			switch r.IntN(6) {
 			case 0: // same instant
 			case 1:
@@ -76,6 +88,15 @@ func TestFixedWindowAheadMatchesGo(t *testing.T) {
 			}
 			now := clock.Now()
 			t0 := now.UnixMicro()
+			if get(k) == "" && !reflect.DeepEqual(g, lease.FixedWindowState{}) {
+				// Redis expired the key: not before the Go state's expiry
+				// (set when it last changed), which both then forget.
+				if t0 < goExp {
+					t.Fatalf("%+v step %d: Redis expired the key %dµs before the Go state's expiry: %s", p, step, goExp-t0, show(g))
+				}
+				g, goExp = lease.FixedWindowState{}, 0
+				expired++
+			}
 			before := g
 			before.Loans = slices.Clone(g.Loans)
 			stored0 := get(k)
@@ -102,6 +123,7 @@ func TestFixedWindowAheadMatchesGo(t *testing.T) {
 					t.Fatalf("%+v step %d: Return(%d, %s) on %s: wrote %v, want %v (whether it ends a loan)", p, step, n, h, show(before), wrote, took)
 				case took:
 					exact++
+					goExp = expiryOf(g, pu)
 				case !reflect.DeepEqual(before, g):
 					t.Fatalf("%+v step %d: Return(%d, %s) found no loan in %s but changed the Go state to %s", p, step, n, h, show(before), show(g))
 				}
@@ -143,6 +165,7 @@ func TestFixedWindowAheadMatchesGo(t *testing.T) {
 					}
 				} else {
 					exact++
+					goExp = expiryOf(g, pu)
 				}
 			}
 			calls++
@@ -153,10 +176,9 @@ func TestFixedWindowAheadMatchesGo(t *testing.T) {
 			ref := digested(g)
 			v := get(k)
 			if v == "" {
-				if c, empty := show(rolled(ref, t0, pu)), show(rolled(lease.FixedWindowState{}, t0, pu)); c != empty {
-					t.Fatalf("%+v step %d: Redis expired the key, the Go state still counts: %s", p, step, c)
+				if !reflect.DeepEqual(g, lease.FixedWindowState{}) {
+					t.Fatalf("%+v step %d: no key in Redis, the Go state %s", p, step, show(g))
 				}
-				expired++
 				continue
 			}
 			stored := decodeFixedWindow(t, v)
@@ -170,13 +192,13 @@ func TestFixedWindowAheadMatchesGo(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e := (expiryOf(stored, pu) - t0) / 1000; pttl < e-1 || pttl > e+3 {
+			if e := (goExp - t0) / 1000; pttl < e-1 || pttl > e+3 {
 				t.Fatalf("%+v step %d: key %s expires in %dms, want %dms (within the rounding to ms)", p, step, show(stored), pttl, e)
 			}
 		}
 	}
-	t.Logf("%d calls with equal replies and states (%d writes equal to the Go state): %d lent shares ahead (%d capped by other holders' shares), %d in a window shares were lent into, %d returns (%d of a share lent into a window the key had not started), %d asking none after a share; %d times the key had expired",
-		calls, exact, shareCalls, capped, rolledIn, returns, returnsIn, noneAfter, expired)
+	t.Logf("%d calls with equal replies and states (%d writes equal to the Go state): %d lent shares ahead (%d capped by other holders' shares), %d in a window shares were lent into, %d returns (%d of a share lent into a window the key had not started), %d asking none after a share; %d times the key had expired; %d period changes",
+		calls, exact, shareCalls, capped, rolledIn, returns, returnsIn, noneAfter, expired, periods)
 	if exact < 2000 || shareCalls < 1000 || capped < 100 || rolledIn < 500 || returns < 500 || returnsIn < 100 || noneAfter < 100 || expired < 100 {
 		t.Errorf("the random sequences exercised too few cases of each kind")
 	}
@@ -215,8 +237,9 @@ func rolled(s lease.FixedWindowState, t, pu int64) lease.FixedWindowState {
 	return out
 }
 
-// expiryOf is when the key of state s stops mattering (unix µs): two
-// windows after its start, or a window after the last share's end.
+// expiryOf is when the key of state s stops mattering (unix µs), for
+// windows of pu: two windows after its start, or a window after the last
+// share's end.
 func expiryOf(s lease.FixedWindowState, pu int64) int64 {
 	e := s.Start + 2*pu
 	for _, l := range s.Loans {

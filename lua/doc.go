@@ -41,14 +41,16 @@
 // yet; for token_bucket and gcra, the caller's loan first and only ended
 // loans after it, whether the caller holds it whole or reports tokens
 // spent; for sliding_window, any loans; for fixed_window, the caller's
-// loan alone, with or without a share ahead, or other holders' loans
-// without shares for a caller asking none (a return of either window:
-// the caller's loan the only one). It is the general path operation for operation on those
-// states and writes the same bytes, which TestFastPathMatchesGeneral
-// checks against the scripts with their fast paths off; every other state
-// (in a token_bucket or gcra key, another holder's loan, or the caller's
-// after an ended one) takes the general path, which mirrors
-// lease/loans.go. sliding_log cleans up, counts, checks min_interval
+// loan alone, with or without a share ahead, in its window or a later one
+// the share covers, or other holders' loans without shares for a caller
+// asking none (a return of either window: the caller's loan the only
+// one). It is the general path operation for operation on those states
+// and writes the same bytes, which TestFastPathMatchesGeneral checks
+// against the scripts with their fast paths off; every other state (in a
+// token_bucket or gcra key, another holder's loan, or the caller's after
+// an ended one; in a fixed_window key, another holder's share ahead, or a
+// caller asking one beside other holders' loans) takes the general path,
+// which mirrors lease/loans.go and lease.FixedWindowState. sliding_log cleans up, counts, checks min_interval
 // against the newest stamp, inserts one member per hit ("<stamp>-<n>",
 // added with NX so none is ever overwritten) and sets the expiry in one
 // script; a check records at most [MaxLogHits] hits.

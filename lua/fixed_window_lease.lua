@@ -20,8 +20,7 @@
 -- L - the other holders' shares ahead) in each of the next ahead_windows
 -- windows (none when 0). The key is written only when tokens are granted
 -- or a share changes, and expires two windows after its window began or
--- a window after the last share's window ends, whichever is later (a
--- write that leaves that time as it was keeps the key's TTL).
+-- a window after the last share's window ends, whichever is later.
 local limit, pu = lf, pf
 local want, need = ARGV[5] + 0, ARGV[6] + 0
 local held = ARGV[7] + 0
@@ -43,13 +42,11 @@ local count = 0
 local own, oshare, oe, have = 0, 0, 0, false
 local ol, oi, n = nil, 0, 0
 local ls, H = nil, nil -- H: the general helpers, when ls
-local e0 = nil -- the stored state's expiry (see fw_expiry; nil: no state)
 local general = not fast
 if v and not general then
   local h, w, pos = struct.unpack('<BI7', v)
   local c
   c, pos = struct.unpack('<' .. W[h % 4], v, pos)
-  e0 = w + 2 * pu
   local size, shares = #v, false
   if w < ws then -- a later window: only the loans with a share carry over
     local p = pos
@@ -72,7 +69,6 @@ if v and not general then
     if kind >= 128 then
       id, own, oshare, oe, pos = struct.unpack('<c8' .. W[kind % 4] .. W[math.floor(kind / 4) % 4] .. W[math.floor(kind / 16) % 4], v, pos + 1)
       oe = w + oe
-      if oe + pu > e0 then e0 = oe + pu end -- the only share, if the caller's
     else
       id, own, pos = struct.unpack('<c8' .. W[kind % 4], v, pos + 1)
     end
@@ -119,7 +115,6 @@ if general then
   H = loans()
   local st
   st, ls = H.read(v, 'fw')
-  if v then e0 = H.fw_expiry(st.w, ls) end
   ls = H.roll(st, ls, now)
   ws, count = st.w, st.c
 end
@@ -179,30 +174,25 @@ else
   end
 end
 
--- A write keeps the key's expiry (KEEPTTL) when the call leaves the
--- state's unchanged, else sets it (a ttl costs a string.format).
+-- A write sets the key's expiry from the state and the period (a rule's
+-- period may have changed since the last write: KEEPTTL could keep an
+-- expiry the state outlives).
 if changed then
   if ls then
-    local e, x = H.fw_expiry(ws, ls), nil
-    if e ~= e0 then x = ttl(e - now) end
-    H.write(head('fw', ws, count), ls, ws, true, x)
+    H.write(head('fw', ws, count), ls, ws, true, ttl(H.fw_expiry(ws, ls) - now))
   elseif ol then
     local lb = '' -- the loans' bytes
     for k = 2, 2 * n, 2 do
       lb = lb .. pack_loan(ol[k - 1], ol[k], 0, 0, 0, true)
     end
-    redis.call('SET', key, head('fw', ws, count) .. lb, 'KEEPTTL') -- this window, no share
+    redis.call('SET', key, head('fw', ws, count) .. lb, 'PX', ttl(ws + 2 * pu - now))
   else
     local lb, e = '', ws + 2 * pu
     if have then
       lb = pack_loan(holder, own, oe, oshare, ws, true)
       if oshare > 0 and oe + pu > e then e = oe + pu end
     end
-    if e == e0 then
-      redis.call('SET', key, head('fw', ws, count) .. lb, 'KEEPTTL')
-    else
-      redis.call('SET', key, head('fw', ws, count) .. lb, 'PX', ttl(e - now))
-    end
+    redis.call('SET', key, head('fw', ws, count) .. lb, 'PX', ttl(e - now))
   end
 end
 local lent = own -- 0 without a loan

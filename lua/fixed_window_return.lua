@@ -10,7 +10,8 @@
 -- returns  the tokens given back
 --
 -- The key is written only when holder has a loan in it (one that a later
--- window keeps only by its share).
+-- window keeps only by its share), with its expiry set as the lease
+-- script sets it (the period may have changed since the last write).
 local pu, n = pf, ARGV[5] + 0
 
 local fast = true -- false: every call takes the general path (tests)
@@ -36,8 +37,6 @@ repeat -- the fast path (break: the general path)
     id, lent, pos = struct.unpack('<c8' .. W[kind % 4], v, pos + 1)
   end
   if id ~= holder or pos <= #v then break end
-  local e0 = w + 2 * pu -- the expiry before (see fw_expiry)
-  if share > 0 and e + pu > e0 then e0 = e + pu end
   local ws = now - math.fmod(now, pu)
   if w < ws then -- roll
     if share == 0 or e < ws + pu then return 0 end -- the loan ended with its window
@@ -45,11 +44,7 @@ repeat -- the fast path (break: the general path)
   end
   local back = lent -- take
   if n < back then back = n end
-  if w + 2 * pu == e0 then
-    redis.call('SET', key, head('fw', w, math.max(0, count - back)), 'KEEPTTL')
-  else
-    redis.call('SET', key, head('fw', w, math.max(0, count - back)), 'PX', ttl(w + 2 * pu - now))
-  end
+  redis.call('SET', key, head('fw', w, math.max(0, count - back)), 'PX', ttl(w + 2 * pu - now))
   return back
 until true
 
@@ -59,14 +54,11 @@ local st, ls = H.read(v, 'fw')
 if not v or n < 0 or holder == '' then
   return 0
 end
-local e0 = H.fw_expiry(st.w, ls)
 ls = H.roll(st, ls, now)
 if not H.find(ls, holder) then
   return 0
 end
 local back
 ls, back = H.take(ls, n)
-local e, x = H.fw_expiry(st.w, ls), nil -- a write keeps an unchanged expiry
-if e ~= e0 then x = ttl(e - now) end
-H.write(head('fw', st.w, math.max(0, st.c - back)), ls, st.w, true, x)
+H.write(head('fw', st.w, math.max(0, st.c - back)), ls, st.w, true, ttl(H.fw_expiry(st.w, ls) - now))
 return back

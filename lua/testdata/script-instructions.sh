@@ -18,7 +18,8 @@
 # 65536 windows of 1ms each (every call in a window its share covers and
 # the key has not started: the key rolls into it, and the call renews the
 # share; a version without shares ahead ignores those arguments and sees a
-# new window each call). Every case passes ahead_windows and ahead_tokens
+# new window each call); "sharedroll", the same by two holders at once on
+# the same keys (the other holder's share in the key: the general path). Every case passes ahead_windows and ahead_tokens
 # (0 0 but in "roll"), which only fixed_window reads. Then "return", the holder's return of a key it
 # leased (1000 keys, each leased once, then returned once: the return
 # script's instructions). Each version gets the holder argument its Store
@@ -48,6 +49,7 @@ ir() { # script-file holder case [holder2] -> instructions per call
   held) args="1000 3600000000 1000 $2 10 1 1000000 300000000 0 0 12345 0 0 0" ;;
   new) args="1000 3600000000 1000 $2 10 1 0 300000000 0 0 12345 0 0 0" keys=100000000 ;;
   roll) args="100 1000 100 $2 10 1 3 300000000 0 0 12345 0 65536 20" ;;
+  sharedroll) args="100 1000 100 $2 10 1 3 300000000 0 0 12345 0 65536 20" args2=${args/$2/$4} ;;
   esac
   calls() { # n: n calls of the case (shared: n/2 of each holder at once)
     if [ -z "$args2" ]; then
@@ -89,7 +91,7 @@ for a in ${ALGS:-token_bucket gcra fixed_window sliding_window}; do
   oldholder=m-0123456789abcdef0123456789abcdef oldholder2=m-fedcba9876543210fedcba9876543210
   if git show "$old:lua/store.go" | grep -q holderOf; then oldholder=AbCdEfGh oldholder2=ZyXwVuTs; fi
   cases="spent shared renew held new"
-  if [ "$a" = fixed_window ]; then cases="$cases roll"; fi
+  if [ "$a" = fixed_window ]; then cases="$cases roll sharedroll"; fi
   for c in $cases; do
     echo "$a, $c: $old $(ir "$tmp/old.lua" "$oldholder" $c "$oldholder2"), work tree $(ir "$tmp/new.lua" AbCdEfGh $c ZyXwVuTs)"
   done
