@@ -30,9 +30,9 @@ type span struct{ from, to int64 }
 
 // margin is the allowance the Manager takes off each end of the span of a
 // share of window j (j ≥ 1, counted from the window of the call that lent
-// it): a millisecond for its clock's tick, and 10^-4 of the time from the
-// call to the window's end, at most j+1 periods, for the rates of its
-// clock and the Store's (lease's aheadMargin).
+// it): a millisecond, as a window's own tokens stop early, and 10^-4 of
+// the time from the call to the window's end, at most j+1 periods, for
+// the rates of its clock and the Store's (lease's aheadMargin).
 func margin(p time.Duration, j int64) int64 {
 	return int64(time.Millisecond) + int64(float64(j+1)*float64(p)*1e-4)
 }
