@@ -245,3 +245,24 @@ func (s *tierStore) Release(context.Context, string, lease.Policy, string) error
 }
 
 func (s *tierStore) Ping(context.Context) error { return nil }
+
+// A gateway's fixed_window lease asks shares of the next windows through
+// the lease protocol: the node lends them (no further ahead than 60s) and
+// counts them in each window, and the gateway's answer carries them.
+func TestGatewaySharesAhead(t *testing.T) {
+	clk := clocktest.New()
+	clk.Set(clocktest.Epoch)
+	ts := newTierStore(t, clk, 1)
+	t.Cleanup(ts.close)
+	ctx := context.Background()
+	p := lease.Policy{Algorithm: lease.FixedWindow, Limit: 100, Period: time.Second}
+	g, err := ts.Lease(ctx, "k", p, 1, 1, lease.Lessee{ID: "h1", TTL: 10 * time.Second, AheadWindows: 200, AheadTokens: 12})
+	if err != nil || g.Granted != 1 || g.AheadTokens != 12 || g.AheadWindows != 60 {
+		t.Fatalf("gateway lease asking 12 of each of 200 windows: %+v, %v; want 1 granted, 12 of each of 60 windows (60s)", g, err)
+	}
+	clk.Advance(time.Second)
+	g, err = ts.Lease(ctx, "k", p, 100, 1, lease.Lessee{ID: "h2", TTL: 10 * time.Second})
+	if err != nil || g.Granted != 88 || g.AheadTokens != 0 {
+		t.Fatalf("another gateway in the next window: %+v, %v; want 88 granted (h1's share of 12 counted), none ahead (it asked none)", g, err)
+	}
+}
