@@ -48,3 +48,26 @@ func TestWindowChecksIgnoreALaggingCoarseClock(t *testing.T) {
 		})
 	}
 }
+
+// A token_bucket key's checks read the coarse clock, and the Store's
+// answers to them are dated by the same clock: dated by the precise one
+// while the coarse one lagged, an answer looked to come from the future,
+// and the next check, projecting it back to its own (coarse) now, denied
+// tokens the Store had (the second of a limit of 2 denied).
+func TestRefillingChecksDateAnswersByTheirClock(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, _, clk := testManager(t, nil)
+			lag := &coarseClock{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+			close(lag.done)
+			lag.ns.Store(clk.Now().Add(-time.Second).UnixNano()) // a second behind
+			m.clock = lag
+			p := Policy{Algorithm: alg, Limit: 2, Period: time.Hour}
+			for i, want := range []bool{true, true, false} {
+				if d := mustTake(t, m, "k", p, 1); d.Allowed != want {
+					t.Fatalf("check %d of a limit of 2: %+v, want allowed %v", i+1, d, want)
+				}
+			}
+		})
+	}
+}

@@ -92,7 +92,7 @@ func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 // seedLevel charges the local Store down to the level seedLocal starts
 // b's episode at.
 func (m *Manager) seedLevel(ctx context.Context, b *bucket, p Policy) {
-	level, known := b.storeLevel(m.nanos())
+	level, known := b.storeLevel(m.nanosFor(&p))
 	if !known {
 		if m.cfg.UnknownLocalShare == nil {
 			return // the whole capacity

@@ -334,7 +334,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	// aheadSpan). The answer is published after the tokens it grants are
 	// on hand: a check that reads an answer saying the Store has nothing
 	// left must find them (see takeSlow).
-	after := max(now, m.preciseNanos())
+	after := max(now, m.nanosFor(&p))
 	// got is what the call puts on hand: its grant, and what a call made
 	// between two windows' spans finds lent to it in the Store's window.
 	got := g.Granted + m.aheadFound(b, c.gap, g, now, after)
@@ -601,7 +601,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 		return
 	}
 	p := *b.pol
-	now := m.nanos()
+	now := m.nanosFor(&p)
 	kept := int64(0)
 	if p.Algorithm.refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
@@ -628,7 +628,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 		to.SpentBefore = b.spentBefore(kept)
 	}
 	g, err := m.store.Lease(m.ctx, b.key, p, want, need, to)
-	after := max(now, m.preciseNanos()) // see leaseEnded
+	after := max(now, m.nanosFor(&p)) // see leaseEnded
 	m.callEnded(b, to, err)
 	if err != nil {
 		// low stays -1: the next sync lease retries, or fails over.

@@ -128,7 +128,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	lent := b.basis.Load()
 	m.countLocal(lent - tokens)
 	b.basis.Store(0)
-	now := m.nanos()
+	now := m.nanosFor(b.pol)
 	// Shares of windows ahead end only with a return (or a lease call
 	// asking none): one is made for them even with nothing on hand.
 	ahead := m.aheadLive(b, now)
