@@ -202,6 +202,7 @@ func (m *Manager) rollAhead(b *bucket, now int64) bool {
 	b.low.Store(lowMark(m.cfg.LowWater, s))
 	b.expires.Store(to)
 	m.st.aheadRolls.Add(1)
+	m.met.aheadRolls.Inc()
 	return true
 }
 

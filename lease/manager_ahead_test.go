@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
@@ -99,7 +101,7 @@ func TestAheadStoreCallsPerHorizon(t *testing.T) {
 		{"off", -1, 100},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ms, st, clk := aheadManagers(t, 1, func(_ int, c *Config) { c.AheadHorizon = tt.horizon })
+			ms, st, clk := aheadManagers(t, 1, func(_ int, c *Config) { c.AheadHorizon, c.Metrics = tt.horizon, metrics.NewSet() })
 			m := ms[0]
 			clk.Advance(500 * time.Millisecond) // mid-window
 			for range 100 {
@@ -116,6 +118,9 @@ func TestAheadStoreCallsPerHorizon(t *testing.T) {
 			}
 			if int(rolls) != 100-leases {
 				t.Errorf("%d rolls, want one per visit without a lease call (%d)", rolls, 100-leases)
+			}
+			if got := m.met.aheadRolls.Get(); got != uint64(rolls) {
+				t.Errorf("sluice_lease_ahead_rolls_total %d, want the %d rolls", got, rolls)
 			}
 		})
 	}

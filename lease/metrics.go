@@ -56,6 +56,7 @@ type leaseMetrics struct {
 	tokensLeased      *metrics.Counter
 	tokensReturned    *metrics.Counter
 	prefetches        *metrics.Counter
+	aheadRolls        *metrics.Counter
 	activeKeys        *metrics.Gauge
 
 	// reconciledTokens are the hits local mode admitted during Store
@@ -90,6 +91,7 @@ func newLeaseMetrics(set *metrics.Set) *leaseMetrics {
 		tokensLeased:      set.GetOrCreateCounter(`sluice_lease_tokens_leased_total`),
 		tokensReturned:    set.GetOrCreateCounter(`sluice_lease_tokens_returned_total`),
 		prefetches:        set.GetOrCreateCounter(`sluice_lease_prefetches_total`),
+		aheadRolls:        set.GetOrCreateCounter(`sluice_lease_ahead_rolls_total`),
 		activeKeys:        set.GetOrCreateGauge(`sluice_lease_active_keys`, nil),
 		reconciledTokens: [3]*metrics.Counter{
 			reconcileCharged: set.GetOrCreateCounter(`sluice_lease_reconciled_tokens_total{result="charged"}`),

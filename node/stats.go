@@ -79,6 +79,7 @@ type statsStore struct {
 	LocalDenials      int64  `json:"local_denials"`
 	Leases            int64  `json:"leases"`
 	Prefetches        int64  `json:"prefetches"`
+	AheadRolls        int64  `json:"ahead_rolls"`
 	Returns           int64  `json:"returns"`
 	TokensLeased      int64  `json:"tokens_leased"`
 	TokensReturned    int64  `json:"tokens_returned"`
@@ -89,7 +90,7 @@ func storeOf(s lease.Stats) *statsStore {
 		Breaker: s.Breaker.String(), Healthy: s.Breaker == lease.BreakerClosed,
 		ActiveKeys: s.ActiveKeys, StoreDecisions: s.StoreDecisions,
 		DegradedDecisions: s.DegradedDecisions, LocalDenials: s.LocalDenials,
-		Leases: s.Leases, Prefetches: s.Prefetches, Returns: s.Returns,
+		Leases: s.Leases, Prefetches: s.Prefetches, AheadRolls: s.AheadRolls, Returns: s.Returns,
 		TokensLeased: s.TokensLeased, TokensReturned: s.TokensReturned,
 	}
 }
