@@ -40,7 +40,7 @@ func TestModelGatewayTier(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := modeltest.FromEnv(t, modeltest.Options{
-				Seed: 19_000_000 + uint64(i)*1_000_000, Seeds: 30, Steps: 200, Algorithms: leased,
+				Seed: 19_000_000 + uint64(i)*1_000_000, Seeds: 30, Steps: 200, Algorithms: leased, Ahead: true,
 			})
 			s := modeltest.Run(t, tierHarness(t, c.share), o)
 			t.Logf("model: %d seeds, %d steps, %d decisions checked", s.Seeds, s.Steps, s.Checks)
