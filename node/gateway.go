@@ -439,7 +439,7 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 // nothing: a grant below it would leave the holder with tokens no check
 // of its asked for, which it could not account for.
 func clampLease(op *api.LeaseOp, p lease.Policy, share float64) {
-	most := max(int64(float64(p.Capacity())*share), 1)
+	most := shareOf(p, share)
 	room := max(most-min(op.Held, most), 1)
 	op.Want = max(min(op.Want, room), op.Need)
 }
@@ -514,6 +514,12 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 	}
 }
 
+// shareOf is the most a gateway may hold of p's capacity with
+// gateway_share share (at least one token).
+func shareOf(p lease.Policy, share float64) int64 {
+	return max(int64(float64(p.Capacity())*share), 1)
+}
+
 // aheadOf is the shares ahead a gateway's fixed_window lease op may ask:
 // each window's share within the gateway's share of the limit, as its
 // grants are (clampLease), and no further ahead than the longest lease
@@ -524,7 +530,7 @@ func aheadOf(op *api.LeaseOp, p lease.Policy, share float64) (windows, tokens in
 		return 0, 0
 	}
 	windows = min(op.AheadWindows, int64(time.Duration(api.MaxLeaseTTLMS)*time.Millisecond/p.Period))
-	tokens = min(op.AheadTokens, max(int64(float64(p.Capacity())*share), 1))
+	tokens = min(op.AheadTokens, shareOf(p, share))
 	if windows <= 0 {
 		return 0, 0
 	}
