@@ -25,6 +25,15 @@ import (
 // the epoch is also a multiple of a week and a day), plus 1ms.
 var start = time.Unix(56*365*86400, 0).Add(time.Millisecond)
 
+// transports are the gRPC transports that the transport-level tests run
+// against, each in turn.
+var transports = []rls.Transport{rls.TransportGRPC}
+
+// withTransport is a newRig option that serves on tr.
+func withTransport(tr rls.Transport) func(*rls.ServerConfig) {
+	return func(c *rls.ServerConfig) { c.Transport = tr }
+}
+
 // rig is a node (memory store, fake clock) behind an RLS server on a real
 // loopback TCP port, and a go-control-plane client connected to it.
 type rig struct {

@@ -71,7 +71,21 @@ type ServerConfig struct {
 	// Now is the clock for the durations of limits that never reach the
 	// engine (requests_per_unit 0). Nil means time.Now.
 	Now func() time.Time
+	// Transport is how the server speaks gRPC: "" means TransportGRPC.
+	Transport Transport
 }
+
+// Transport names a Server's gRPC transport: the HTTP/2 server that
+// carries the service's calls.
+type Transport string
+
+const (
+	// TransportGRPC is grpc-go's server.
+	TransportGRPC Transport = "grpc"
+	// TransportLean is Sluice's own HTTP/2 server for the service's unary
+	// calls (ShouldRateLimit and the health service's Check).
+	TransportLean Transport = "lean"
+)
 
 // Server is the Envoy rate limit service. It is safe for concurrent use;
 // SetConfig may be called at any time (the configuration is swapped
