@@ -34,6 +34,12 @@ func withTransport(tr rls.Transport) func(*rls.ServerConfig) {
 	return func(c *rls.ServerConfig) { c.Transport = tr }
 }
 
+// withEngine is a newRig option that serves e's decisions in place of the
+// rig's node.
+func withEngine(e rls.Engine) func(*rls.ServerConfig) {
+	return func(c *rls.ServerConfig) { c.Engine = e }
+}
+
 // eachTransport runs f as a subtest per transport, named by it.
 func eachTransport(t *testing.T, f func(t *testing.T, tr rls.Transport)) {
 	t.Helper()
