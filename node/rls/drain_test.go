@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -172,4 +174,50 @@ func testBlockedDecide(t *testing.T, tr rls.Transport) {
 	if err := <-slow; err != nil {
 		t.Errorf("the blocked call, released: %v", err)
 	}
+}
+
+// TestCloseLetsCallsFinish: Close stops accepting connections at once,
+// lets a call in flight finish and answer, then returns; Serve returns nil.
+func TestCloseLetsCallsFinish(t *testing.T) { eachTransport(t, testCloseLetsCallsFinish) }
+
+func testCloseLetsCallsFinish(t *testing.T, tr rls.Transport) {
+	e := &blockingEngine{started: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", withTransport(tr), withEngine(e))
+	var once sync.Once
+	release := func() { once.Do(func() { close(e.release) }) }
+	t.Cleanup(release)
+	slow := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=slow")})
+		slow <- err
+	}()
+	<-e.started
+	closed := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r.srv.Close(ctx)
+		close(closed)
+	}()
+	// Close has begun once the listener refuses connections.
+	for {
+		c, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			break
+		}
+		c.Close()
+		runtime.Gosched()
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned with a call in flight")
+	default:
+	}
+	release()
+	if err := <-slow; err != nil {
+		t.Errorf("the call in flight: %v", err)
+	}
+	<-closed
 }

@@ -235,6 +235,7 @@ type leanConn struct {
 	wbuf        []byte // frames to write
 	spare       []byte // wbuf's other buffer
 	writing     bool   // someone writes; others only append
+	started     bool   // the server's SETTINGS are in wbuf or written
 	closed      bool   // nothing more is written
 	goingAway   bool   // GOAWAY sent
 	lingering   bool   // GOAWAY sent, calls done, write side shut: waiting for the peer to close
@@ -278,6 +279,11 @@ func (c *leanConn) serve() {
 		return
 	}
 	c.wmu.Lock()
+	if c.closed { // Close came first
+		c.wmu.Unlock()
+		return
+	}
+	c.started = true
 	c.wbuf = appendSettings(c.wbuf)
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, leanConnWindow-defaultWindow)
 	c.flushLocked(true)
@@ -900,6 +906,10 @@ func (c *leanConn) goAway() {
 	if c.closed || c.goingAway {
 		return
 	}
+	if !c.started { // no preface yet: no GOAWAY before the server's SETTINGS
+		c.closeLocked()
+		return
+	}
 	c.goingAway = true
 	c.wbuf = appendGoAway(c.wbuf, c.maxID, http2.ErrCodeNo, "")
 	c.flushLocked(true)
@@ -927,7 +937,7 @@ func (c *leanConn) lingerIfDoneLocked() {
 // shutdown.
 func (c *leanConn) sendGoAway(code http2.ErrCode, reason string) {
 	c.wmu.Lock()
-	if !c.closed {
+	if !c.closed && c.started {
 		c.goingAway = true
 		c.wbuf = appendGoAway(c.wbuf, c.maxID, code, reason)
 	}
