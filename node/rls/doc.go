@@ -1,12 +1,12 @@
 // Package rls is Sluice's Envoy rate limit service: a gRPC server of
 // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (the API of
-// envoyproxy/ratelimit, served with google.golang.org/grpc and the types
-// of go-control-plane) and the loader of envoyproxy/ratelimit's YAML
-// configuration, read unchanged. It owns the configuration (parsing,
-// validation, matching a request's descriptors to limits), the call
-// (statuses, headers, metrics) and the reload of the files; decisions are
-// the node's (see Engine): the same rules, leases and cluster routing as
-// HTTP checks.
+// envoyproxy/ratelimit, served by the package's own HTTP/2 transport or by
+// google.golang.org/grpc, with the types of go-control-plane) and the
+// loader of envoyproxy/ratelimit's YAML configuration, read unchanged. It
+// owns the configuration (parsing, validation, matching a request's
+// descriptors to limits), the call (statuses, headers, metrics) and the
+// reload of the files; decisions are the node's (see Engine): the same
+// rules, leases and cluster routing as HTTP checks.
 //
 // # Configuration
 //
@@ -96,10 +96,10 @@
 // # Transports
 //
 // ServerConfig.Transport chooses the HTTP/2 server that carries the calls.
-// TransportGRPC is grpc-go's. TransportLean is Sluice's own, for the
-// service's unary calls only, at a fraction of grpc-go's CPU per call:
-// gRPC over cleartext HTTP/2 with prior knowledge (what Envoy's gRPC
-// client and grpc-go's client speak), its frames read with
+// TransportLean, the default, is Sluice's own, for the service's unary
+// calls only, at a fraction of the CPU per call of TransportGRPC, grpc-go's
+// server: gRPC over cleartext HTTP/2 with prior knowledge (what Envoy's
+// gRPC client and grpc-go's client speak), its frames read with
 // golang.org/x/net/http2's Framer and its header blocks decoded with
 // golang.org/x/net/http2/hpack. A connection has one reader goroutine,
 // which parses frames and assembles each stream's request. A finished
