@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -231,6 +232,7 @@ type leanConn struct {
 	// Under wmu.
 	streams     map[uint32]*leanStream
 	orphans     int    // streams forgotten while their worker runs
+	deciding    int    // calls whose worker runs, orphans included
 	maxID       uint32 // highest stream the peer opened
 	wbuf        []byte // frames to write
 	spare       []byte // wbuf's other buffer
@@ -692,6 +694,7 @@ func (c *leanConn) endStream(st *leanStream) {
 	}
 	c.wmu.Lock()
 	st.state = streamDeciding
+	c.deciding++
 	c.wmu.Unlock()
 	c.l.dispatch(st)
 }
@@ -753,6 +756,7 @@ func removeStream(v []*leanStream, st *leanStream) []*leanStream {
 func (c *leanConn) finish(st *leanStream) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.deciding--
 	c.giveBackLocked(st.held)
 	st.held = 0
 	switch {
@@ -871,6 +875,13 @@ func (c *leanConn) flushLocked(async bool) {
 }
 
 func (c *leanConn) writeLocked() {
+	if c.deciding > 0 {
+		// Other calls are about to answer: let them append theirs, so
+		// that one write carries them all.
+		c.wmu.Unlock()
+		runtime.Gosched()
+		c.wmu.Lock()
+	}
 	for len(c.wbuf) > 0 && !c.closed {
 		buf := c.wbuf
 		c.wbuf, c.spare = c.spare[:0], nil
