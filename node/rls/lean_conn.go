@@ -39,6 +39,9 @@ const (
 	// (the decoded size of a header block, as RFC 9113 counts it); a
 	// header block's encoded bytes are bounded at twice that.
 	leanMaxHeaderList = 16 << 10
+	// leanMaxHeaderFrames bounds the frames of a header block (HEADERS
+	// and its CONTINUATIONs), empty ones included.
+	leanMaxHeaderFrames = 128
 	// leanMaxPendingWrite is the most bytes a connection holds unwritten:
 	// past it, the peer is not reading and is disconnected.
 	leanMaxPendingWrite = 4 << 20
@@ -221,11 +224,12 @@ type leanConn struct {
 	cancel context.CancelFunc
 
 	// The reader's own.
-	hs       headerState
-	hdrID    uint32 // stream of the header block being read
-	hdrEnd   bool   // its HEADERS ended the stream
-	hdrBytes int    // encoded bytes of the block so far
-	control  int    // PING and SETTINGS answered since a stream opened
+	hs        headerState
+	hdrID     uint32 // stream of the header block being read
+	hdrEnd    bool   // its HEADERS ended the stream
+	hdrBytes  int    // encoded bytes of the block so far
+	hdrFrames int    // its frames so far
+	control   int    // PING and SETTINGS answered since a stream opened
 
 	wmu   sync.Mutex
 	wcond sync.Cond // on wmu: writing turned false
@@ -351,7 +355,7 @@ func (c *leanConn) readFrame(first bool) error {
 		if f.StreamID%2 == 0 {
 			return connError{http2.ErrCodeProtocol, "HEADERS on an even stream"}
 		}
-		c.hdrID, c.hdrEnd, c.hdrBytes = f.StreamID, f.StreamEnded(), 0
+		c.hdrID, c.hdrEnd, c.hdrBytes, c.hdrFrames = f.StreamID, f.StreamEnded(), 0, 0
 		c.hs = headerState{trailers: f.StreamID <= c.maxID}
 		return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
 	case *http2.ContinuationFrame: // the Framer checks that it continues c.hdrID's block
@@ -534,7 +538,8 @@ func (c *leanConn) onData(f *http2.DataFrame) error {
 // onHeaderBlock decodes a fragment of the header block of c.hdrID.
 func (c *leanConn) onHeaderBlock(frag []byte, end bool) error {
 	c.hdrBytes += len(frag)
-	if c.hdrBytes > 2*leanMaxHeaderList {
+	c.hdrFrames++
+	if c.hdrBytes > 2*leanMaxHeaderList || c.hdrFrames > leanMaxHeaderFrames {
 		return connError{http2.ErrCodeEnhanceYourCalm, "header block too large"}
 	}
 	if _, err := c.dec.Write(frag); err != nil {
@@ -643,7 +648,7 @@ func (c *leanConn) onHeaders() error {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	st := c.l.streams.Get().(*leanStream)
-	st.c, st.id, st.ended = c, id, false
+	st.c, st.id, st.ended = c, id, c.hdrEnd // ended: an early answer needs no RST_STREAM
 	c.wmu.Lock()
 	st.state, st.sendWin = streamReceiving, c.peerWin
 	c.streams[id] = st

@@ -182,3 +182,48 @@ func TestLeanFlowControl(t *testing.T) {
 		t.Errorf("receive window %d, unacked %d", c.recvAvail, c.unacked)
 	}
 }
+
+// TestLeanEarlyAnswer: a request answered before its call runs (here an
+// unknown method) gets a Trailers-Only answer, and RST_STREAM(NO_ERROR)
+// only when the peer has not ended its side (RFC 9113 8.1); a header block
+// of too many frames is a connection error.
+func TestLeanEarlyAnswer(t *testing.T) {
+	var in bytes.Buffer
+	peer := http2.NewFramer(&in, nil)
+	c := testConn(t, &in)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/nope.Service/Method"}, {"content-type", "application/grpc"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	block := hb.Bytes()
+	peer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true, EndStream: true})
+	if err := c.readFrame(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := frames(t, c); got != "HEADERS 1 end" {
+		t.Errorf("ended request: frames %q", got)
+	}
+	peer.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block, EndHeaders: true})
+	if err := c.readFrame(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := frames(t, c); got != "HEADERS 3 end, RST_STREAM" {
+		t.Errorf("open request: frames %q", got)
+	}
+	if len(c.streams) != 0 {
+		t.Errorf("streams left: %v", c.streams)
+	}
+
+	peer.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: block[:1]})
+	for range leanMaxHeaderFrames {
+		peer.WriteContinuation(5, false, nil)
+	}
+	var err error
+	for i := 0; i <= leanMaxHeaderFrames && err == nil; i++ {
+		err = c.readFrame(false)
+	}
+	if ce := (connError{}); !errors.As(err, &ce) || ce.code != http2.ErrCodeEnhanceYourCalm {
+		t.Errorf("a header block of %d frames: %v, want ENHANCE_YOUR_CALM", leanMaxHeaderFrames+1, err)
+	}
+}
