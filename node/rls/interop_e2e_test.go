@@ -38,9 +38,8 @@ import (
 // years). Each runs against a real sluiced on the memory store, once per
 // transport in interopTransports.
 
-// interopTransports are the -rls-transport values each case runs against;
-// "" is the daemon's default, without the flag.
-var interopTransports = []string{""}
+// interopTransports are the -rls-transport values each case runs against.
+var interopTransports = []string{"lean", "grpc"}
 
 // interopYAML is the rate limit configuration of the tests. Each test's
 // keys are fresh, so that what a call's answer says (remaining, codes)
@@ -70,7 +69,7 @@ func TestE2EGRPCCore(t *testing.T) {
 	python := interopPython(t)
 	bin := interopSluiced(t)
 	for _, tr := range interopTransports {
-		t.Run(interopName(tr), func(t *testing.T) {
+		t.Run(tr, func(t *testing.T) {
 			n := startInteropNode(t, bin, tr)
 			testGRPCCore(t, python, n)
 		})
@@ -196,7 +195,7 @@ func TestE2ENghttp(t *testing.T) {
 	nghttp := lookInteropBin(t, "nghttp", "nghttp2-client")
 	bin := interopSluiced(t)
 	for _, tr := range interopTransports {
-		t.Run(interopName(tr), func(t *testing.T) {
+		t.Run(tr, func(t *testing.T) {
 			n := startInteropNode(t, bin, tr)
 			dir := t.TempDir()
 			url := "http://" + n.rls
@@ -257,6 +256,31 @@ func TestE2ENghttp(t *testing.T) {
 				t.Errorf("health: %v %v, want SERVING", h.GetStatus(), err)
 			}
 
+			// Padded DATA frames (-b: up to 100 bytes of padding), which
+			// the server must strip.
+			ss = runNghttp(t, nghttp, dir, interopFrame(nil), "-b", "100", url+interopHealthPath)
+			if err := proto.Unmarshal(ss[0].message(t), &h); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("health, padded: %v %v, want SERVING", h.GetStatus(), err)
+			}
+
+			// A header block of some 18 KB (--continuation: HEADERS and
+			// CONTINUATION frames): served, or refused as past the server's
+			// bound on header lists (grpc-status 8, RESOURCE_EXHAUSTED, with
+			// a message), never a reset or a broken connection.
+			ss = runNghttp(t, nghttp, dir, interopFrame(nil), "--continuation", url+interopHealthPath)
+			switch st := ss[0].grpcStatus(t); st {
+			case "0":
+				if err := proto.Unmarshal(ss[0].message(t), &h); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					t.Errorf("health, --continuation: %v %v, want SERVING", h.GetStatus(), err)
+				}
+			case "8":
+				if msg := ss[0].blocks[len(ss[0].blocks)-1].fields["grpc-message"]; !strings.Contains(msg, "header") {
+					t.Errorf("--continuation: grpc-status 8 with grpc-message %q, want one naming the header list bound", msg)
+				}
+			default:
+				t.Errorf("--continuation: grpc-status %s, want 0 or 8", st)
+			}
+
 			// An unknown method: grpc-status 12 (UNIMPLEMENTED), no message.
 			ss = runNghttp(t, nghttp, dir, body, url+"/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod")
 			if st := ss[0].grpcStatus(t); st != "12" {
@@ -269,62 +293,70 @@ func TestE2ENghttp(t *testing.T) {
 	}
 }
 
-// TestE2EH2load: a bounded load from h2load (4 connections of 32
-// concurrent streams) on a descriptor never over its limit completes
-// every request 2xx, with none failed, errored or reset, the node counts
-// each as an OK call, and answers a normal call afterwards.
+// TestE2EH2load: bounded loads from h2load on a descriptor never over its
+// limit, 4 connections of 32 concurrent streams, then 2 of 16 with 63-byte
+// stream windows (each answer split over several DATA frames, sent as the
+// client opens its window): every request completes 2xx, none failed,
+// errored or reset, the node counts each as an OK call, and it answers a
+// normal call afterwards.
 func TestE2EH2load(t *testing.T) {
 	h2load := lookInteropBin(t, "h2load", "nghttp2-client")
 	bin := interopSluiced(t)
-	const requests = 20000
 	for _, tr := range interopTransports {
-		t.Run(interopName(tr), func(t *testing.T) {
+		t.Run(tr, func(t *testing.T) {
 			n := startInteropNode(t, bin, tr)
-			dir := t.TempDir()
-			body := filepath.Join(dir, "body")
+			body := filepath.Join(t.TempDir(), "body")
 			if err := os.WriteFile(body, interopFrame(interopMarshal(t, &rlsv3.RateLimitRequest{Domain: "interop",
 				Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("load=never")}})), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			okBefore := n.metric(t, `sluice_rls_calls_total{code="OK"}`)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
-			defer cancel()
-			out, err := exec.CommandContext(ctx, h2load, "-n", strconv.Itoa(requests), "-c", "4", "-m", "32",
-				"-d", body, "-H", "content-type: application/grpc", "-H", "te: trailers",
-				"http://"+n.rls+interopRLSPath).CombinedOutput()
-			if err != nil {
-				t.Fatalf("h2load: %v\n%s", err, out)
-			}
-			want := fmt.Sprintf("requests: %d total, %d started, %d done, %d succeeded, 0 failed, 0 errored, 0 timeout", requests, requests, requests, requests)
-			if !bytes.Contains(out, []byte(want)) {
-				t.Errorf("h2load: want %q in\n%s", want, out)
-			}
-			if want := fmt.Sprintf("status codes: %d 2xx, 0 3xx, 0 4xx, 0 5xx", requests); !bytes.Contains(out, []byte(want)) {
-				t.Errorf("h2load: want %q in\n%s", want, out)
-			}
-			// h2load does not read trailers: the node's own count says
-			// every call was answered OK (grpc-status 0 and code OK).
-			if ok := n.metric(t, `sluice_rls_calls_total{code="OK"}`) - okBefore; ok != requests {
-				t.Errorf("sluice_rls_calls_total{code=\"OK\"} grew by %d, want %d\n%s", ok, requests, out)
-			}
-			if testing.Verbose() {
-				t.Logf("h2load:\n%s", out)
-			}
+			runH2load(t, n, h2load, 20000, "-c", "4", "-m", "32", "-d", body)
+			runH2load(t, n, h2load, 2000, "-c", "2", "-m", "16", "-w", "6", "-d", body)
 
 			conn, err := grpc.NewClient(n.rls, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer ccancel()
-			res, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "interop",
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "interop",
 				Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user=after-load")}, HitsAddend: 5})
 			if err != nil {
 				t.Fatalf("a call after the load: %v", err)
 			}
 			interopWant(t, "after the load", res, "OK: OK", 5)
 		})
+	}
+}
+
+// runH2load runs h2load for requests ShouldRateLimit calls with gRPC's
+// headers and args, and checks that each completed 2xx and was answered OK.
+func runH2load(t *testing.T, n *interopNode, h2load string, requests int, args ...string) {
+	t.Helper()
+	okBefore := n.metric(t, `sluice_rls_calls_total{code="OK"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
+	defer cancel()
+	full := append([]string{"-n", strconv.Itoa(requests), "-H", "content-type: application/grpc", "-H", "te: trailers"}, args...)
+	full = append(full, "http://"+n.rls+interopRLSPath)
+	out, err := exec.CommandContext(ctx, h2load, full...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("h2load %s: %v\n%s", strings.Join(full, " "), err, out)
+	}
+	want := fmt.Sprintf("requests: %d total, %d started, %d done, %d succeeded, 0 failed, 0 errored, 0 timeout", requests, requests, requests, requests)
+	if !bytes.Contains(out, []byte(want)) {
+		t.Errorf("h2load %s: want %q in\n%s", strings.Join(full, " "), want, out)
+	}
+	if want := fmt.Sprintf("status codes: %d 2xx, 0 3xx, 0 4xx, 0 5xx", requests); !bytes.Contains(out, []byte(want)) {
+		t.Errorf("h2load %s: want %q in\n%s", strings.Join(full, " "), want, out)
+	}
+	// h2load does not read trailers: the node's own count says every
+	// call was answered OK (grpc-status 0 and code OK).
+	if ok := n.metric(t, `sluice_rls_calls_total{code="OK"}`) - okBefore; ok != requests {
+		t.Errorf("h2load %s: sluice_rls_calls_total{code=\"OK\"} grew by %d, want %d\n%s", strings.Join(full, " "), ok, requests, out)
+	}
+	if testing.Verbose() {
+		t.Logf("h2load %s:\n%s", strings.Join(full, " "), out)
 	}
 }
 
@@ -358,8 +390,8 @@ func (n *interopNode) metric(t *testing.T, series string) int {
 }
 
 // startInteropNode starts sluiced on the memory store with interopYAML
-// (and -rls-headers) on loopback ports, on the given -rls-transport ("":
-// the default), and stops it at cleanup.
+// (and -rls-headers) on loopback ports, with -rls-transport transport, and
+// stops it at cleanup.
 func startInteropNode(t *testing.T, bin, transport string) *interopNode {
 	t.Helper()
 	dir := t.TempDir()
@@ -368,10 +400,8 @@ func startInteropNode(t *testing.T, bin, transport string) *interopNode {
 		t.Fatal(err)
 	}
 	n := &interopNode{rls: interopFreeAddr(t), http: interopFreeAddr(t)}
-	args := []string{"-listen", n.http, "-rls-listen", n.rls, "-rls-config", conf, "-rls-headers", "-log-level", "warn"}
-	if transport != "" {
-		args = append(args, "-rls-transport", transport)
-	}
+	args := []string{"-listen", n.http, "-rls-listen", n.rls, "-rls-config", conf, "-rls-transport", transport,
+		"-rls-headers", "-log-level", "warn"}
 	logPath := filepath.Join(dir, "sluiced.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -433,13 +463,6 @@ func interopFreeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func interopName(transport string) string {
-	if transport == "" {
-		return "default"
-	}
-	return transport
 }
 
 var interopBuild struct {
@@ -709,7 +732,7 @@ func (s *nghttpStream) rls(t *testing.T) *rlsv3.RateLimitResponse {
 // the received DATA written raw to stdout just before the line of its
 // frame.
 var (
-	nghttpEvent = regexp.MustCompile(`\[ *[0-9.]+\] recv (?:\(stream_id=(\d+)\) (:?[^:\n]+): ?([^\n]*)\n|(HEADERS|DATA|RST_STREAM|GOAWAY) frame <length=(\d+), flags=0x([0-9a-f]+), stream_id=(\d+)>\n(?: *; [^\n]*\n)*(?: *\(([^\n]*)\)\n)?)`)
+	nghttpEvent = regexp.MustCompile(`\[ *[0-9.]+\] recv (?:\(stream_id=(\d+)(?:, sensitive)?\) (:?[^:\n]+): ?([^\n]*)\n|(HEADERS|DATA|RST_STREAM|GOAWAY) frame <length=(\d+), flags=0x([0-9a-f]+), stream_id=(\d+)>\n(?: *; [^\n]*\n)*(?: *\(([^\n]*)\)\n)?)`)
 )
 
 // runNghttp runs nghttp -v (h2c with prior knowledge) POSTing body with
