@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/member"
+	"github.com/sluicehq/sluice/node/rls"
 )
 
 // options are sluiced's settings, from flags and SLUICE_* environment
@@ -75,6 +76,8 @@ type options struct {
 	// directory); rlsHeaders adds the RateLimit headers to its answers.
 	rlsListen, rlsConfig string
 	rlsHeaders           bool
+	// rlsTransport is the rate limit service's gRPC transport.
+	rlsTransport rls.Transport
 	// upstream: the global tier's nodes (docs/regions.md); upstreamToken
 	// its client token; region this node's region name there;
 	// upstreamRTT the round trip to size its leases for (0: measured).
@@ -289,6 +292,14 @@ func settings() []setting {
 		{"rls-config", "SLUICE_RLS_CONFIG", "", "envoyproxy/ratelimit YAML configuration, a file or a directory of files (one domain each), reloaded when it changes (checked every -rules-poll)", func(o *options, v string) error {
 			o.rlsConfig = v
 			return nil
+		}},
+		{"rls-transport", "SLUICE_RLS_TRANSPORT", "grpc", "the rate limit service's gRPC transport: lean (Sluice's own HTTP/2 server for its unary calls, a third of grpc-go's CPU per call; the health service's Watch is not served) or grpc (grpc-go's server)", func(o *options, v string) error {
+			switch tr := rls.Transport(v); tr {
+			case rls.TransportLean, rls.TransportGRPC:
+				o.rlsTransport = tr
+				return nil
+			}
+			return errors.New("want lean or grpc")
 		}},
 		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", func(o *options, v string) error {
 			b, err := strconv.ParseBool(v)

@@ -32,6 +32,7 @@ func (d *daemon) startRLS(o options) error {
 		Metrics:         d.node.MetricsSet(),
 		Logger:          d.log,
 		ResponseHeaders: o.rlsHeaders,
+		Transport:       o.rlsTransport,
 	})
 	r := &rlsDaemon{srv: srv, served: make(chan error, 1)}
 	if o.rlsConfig != "" {

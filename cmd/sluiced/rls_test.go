@@ -15,13 +15,21 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/node/rls"
 )
 
 // TestRLSDaemon starts a node with -rls-listen and the shipped
 // deploy/gateways/ratelimit-config.yaml and calls it with go-control-plane's
-// client over TCP.
+// client over TCP, on each -rls-transport.
 func TestRLSDaemon(t *testing.T) {
-	o, err := parseOptions([]string{"-listen", "127.0.0.1:0", "-rls-listen", "127.0.0.1:0",
+	for _, tr := range []string{"lean", "grpc"} {
+		t.Run(tr, func(t *testing.T) { testRLSDaemon(t, tr) })
+	}
+}
+
+func testRLSDaemon(t *testing.T, transport string) {
+	o, err := parseOptions([]string{"-listen", "127.0.0.1:0", "-rls-listen", "127.0.0.1:0", "-rls-transport", transport,
 		"-rls-config", filepath.Join("..", "..", "deploy", "gateways", "ratelimit-config.yaml"), "-rls-headers"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -77,5 +85,20 @@ func TestRLSStartFailures(t *testing.T) {
 		if code := run(c.args, env(nil), &out); code != 1 || !strings.Contains(out.String(), c.want) {
 			t.Errorf("%v: exit %d, output %q; want 1 mentioning %q", c.args, code, out.String(), c.want)
 		}
+	}
+}
+
+// TestRLSTransportOption: -rls-transport and SLUICE_RLS_TRANSPORT take lean
+// or grpc; another value is an error naming the flag or the variable.
+func TestRLSTransportOption(t *testing.T) {
+	o, err := parseOptions([]string{"-rls-transport", "lean"}, env(map[string]string{"SLUICE_RLS_TRANSPORT": "grpc"}), io.Discard)
+	if err != nil || o.rlsTransport != rls.TransportLean {
+		t.Errorf("-rls-transport lean over SLUICE_RLS_TRANSPORT=grpc: %q %v", o.rlsTransport, err)
+	}
+	if _, err := parseOptions([]string{"-rls-transport", "h3"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "-rls-transport: want lean or grpc") {
+		t.Errorf("-rls-transport h3: %v", err)
+	}
+	if _, err := parseOptions(nil, env(map[string]string{"SLUICE_RLS_TRANSPORT": "h3"}), io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_RLS_TRANSPORT: want lean or grpc") {
+		t.Errorf("SLUICE_RLS_TRANSPORT=h3: %v", err)
 	}
 }

@@ -32,8 +32,9 @@ import (
 // benchNode starts a node (memory store) serving HTTP and Envoy RLS on
 // loopback ports, each deciding the same kind of limit (fixed_window, never
 // reached): rule "per-key" over HTTP, domain "bench" descriptor "user" over
-// RLS. stop shuts both down.
-func benchNode(tb testing.TB) (httpAddr, rlsAddr string, stop func()) {
+// RLS, served by grpc-go's transport at rlsAddr and by TransportLean at
+// leanAddr. stop shuts them down.
+func benchNode(tb testing.TB) (httpAddr, rlsAddr, leanAddr string, stop func()) {
 	store := lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
 	mgr := lease.NewManager(store, lease.DefaultConfig())
 	n := node.New(node.DefaultConfig(), mgr)
@@ -47,19 +48,30 @@ func benchNode(tb testing.TB) (httpAddr, rlsAddr string, stop func()) {
 		tb.Fatal(err)
 	}
 	go n.Serve(httpLn)
-	srv := rls.NewServer(rls.ServerConfig{Engine: n, Metrics: n.MetricsSet()})
 	c, err := rls.Parse(rls.Doc{Name: "bench.yaml", Data: []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv.SetConfig(c)
-	rlsLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	var srvs []*rls.Server
+	var addrs []string
+	for i, tr := range []rls.Transport{rls.TransportGRPC, rls.TransportLean} {
+		cfg := rls.ServerConfig{Engine: n, Transport: tr}
+		if i == 0 {
+			cfg.Metrics = n.MetricsSet() // the other's metrics in a set of its own: one set has each name once
+		}
+		srv := rls.NewServer(cfg)
+		srv.SetConfig(c)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		go srv.Serve(ln)
+		srvs, addrs = append(srvs, srv), append(addrs, ln.Addr().String())
 	}
-	go srv.Serve(rlsLn)
-	return httpLn.Addr().String(), rlsLn.Addr().String(), func() {
-		srv.Close(context.Background())
+	return httpLn.Addr().String(), addrs[0], addrs[1], func() {
+		for _, srv := range srvs {
+			srv.Close(context.Background())
+		}
 		n.Shutdown(context.Background())
 		mgr.Close()
 		store.Close()
@@ -156,16 +168,19 @@ func newBenchCalls(tb testing.TB, httpAddr, rlsAddr string) benchCalls {
 //
 //	go test -run '^$' -bench RLSvsHTTP -benchtime 3s ./node/rls/
 //
-// It runs three rounds, each RLS then HTTP.
+// It runs three rounds, each RLS (grpc-go's transport, then
+// TransportLean) then HTTP.
 func BenchmarkRLSvsHTTP(b *testing.B) {
-	httpAddr, rlsAddr, stop := benchNode(b)
+	httpAddr, rlsAddr, leanAddr, stop := benchNode(b)
 	defer stop()
-	calls := newBenchCalls(b, httpAddr, rlsAddr)
+	calls, lean := newBenchCalls(b, httpAddr, rlsAddr), newBenchCalls(b, httpAddr, leanAddr)
 	defer calls.stop()
-	// Rounds interleave the two, so that a shared machine's load shifts
-	// hit both alike (compare within a round).
+	defer lean.stop()
+	// Rounds interleave them, so that a shared machine's load shifts hit
+	// all alike (compare within a round).
 	for r := 1; r <= 3; r++ {
 		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, calls.rls, nil) })
+		b.Run("round"+strconv.Itoa(r)+"/rls-lean", func(b *testing.B) { run(b, lean.rls, nil) })
 		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, calls.http, nil) })
 	}
 }
@@ -178,25 +193,30 @@ func BenchmarkRLSvsHTTP(b *testing.B) {
 // count that does not swing with the machine's load) and client-µs/call
 // (this process's CPU per call: calls/s is what clients and node leave
 // each other on a shared machine, whereas a node's own capacity is its
-// cores over server-µs/call). Each of three rounds runs RLS, HTTP, gRPC's
-// health Check on the RLS port (gRPC's own cost per call, next to no
-// handler) and RLS on a second node process run with GOGC=400 (gRPC's
-// allocations make the garbage collector a large part of an RLS call).
+// cores over server-µs/call). Each of three rounds runs RLS on grpc-go's
+// transport (rls) and on TransportLean (rls-lean), HTTP, the health
+// Check on each transport (grpc-health, lean-health: the transport's own
+// cost per call, next to no handler) and RLS (grpc-go's) on a second node
+// process run with GOGC=400 (grpc-go's allocations make the garbage
+// collector a large part of its calls).
 //
 //	go test -run '^$' -bench ServerCPU -benchtime 3s -tags vtprotobuf ./node/rls/
 func BenchmarkServerCPU(b *testing.B) {
-	httpAddr, rlsAddr, stop := startBenchServer(b, true)
+	httpAddr, rlsAddr, leanAddr, stop := startBenchServer(b, true)
 	defer stop()
-	gcHTTPAddr, gcRLSAddr, stopGC := startBenchServer(b, false, "GOGC=400")
+	gcHTTPAddr, gcRLSAddr, _, stopGC := startBenchServer(b, false, "GOGC=400")
 	defer stopGC()
 	stats, gcStats := serverStats(b, httpAddr), serverStats(b, gcHTTPAddr)
-	calls, gcCalls := newBenchCalls(b, httpAddr, rlsAddr), newBenchCalls(b, gcHTTPAddr, gcRLSAddr)
+	calls, lean, gcCalls := newBenchCalls(b, httpAddr, rlsAddr), newBenchCalls(b, httpAddr, leanAddr), newBenchCalls(b, gcHTTPAddr, gcRLSAddr)
 	defer calls.stop()
+	defer lean.stop()
 	defer gcCalls.stop()
 	for r := 1; r <= 3; r++ {
 		b.Run("round"+strconv.Itoa(r)+"/rls", func(b *testing.B) { run(b, calls.rls, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/rls-lean", func(b *testing.B) { run(b, lean.rls, stats) })
 		b.Run("round"+strconv.Itoa(r)+"/http", func(b *testing.B) { run(b, calls.http, stats) })
 		b.Run("round"+strconv.Itoa(r)+"/grpc-health", func(b *testing.B) { run(b, calls.health, stats) })
+		b.Run("round"+strconv.Itoa(r)+"/lean-health", func(b *testing.B) { run(b, lean.health, stats) })
 		b.Run("round"+strconv.Itoa(r)+"/rls-gogc400", func(b *testing.B) { run(b, gcCalls.rls, gcStats) })
 	}
 }
@@ -207,7 +227,7 @@ func BenchmarkServerCPU(b *testing.B) {
 // test flags in $SLUICE_RLS_BENCH_SERVER_FLAGS (such as "-test.cpuprofile
 // node.pprof") and runs under the command in $SLUICE_RLS_BENCH_SERVER_EXEC
 // (such as valgrind: see testdata/server-instructions.sh).
-func startBenchServer(b *testing.B, custom bool, env ...string) (httpAddr, rlsAddr string, stop func()) {
+func startBenchServer(b *testing.B, custom bool, env ...string) (httpAddr, rlsAddr, leanAddr string, stop func()) {
 	args := []string{os.Args[0], "-test.run", "^TestBenchServer$"}
 	if custom {
 		args = append(strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_EXEC")), append(args, strings.Fields(os.Getenv("SLUICE_RLS_BENCH_SERVER_FLAGS"))...)...)
@@ -232,15 +252,15 @@ func startBenchServer(b *testing.B, custom bool, env ...string) (httpAddr, rlsAd
 	}
 	sc := bufio.NewScanner(out)
 	for httpAddr == "" && sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "bench-server" {
-			httpAddr, rlsAddr = f[1], f[2]
+		if f := strings.Fields(sc.Text()); len(f) == 4 && f[0] == "bench-server" {
+			httpAddr, rlsAddr, leanAddr = f[1], f[2], f[3]
 		}
 	}
 	if httpAddr == "" {
 		stop()
 		b.Fatal("the server process printed no addresses")
 	}
-	return httpAddr, rlsAddr, stop
+	return httpAddr, rlsAddr, leanAddr, stop
 }
 
 // serverStats returns a reader of a node's CPU time so far (user +
@@ -283,9 +303,9 @@ func TestBenchServer(t *testing.T) {
 	if os.Getenv("SLUICE_RLS_BENCH_SERVER") == "" {
 		t.Skip("BenchmarkServerCPU's server process (SLUICE_RLS_BENCH_SERVER=1)")
 	}
-	httpAddr, rlsAddr, stop := benchNode(t)
+	httpAddr, rlsAddr, leanAddr, stop := benchNode(t)
 	defer stop()
-	fmt.Println("bench-server", httpAddr, rlsAddr)
+	fmt.Println("bench-server", httpAddr, rlsAddr, leanAddr)
 	_, _ = bufio.NewReader(os.Stdin).ReadString(0) // until EOF
 }
 

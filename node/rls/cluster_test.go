@@ -28,7 +28,9 @@ func (s *staticMembership) View() []member.Member { return s.view }
 // TestClusterRouting: in a cluster of two nodes, each with its RLS server
 // and the same configuration, a descriptor is decided by the owner of its
 // counter key, whichever node Envoy calls, and the limit holds across both.
-func TestClusterRouting(t *testing.T) {
+func TestClusterRouting(t *testing.T) { eachTransport(t, testClusterRouting) }
+
+func testClusterRouting(t *testing.T, tr rls.Transport) {
 	const yml = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 4}\n"
 	conf, err := rls.Parse(rls.Doc{Name: "d.yaml", Data: []byte(yml)})
 	if err != nil {
@@ -63,7 +65,7 @@ func TestClusterRouting(t *testing.T) {
 			t.Fatal(err)
 		}
 		go n.Serve(hln)
-		srv := rls.NewServer(rls.ServerConfig{Engine: n, Metrics: n.MetricsSet(), Logger: quiet})
+		srv := rls.NewServer(rls.ServerConfig{Engine: n, Metrics: n.MetricsSet(), Logger: quiet, Transport: tr})
 		srv.SetConfig(conf)
 		gln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,10 +73,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(c.pool)
 	defer buf.Free()
-	if r.decode(buf.ReadOnlyData()) {
-		return nil
-	}
-	return proto.Unmarshal(buf.ReadOnlyData(), &r.req)
+	return r.unmarshal(buf.ReadOnlyData())
 }
 
 // Name is the proto codec's: requests come as application/grpc(+proto).
@@ -165,4 +163,19 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, _
 		return nil, err
 	}
 	return s.shouldRateLimitPooled(ctx, &r.req)
+}
+
+// appendMarshal appends m's encoding to dst: with its vtprotobuf-generated
+// marshalling when it has one (see codec), else with the proto library.
+func appendMarshal(dst []byte, m proto.Message) ([]byte, error) {
+	vt, ok := m.(vtMarshaler)
+	if !ok {
+		return proto.MarshalOptions{}.MarshalAppend(dst, m)
+	}
+	n, size := len(dst), vt.SizeVT()
+	dst = slices.Grow(dst, size)[:n+size]
+	if _, err := vt.MarshalToSizedBufferVTStrict(dst[n:]); err != nil {
+		return dst[:n], err
+	}
+	return dst, nil
 }

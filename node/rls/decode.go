@@ -6,6 +6,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -21,6 +22,15 @@ type request struct {
 	// Arrays of the decoded request's slices.
 	descSlice  []*ratelimitv3.RateLimitDescriptor
 	entrySlice []*ratelimitv3.RateLimitDescriptor_Entry
+}
+
+// unmarshal decodes b into r.req: with decode, or with the proto library
+// when decode declines.
+func (r *request) unmarshal(b []byte) error {
+	if r.decode(b) {
+		return nil
+	}
+	return proto.Unmarshal(b, &r.req)
 }
 
 // decode decodes b into r.req as proto.Unmarshal would, reusing r's

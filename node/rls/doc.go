@@ -90,7 +90,51 @@
 // most 10000 series). Plus sluice_rls_calls_total{code} (OK, OVER_LIMIT,
 // INVALID_ARGUMENT, UNAVAILABLE, INTERNAL), sluice_rls_config_loads_total
 // and sluice_rls_config_errors_total. The server also serves the gRPC health
-// service (grpc.health.v1), SERVING once a configuration is loaded.
+// service (grpc.health.v1), SERVING once a configuration is loaded and
+// NOT_SERVING once Close has begun (on TransportLean, its Check only).
+//
+// # Transports
+//
+// ServerConfig.Transport chooses the HTTP/2 server that carries the calls.
+// TransportGRPC is grpc-go's. TransportLean is Sluice's own, for the
+// service's unary calls only, at a fraction of grpc-go's CPU per call:
+// gRPC over cleartext HTTP/2 with prior knowledge (what Envoy's gRPC
+// client and grpc-go's client speak), its frames read with
+// golang.org/x/net/http2's Framer and its header blocks decoded with
+// golang.org/x/net/http2/hpack. A connection has one reader goroutine,
+// which parses frames and assembles each stream's request. A finished
+// request goes to a long-lived worker (a pool of 128 shared by the server;
+// a goroutine of its own when all are busy), since a decision may block on
+// the Store or on a forward to the key's owner. The worker decodes the
+// request into pooled messages, answers, and appends its response's frames
+// to the connection's write buffer; their header blocks are constant bytes
+// encoded once (HPACK literals that never touch the peer's dynamic table,
+// valid on every connection). The worker that finds nobody writing writes,
+// outside the lock, until the buffer is empty: no writer goroutine, about
+// one write per batch of responses. Flow control: a stream's window (1 MiB)
+// holds any request, so streams need no WINDOW_UPDATE; the connection's
+// (4 MiB) is given back as calls decode their requests; responses go out
+// as the peer's windows allow, the rest once it sends WINDOW_UPDATE.
+//
+// Bounds on a TransportLean connection: 1024 concurrent streams (a call
+// whose stream the peer reset counts until its worker finishes, so that
+// resets pile up no work; streams past it are refused with
+// REFUSED_STREAM), a 16 KiB header list, 16 KiB frames, 256 KiB messages
+// (RESOURCE_EXHAUSTED), 4 MiB of responses the peer has not read (past it,
+// the connection is closed), 10000 PING or SETTINGS frames without a
+// stream opened in between (ENHANCE_YOUR_CALM), 10 s to send the preface.
+// A protocol error closes that connection only (GOAWAY); a malformed
+// request resets its stream. Close says GOAWAY(NO_ERROR) on every
+// connection, refuses new streams, and closes each once its calls are
+// answered, or when Close's context ends.
+//
+// Not served by TransportLean: TLS, HTTP/1.1's upgrade to h2c, streaming
+// calls (the health service's Watch, which grpc-go's transport serves, is
+// answered UNIMPLEMENTED, as is any method other than ShouldRateLimit and
+// the health service's Check), compressed messages (UNIMPLEMENTED) and
+// grpc-timeout: a call's deadline is the engine's own bounds (the Store's
+// timeout, a forward's), and Envoy resets the stream when its own timeout
+// fires (the answer is then dropped).
 //
 // # Concurrency
 //

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -80,38 +84,140 @@ func TestDrainDenied(t *testing.T) {
 
 // TestEngineFailures: a Store the rule cannot reach (on_store_failure:
 // closed) is UNAVAILABLE, so that Envoy applies its failure_mode_deny; an
-// engine error is INTERNAL. Neither panics or answers OK.
-func TestEngineFailures(t *testing.T) {
-	c, err := rls.Parse(rls.Doc{Name: "d.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=a")}
+// engine error is INTERNAL, its message intact over the wire (grpc-message
+// is percent-encoded). Neither panics or answers OK.
+func TestEngineFailures(t *testing.T) { eachTransport(t, testEngineFailures) }
 
-	e := &scriptedEngine{answers: [][]lease.Decision{{{Unavailable: true}}}}
-	srv := rls.NewServer(rls.ServerConfig{Engine: e, Logger: quiet})
-	srv.SetConfig(c)
-	if _, err := srv.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
-		t.Errorf("store unavailable: %v, want UNAVAILABLE", err)
-	}
-
-	f := &failingEngine{}
-	srv = rls.NewServer(rls.ServerConfig{Engine: f, Logger: quiet})
-	srv.SetConfig(c)
-	if _, err := srv.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Internal {
-		t.Errorf("engine error: %v, want INTERNAL", err)
+func testEngineFailures(t *testing.T, tr rls.Transport) {
+	const yml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	for _, tc := range []struct {
+		name    string
+		e       rls.Engine
+		code    codes.Code
+		message string
+	}{
+		{"store unavailable", &scriptedEngine{answers: [][]lease.Decision{{{Unavailable: true}}}}, codes.Unavailable,
+			"the rate limit store is unavailable (descriptors[0])"},
+		{"engine error", failingEngine{"unknown rule 100% \u00e9\n"}, codes.Internal,
+			"cannot decide descriptors[0]: unknown rule 100% \u00e9\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, yml, withTransport(tr), withEngine(tc.e))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=a")})
+			if st, _ := status.FromError(err); st.Code() != tc.code || st.Message() != tc.message {
+				t.Errorf("%v, want %v %q", err, tc.code, tc.message)
+			}
+		})
 	}
 }
 
-// failingEngine refuses every request, as the node does for a rule it does
-// not know.
-type failingEngine struct{}
+// failingEngine refuses every request with an error of msg, as the node
+// does for a rule it does not know.
+type failingEngine struct{ msg string }
 
 func (failingEngine) SetRLSRules(*rules.Set) {}
 
-func (failingEngine) Decide(_ context.Context, b *engine.Batch) {
+func (e failingEngine) Decide(_ context.Context, b *engine.Batch) {
 	for i := range b.Requests {
-		b.Requests[i].Err = errors.New("unknown rule")
+		b.Requests[i].Err = errors.New(e.msg)
 	}
+}
+
+// blockingEngine allows every request, but a request for the key "slow"
+// signals started and waits for release.
+type blockingEngine struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (e *blockingEngine) SetRLSRules(*rules.Set) {}
+
+func (e *blockingEngine) Decide(_ context.Context, b *engine.Batch) {
+	for i := range b.Items {
+		if b.Items[i].Key == "slow" {
+			e.started <- struct{}{}
+			<-e.release
+		}
+		b.Items[i].Decided, b.Items[i].Decision = true, lease.Decision{Allowed: true, Remaining: 1, Limit: 10}
+	}
+}
+
+// TestBlockedDecide: a call whose Decide blocks (a Store's first touch, a
+// forward) holds up no other call on the same connection.
+func TestBlockedDecide(t *testing.T) { eachTransport(t, testBlockedDecide) }
+
+func testBlockedDecide(t *testing.T, tr rls.Transport) {
+	e := &blockingEngine{started: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", withTransport(tr), withEngine(e))
+	var once sync.Once
+	release := func() { once.Do(func() { close(e.release) }) }
+	t.Cleanup(release) // before the rig's Close, which waits for the call
+	slow := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=slow")})
+		slow <- err
+	}()
+	<-e.started
+	if got, _ := r.call(t, "d", 0, desc("k=fast")); got != "OK: OK" {
+		t.Errorf("the other call: %s", got)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the blocked call was answered before its Decide returned: %v", err)
+	default:
+	}
+	release()
+	if err := <-slow; err != nil {
+		t.Errorf("the blocked call, released: %v", err)
+	}
+}
+
+// TestCloseLetsCallsFinish: Close stops accepting connections at once,
+// lets a call in flight finish and answer, then returns; Serve returns nil.
+func TestCloseLetsCallsFinish(t *testing.T) { eachTransport(t, testCloseLetsCallsFinish) }
+
+func testCloseLetsCallsFinish(t *testing.T, tr rls.Transport) {
+	e := &blockingEngine{started: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", withTransport(tr), withEngine(e))
+	var once sync.Once
+	release := func() { once.Do(func() { close(e.release) }) }
+	t.Cleanup(release)
+	slow := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=slow")})
+		slow <- err
+	}()
+	<-e.started
+	closed := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r.srv.Close(ctx)
+		close(closed)
+	}()
+	// Close has begun once the listener refuses connections.
+	for {
+		c, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			break
+		}
+		c.Close()
+		runtime.Gosched()
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned with a call in flight")
+	default:
+	}
+	release()
+	if err := <-slow; err != nil {
+		t.Errorf("the call in flight: %v", err)
+	}
+	<-closed
 }

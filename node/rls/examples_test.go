@@ -5,6 +5,8 @@ import (
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/node/rls"
 )
 
 // step is one ShouldRateLimit call and the codes envoyproxy/ratelimit
@@ -348,15 +350,17 @@ descriptors:
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, tc.yml)
-			for i, s := range tc.steps {
-				if s.advance > 0 {
-					r.clock.Advance(s.advance)
+			eachTransport(t, func(t *testing.T, tr rls.Transport) {
+				r := newRig(t, tc.yml, withTransport(tr))
+				for i, s := range tc.steps {
+					if s.advance > 0 {
+						r.clock.Advance(s.advance)
+					}
+					if got, _ := r.call(t, s.domain, s.hits, s.descs...); got != s.want {
+						t.Fatalf("call %d: %s, want %s", i+1, got, s.want)
+					}
 				}
-				if got, _ := r.call(t, s.domain, s.hits, s.descs...); got != s.want {
-					t.Fatalf("call %d: %s, want %s", i+1, got, s.want)
-				}
-			}
+			})
 		})
 	}
 }

@@ -27,11 +27,25 @@ var start = time.Unix(56*365*86400, 0).Add(time.Millisecond)
 
 // transports are the gRPC transports that the transport-level tests run
 // against, each in turn.
-var transports = []rls.Transport{rls.TransportGRPC}
+var transports = []rls.Transport{rls.TransportGRPC, rls.TransportLean}
 
 // withTransport is a newRig option that serves on tr.
 func withTransport(tr rls.Transport) func(*rls.ServerConfig) {
 	return func(c *rls.ServerConfig) { c.Transport = tr }
+}
+
+// withEngine is a newRig option that serves e's decisions in place of the
+// rig's node.
+func withEngine(e rls.Engine) func(*rls.ServerConfig) {
+	return func(c *rls.ServerConfig) { c.Engine = e }
+}
+
+// eachTransport runs f as a subtest per transport, named by it.
+func eachTransport(t *testing.T, f func(t *testing.T, tr rls.Transport)) {
+	t.Helper()
+	for _, tr := range transports {
+		t.Run(string(tr), func(t *testing.T) { f(t, tr) })
+	}
 }
 
 // rig is a node (memory store, fake clock) behind an RLS server on a real

@@ -94,7 +94,8 @@ type Server struct {
 	cfg      ServerConfig
 	log      *slog.Logger
 	conf     atomic.Pointer[Config]
-	grpc     *grpc.Server
+	grpc     *grpc.Server // TransportGRPC
+	lean     *leanServer  // TransportLean
 	health   *health.Server
 	met      *statsSet
 	states   sync.Pool // of *callState
@@ -123,16 +124,22 @@ func NewServer(cfg ServerConfig) *Server {
 	s.states.New = func() any { return &callState{} }
 	s.replies.New = func() any { return &reply{pool: &s.replies} }
 	s.requests.New = func() any { return &request{} }
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.ForceServerCodecV2(newCodec()),
-		// Calls run on long-lived goroutines (up to this many at a time;
-		// more get one each): a goroutine per call grew its stack on every
-		// call, a fifth of the server's CPU.
-		grpc.NumStreamWorkers(streamWorkers))
-	s.grpc.RegisterService(&serviceDesc, s)
+	// The health service's statuses, which both transports serve.
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	switch cfg.Transport {
+	case "", TransportGRPC:
+		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.ForceServerCodecV2(newCodec()),
+			// Calls run on long-lived goroutines (up to this many at a
+			// time; more get one each): a goroutine per call grew its
+			// stack on every call, a fifth of the server's CPU.
+			grpc.NumStreamWorkers(streamWorkers))
+		s.grpc.RegisterService(&serviceDesc, s)
+		healthpb.RegisterHealthServer(s.grpc, s.health)
+	case TransportLean:
+		s.lean = newLeanServer(s)
+	}
 	return s
 }
 
@@ -147,8 +154,16 @@ func (s *Server) SetConfig(c *Config) {
 // Config returns the configuration in use, or nil.
 func (s *Server) Config() *Config { return s.conf.Load() }
 
-// Serve serves gRPC on ln until Close.
+// Serve serves gRPC on ln until Close, when it returns nil. It closes ln.
+// An unknown ServerConfig.Transport is an error.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.lean != nil {
+		return s.lean.serve(ln)
+	}
+	if s.grpc == nil {
+		ln.Close()
+		return fmt.Errorf("rls: unknown transport %q (want %q or %q)", s.cfg.Transport, TransportLean, TransportGRPC)
+	}
 	err := s.grpc.Serve(ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
@@ -161,6 +176,13 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Close(ctx context.Context) {
 	s.closeOnce.Do(func() {
 		s.health.Shutdown()
+		if s.lean != nil {
+			s.lean.close(ctx)
+			return
+		}
+		if s.grpc == nil {
+			return
+		}
 		done := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(done) }()
 		select {

@@ -43,8 +43,10 @@ descriptors:
 
 // TestStatuses checks the fields of each status, in descriptor order, over
 // a real TCP connection.
-func TestStatuses(t *testing.T) {
-	r := newRig(t, messagingYAML)
+func TestStatuses(t *testing.T) { eachTransport(t, testStatuses) }
+
+func testStatuses(t *testing.T, tr rls.Transport) {
+	r := newRig(t, messagingYAML, withTransport(tr))
 	_, resp := r.call(t, "messaging", 0,
 		desc("message_type=marketing", "to_number=1"), desc("to_number=1"), desc("vip=x"), desc("nothing=here"))
 	if got := codesOf(resp); got != "OK: OK OK OK OK" {
@@ -74,8 +76,10 @@ func TestStatuses(t *testing.T) {
 
 // TestResponseHeaders: with ResponseHeaders, the headers of the status with
 // the least remaining.
-func TestResponseHeaders(t *testing.T) {
-	r := newRig(t, messagingYAML, func(c *rls.ServerConfig) { c.ResponseHeaders = true })
+func TestResponseHeaders(t *testing.T) { eachTransport(t, testResponseHeaders) }
+
+func testResponseHeaders(t *testing.T, tr rls.Transport) {
+	r := newRig(t, messagingYAML, withTransport(tr), func(c *rls.ServerConfig) { c.ResponseHeaders = true })
 	_, resp := r.call(t, "messaging", 0, desc("to_number=1"), desc("message_type=marketing", "to_number=1"))
 	h := map[string]string{}
 	for _, hv := range resp.ResponseHeadersToAdd {
@@ -97,8 +101,10 @@ func TestResponseHeaders(t *testing.T) {
 
 // TestBadRequests: bad input is INVALID_ARGUMENT naming the field, never a
 // panic, and the server keeps serving.
-func TestBadRequests(t *testing.T) {
-	r := newRig(t, messagingYAML)
+func TestBadRequests(t *testing.T) { eachTransport(t, testBadRequests) }
+
+func testBadRequests(t *testing.T, tr rls.Transport) {
+	r := newRig(t, messagingYAML, withTransport(tr))
 	many := make([]*ratelimitv3.RateLimitDescriptor, 10000)
 	for i := range many {
 		many[i] = desc("to_number=1")
@@ -153,8 +159,10 @@ func TestBadRequests(t *testing.T) {
 
 // TestHealthAndNoConfig: NOT_SERVING and UNAVAILABLE until a configuration
 // is loaded, SERVING after.
-func TestHealthAndNoConfig(t *testing.T) {
-	r := newRig(t, "")
+func TestHealthAndNoConfig(t *testing.T) { eachTransport(t, testHealthAndNoConfig) }
+
+func testHealthAndNoConfig(t *testing.T, tr rls.Transport) {
+	r := newRig(t, "", withTransport(tr))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h := healthpb.NewHealthClient(r.conn)
@@ -178,8 +186,10 @@ func TestHealthAndNoConfig(t *testing.T) {
 }
 
 // TestMetrics: per domain and descriptor, like envoy's statistics.
-func TestMetrics(t *testing.T) {
-	r := newRig(t, messagingYAML)
+func TestMetrics(t *testing.T) { eachTransport(t, testMetrics) }
+
+func testMetrics(t *testing.T, tr rls.Transport) {
+	r := newRig(t, messagingYAML, withTransport(tr))
 	for range 3 {
 		r.call(t, "messaging", 0, desc("message_type=marketing", "to_number=1"))
 	}
@@ -206,8 +216,10 @@ func TestMetrics(t *testing.T) {
 
 // TestReload: a changed directory is reloaded; an invalid one is refused
 // whole and the last good configuration stays.
-func TestReload(t *testing.T) {
-	r := newRig(t, "")
+func TestReload(t *testing.T) { eachTransport(t, testReload) }
+
+func testReload(t *testing.T, tr rls.Transport) {
+	r := newRig(t, "", withTransport(tr))
 	dir := t.TempDir()
 	write := func(name, content string) {
 		t.Helper()
