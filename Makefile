@@ -69,6 +69,8 @@ e2e-deps: deps
 	command -v caddy >/dev/null 2>&1 || missing="$$missing caddy"; \
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v nghttp >/dev/null 2>&1 && command -v h2load >/dev/null 2>&1 || missing="$$missing nghttp2-client"; \
+	{ python3 -c 'import grpc' || /usr/bin/python3 -c 'import grpc'; } >/dev/null 2>&1 || missing="$$missing python3-grpcio"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing$$missing (apt-get)"; \
@@ -85,7 +87,7 @@ e2e-deps: deps
 e2e: e2e-deps build caddy
 	@pkgs=$$(grep -rl --include='*_test.go' --exclude-dir=contrib '^//go:build e2e' . | xargs -r -n1 dirname | sort -u); \
 	echo "e2e packages:" $$pkgs; \
-	$(GO) test -tags e2e -count=1 -v -run '^TestE2E' $$pkgs
+	SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced $(GO) test -tags e2e -count=1 -v -run '^TestE2E' $$pkgs
 	cd contrib/caddy && SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced SLUICE_E2E_CADDY=$(CURDIR)/$(BIN)/caddy-sluice \
 		$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
 
