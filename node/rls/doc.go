@@ -124,7 +124,9 @@
 // the connection is closed), 10000 PING or SETTINGS frames without a
 // stream opened in between (ENHANCE_YOUR_CALM), 10 s to send the preface.
 // A protocol error closes that connection only (GOAWAY); a malformed
-// request resets its stream. Close says GOAWAY(NO_ERROR) on every
+// request (RFC 9113 8.1.1: a content-length its DATA does not match, say)
+// resets its stream; a request its headers refuse (an unknown method, a
+// method other than POST, another content-type) is answered once it ends. Close says GOAWAY(NO_ERROR) on every
 // connection, refuses new streams, and closes each once its calls are
 // answered, or when Close's context ends.
 //
