@@ -907,6 +907,32 @@ func TestTransportWindowOverflow(t *testing.T) {
 	})
 }
 
+// TestTransportContentLength: a request whose content-length is not the
+// length of its DATA is malformed (RFC 9113 8.1.1): it is not served; the
+// stream is reset with PROTOCOL_ERROR, or answered with an error first.
+func TestTransportContentLength(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+		if tr == rls.TransportGRPC {
+			t.Skip("grpc-go does not check content-length against the DATA")
+		}
+		r := newRig(t, transportYAML, withTransport(tr))
+		c := dialH2(t, r.addr)
+		for i, n := range []int{3, 1000} {
+			id := uint32(2*i + 1)
+			c.send(id, pathRLS, grpcMsg(t, rlsReq("a", 1)), shape{dataFrames: 2,
+				extra: []hpack.HeaderField{{Name: "content-length", Value: strconv.Itoa(n)}}})
+			c.readUntil("the stream ended", func() bool { return c.stream(id).rst || c.stream(id).ended || len(c.goaways) > 0 })
+			s := c.stream(id)
+			if len(c.goaways) > 0 || (s.rst && s.rstCode == http2.ErrCodeProtocol) {
+				continue
+			}
+			if st, _ := field(append(s.blocks, nil)[0], ":status"); st == "200" && s.grpcStatus() == "0" {
+				t.Errorf("content-length %d: served", n)
+			}
+		}
+	})
+}
+
 // violation runs bad on a new connection after the preface and SETTINGS:
 // the server must close that connection (RFC 9113 5.4.1: it SHOULD send a
 // GOAWAY first, which grpc-go mostly does not; one sent must carry an
