@@ -409,7 +409,7 @@ func (c *leanConn) readFrame(first bool) error {
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
 	}
-	return nil // PRIORITY, GOAWAY (the peer opens no more streams: nothing to do) and unknown frames
+	return nil // GOAWAY (the peer opens no more streams: nothing to do) and unknown frames
 }
 
 // countControl counts a PING or SETTINGS to answer.
