@@ -266,17 +266,51 @@ func (c *h2client) ping(data [8]byte) {
 	})
 }
 
-// headerBlock encodes a gRPC request's headers for path, plus extra.
+// sendFlow sends data on stream id (whose HEADERS are sent) in DATA
+// frames, the last with END_STREAM, as the server's flow-control windows
+// and SETTINGS_MAX_FRAME_SIZE allow, reading frames while they are
+// closed; it stops early if the server ends or resets the stream.
+func (c *h2client) sendFlow(id uint32, data []byte) {
+	c.t.Helper()
+	s := c.stream(id)
+	for len(data) > 0 && !s.ended && !s.rst {
+		n := min(int64(len(data)), c.sendConnWin, s.sendWin, int64(c.peerMaxFrame))
+		if n <= 0 {
+			if _, err := c.read(); err != nil {
+				c.t.Fatalf("reading while the windows are closed: %v", err)
+			}
+			continue
+		}
+		c.check(c.fr.WriteData(id, int(n) == len(data), data[:n]))
+		data = data[n:]
+		c.sendConnWin -= n
+		s.sendWin -= n
+	}
+}
+
+// headerBlock encodes a gRPC request's headers for path, with extra in
+// place of those of their names, or after.
 func (c *h2client) headerBlock(path string, extra ...hpack.HeaderField) []byte {
 	c.hbuf.Reset()
-	for _, f := range append([]hpack.HeaderField{
+	fs := []hpack.HeaderField{
 		{Name: ":method", Value: "POST"},
 		{Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: path},
 		{Name: ":authority", Value: "rls.test"},
 		{Name: "content-type", Value: "application/grpc"},
 		{Name: "te", Value: "trailers"},
-	}, extra...) {
+	}
+next:
+	for _, e := range extra {
+		for i := range fs {
+			if fs[i].Name == e.Name {
+				fs[i] = e
+				continue next
+			}
+		}
+		fs = append(fs, e)
+	}
+	for _, f := range fs {
 		c.henc.WriteField(f)
 	}
 	return bytes.Clone(c.hbuf.Bytes())
@@ -563,9 +597,10 @@ func TestTransportFlowControl(t *testing.T) {
 			c.send(id, pathRLS, grpcMsg(t, bigReq(strconv.Itoa(i)+"-")), shape{})
 		}
 		var connGiven int64
+		seen := len(c.log)
 		c.readUntil("every answer", func() bool {
-			if len(c.log) > 0 {
-				if f := c.log[len(c.log)-1]; f.typ == http2.FrameData {
+			for ; seen < len(c.log); seen++ {
+				if f := c.log[seen]; f.typ == http2.FrameData {
 					id, l := f.stream, int64(f.length)
 					if l > win[id] || l > connWin {
 						t.Fatalf("DATA of %d bytes on stream %d with windows of %d (stream) and %d (connection)", l, id, win[id], connWin)
@@ -644,6 +679,16 @@ func TestTransportPingSettings(t *testing.T) {
 		c.check(c.fr.WriteSettings())
 		c.readUntil("two more SETTINGS ACKs", func() bool { return c.settingsAcks == 3 })
 		c.call(1, "a", 1)
+
+		// A client with no HPACK dynamic table: once its SETTINGS are
+		// acknowledged, the server's header blocks must decode without
+		// one (RFC 7541 4.2).
+		z := dialH2(t, r.addr, http2.Setting{ID: http2.SettingHeaderTableSize, Val: 0})
+		z.fr.ReadMetaHeaders = hpack.NewDecoder(0, nil)
+		z.readUntil("the SETTINGS ACK", func() bool { return z.settingsAcks == 1 })
+		for i := range 3 {
+			z.call(uint32(2*i+1), "z"+strconv.Itoa(i), 1)
+		}
 	})
 }
 
@@ -724,33 +769,167 @@ func TestTransportBadMessages(t *testing.T) {
 		notOK(5, "two messages in a unary call")
 
 		// Past the limit: the server may answer as soon as it reads the
-		// length, or after the whole message; the client sends it as the
-		// server's flow-control windows allow, and stops once answered.
+		// length, or after the whole message.
 		const size = 256<<10 + 1
 		big := binary.BigEndian.AppendUint32([]byte{0}, size)
 		big = append(big, make([]byte, size)...)
 		id := uint32(7)
 		s := c.stream(id)
 		c.check(c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.headerBlock(pathRLS), EndHeaders: true}))
-		for len(big) > 0 && !s.ended && !s.rst {
-			n := min(int64(len(big)), c.sendConnWin, s.sendWin, int64(c.peerMaxFrame))
-			if n <= 0 {
-				if _, err := c.read(); err != nil {
-					t.Fatalf("reading while sending a big message: %v", err)
-				}
-				continue
-			}
-			c.check(c.fr.WriteData(id, int(n) == len(big), big[:n]))
-			big = big[n:]
-			c.sendConnWin -= n
-			s.sendWin -= n
-		}
+		c.sendFlow(id, big)
 		c.readUntil("the answer", answered(id))
 		if s.grpcStatus() != "8" {
 			t.Errorf("a message of %d bytes: grpc-status %s, want 8 (RESOURCE_EXHAUSTED)", size, s.grpcStatus())
 		}
 
-		c.call(9, "after", 1)
+		// No message at all; not a gRPC content-type.
+		c.send(9, pathRLS, nil, shape{})
+		c.readUntil("the answer", answered(9))
+		notOK(9, "no message")
+		c.send(11, pathRLS, grpcMsg(t, rlsReq("a", 1)), shape{extra: []hpack.HeaderField{{Name: "content-type", Value: "text/plain"}}})
+		c.readUntil("the answer", answered(11))
+		if s := c.stream(11); !s.rst && len(s.blocks) > 0 {
+			if st, _ := field(s.blocks[0], ":status"); st == "200" && s.grpcStatus() == "0" {
+				t.Errorf("a request of content-type text/plain answered as a gRPC call")
+			}
+		}
+
+		c.call(13, "after", 1)
+	})
+}
+
+// TestTransportBigRequest: a request bigger than the initial windows
+// (about 190 KiB, under the server's limit) is let in by the server's
+// WINDOW_UPDATEs and answered.
+func TestTransportBigRequest(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+		r := newRig(t, transportYAML, withTransport(tr))
+		c := dialH2(t, r.addr)
+		req := &rlsv3.RateLimitRequest{Domain: "t"}
+		for i := range rls.MaxDescriptors {
+			req.Descriptors = append(req.Descriptors, desc("k="+strconv.Itoa(i)+strings.Repeat("v", 3000)))
+		}
+		msg := grpcMsg(t, req)
+		if len(msg) < 2*65535 {
+			t.Fatalf("a request of %d bytes", len(msg))
+		}
+		c.check(c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.headerBlock(pathRLS), EndHeaders: true}))
+		c.sendFlow(1, msg)
+		c.readUntil("the answer", func() bool { return c.stream(1).ended || c.stream(1).rst })
+		var resp rlsv3.RateLimitResponse
+		checkOK(t, c.stream(1), &resp)
+		if len(resp.Statuses) != rls.MaxDescriptors || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Errorf("%d statuses, overall %v", len(resp.Statuses), resp.OverallCode)
+		}
+		c.call(3, "after", 1)
+	})
+}
+
+// TestTransportStreamLimit: a stream that takes the server past the
+// SETTINGS_MAX_CONCURRENT_STREAMS it advertised is refused, not served:
+// RST_STREAM of PROTOCOL_ERROR or REFUSED_STREAM (RFC 9113 5.1.2; with
+// REFUSED_STREAM a client knows the request was not processed, 8.7), or
+// the connection ended by a GOAWAY of such a code. The streams within the
+// limit are served.
+func TestTransportStreamLimit(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+		r := newRig(t, transportYAML, withTransport(tr))
+		c := dialH2(t, r.addr)
+		limit := c.maxStreams
+		if limit > 1<<12 {
+			t.Skipf("the server advertises no limit of streams, or a high one (%d)", limit)
+		}
+		for i := range limit {
+			c.check(c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 2*i + 1, BlockFragment: c.headerBlock(pathRLS), EndHeaders: true}))
+		}
+		over := 2*limit + 1
+		c.send(over, pathRLS, grpcMsg(t, rlsReq("over", 1)), shape{})
+		refused := func(code http2.ErrCode) bool {
+			return code == http2.ErrCodeProtocol || code == http2.ErrCodeRefusedStream
+		}
+		c.readUntil("the stream past the limit refused", func() bool {
+			return c.stream(over).ended || c.stream(over).rst || len(c.goaways) > 0
+		})
+		if len(c.goaways) > 0 {
+			if g := c.goaways[0]; !refused(g.code) {
+				t.Fatalf("GOAWAY %v, want PROTOCOL_ERROR or REFUSED_STREAM", g.code)
+			}
+			return
+		}
+		if s := c.stream(over); !s.rst || !refused(s.rstCode) {
+			t.Fatalf("stream %d past the limit of %d: reset %v (%v), grpc-status %s; want RST_STREAM PROTOCOL_ERROR or REFUSED_STREAM",
+				over, limit, s.rst, s.rstCode, s.grpcStatus())
+		}
+		for i := range limit {
+			c.check(c.fr.WriteData(2*i+1, true, grpcMsg(t, rlsReq("in", 1))))
+		}
+		c.readUntil("the answers within the limit", func() bool {
+			for i := range limit {
+				if s := c.stream(2*i + 1); !s.ended && !s.rst {
+					return false
+				}
+			}
+			return true
+		})
+		for i := range limit {
+			if s := c.stream(2*i + 1); s.grpcStatus() != "0" {
+				t.Fatalf("stream %d within the limit: grpc-status %s", 2*i+1, s.grpcStatus())
+			}
+		}
+	})
+}
+
+// TestTransportWindowOverflow: a WINDOW_UPDATE that takes a stream's
+// window past 2^31-1 ends the stream with FLOW_CONTROL_ERROR (RFC 9113
+// 6.9.1; or the connection, with a GOAWAY of that code).
+func TestTransportWindowOverflow(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+		if tr == rls.TransportGRPC {
+			t.Skip("grpc-go ignores a stream window past 2^31-1")
+		}
+		r := newRig(t, transportYAML, withTransport(tr))
+		c := dialH2(t, r.addr)
+		// The request is not finished: the stream stays open.
+		c.send(1, pathRLS, grpcMsg(t, rlsReq("a", 1))[:3], shape{open: true})
+		c.check(c.fr.WriteWindowUpdate(1, 1<<31-1))
+		c.check(c.fr.WriteWindowUpdate(1, 1<<31-1))
+		c.readUntil("the stream ended", func() bool { return c.stream(1).rst || c.stream(1).ended || len(c.goaways) > 0 })
+		if len(c.goaways) > 0 {
+			if c.goaways[0].code != http2.ErrCodeFlowControl {
+				t.Errorf("GOAWAY %v, want FLOW_CONTROL_ERROR", c.goaways[0].code)
+			}
+			return
+		}
+		if s := c.stream(1); !s.rst || s.rstCode != http2.ErrCodeFlowControl {
+			t.Errorf("stream reset %v (%v), grpc-status %s; want RST_STREAM FLOW_CONTROL_ERROR", s.rst, s.rstCode, s.grpcStatus())
+		}
+		c.call(3, "after", 1)
+	})
+}
+
+// TestTransportContentLength: a request whose content-length is not the
+// length of its DATA is malformed (RFC 9113 8.1.1): it is not served; the
+// stream is reset with PROTOCOL_ERROR, or answered with an error first.
+func TestTransportContentLength(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+		if tr == rls.TransportGRPC {
+			t.Skip("grpc-go does not check content-length against the DATA")
+		}
+		r := newRig(t, transportYAML, withTransport(tr))
+		c := dialH2(t, r.addr)
+		for i, n := range []int{3, 1000} {
+			id := uint32(2*i + 1)
+			c.send(id, pathRLS, grpcMsg(t, rlsReq("a", 1)), shape{dataFrames: 2,
+				extra: []hpack.HeaderField{{Name: "content-length", Value: strconv.Itoa(n)}}})
+			c.readUntil("the stream ended", func() bool { return c.stream(id).rst || c.stream(id).ended || len(c.goaways) > 0 })
+			s := c.stream(id)
+			if len(c.goaways) > 0 || (s.rst && s.rstCode == http2.ErrCodeProtocol) {
+				continue
+			}
+			if st, _ := field(append(s.blocks, nil)[0], ":status"); st == "200" && s.grpcStatus() == "0" {
+				t.Errorf("content-length %d: served", n)
+			}
+		}
 	})
 }
 
