@@ -293,7 +293,7 @@ func settings() []setting {
 			o.rlsConfig = v
 			return nil
 		}},
-		{"rls-transport", "SLUICE_RLS_TRANSPORT", "grpc", "the rate limit service's gRPC transport: lean (Sluice's own HTTP/2 server for its unary calls, a third of grpc-go's CPU per call; the health service's Watch is not served) or grpc (grpc-go's server)", func(o *options, v string) error {
+		{"rls-transport", "SLUICE_RLS_TRANSPORT", "lean", "the rate limit service's gRPC transport: lean (Sluice's own HTTP/2 server for its unary calls, a third of grpc-go's CPU per call; the health service's Watch is not served) or grpc (grpc-go's server)", func(o *options, v string) error {
 			switch tr := rls.Transport(v); tr {
 			case rls.TransportLean, rls.TransportGRPC:
 				o.rlsTransport = tr

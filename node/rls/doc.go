@@ -1,12 +1,12 @@
 // Package rls is Sluice's Envoy rate limit service: a gRPC server of
 // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (the API of
-// envoyproxy/ratelimit, served with google.golang.org/grpc and the types
-// of go-control-plane) and the loader of envoyproxy/ratelimit's YAML
-// configuration, read unchanged. It owns the configuration (parsing,
-// validation, matching a request's descriptors to limits), the call
-// (statuses, headers, metrics) and the reload of the files; decisions are
-// the node's (see Engine): the same rules, leases and cluster routing as
-// HTTP checks.
+// envoyproxy/ratelimit, served by the package's own HTTP/2 transport or by
+// google.golang.org/grpc, with the types of go-control-plane) and the
+// loader of envoyproxy/ratelimit's YAML configuration, read unchanged. It
+// owns the configuration (parsing, validation, matching a request's
+// descriptors to limits), the call (statuses, headers, metrics) and the
+// reload of the files; decisions are the node's (see Engine): the same
+// rules, leases and cluster routing as HTTP checks.
 //
 // # Configuration
 //
@@ -96,10 +96,10 @@
 // # Transports
 //
 // ServerConfig.Transport chooses the HTTP/2 server that carries the calls.
-// TransportGRPC is grpc-go's. TransportLean is Sluice's own, for the
-// service's unary calls only, at a fraction of grpc-go's CPU per call:
-// gRPC over cleartext HTTP/2 with prior knowledge (what Envoy's gRPC
-// client and grpc-go's client speak), its frames read with
+// TransportLean, the default, is Sluice's own, for the service's unary
+// calls only, at a fraction of the CPU per call of TransportGRPC, grpc-go's
+// server: gRPC over cleartext HTTP/2 with prior knowledge (what Envoy's
+// gRPC client and grpc-go's client speak), its frames read with
 // golang.org/x/net/http2's Framer and its header blocks decoded with
 // golang.org/x/net/http2/hpack. A connection has one reader goroutine,
 // which parses frames and assembles each stream's request. A finished
@@ -124,7 +124,9 @@
 // the connection is closed), 10000 PING or SETTINGS frames without a
 // stream opened in between (ENHANCE_YOUR_CALM), 10 s to send the preface.
 // A protocol error closes that connection only (GOAWAY); a malformed
-// request resets its stream. Close says GOAWAY(NO_ERROR) on every
+// request (RFC 9113 8.1.1: a content-length its DATA does not match, say)
+// resets its stream; a request its headers refuse (an unknown method, a
+// method other than POST, another content-type) is answered once it ends. Close says GOAWAY(NO_ERROR) on every
 // connection, refuses new streams, and closes each once its calls are
 // answered, or when Close's context ends.
 //

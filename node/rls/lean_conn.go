@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +40,9 @@ const (
 	// (the decoded size of a header block, as RFC 9113 counts it); a
 	// header block's encoded bytes are bounded at twice that.
 	leanMaxHeaderList = 16 << 10
+	// leanMaxHeaderFrames bounds the frames of a header block (HEADERS
+	// and its CONTINUATIONs), empty ones included.
+	leanMaxHeaderFrames = 128
 	// leanMaxPendingWrite is the most bytes a connection holds unwritten:
 	// past it, the peer is not reading and is disconnected.
 	leanMaxPendingWrite = 4 << 20
@@ -180,6 +185,14 @@ type leanStream struct {
 	recvd int64  // flow-controlled bytes received
 	held  int64  // of which held in in, given back once the call has decoded it
 	ended bool   // END_STREAM received
+	// The request's DATA bytes, and its content-length (-1: none).
+	dataLen, contentLength int64
+	// An answer decided from the request's headers (unknown method, say),
+	// given once the request ends: earlyStatus is its HTTP status, 0 for
+	// none.
+	earlyStatus int
+	earlyCode   codes.Code
+	earlyMsg    string
 	// The worker's, then under c.wmu.
 	code codes.Code
 	msg  string
@@ -203,7 +216,9 @@ type headerState struct {
 	scheme      string
 	path        string
 	contentType string
-	pseudo      uint8 // the pseudo-headers seen, a bit each
+	// contentLength is the content-length header's, -1 without one.
+	contentLength int64
+	pseudo        uint8 // the pseudo-headers seen, a bit each
 }
 
 // leanConn is one HTTP/2 connection. Its reader goroutine (serve) reads
@@ -220,17 +235,20 @@ type leanConn struct {
 	cancel context.CancelFunc
 
 	// The reader's own.
-	hs       headerState
-	hdrID    uint32 // stream of the header block being read
-	hdrEnd   bool   // its HEADERS ended the stream
-	hdrBytes int    // encoded bytes of the block so far
-	control  int    // PING and SETTINGS answered since a stream opened
+	hs         headerState
+	hdrID      uint32 // stream of the header block being read
+	hdrEnd     bool   // its HEADERS ended the stream
+	hdrBytes   int    // encoded bytes of the block so far
+	hdrFrames  int    // its frames so far
+	hdrSelfDep bool   // its HEADERS made the stream depend on itself
+	control    int    // PING and SETTINGS answered since a stream opened
 
 	wmu   sync.Mutex
 	wcond sync.Cond // on wmu: writing turned false
 	// Under wmu.
 	streams     map[uint32]*leanStream
 	orphans     int    // streams forgotten while their worker runs
+	deciding    int    // calls whose worker runs, orphans included
 	maxID       uint32 // highest stream the peer opened
 	wbuf        []byte // frames to write
 	spare       []byte // wbuf's other buffer
@@ -349,8 +367,9 @@ func (c *leanConn) readFrame(first bool) error {
 		if f.StreamID%2 == 0 {
 			return connError{http2.ErrCodeProtocol, "HEADERS on an even stream"}
 		}
-		c.hdrID, c.hdrEnd, c.hdrBytes = f.StreamID, f.StreamEnded(), 0
-		c.hs = headerState{trailers: f.StreamID <= c.maxID}
+		c.hdrID, c.hdrEnd, c.hdrBytes, c.hdrFrames = f.StreamID, f.StreamEnded(), 0, 0
+		c.hdrSelfDep = f.HasPriority() && f.Priority.StreamDep == f.StreamID
+		c.hs = headerState{trailers: f.StreamID <= c.maxID, contentLength: -1}
 		return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
 	case *http2.ContinuationFrame: // the Framer checks that it continues c.hdrID's block
 		return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
@@ -382,10 +401,15 @@ func (c *leanConn) readFrame(first bool) error {
 			c.flushLocked(true)
 		}
 		return nil
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeProtocol} // RFC 9113 5.3.1
+		}
+		return nil
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
 	}
-	return nil // PRIORITY, GOAWAY (the peer opens no more streams: nothing to do) and unknown frames
+	return nil // GOAWAY (the peer opens no more streams: nothing to do) and unknown frames
 }
 
 // countControl counts a PING or SETTINGS to answer.
@@ -501,8 +525,21 @@ func (c *leanConn) onData(f *http2.DataFrame) error {
 	}
 	c.wmu.Unlock()
 	st.recvd += n
-	if st.recvd > leanStreamWindow {
+	st.dataLen += int64(len(data))
+	switch {
+	case st.recvd > leanStreamWindow:
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+	case st.contentLength >= 0 && st.dataLen > st.contentLength:
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+	case st.earlyStatus != 0: // answered once the request ends: the data is dropped
+		c.wmu.Lock()
+		c.giveBackLocked(int64(len(data)))
+		c.flushLocked(true)
+		c.wmu.Unlock()
+		if f.StreamEnded() {
+			return c.endStream(st)
+		}
+		return nil
 	}
 	st.in = append(st.in, data...)
 	st.held += int64(len(data))
@@ -524,7 +561,7 @@ func (c *leanConn) onData(f *http2.DataFrame) error {
 		}
 	}
 	if f.StreamEnded() {
-		c.endStream(st)
+		return c.endStream(st)
 	}
 	return nil
 }
@@ -532,7 +569,8 @@ func (c *leanConn) onData(f *http2.DataFrame) error {
 // onHeaderBlock decodes a fragment of the header block of c.hdrID.
 func (c *leanConn) onHeaderBlock(frag []byte, end bool) error {
 	c.hdrBytes += len(frag)
-	if c.hdrBytes > 2*leanMaxHeaderList {
+	c.hdrFrames++
+	if c.hdrBytes > 2*leanMaxHeaderList || c.hdrFrames > leanMaxHeaderFrames {
 		return connError{http2.ErrCodeEnhanceYourCalm, "header block too large"}
 	}
 	if _, err := c.dec.Write(frag); err != nil {
@@ -593,6 +631,12 @@ func (c *leanConn) onField(f hpack.HeaderField) {
 		h.contentType = f.Value
 	case "te":
 		h.malformed = f.Value != "trailers"
+	case "content-length":
+		n, err := strconv.ParseInt(f.Value, 10, 64)
+		if err != nil || n < 0 || (h.contentLength >= 0 && n != h.contentLength) {
+			h.malformed = true
+		}
+		h.contentLength = n
 	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 		h.malformed = true // connection-specific (RFC 9113 8.2.2)
 	}
@@ -622,11 +666,10 @@ func (c *leanConn) onHeaders() error {
 			return connError{http2.ErrCodeProtocol, "HEADERS on a closed stream, or a stream identifier lower than one opened"}
 		case st.ended || st.state != streamReceiving:
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
-		case !c.hdrEnd || h.malformed || h.tooLarge:
+		case !c.hdrEnd || h.malformed || h.tooLarge || c.hdrSelfDep:
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
-		c.endStream(st)
-		return nil
+		return c.endStream(st)
 	}
 	c.control = 0
 	c.wmu.Lock()
@@ -635,41 +678,43 @@ func (c *leanConn) onHeaders() error {
 	c.wmu.Unlock()
 	const required = pseudoMethod | pseudoScheme | pseudoPath
 	switch {
-	case h.malformed || (!h.tooLarge && h.pseudo&required != required):
+	case h.malformed || c.hdrSelfDep || (!h.tooLarge && h.pseudo&required != required):
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	case refuse:
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	st := c.l.streams.Get().(*leanStream)
-	st.c, st.id, st.ended = c, id, false
+	st.c, st.id, st.contentLength = c, id, h.contentLength
 	c.wmu.Lock()
 	st.state, st.sendWin = streamReceiving, c.peerWin
 	c.streams[id] = st
 	c.wmu.Unlock()
+	// A request the headers already refuse is answered once it ends (its
+	// DATA dropped), so that the stream's rules (content-length, flow
+	// control) still apply to it.
 	switch {
 	case h.tooLarge:
-		c.answerEarly(st, 200, codes.ResourceExhausted, "header list larger than "+itoa(leanMaxHeaderList)+" bytes")
-		return nil
+		st.answerLater(200, codes.ResourceExhausted, "header list larger than "+itoa(leanMaxHeaderList)+" bytes")
 	case h.method != "POST":
-		c.answerEarly(st, 405, codes.Internal, "method "+h.method+": gRPC calls are POST")
-		return nil
+		st.answerLater(405, codes.Internal, "method "+h.method+": gRPC calls are POST")
 	case !grpcContentType(h.contentType):
-		c.answerEarly(st, 415, codes.Internal, "content-type "+h.contentType+": not application/grpc")
-		return nil
-	}
-	switch h.path {
-	case pathShouldRateLimit:
+		st.answerLater(415, codes.Internal, "content-type "+h.contentType+": not application/grpc")
+	case h.path == pathShouldRateLimit:
 		st.method = methodRLS
-	case pathHealthCheck:
+	case h.path == pathHealthCheck:
 		st.method = methodHealth
 	default:
-		c.answerEarly(st, 200, codes.Unimplemented, "unknown method "+h.path+" (this server serves ShouldRateLimit and Health/Check)")
-		return nil
+		st.answerLater(200, codes.Unimplemented, "unknown method "+h.path+" (this server serves ShouldRateLimit and Health/Check)")
 	}
 	if c.hdrEnd {
-		c.endStream(st)
+		return c.endStream(st)
 	}
 	return nil
+}
+
+// answerLater sets the answer st gets once its request ends.
+func (st *leanStream) answerLater(httpStatus int, code codes.Code, msg string) {
+	st.earlyStatus, st.earlyCode, st.earlyMsg = httpStatus, code, msg
 }
 
 // grpcContentType reports whether ct is application/grpc, with the proto
@@ -683,17 +728,26 @@ func grpcContentType(ct string) bool {
 	return rest == "" || rest[0] == ';'
 }
 
-// endStream acts on st's END_STREAM: its call goes to a worker.
-func (c *leanConn) endStream(st *leanStream) {
+// endStream acts on st's END_STREAM: its call goes to a worker, or it
+// gets the answer its headers decided.
+func (c *leanConn) endStream(st *leanStream) error {
 	st.ended = true
-	if len(st.in) < 5 || len(st.in) < 5+int(binary.BigEndian.Uint32(st.in[1:5])) {
+	switch {
+	case st.contentLength >= 0 && st.dataLen != st.contentLength: // malformed (RFC 9113 8.1.1)
+		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
+	case st.earlyStatus != 0:
+		c.answerEarly(st, st.earlyStatus, st.earlyCode, st.earlyMsg)
+		return nil
+	case len(st.in) < 5 || len(st.in) < 5+int(binary.BigEndian.Uint32(st.in[1:5])):
 		c.answerEarly(st, 200, codes.Internal, "the request ended before a whole message")
-		return
+		return nil
 	}
 	c.wmu.Lock()
 	st.state = streamDeciding
+	c.deciding++
 	c.wmu.Unlock()
 	c.l.dispatch(st)
+	return nil
 }
 
 // resetStream sends RST_STREAM(code) on id and forgets the stream.
@@ -753,6 +807,7 @@ func removeStream(v []*leanStream, st *leanStream) []*leanStream {
 func (c *leanConn) finish(st *leanStream) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.deciding--
 	c.giveBackLocked(st.held)
 	st.held = 0
 	switch {
@@ -871,6 +926,13 @@ func (c *leanConn) flushLocked(async bool) {
 }
 
 func (c *leanConn) writeLocked() {
+	if c.deciding > 0 {
+		// Other calls are about to answer: let them append theirs, so
+		// that one write carries them all.
+		c.wmu.Unlock()
+		runtime.Gosched()
+		c.wmu.Lock()
+	}
 	for len(c.wbuf) > 0 && !c.closed {
 		buf := c.wbuf
 		c.wbuf, c.spare = c.spare[:0], nil

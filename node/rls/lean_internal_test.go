@@ -2,12 +2,22 @@ package rls
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/engine"
+	"github.com/sluicehq/sluice/node/rules"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -53,10 +63,14 @@ func TestLeanHeaderBlocks(t *testing.T) {
 
 // testConn is a TransportLean connection whose frames the test feeds from
 // in and whose writes stay in wbuf (as though someone were writing).
-func testConn(t *testing.T, in *bytes.Buffer) *leanConn {
-	s := NewServer(ServerConfig{Transport: TransportLean})
+func testConn(t *testing.T, in *bytes.Buffer, opts ...func(*ServerConfig)) *leanConn {
+	cfg := ServerConfig{Transport: TransportLean}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := NewServer(cfg)
 	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close(); b.Close() })
+	t.Cleanup(func() { a.Close(); b.Close(); s.lean.close(context.Background()) })
 	c := newLeanConn(s.lean, a)
 	c.fr = http2.NewFramer(io.Discard, in)
 	c.writing = true
@@ -180,5 +194,142 @@ func TestLeanFlowControl(t *testing.T) {
 	}
 	if c.recvAvail != leanConnWindow || c.unacked != 0 {
 		t.Errorf("receive window %d, unacked %d", c.recvAvail, c.unacked)
+	}
+}
+
+// TestLeanEarlyAnswer: a request refused by its headers (here an unknown
+// method) gets a Trailers-Only answer once it ends, its DATA dropped,
+// and no RST_STREAM; a header block of too many frames is a connection
+// error.
+func TestLeanEarlyAnswer(t *testing.T) {
+	var in bytes.Buffer
+	peer := http2.NewFramer(&in, nil)
+	c := testConn(t, &in)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/nope.Service/Method"}, {"content-type", "application/grpc"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	block := hb.Bytes()
+	peer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true, EndStream: true})
+	if err := c.readFrame(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := frames(t, c); got != "HEADERS 1 end" {
+		t.Errorf("ended request: frames %q", got)
+	}
+	peer.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block, EndHeaders: true})
+	peer.WriteData(3, false, []byte{0, 0, 0, 0, 1})
+	peer.WriteData(3, true, []byte{7})
+	for i, want := range []string{"", "", "HEADERS 3 end"} {
+		if err := c.readFrame(false); err != nil {
+			t.Fatal(err)
+		}
+		if got := frames(t, c); got != want {
+			t.Errorf("open request, frame %d: frames %q, want %q", i+1, got, want)
+		}
+	}
+	if len(c.streams) != 0 {
+		t.Errorf("streams left: %v", c.streams)
+	}
+
+	peer.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: block[:1]})
+	for range leanMaxHeaderFrames {
+		peer.WriteContinuation(5, false, nil)
+	}
+	var err error
+	for i := 0; i <= leanMaxHeaderFrames && err == nil; i++ {
+		err = c.readFrame(false)
+	}
+	if ce := (connError{}); !errors.As(err, &ce) || ce.code != http2.ErrCodeEnhanceYourCalm {
+		t.Errorf("a header block of %d frames: %v, want ENHANCE_YOUR_CALM", leanMaxHeaderFrames+1, err)
+	}
+}
+
+// heldEngine allows every request once release is closed.
+type heldEngine struct{ release chan struct{} }
+
+func (e *heldEngine) SetRLSRules(*rules.Set) {}
+
+func (e *heldEngine) Decide(_ context.Context, b *engine.Batch) {
+	<-e.release
+	for i := range b.Items {
+		b.Items[i].Decided, b.Items[i].Decision = true, lease.Decision{Allowed: true, Remaining: 1, Limit: 2}
+	}
+}
+
+// TestLeanRapidReset: calls whose streams the peer resets while they are
+// deciding count against the connection's streams until their worker
+// finishes, so that resets pile up no work: past leanMaxStreams, a new
+// stream is refused (REFUSED_STREAM), and accepted again once they finish.
+func TestLeanRapidReset(t *testing.T) {
+	e := &heldEngine{release: make(chan struct{})}
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(e.release)
+		}
+	})
+	var in bytes.Buffer
+	peer := http2.NewFramer(&in, nil)
+	c := testConn(t, &in, func(cfg *ServerConfig) { cfg.Engine = e })
+	conf, err := Parse(Doc{Name: "d.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.s.SetConfig(conf)
+	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", pathShouldRateLimit}, {"content-type", "application/grpc"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true}) // one block for every stream
+	}
+	open := func(id uint32) error {
+		peer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+		return c.readFrame(false)
+	}
+	id := uint32(1)
+	for range leanMaxStreams {
+		if err := open(id); err != nil {
+			t.Fatal(err)
+		}
+		peer.WriteData(id, true, body)
+		peer.WriteRSTStream(id, http2.ErrCodeCancel)
+		for range 2 {
+			if err := c.readFrame(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id += 2
+	}
+	c.wmu.Lock()
+	streams, orphans := len(c.streams), c.orphans
+	c.wmu.Unlock()
+	if streams != 0 || orphans != leanMaxStreams {
+		t.Fatalf("%d streams and %d orphans, want 0 and %d", streams, orphans, leanMaxStreams)
+	}
+	var se http2.StreamError
+	if err := open(id); !errors.As(err, &se) || se.Code != http2.ErrCodeRefusedStream {
+		t.Errorf("a stream past %d reset calls still deciding: %v, want REFUSED_STREAM", leanMaxStreams, err)
+	}
+	id += 2
+	close(e.release)
+	released = true
+	for { // the workers finish, each its own time
+		c.wmu.Lock()
+		orphans = c.orphans
+		c.wmu.Unlock()
+		if orphans == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if err := open(id); err != nil {
+		t.Errorf("a stream once the calls finished: %v", err)
 	}
 }

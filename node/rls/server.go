@@ -71,7 +71,7 @@ type ServerConfig struct {
 	// Now is the clock for the durations of limits that never reach the
 	// engine (requests_per_unit 0). Nil means time.Now.
 	Now func() time.Time
-	// Transport is how the server speaks gRPC: "" means TransportGRPC.
+	// Transport is how the server speaks gRPC: "" means TransportLean.
 	Transport Transport
 }
 
@@ -129,7 +129,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	switch cfg.Transport {
-	case "", TransportGRPC:
+	case TransportGRPC:
 		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.ForceServerCodecV2(newCodec()),
 			// Calls run on long-lived goroutines (up to this many at a
 			// time; more get one each): a goroutine per call grew its
@@ -137,7 +137,7 @@ func NewServer(cfg ServerConfig) *Server {
 			grpc.NumStreamWorkers(streamWorkers))
 		s.grpc.RegisterService(&serviceDesc, s)
 		healthpb.RegisterHealthServer(s.grpc, s.health)
-	case TransportLean:
+	case "", TransportLean:
 		s.lean = newLeanServer(s)
 	}
 	return s

@@ -3,15 +3,17 @@
 # by valgrind (cachegrind) rather than timed: CPU time per call swings by a
 # quarter with a shared machine's load, instruction counts by a few per cent.
 #   node/rls/testdata/server-instructions.sh [OLD_REF]
-# (CALLS="rls grpc-health" picks calls; N1, N2 the two counts of calls.)
-# For each of the benchmark's calls (RLS, HTTP, gRPC's health Check, RLS on
-# a node with GOGC=400) it runs the node process under valgrind for N1 and
-# N2 calls and prints the difference per call, without the start-up. With
-# OLD_REF (a git ref), the node package at that ref is measured too, driven
-# by the work tree's benchmark. Under valgrind the node runs on one thread
+# (CALLS="rls-lean rls" picks calls; N1, N2 the two counts of calls.)
+# For each of the benchmark's calls (RLS on TransportLean and on grpc-go's
+# transport, HTTP, the health Check on each, RLS on a node with GOGC=400)
+# it runs the node process under valgrind for N1 and N2 calls and prints
+# the difference per call, without the start-up. With OLD_REF (a git ref),
+# the node package at that ref is measured too, driven by the work tree's
+# benchmark (so a ref whose node/rls has TransportLean: the benchmark
+# serves both transports). Under valgrind the node runs on one thread
 # (GOMAXPROCS=1) and some 50 times slower: the lease path sees a new window
-# on most calls (unit: second) and gRPC batches its writes less, so compare
-# counts with each other, not with timed figures.
+# on most calls (unit: second) and the transports batch their writes less,
+# so compare counts with each other, not with timed figures.
 # Needs valgrind (apt install valgrind).
 set -euo pipefail
 old=${1:-}
@@ -38,7 +40,7 @@ ir() { # binary call n [env...] -> the node's instructions
   fi
   awk '/I *refs:/ {gsub(",", "", $4); print $4}' "$tmp/out"
 }
-for spec in ${CALLS:-rls http grpc-health rls:GOGC=400}; do
+for spec in ${CALLS:-rls-lean rls http lean-health grpc-health rls:GOGC=400}; do
   call=${spec%%:*} env=()
   [ "$spec" = "$call" ] || env=("${spec#*:}")
   line="$spec:"
