@@ -113,8 +113,10 @@ func (l *leanServer) serve(ln net.Listener) error {
 			if closing {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() { // as net/http: out of file descriptors, say
+			// A temporary error (out of file descriptors, say) is retried,
+			// as net/http and grpc-go do.
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				l.s.log.Warn("rls: accept", "err", err, "retry_in", backoff)
 				time.Sleep(backoff)

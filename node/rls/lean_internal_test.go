@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -351,5 +353,50 @@ func TestLeanWriteTimeout(t *testing.T) {
 	c.wmu.Unlock()
 	if !closed || writing {
 		t.Errorf("after a write nobody read: closed %v, writing %v; want closed", closed, writing)
+	}
+}
+
+// tempErrListener's Accept fails once with a temporary error (EMFILE, as
+// when out of file descriptors), then waits until closed.
+type tempErrListener struct {
+	net.Listener // nil: only Accept, Close and Addr are used
+	calls        int
+	again        chan struct{} // closed by the second Accept
+	closed       chan struct{}
+}
+
+func (l *tempErrListener) Accept() (net.Conn, error) {
+	l.calls++
+	if l.calls == 1 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	if l.calls == 2 {
+		close(l.again)
+	}
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *tempErrListener) Close() error {
+	select {
+	case <-l.closed:
+	default:
+		close(l.closed)
+	}
+	return nil
+}
+
+// TestLeanAcceptRetries: a temporary Accept error (out of file
+// descriptors) does not stop the server: it accepts again, and Serve
+// returns nil once closed.
+func TestLeanAcceptRetries(t *testing.T) {
+	s := NewServer(ServerConfig{Transport: TransportLean})
+	ln := &tempErrListener{again: make(chan struct{}), closed: make(chan struct{})}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	<-ln.again
+	s.Close(context.Background())
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 }
