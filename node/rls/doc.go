@@ -120,15 +120,16 @@
 // whose stream the peer reset counts until its worker finishes, so that
 // resets pile up no work; streams past it are refused with
 // REFUSED_STREAM), a 16 KiB header list, 16 KiB frames, 256 KiB messages
-// (RESOURCE_EXHAUSTED), 4 MiB of responses the peer has not read (past it,
-// the connection is closed), 10000 PING or SETTINGS frames without a
-// stream opened in between (ENHANCE_YOUR_CALM), 10 s to send the preface.
-// A protocol error closes that connection only (GOAWAY); a malformed
-// request (RFC 9113 8.1.1: a content-length its DATA does not match, say)
-// resets its stream; a request its headers refuse (an unknown method, a
-// method other than POST, another content-type) is answered once it ends. Close says GOAWAY(NO_ERROR) on every
-// connection, refuses new streams, and closes each once its calls are
-// answered, or when Close's context ends.
+// (RESOURCE_EXHAUSTED), 4 MiB of responses the peer has not read and 10 s
+// for a write to go out (past either, the connection is closed), 10000
+// PING or SETTINGS frames without a stream opened in between
+// (ENHANCE_YOUR_CALM), 10 s to send the preface. A protocol error closes
+// that connection only (GOAWAY); a malformed request (RFC 9113 8.1.1: a
+// content-length its DATA does not match, say) resets its stream; a
+// request its headers refuse (an unknown method, a method other than POST,
+// another content-type) is answered once it ends. Close says
+// GOAWAY(NO_ERROR) on every connection, refuses new streams, and closes
+// each once its calls are answered, or when Close's context ends.
 //
 // Not served by TransportLean: TLS, HTTP/1.1's upgrade to h2c, streaming
 // calls (the health service's Watch, which grpc-go's transport serves, is

@@ -46,6 +46,10 @@ const (
 	// leanMaxPendingWrite is the most bytes a connection holds unwritten:
 	// past it, the peer is not reading and is disconnected.
 	leanMaxPendingWrite = 4 << 20
+	// leanWriteTimeout bounds one write: a peer that reads none of it
+	// meanwhile is disconnected, so that no writer (a worker) stays
+	// blocked on it.
+	leanWriteTimeout = 10 * time.Second
 	// leanPrefaceTimeout is how long a new connection has to send the
 	// client preface and its SETTINGS.
 	leanPrefaceTimeout = 10 * time.Second
@@ -233,6 +237,8 @@ type leanConn struct {
 	dec    *hpack.Decoder
 	ctx    context.Context // the calls', cancelled once the connection ends
 	cancel context.CancelFunc
+	// writeTimeout is leanWriteTimeout (tests shorten it).
+	writeTimeout time.Duration
 
 	// The reader's own.
 	hs         headerState
@@ -268,7 +274,8 @@ type leanConn struct {
 
 func newLeanConn(l *leanServer, nc net.Conn) *leanConn {
 	c := &leanConn{l: l, s: l.s, nc: nc, streams: map[uint32]*leanStream{},
-		sendWin: defaultWindow, peerWin: defaultWindow, peerFrame: 16384, recvAvail: leanConnWindow}
+		sendWin: defaultWindow, peerWin: defaultWindow, peerFrame: 16384, recvAvail: leanConnWindow,
+		writeTimeout: leanWriteTimeout}
 	c.wcond.L = &c.wmu
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.br = bufio.NewReaderSize(nc, 16<<10)
@@ -934,10 +941,13 @@ func (c *leanConn) writeLocked() {
 		c.wmu.Lock()
 	}
 	for len(c.wbuf) > 0 && !c.closed {
-		buf := c.wbuf
+		buf, timeout := c.wbuf, c.writeTimeout
 		c.wbuf, c.spare = c.spare[:0], nil
 		c.wmu.Unlock()
-		_, err := c.nc.Write(buf)
+		err := c.nc.SetWriteDeadline(time.Now().Add(timeout))
+		if err == nil {
+			_, err = c.nc.Write(buf)
+		}
 		c.wmu.Lock()
 		if cap(buf) <= leanMaxBuffer {
 			c.spare = buf[:0]
@@ -1013,7 +1023,8 @@ func (c *leanConn) shutdown() {
 	c.cancel()
 	c.wmu.Lock()
 	if !c.closed && (c.writing || len(c.wbuf) > 0) {
-		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		c.writeTimeout = time.Second // for what is left: a GOAWAY, say
+		c.nc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 		for c.writing {
 			c.wcond.Wait()
 		}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -331,5 +332,24 @@ func TestLeanRapidReset(t *testing.T) {
 	}
 	if err := open(id); err != nil {
 		t.Errorf("a stream once the calls finished: %v", err)
+	}
+}
+
+// TestLeanWriteTimeout: a writer whose peer reads nothing gives up after
+// the write timeout and closes the connection, rather than stay blocked
+// (a worker lost to the server).
+func TestLeanWriteTimeout(t *testing.T) {
+	s := NewServer(ServerConfig{Transport: TransportLean})
+	a, b := net.Pipe() // unbuffered: nobody reads b, so a write to a blocks
+	defer b.Close()
+	c := newLeanConn(s.lean, a)
+	c.writeTimeout = time.Millisecond
+	c.wmu.Lock()
+	c.wbuf = appendWindowUpdate(c.wbuf, 0, 1)
+	c.flushLocked(false) // returns once the write gave up
+	closed, writing := c.closed, c.writing
+	c.wmu.Unlock()
+	if !closed || writing {
+		t.Errorf("after a write nobody read: closed %v, writing %v; want closed", closed, writing)
 	}
 }
