@@ -8,8 +8,9 @@ plan["target"] and, for each entry of plan["calls"], calls entry["method"]
 through channel.unary_unary with no serializers (the request bytes go out
 as they are, the response bytes come back as they are), every request of
 entry["requests"] (base64) at once as futures on that one channel, with
-entry["timeout"] seconds as the deadline when set and entry["metadata"]
-([[name, value], ...]) as metadata. Each result is {"code": StatusCode name,
+entry["timeout"] seconds as the deadline when set, entry["metadata"]
+([[name, value], ...]) as metadata and entry["compression"] ("gzip",
+"deflate") as the call's compression. Each result is {"code": StatusCode name,
 "response": base64} or {"code", "details"} on an error, in request order.
 
     {"target": "127.0.0.1:9000",
@@ -33,8 +34,13 @@ def main():
         for entry in plan["calls"]:
             call = channel.unary_unary(entry["method"])
             metadata = [tuple(kv) for kv in entry.get("metadata", [])] or None
+            compression = {
+                None: None,
+                "gzip": grpc.Compression.Gzip,
+                "deflate": grpc.Compression.Deflate,
+            }[entry.get("compression")]
             futures = [
-                call.future(base64.b64decode(r), timeout=entry.get("timeout"), metadata=metadata)
+                call.future(base64.b64decode(r), timeout=entry.get("timeout"), metadata=metadata, compression=compression)
                 for r in entry["requests"]
             ]
             results = []
