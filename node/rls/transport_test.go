@@ -665,6 +665,49 @@ func TestTransportFlowControl(t *testing.T) {
 	})
 }
 
+// TestTransportWindowShrink: a SETTINGS_INITIAL_WINDOW_SIZE lowered while
+// a stream's window is used up makes that window negative (RFC 9113
+// 6.9.2): the server sends nothing more on the stream until WINDOW_UPDATEs
+// bring it above zero, and then no more than they allow.
+func TestTransportWindowShrink(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+		r := newRig(t, bigYAML, withTransport(tr), func(c *rls.ServerConfig) { c.ResponseHeaders = true })
+		c := dialH2(t, r.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
+		c.manualFlow = true
+		c.readUntil("the SETTINGS ACK", func() bool { return c.settingsAcks == 1 })
+		c.check(c.fr.WriteWindowUpdate(0, 1<<24)) // the connection's window is not under test
+		win := int64(10)
+		seen := len(c.log)
+		checkData := func() {
+			for ; seen < len(c.log); seen++ {
+				if f := c.log[seen]; f.typ == http2.FrameData && f.stream == 1 {
+					if int64(f.length) > win {
+						t.Fatalf("DATA of %d bytes with a stream window of %d", f.length, win)
+					}
+					win -= int64(f.length)
+				}
+			}
+		}
+		c.send(1, pathRLS, grpcMsg(t, bigReq("s")), shape{})
+		c.readUntil("the window used up", func() bool { checkData(); return win == 0 })
+		c.check(c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 4}))
+		win -= 6
+		c.readUntil("the SETTINGS ACK", func() bool { checkData(); return c.settingsAcks == 2 })
+		c.check(c.fr.WriteWindowUpdate(1, 5)) // -1: still nothing to send
+		win += 5
+		c.ping([8]byte{1})
+		checkData()
+		c.check(c.fr.WriteWindowUpdate(1, 3)) // 2
+		win += 3
+		c.readUntil("the window used up", func() bool { checkData(); return win == 0 })
+		c.check(c.fr.WriteWindowUpdate(1, 1<<24))
+		win += 1 << 24
+		c.readUntil("the answer", func() bool { checkData(); return c.stream(1).ended || c.stream(1).rst })
+		checkData()
+		checkBig(t, c.stream(1))
+	})
+}
+
 // TestTransportPingSettings: a PING is answered by a PING ACK with the same
 // data; a SETTINGS by a SETTINGS ACK.
 func TestTransportPingSettings(t *testing.T) {
