@@ -274,3 +274,18 @@ func testReload(t *testing.T, tr rls.Transport) {
 		t.Errorf("b's new limit of 5: %s", got)
 	}
 }
+
+// TestLeanHealthWatch: TransportLean serves no streaming call: the health
+// service's Watch is UNIMPLEMENTED (grpc-go's transport serves it).
+func TestLeanHealthWatch(t *testing.T) {
+	r := newRig(t, messagingYAML, withTransport(rls.TransportLean))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(r.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("Watch: %v, want UNIMPLEMENTED", err)
+	}
+}
