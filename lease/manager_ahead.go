@@ -252,6 +252,7 @@ func (m *Manager) aheadLive(b *bucket, now int64) bool {
 type aheadGap struct {
 	a     aheadWord
 	reset int64 // the bucket's resetAt: its window's latest end
+	lo    int64 // a marginGap's earliest end of that window (see marginSame)
 	own   bool  // the tokens on hand are of the window ending at reset
 	left  int64 // the tokens on hand of a call made with the window over
 	held  int64 // what such a call reports held: the most it may find
@@ -263,13 +264,16 @@ type aheadGap struct {
 // (b's window is over at now), local is the tokens the call took off b.
 func (m *Manager) aheadGapOf(b *bucket, over bool, local, now int64) aheadGap {
 	a, r := b.ahead(), b.resetAt.Load()
-	if a == 0 || r == 0 {
+	if a == 0 {
+		return marginGap(b, over, local, r)
+	}
+	if r == 0 {
 		return aheadGap{}
 	}
 	// Tokens on hand are of the window ending at r when their expiry was
 	// set from the answer or roll that set r (less than half a period
 	// before it: see aheadWindows), not kept from a window before it.
-	gp := aheadGap{a: a, reset: r, own: b.expires.Load() > r-int64(b.pol.Period)/2}
+	gp := aheadGap{a: a, reset: r, own: ownWindow(b, r)}
 	if !over {
 		return gp
 	}
@@ -312,6 +316,65 @@ func (m *Manager) aheadGapOf(b *bucket, over bool, local, now int64) aheadGap {
 	return gp
 }
 
+// marginGap is the aheadGap of a window's bucket without shares
+// (sliding_window's, a fixed_window's with none) whose window is over by
+// its bound (over) with local tokens on hand that are its window's, the
+// one ending at r (own). The bound is early by the latency of the answer
+// that set it and by the rounding of its Reset, so in a window's last
+// millisecond or so the Store may still be in it, with those tokens still
+// lent to this Manager there: a key that holds its whole limit (a hot key
+// leases up to that) would be denied until the window ended, though far
+// from its limit. The call reports them held (the Store keeps min(held,
+// lent) of the loan in its window; the bucket spends none while its slot
+// is held), and its answer says whether the Store is still in that
+// window (see marginSame): then what the Store kept is spendable until
+// the answer's end of it. sure is 0: the call still asks its need.
+func marginGap(b *bucket, over bool, local, r int64) aheadGap {
+	if !over || local <= 0 || r == 0 || b.pol.Algorithm.refills() || !ownWindow(b, r) {
+		return aheadGap{}
+	}
+	lo := b.expires.Load()
+	if b.pol.Algorithm == SlidingWindow {
+		lo += int64(b.pol.Period) // its Reset is the end of the next window
+	}
+	return aheadGap{reset: r, lo: lo, own: true, left: local, held: local}
+}
+
+// ownWindow reports whether the tokens on hand of b, a window's bucket,
+// are of the window ending at r: their expiry was set from the answer
+// that set r (which puts it less than a window's latency and rounding
+// before r, a period more for sliding_window, whose answers' Reset is the
+// end of the next window), not kept from a window before.
+func ownWindow(b *bucket, r int64) bool {
+	pu := int64(b.pol.Period)
+	end := r // where the answer that set r puts the tokens' end, at the latest
+	if b.pol.Algorithm == SlidingWindow {
+		end -= pu
+	}
+	return b.expires.Load() > end-pu/2
+}
+
+// marginSame reports whether answer g to a call of gap gp (a marginGap),
+// sent at send and answered at recv, shows the Store in the window of
+// the tokens on hand. Each answer places the end of its window (for
+// sliding_window, of the next) between its call's send + Reset − 1ms
+// (Reset is rounded up) and its recv + Reset: the bucket's between gp.lo
+// (the tokens' expiry) and gp.reset, this one's between send + g.Reset −
+// 1ms and recv + g.Reset, each widened by the margin for the clocks'
+// drift. The same window when the two spans meet; it cannot tell (false)
+// when together they are as wide as a period, as they then may also meet
+// a period apart.
+func marginSame(b *bucket, gp aheadGap, g Grant, send, recv int64) bool {
+	pu := int64(b.pol.Period)
+	d := aheadMargin(b.pol.Period, 1)
+	lo, hi := addTime(send, g.Reset)-int64(time.Millisecond)-d, addTime(recv, g.Reset)+d
+	glo, ghi := gp.lo-d, gp.reset+d
+	if (hi-lo)+(ghi-glo) >= pu {
+		return false
+	}
+	return lo <= ghi && glo <= hi
+}
+
 // aheadWindowOf is which window the Store answered g in (sent at send,
 // answered at recv), counted from the bucket's window before the call (0:
 // the same), told from where its end falls (recv + Reset) against that
@@ -350,8 +413,14 @@ func (m *Manager) aheadFound(b *bucket, gp aheadGap, g Grant, send, recv int64) 
 	if gp.held == 0 {
 		return 0
 	}
-	n, ok := m.aheadWindowOf(b, gp, g, send, recv)
 	lent := max(g.Lent-g.Granted, 0) // what the Store kept of the loan
+	if gp.a == 0 {
+		if !marginSame(b, gp, g, send, recv) {
+			return 0
+		}
+		return min(gp.left, lent) // see marginGap
+	}
+	n, ok := m.aheadWindowOf(b, gp, g, send, recv)
 	switch {
 	case !ok:
 		return 0
@@ -368,8 +437,11 @@ func (m *Manager) aheadFound(b *bucket, gp aheadGap, g Grant, send, recv int64) 
 // (see aheadGap): a check then asks the Store rather than deny locally
 // (the tokens on hand of a window that runs on past the bound, a share).
 func (m *Manager) aheadMayFind(b *bucket, now int64) bool {
-	if b.ahead() == 0 || m.usable(b, now) {
+	if m.usable(b, now) {
 		return false
+	}
+	if b.ahead() == 0 {
+		return marginGap(b, true, m.onHand(b), b.resetAt.Load()).held > 0
 	}
 	return m.aheadGapOf(b, true, max(b.tokens.Load(), 0), now).held > 0
 }
