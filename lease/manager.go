@@ -218,6 +218,10 @@ type slot struct {
 	// check's own call (leaseSync with a budget) closes it.
 	late chan struct{}
 	err  error
+	// took is the tokens on hand a check's own call took off the bucket
+	// (leaseSync: it puts back what the Store still lends it), for the
+	// checks that find the bucket empty meanwhile (see tookOut).
+	took atomic.Int64
 }
 
 // NewManager returns a Manager that leases from store.

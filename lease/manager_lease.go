@@ -85,10 +85,13 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 					// Store's answer read just now): take those.
 					continue
 				}
-				m.st.localDenials.Add(1)
-				m.met.decisionsDenyLoc.Inc()
-				return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
-					RetryAfter: time.Duration(at - now), Reset: b.reset(local, now)}, nil
+				if !m.tookOut(b, hits-local, du, now) {
+					m.st.localDenials.Add(1)
+					m.met.decisionsDenyLoc.Inc()
+					return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
+						RetryAfter: time.Duration(at - now), Reset: b.reset(local, now)}, nil
+				}
+				// Else wait for the call that took them (below).
 			}
 		}
 		if m.store.Rejecting() {
@@ -140,6 +143,24 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		}
 		return d, nil
 	}
+}
+
+// tookOut reports whether a lease call of b's key in flight took off the
+// bucket at least need tokens on hand, which it puts back as far as the
+// Store still lends them: a check that finds the bucket short then waits
+// for the call rather than deny for tokens this Manager may hold (a key
+// whose holder leased its whole limit, the Store's last answer saying it
+// has none left, was denied so while a call was out). Not while the Store
+// denies the key (du): a saturated key's checks are denied without a look
+// at the calls in flight.
+func (m *Manager) tookOut(b *bucket, need, du, now int64) bool {
+	if du != 0 && now < du {
+		return false
+	}
+	m.inflight.Lock()
+	s := m.inflight.m[b.key]
+	m.inflight.Unlock()
+	return s != nil && s.took.Load() >= need
 }
 
 // slotWaitHook, when set (by tests only), runs when a check finds its
@@ -212,6 +233,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
 	}
 	local := m.takeAll(b)
+	s.took.Store(local)
 	// Tokens of a window that ended, or past their TTL, are dropped: the
 	// Store counted them in that window, or counts them as spent
 	// (consumption is still measured from all of them).
