@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/lease/clocktest"
 	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rls"
 )
@@ -1260,23 +1262,16 @@ func closeAndCheck(t *testing.T, r *rig, before map[string]string, cs ...*h2clie
 // in before to end.
 func waitServerGoroutines(t *testing.T, before map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for {
+	// Goroutines end on their own once told to; nothing signals it.
+	clocktest.EventuallyState(t, hangGuard, "the server's goroutines to end after Close", func() (bool, string) {
 		var left []string
 		for id, g := range serverGoroutines() {
 			if _, ok := before[id]; !ok {
 				left = append(left, g)
 			}
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of the server left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		// Goroutines end on their own once told to; nothing signals it.
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprintf("%d left:\n%s", len(left), strings.Join(left, "\n\n"))
+	})
 }
 
 // serverGoroutines are the stacks of the goroutines of servers (of this
