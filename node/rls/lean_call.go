@@ -93,8 +93,6 @@ func percentEncode(msg string) string {
 	return string(b)
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
-
 // dispatch hands st's call to an idle worker, or to a new long-lived one
 // while there are fewer than streamWorkers, or else to a goroutine of its
 // own: a call may block (a Store's first touch, a forward to the key's

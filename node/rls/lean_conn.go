@@ -562,7 +562,7 @@ func (c *leanConn) onData(f *http2.DataFrame) error {
 			c.answerEarly(st, 200, codes.Internal, "invalid gRPC message flags")
 			return nil
 		case size > maxRecvMsgSize:
-			c.answerEarly(st, 200, codes.ResourceExhausted, "received message larger than max ("+itoa(int(size))+" vs. "+itoa(maxRecvMsgSize)+")")
+			c.answerEarly(st, 200, codes.ResourceExhausted, "received message larger than max ("+strconv.Itoa(int(size))+" vs. "+strconv.Itoa(maxRecvMsgSize)+")")
 			return nil
 		case len(st.in) > 5+int(size):
 			c.answerEarly(st, 200, codes.Internal, "more than one request message in a unary call")
@@ -703,7 +703,7 @@ func (c *leanConn) onHeaders() error {
 	// control) still apply to it.
 	switch {
 	case h.tooLarge:
-		st.answerLater(200, codes.ResourceExhausted, "header list larger than "+itoa(leanMaxHeaderList)+" bytes")
+		st.answerLater(200, codes.ResourceExhausted, "header list larger than "+strconv.Itoa(leanMaxHeaderList)+" bytes")
 	case h.method != "POST":
 		st.answerLater(405, codes.Internal, "method "+h.method+": gRPC calls are POST")
 	case !grpcContentType(h.contentType):
