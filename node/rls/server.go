@@ -134,7 +134,11 @@ func NewServer(cfg ServerConfig) *Server {
 			// Calls run on long-lived goroutines (up to this many at a
 			// time; more get one each): a goroutine per call grew its
 			// stack on every call, a fifth of the server's CPU.
-			grpc.NumStreamWorkers(streamWorkers))
+			grpc.NumStreamWorkers(streamWorkers),
+			// A connection that has not finished its handshake by then is
+			// closed (grpc-go's default is 120 s, and its Stop waits for
+			// such connections: a silent client held up Close that long).
+			grpc.ConnectionTimeout(leanPrefaceTimeout))
 		s.grpc.RegisterService(&serviceDesc, s)
 		healthpb.RegisterHealthServer(s.grpc, s.health)
 	case "", TransportLean:
@@ -172,7 +176,9 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Close stops serving: calls in flight may finish until ctx ends, then
-// connections are closed. It is idempotent.
+// connections are closed. It is idempotent. On TransportGRPC a connection
+// still in its handshake holds it up to 10 s past ctx (grpc-go's Stop
+// waits for it; the handshake's own timeout ends it).
 func (s *Server) Close(ctx context.Context) {
 	s.closeOnce.Do(func() {
 		s.health.Shutdown()
