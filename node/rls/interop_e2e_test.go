@@ -29,6 +29,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // The end-to-end tests of the rate limit service against HTTP/2 and gRPC
@@ -450,7 +452,7 @@ func startInteropNode(t *testing.T, bin, transport string) *interopNode {
 	// Readiness: both ports accept connections (the configuration is
 	// loaded before the service listens). Bounded by attempts.
 	for _, addr := range []string{n.http, n.rls} {
-		for i := 0; ; i++ {
+		clocktest.EventuallyState(t, 10*time.Second, "sluiced to listen on "+addr, func() (bool, string) {
 			select {
 			case <-exited:
 				data, _ := os.ReadFile(logPath)
@@ -458,15 +460,12 @@ func startInteropNode(t *testing.T, bin, transport string) *interopNode {
 			default:
 			}
 			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				c.Close()
-				break
+			if err != nil {
+				return false, err.Error()
 			}
-			if i == 500 {
-				t.Fatalf("sluiced does not listen on %s: %v", addr, err)
-			}
-			time.Sleep(20 * time.Millisecond) // a real process starting: nothing to wait on but its port
-		}
+			c.Close()
+			return true, ""
+		})
 	}
 	return n
 }
