@@ -59,7 +59,7 @@ var h2specKnown = map[rls.Transport]map[string]string{
 // millisecond; its timeout is the hang guard, which only a failing case
 // reaches.
 func TestH2Spec(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		host, port, err := net.SplitHostPort(r.addr)
 		if err != nil {

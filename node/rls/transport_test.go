@@ -53,13 +53,6 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000}
 `
 
-// forEachTransport runs f as a subtest per transport.
-func forEachTransport(t *testing.T, f func(t *testing.T, tr rls.Transport)) {
-	for _, tr := range transports {
-		t.Run(string(tr), func(t *testing.T) { f(t, tr) })
-	}
-}
-
 // h2client is a raw HTTP/2 client over one TCP connection: the test writes
 // frames as it scripts them, and read records what the server sends. It
 // answers the server's SETTINGS and PINGs, and (unless manualFlow) gives
@@ -486,7 +479,7 @@ func TestTransportUnary(t *testing.T) {
 		{"interleaved", shape{headerFrags: 3, dataFrames: 3, interleave: true}},
 		{"all", shape{headerFrags: 3, pad: 3, dataFrames: 5, interleave: true}},
 	}
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		shared := dialH2(t, r.addr)
 		for i, tc := range shapes {
@@ -511,7 +504,7 @@ func TestTransportUnary(t *testing.T) {
 // TestTransportConcurrentStreams: many streams open at once on one
 // connection each get their own answer.
 func TestTransportConcurrentStreams(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		c := dialH2(t, r.addr)
 		n := int(min(c.maxStreams, 100))
@@ -579,7 +572,7 @@ func checkBig(t testing.TB, s *h2stream) {
 // gives window back. An answer bigger than SETTINGS_MAX_FRAME_SIZE is cut
 // into frames of at most that size.
 func TestTransportFlowControl(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, bigYAML, withTransport(tr), func(c *rls.ServerConfig) { c.ResponseHeaders = true })
 		const initWin = 10
 		c := dialH2(t, r.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: initWin})
@@ -672,7 +665,7 @@ func TestTransportFlowControl(t *testing.T) {
 // 6.9.2): the server sends nothing more on the stream until WINDOW_UPDATEs
 // bring it above zero, and then no more than they allow.
 func TestTransportWindowShrink(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, bigYAML, withTransport(tr), func(c *rls.ServerConfig) { c.ResponseHeaders = true })
 		c := dialH2(t, r.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
 		c.manualFlow = true
@@ -713,7 +706,7 @@ func TestTransportWindowShrink(t *testing.T) {
 // TestTransportPingSettings: a PING is answered by a PING ACK with the same
 // data; a SETTINGS by a SETTINGS ACK.
 func TestTransportPingSettings(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		c := dialH2(t, r.addr)
 		c.readUntil("the SETTINGS ACK", func() bool { return c.settingsAcks == 1 })
@@ -759,7 +752,7 @@ func TestTransportMethods(t *testing.T) {
 			t.Errorf("%s: grpc-status %s, want %s", path, got, want)
 		}
 	}
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		c := dialH2(t, r.addr)
 		check(t, c, 1, "", healthpb.HealthCheckResponse_SERVING)
@@ -783,7 +776,7 @@ func TestTransportMethods(t *testing.T) {
 // short by END_STREAM, or two messages for a unary call, with a non-OK
 // status. The connection keeps serving.
 func TestTransportBadMessages(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		c := dialH2(t, r.addr)
 		answered := func(id uint32) func() bool {
@@ -847,7 +840,7 @@ func TestTransportBadMessages(t *testing.T) {
 // (about 190 KiB, under the server's limit) is let in by the server's
 // WINDOW_UPDATEs and answered.
 func TestTransportBigRequest(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		c := dialH2(t, r.addr)
 		req := &rlsv3.RateLimitRequest{Domain: "t"}
@@ -877,7 +870,7 @@ func TestTransportBigRequest(t *testing.T) {
 // the connection ended by a GOAWAY of such a code. The streams within the
 // limit are served.
 func TestTransportStreamLimit(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		r := newRig(t, transportYAML, withTransport(tr))
 		c := dialH2(t, r.addr)
 		limit := c.maxStreams
@@ -928,7 +921,7 @@ func TestTransportStreamLimit(t *testing.T) {
 // window past 2^31-1 ends the stream with FLOW_CONTROL_ERROR (RFC 9113
 // 6.9.1; or the connection, with a GOAWAY of that code).
 func TestTransportWindowOverflow(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		if tr == rls.TransportGRPC {
 			t.Skip("grpc-go ignores a stream window past 2^31-1")
 		}
@@ -956,7 +949,7 @@ func TestTransportWindowOverflow(t *testing.T) {
 // length of its DATA is malformed (RFC 9113 8.1.1): it is not served; the
 // stream is reset with PROTOCOL_ERROR, or answered with an error first.
 func TestTransportContentLength(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		if tr == rls.TransportGRPC {
 			t.Skip("grpc-go does not check content-length against the DATA")
 		}
@@ -1043,7 +1036,7 @@ func TestTransportViolations(t *testing.T) {
 			c.check(c.fr.WriteRawFrame(http2.FrameSettings, http2.FlagSettingsAck, 0, make([]byte, 6)))
 		}},
 	}
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) { violation(t, tr, tc.bad) })
 		}
@@ -1104,7 +1097,7 @@ func (g *gateEngine) waitEntered(t *testing.T) {
 // after the RST_STREAM and checks only what comes after its ACK), and the
 // other streams of the connection are served.
 func TestTransportReset(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		t.Run("mid-request", func(t *testing.T) {
 			r := newRig(t, transportYAML, withTransport(tr))
 			c := dialH2(t, r.addr)
@@ -1152,7 +1145,7 @@ func TestTransportReset(t *testing.T) {
 // call finish, then closes the connection; after Close, new connections
 // are refused.
 func TestTransportClose(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		g, gate := withGate(t)
 		r := newRig(t, transportYAML, withTransport(tr), gate)
 		t.Cleanup(g.open)
@@ -1192,7 +1185,7 @@ func TestTransportClose(t *testing.T) {
 // middle of a frame, closed before or in the middle of the preface, idle
 // after it) and Close, no goroutine of the server is left.
 func TestTransportNoLeaks(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		before := serverGoroutines()
 		r := newRig(t, transportYAML, withTransport(tr))
 		for i := range 20 {
@@ -1225,7 +1218,7 @@ func TestTransportNoLeaks(t *testing.T) {
 // 120 s by default, over the context's 30 s; the server sets 10 s, which
 // this test waits out on TransportGRPC.)
 func TestTransportCloseIdle(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr rls.Transport) {
+	eachTransport(t, func(t *testing.T, tr rls.Transport) {
 		before := serverGoroutines()
 		r := newRig(t, transportYAML, withTransport(tr))
 		idle := dialRaw(t, r.addr)
