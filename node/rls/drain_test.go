@@ -144,24 +144,34 @@ func (e *blockingEngine) Decide(_ context.Context, b *engine.Batch) {
 	}
 }
 
+// blockedCall starts a rig on tr whose engine blocks, and a call on it
+// that is deciding when blockedCall returns: its error comes on slow once
+// release lets the engine go on (also at cleanup, before the rig's Close,
+// which waits for the call).
+func blockedCall(t *testing.T, tr rls.Transport) (r *rig, slow <-chan error, release func()) {
+	t.Helper()
+	e := &blockingEngine{started: make(chan struct{}), release: make(chan struct{})}
+	r = newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", withTransport(tr), withEngine(e))
+	var once sync.Once
+	release = func() { once.Do(func() { close(e.release) }) }
+	t.Cleanup(release)
+	errs := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=slow")})
+		errs <- err
+	}()
+	<-e.started
+	return r, errs, release
+}
+
 // TestBlockedDecide: a call whose Decide blocks (a Store's first touch, a
 // forward) holds up no other call on the same connection.
 func TestBlockedDecide(t *testing.T) { eachTransport(t, testBlockedDecide) }
 
 func testBlockedDecide(t *testing.T, tr rls.Transport) {
-	e := &blockingEngine{started: make(chan struct{}), release: make(chan struct{})}
-	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", withTransport(tr), withEngine(e))
-	var once sync.Once
-	release := func() { once.Do(func() { close(e.release) }) }
-	t.Cleanup(release) // before the rig's Close, which waits for the call
-	slow := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=slow")})
-		slow <- err
-	}()
-	<-e.started
+	r, slow, release := blockedCall(t, tr)
 	if got, _ := r.call(t, "d", 0, desc("k=fast")); got != "OK: OK" {
 		t.Errorf("the other call: %s", got)
 	}
@@ -181,19 +191,7 @@ func testBlockedDecide(t *testing.T, tr rls.Transport) {
 func TestCloseLetsCallsFinish(t *testing.T) { eachTransport(t, testCloseLetsCallsFinish) }
 
 func testCloseLetsCallsFinish(t *testing.T, tr rls.Transport) {
-	e := &blockingEngine{started: make(chan struct{}), release: make(chan struct{})}
-	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", withTransport(tr), withEngine(e))
-	var once sync.Once
-	release := func() { once.Do(func() { close(e.release) }) }
-	t.Cleanup(release)
-	slow := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: d1("k=slow")})
-		slow <- err
-	}()
-	<-e.started
+	r, slow, release := blockedCall(t, tr)
 	closed := make(chan struct{})
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
