@@ -103,14 +103,16 @@ func TestIdleKeepBoundDropsLongestIdle(t *testing.T) {
 }
 
 // TestIdleKeepHotKeyReturnsAtIdle: a key whose loan is bigger than a slow
-// key's (it leased for its rate) gives it back at Idle.
+// key's (it leased for its rate more than half the capacity, the most a
+// token_bucket key far from its limit leases) gives it back at Idle.
 func TestIdleKeepHotKeyReturnsAtIdle(t *testing.T) {
 	// A small floor (100 tokens of 100000), so that a key's rate sizes
 	// its lease well above it.
 	m, fs, clk := testManager(t, func(c *Config) { c.MinLeaseShare = 1.0 / 1000 })
 	p := dailyPolicy(100_000)
-	for range 200 {
-		mustTake(t, m, "hot", p, 30) // 30000 hits/s: leases of ~3000
+	const takes, hits = 100, 600
+	for range takes {
+		mustTake(t, m, "hot", p, hits) // 600000 hits/s: leases of up to 60000
 		m.drain()
 		clk.Advance(time.Millisecond)
 	}
@@ -128,7 +130,7 @@ func TestIdleKeepHotKeyReturnsAtIdle(t *testing.T) {
 	}
 	// Returned: the Store lacks only what was spent (plus a few tokens
 	// of refill), not the loan.
-	if got, want := fs.available(t, "hot", p), p.Capacity()-200*30; got < want {
+	if got, want := fs.available(t, "hot", p), p.Capacity()-takes*hits; got < want {
 		t.Errorf("the Store has %d of the hot key after its return, want at least %d", got, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -251,7 +252,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		return b.decision(keep-hits, now)
 	}
 	need := hits - keep
-	want := m.sizeLease(b, b.basis.Load()-local, now, need)
+	want := m.sizeLease(b, b.basis.Load()-local, now, need, keep)
 
 	m.st.storeDecisions.Add(1)
 	m.st.leases.Add(1)
@@ -528,13 +529,48 @@ func (m *Manager) touch(b *bucket, now int64) {
 }
 
 // sizeLease updates b's rate with consumed hits since the last grant and
-// returns the tokens to ask for, at least need. The caller holds b's slot.
-func (m *Manager) sizeLease(b *bucket, consumed, now, need int64) int64 {
+// returns the tokens to ask for on top of held (what the call reports
+// held), at least need. The caller holds b's slot.
+func (m *Manager) sizeLease(b *bucket, consumed, now, need, held int64) int64 {
 	first := b.lastLeaseMs == 0
 	elapsed := time.Duration(unixMs32(now)-b.lastLeaseMs) * time.Millisecond
 	ewma, sizing := observeRate(float64(b.rate), consumed, elapsed, m.cfg.Horizon, first)
 	b.rate = float32(ewma)
-	return leaseWant(sizing, m.cfg.Horizon, m.cfg.MinLeaseShare, need, b.pol.Capacity())
+	want := leaseWant(sizing, m.cfg.Horizon, m.cfg.MinLeaseShare, need, b.pol.Capacity())
+	if !first && m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.refills() {
+		want = max(want, roomyWant(b.pol, sizing, m.cfg.LeaseTTL/2, b.remaining.Load()+b.basis.Load(), held))
+	}
+	return want
+}
+
+// roomyWant is what a token_bucket or gcra key far from its limit asks
+// for on top of held: enough for its rate over its loan's fast-path life
+// (life, half the LeaseTTL), so that a slow key renews about once per
+// that life instead of once per smallest lease. Far from its limit means
+// its rate is at most half the policy's (the Store's bucket stays near
+// full) and, by the Store's last answer, the loan (held plus the ask)
+// leaves the Store at least half the capacity: free is the tokens neither
+// spent nor lent to another holder then (Remaining plus what it lent this
+// Manager). The loan is at most half the capacity.
+//
+// What it costs is what any loan costs: nothing in accuracy (the Store
+// counts it against the key's capacity), and under-admission of the key's
+// other holders of at most the loan while it runs, a burst's worth only:
+// a token_bucket still refills at its rate up to the capacity minus what
+// is lent, and a gcra's TAT is held at most half a burst ahead. A key
+// nearer its limit, and every window, keep the sizing by rate over the
+// horizon and the smallest lease.
+func roomyWant(p *Policy, rate float64, life time.Duration, free, held int64) int64 {
+	if !(rate*float64(p.Period) <= float64(p.Limit)*float64(time.Second)/2) { // NaN too
+		return 0
+	}
+	f := math.Ceil(rate * life.Seconds())
+	c := p.Capacity()
+	loan := min(c/2, free-c/2)
+	if f < float64(loan) {
+		loan = int64(f)
+	}
+	return max(loan-held, 0)
 }
 
 // countLocal records hits admitted from leased tokens since the last lease.
@@ -633,7 +669,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	if !m.usable(b, now) {
 		held = 0
 	}
-	want, need := m.sizeLease(b, b.basis.Load()-local, now, 1), int64(1)
+	want, need := m.sizeLease(b, b.basis.Load()-local, now, 1, held), int64(1)
 	renewal := held >= want
 	if renewal {
 		// Enough on hand (a renewal: the tokens are past half their

@@ -371,12 +371,19 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 
 // slowLoan is the biggest loan of a key that the idle sweep keeps: twice
 // the smallest lease of p (MinLeaseShare of its capacity, at least one
-// token). A slow key's leases are the smallest lease, and it asks for one
-// when what it holds is below that (it ran out, fell to its prefetch mark,
-// or is renewing), so its loan stays below twice it. A key that leased
-// for its rate has a bigger loan, which goes back at Idle.
+// token), or for token_bucket and gcra half the capacity if that is more.
+// A slow key's leases are the smallest lease, and it asks for one when
+// what it holds is below that (it ran out, fell to its prefetch mark, or
+// is renewing), so its loan stays below twice it; a refilling key far
+// from its limit leases for its fast-path life, at most half the capacity
+// (roomyWant). A key that leased for its rate near its limit has a bigger
+// loan, which goes back at Idle.
 func (m *Manager) slowLoan(p *Policy) int64 {
-	return 2 * leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, p.Capacity())
+	floor := 2 * leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, p.Capacity())
+	if p.Algorithm.refills() && m.cfg.MinLeaseShare > 0 {
+		return max(floor, p.Capacity()/2)
+	}
+	return floor
 }
 
 // prunePolicies forgets the interned policies that no bucket uses, so that

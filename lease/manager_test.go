@@ -463,8 +463,9 @@ func TestReturnKeys(t *testing.T) {
 }
 
 // TestColdKeyStoreCalls: a key checked far less often than once per
-// horizon makes one Store call per MinLeaseShare × capacity checks, not one
-// per check; with the floor off it is one per check.
+// horizon makes a Store call per many checks, not one per check (its first
+// lease the floor, MinLeaseShare × capacity); with the floor off it is one
+// per check.
 func TestColdKeyStoreCalls(t *testing.T) {
 	p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Minute} // 1000/min, capacity 1000
 	tests := []struct {
@@ -476,8 +477,10 @@ func TestColdKeyStoreCalls(t *testing.T) {
 		// a quarter left (no renewal: half the LeaseTTL is 2.5 min;
 		// TestRedisOpsRenewals counts those).
 		{"default floor", 0, 2},
-		{"floor 1/100", 0.01, 11}, // 10 tokens a lease, the next one prefetched
-		{"no floor", -1, 100},     // one token a lease
+		// 10 tokens, then the prefetch leases for the key's rate over
+		// its loan's fast-path life (150 tokens, TestSlowKeyLeasesForItsLoansLife).
+		{"floor 1/100", 0.01, 2},
+		{"no floor", -1, 100}, // one token a lease
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

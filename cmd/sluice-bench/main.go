@@ -114,7 +114,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	driver := fs.String("driver", "single", "single, pipelined, batch, auth, raw, inproc, client or gateway")
+	driver := fs.String("driver", "single", "single, pipelined, batch, auth, raw, inproc, client, gateway or naive (the naive counter on -redis: one INCRBY + EXPIRE per check)")
 	addr := fs.String("addr", "127.0.0.1:8080", "limiter host:port (HTTP drivers)")
 	mode := fs.String("mode", "closed", "closed (max throughput) or open (constant arrival rate)")
 	rate := fs.Int64("rate", 0, "open loop: requests per second (a batch is one request)")
@@ -208,6 +208,15 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		d, err = bench.NewInprocDriver(bench.InprocConfig{Manager: mgr, Rule: *rule, Hits: *hits, Keys: keys,
 			Policy: lease.Policy{Algorithm: lease.TokenBucket, Limit: l, Period: *period, Burst: b}})
+	case "naive":
+		// The baseline Redis design, on the Redis of -redis, with the
+		// rule of -limit and -period (the suite runs it beside each Redis
+		// phase): its Redis CPU comes from -server-pid (redis-server's).
+		l := bench.Limit{Limit: *limit, Period: *period}
+		if l.Limit == 0 {
+			l.Limit = 100
+		}
+		d, err = bench.NewNaiveDriver(bench.NaiveConfig{Addr: *redisAddr, Keys: keys, Limit: l, Hits: *hits})
 	case "client":
 		d, err = bench.NewGoClientDriver(bench.GoClientConfig{Seeds: strings.Split(*addr, ","), Rule: *rule, Hits: *hits, Keys: keys})
 	case "gateway":

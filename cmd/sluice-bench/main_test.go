@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/lua/redistest"
 )
 
 // The suite starts this binary again as the ceiling server; under `go
@@ -39,6 +40,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "-driver", "raw", "-url", "x"}, 2, "url:"},
 		{[]string{"run", "-driver", "client", "-addr", "127.0.0.1:1"}, 2, "cannot start the Go client"},
 		{[]string{"run", "-duration", "0s"}, 2, "duration:"},
+		{[]string{"run", "-driver", "naive"}, 2, "naive: addr: required"},
 		{[]string{"suite", "-phase", "1ns"}, 1, "phase:"},
 	}
 	for _, tt := range tests {
@@ -156,4 +158,25 @@ func timedOut(msg string) bool {
 		}
 	}
 	return false
+}
+
+// TestRunNaive: the naive counter driver on a real redis-server counts one
+// INCRBY and one EXPIRE per check, and admits up to the limit per window.
+func TestRunNaive(t *testing.T) {
+	addr := redistest.Start(t)
+	js := filepath.Join(t.TempDir(), "r.json")
+	var out, errb bytes.Buffer
+	code := run([]string{"run", "-driver", "naive", "-redis", addr, "-keys", "5", "-dist", "uniform", "-duration", "200ms",
+		"-workers", "2", "-mode", "open", "-rate", "500", "-limit", "1000000", "-period", "1h", "-json", js}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errb.String())
+	}
+	var r bench.RunResult
+	b, _ := os.ReadFile(js)
+	if err := json.Unmarshal(b, &r); err != nil || r.Decisions != 100 || r.Allowed != r.Decisions {
+		t.Fatalf("json %v: %+v, want 100 decisions, all allowed", err, r)
+	}
+	if !strings.Contains(out.String(), "incrby") || !strings.Contains(out.String(), "expire") {
+		t.Errorf("output names no INCRBY and EXPIRE per decision: %s", out.String())
+	}
 }

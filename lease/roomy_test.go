@@ -1,0 +1,91 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestSlowKeyLeasesForItsLoansLife: a token_bucket key far from its limit
+// (checked every 2 s, limit 100/s) leases for its rate over its loan's
+// fast-path life, at most half the capacity, so that it renews about once
+// per 38 checks instead of once per 13 (the smallest lease, 13 tokens
+// more at each prefetch); the same key with another holder holding
+// most of the capacity keeps the smallest lease.
+func TestSlowKeyLeasesForItsLoansLife(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		p := Policy{Algorithm: alg, Limit: 100, Period: time.Second, Burst: 100}
+		for _, tt := range []struct {
+			name       string
+			other      int64 // tokens another holder holds of the key
+			minC, maxC int64 // lease calls for the 100 checks
+		}{
+			// First lease 13, the prefetch at 3 left asks up to 50
+			// (0.5/s × 150 s = 75, capped at half the capacity), then a
+			// prefetch per 38 checks: 4 calls.
+			{"far from its limit", 0, 3, 5},
+			// Free 40 < half the capacity: the smallest lease, 13
+			// tokens more at each prefetch: 8 calls.
+			{"another holder holds 60", 60, 7, 9},
+		} {
+			t.Run(alg.String()+"/"+tt.name, func(t *testing.T) {
+				m, fs, clk := testManager(t, nil)
+				if tt.other > 0 {
+					g, err := fs.Lease(context.Background(), "k", p, tt.other, tt.other, Lessee{ID: "other", TTL: time.Hour})
+					if err != nil || g.Granted != tt.other {
+						t.Fatalf("the other holder's lease: %+v, %v", g, err)
+					}
+				}
+				base := fs.n(opLease)
+				maxLent := int64(0)
+				for i := range 100 {
+					if !mustTake(t, m, "k", p, 1).Allowed {
+						t.Fatalf("check %d denied", i)
+					}
+					m.drain()
+					maxLent = max(maxLent, m.buckets.load("k").basis.Load())
+					clk.Advance(2 * time.Second)
+				}
+				calls := fs.n(opLease) - base
+				t.Logf("%d lease calls, the Manager's loan up to %d", calls, maxLent)
+				if calls < tt.minC || calls > tt.maxC {
+					t.Errorf("%d lease calls for 100 checks, want %d to %d", calls, tt.minC, tt.maxC)
+				}
+				if limit := min(p.Capacity()/2, p.Capacity()-tt.other); maxLent > limit && maxLent > 26 {
+					t.Errorf("the Store lent this Manager up to %d tokens, want at most %d (half the capacity, or twice the smallest lease)", maxLent, limit)
+				}
+			})
+		}
+	}
+}
+
+// TestIdleKeepKeepsARoomyLoan: the idle sweep keeps a slow token_bucket
+// key's loan sized for its loan's life (above twice the smallest lease, at
+// most half the capacity), as it keeps the smallest lease's: the key
+// coming back is answered from memory, with no return call and no lease.
+func TestIdleKeepKeepsARoomyLoan(t *testing.T) {
+	m, fs, clk := testManager(t, nil)
+	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Second, Burst: 100}
+	for range 12 { // every 2 s: the prefetch at 3 left leases for the loan's life
+		mustTake(t, m, "k", p, 1)
+		m.drain()
+		clk.Advance(2 * time.Second)
+	}
+	b := m.buckets.load("k")
+	floor := leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, p.Capacity())
+	if lent := b.basis.Load(); lent <= 2*floor || lent > p.Capacity()/2 {
+		t.Fatalf("the key's loan is %d, want above twice the smallest lease (%d) and at most half the capacity", lent, 2*floor)
+	}
+	calls := fs.n(opLease)
+	clk.Advance(15 * time.Second)
+	if n := m.sweep(clk.Now()); n != 0 || !m.Holds("k") {
+		t.Fatalf("swept %d keys (holds k %v), want the roomy loan kept", n, m.Holds("k"))
+	}
+	if !mustTake(t, m, "k", p, 1).Allowed {
+		t.Fatal("the key coming back was denied")
+	}
+	m.drain()
+	if fs.n(opReturn) != 0 || fs.n(opLease) != calls {
+		t.Errorf("%d returns and %d leases after the idle spell, want none", fs.n(opReturn), fs.n(opLease)-calls)
+	}
+}
