@@ -194,7 +194,9 @@
 // return (when the sweep drops the key, or ReturnKeys, or Close) or its
 // end; only for longer than the idle return would have, at most the loan's
 // fast-path life (half LeaseTTL; a window's end), and at most twice the
-// smallest lease (MinLeaseShare of the capacity).
+// smallest lease (MinLeaseShare of the capacity) or, for token_bucket and
+// gcra, half the capacity (what a key far from its limit leases: see
+// Config.MinLeaseShare).
 //
 // A crash costs the crashed holder's lent tokens: they count as spent at
 // exp_h (at most TTL after its last call; Config.LeaseTTL, 5 minutes by

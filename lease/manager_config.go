@@ -18,8 +18,14 @@ type Config struct {
 	// capacity: a lease asks for max(rate × Horizon, MinLeaseShare ×
 	// capacity) tokens (at least the check's need, at most capacity). It
 	// keeps cold keys, whose rate × Horizon is below one token, from
-	// making a Store call per check. Zero means 1/8; negative means no
-	// floor (leases sized by rate alone); above 1 means 1.
+	// making a Store call per check. A token_bucket or gcra key far from
+	// its limit (its rate at most half the policy's, and the Store's last
+	// answer leaving it half the capacity after the loan) asks for more:
+	// its rate over its loan's fast-path life (half LeaseTTL), with its
+	// loan at most half the capacity, so that a slow key renews once per
+	// that life rather than once per smallest lease. Zero means 1/8;
+	// negative means no floor (leases sized by rate alone, and none for the
+	// loan's life); above 1 means 1.
 	MinLeaseShare float64
 	// Idle is how long a key goes unchecked before its tokens go back to
 	// the Store and its bucket is dropped, unless it is kept (KeepIdle).
@@ -32,7 +38,9 @@ type Config struct {
 	// of: see AheadHorizon; half their LeaseTTL for token_bucket and gcra) and
 	// whose loan is a slow key's (what the Store lends this Manager of it
 	// is at most twice the smallest lease, MinLeaseShare of its capacity:
-	// a slow key's leases are that smallest one) keeps its bucket, with no Store call, so that a check
+	// a slow key's leases are that smallest one; for token_bucket and gcra
+	// at most half the capacity, what a key far from its limit leases)
+	// keeps its bucket, with no Store call, so that a check
 	// coming back after an idle spell is answered from memory. It is
 	// dropped as any other once its tokens are no longer spendable on the
 	// fast path, or when more than KeepIdle keys are kept (the longest

@@ -251,7 +251,7 @@ func settings() []setting {
 		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
-		{"lease-keep-idle", "SLUICE_LEASE_KEEP_IDLE", "100000", "how many keys idle for -lease-idle at most keep their loan while its tokens are spendable, if it is a slow key's (at most 2/8 of the rule's capacity): a check coming back after an idle spell is answered without a Store call; beyond, the longest idle give their tokens back. About 150-200 bytes of memory each; 0: none", func(o *options, v string) error {
+		{"lease-keep-idle", "SLUICE_LEASE_KEEP_IDLE", "100000", "how many keys idle for -lease-idle at most keep their loan while its tokens are spendable, if it is a slow key's (at most 2/8 of the rule's capacity, or half of it for a token_bucket or gcra key far from its limit): a check coming back after an idle spell is answered without a Store call; beyond, the longest idle give their tokens back. About 150-200 bytes of memory each; 0: none", func(o *options, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > maxKeepIdle {
 				return fmt.Errorf("want a whole number between 0 and %d, got %q", maxKeepIdle, v)
