@@ -382,7 +382,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.settle(b, g.Lent)
-		b.low.Store(lowMark(m.cfg.LowWater, got))
+		b.low.Store(m.lowFor(b, got, g.Lent))
 		m.release(b, s, nil)
 		return b.decision(left, now)
 	}
@@ -538,20 +538,63 @@ func (m *Manager) sizeLease(b *bucket, consumed, now, need, held int64) int64 {
 	b.rate = float32(ewma)
 	want := leaseWant(sizing, m.cfg.Horizon, m.cfg.MinLeaseShare, need, b.pol.Capacity())
 	if !first && m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.refills() {
-		want = max(want, roomyWant(b.pol, sizing, m.cfg.LeaseTTL/2, b.remaining.Load()+b.basis.Load(), held))
+		want = max(want, roomyWant(b.pol, sizing, m.cfg.LeaseTTL/2, b.free(now), held))
 	}
 	return want
 }
 
+// farRate reports whether a key checked rate times a second is far from
+// p's limit: at most half its rate.
+func farRate(p *Policy, rate float64) bool {
+	return rate*float64(p.Period) <= float64(p.Limit)*float64(time.Second)/2 // false for NaN
+}
+
+// free is what of b's key is neither lent to another holder nor spent
+// and not yet refilled at now, by the Store's last answer, for roomyWant:
+// its projection to now (Reset counts what it lends this Manager as
+// spent), and at most its Remaining plus what it lends this Manager plus
+// a quarter of the capacity. The Reset of a bucket whose other holders'
+// loans cap it says nothing of them; the bound does: it counts the spends
+// that the last call reported (at most a quarter of the capacity for a
+// key far from its limit: see lowFor) as refilled, what other holders'
+// loans never are. The caller holds b's slot.
+func (b *bucket) free(now int64) int64 {
+	return min(b.projected(now), max(b.remaining.Load(), 0)+b.basis.Load()+b.pol.Capacity()/4)
+}
+
+// far reports whether b's key leases as a token_bucket or gcra key far
+// from its limit (roomyWant, lowFor) by its rate. The caller holds b's
+// slot.
+func (m *Manager) far(b *bucket) bool {
+	return m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.refills() && farRate(b.pol, float64(b.rate))
+}
+
+// lowFor is b's prefetch mark after a call that granted (or renewed) n
+// tokens and left the Store lending lent: LowWater × n, and for a
+// token_bucket or gcra key far from its limit (which leases for its loan's
+// life: roomyWant) at least lent less a quarter of the capacity, so that
+// such a key reports what it spent at least every quarter of the
+// capacity. Spent tokens count at the Store from the call that reports
+// them (from the holder's last spend: Lessee.Idle), so a burst right after
+// slow traffic finds those not refilled yet: this bounds that to a quarter
+// of the capacity. The caller holds b's slot.
+func (m *Manager) lowFor(b *bucket, n, lent int64) int32 {
+	low := lowMark(m.cfg.LowWater, n)
+	if m.far(b) {
+		low = max(low, int32(min(max(lent-b.pol.Capacity()/4, 0), math.MaxInt32)))
+	}
+	return low
+}
+
 // roomyWant is what a token_bucket or gcra key far from its limit asks
 // for on top of held: enough for its rate over its loan's fast-path life
-// (life, half the LeaseTTL), so that a slow key renews about once per
-// that life instead of once per smallest lease. Far from its limit means
-// its rate is at most half the policy's (the Store's bucket stays near
-// full) and, by the Store's last answer, the loan (held plus the ask)
-// leaves the Store at least half the capacity: free is the tokens neither
-// spent nor lent to another holder then (Remaining plus what it lent this
-// Manager). The loan is at most half the capacity.
+// (life, half the LeaseTTL), so that a slow key calls the Store once per
+// quarter of the capacity it spends (lowFor) rather than once per
+// smallest lease. Far from its limit means its rate is at most half the
+// policy's (the Store's bucket stays near full) and the loan (held plus
+// the ask) leaves at least half the capacity of what is free (bucket.free:
+// neither lent to another holder nor spent and not yet refilled). The loan
+// is at most half the capacity.
 //
 // What it costs is what any loan costs: nothing in accuracy (the Store
 // counts it against the key's capacity), and under-admission of the key's
@@ -561,7 +604,7 @@ func (m *Manager) sizeLease(b *bucket, consumed, now, need, held int64) int64 {
 // nearer its limit, and every window, keep the sizing by rate over the
 // horizon and the smallest lease.
 func roomyWant(p *Policy, rate float64, life time.Duration, free, held int64) int64 {
-	if !(rate*float64(p.Period) <= float64(p.Limit)*float64(time.Second)/2) { // NaN too
+	if !farRate(p, rate) {
 		return 0
 	}
 	f := math.Ceil(rate * life.Seconds())
@@ -670,10 +713,12 @@ func (m *Manager) prefetchNow(b *bucket) {
 		held = 0
 	}
 	want, need := m.sizeLease(b, b.basis.Load()-local, now, 1, held), int64(1)
-	renewal := held >= want
+	// Enough on hand (a renewal: the tokens are past half their TTL):
+	// re-lend them, asking for nothing more. A key far from its limit
+	// whose tokens are still spendable is at its prefetch mark, which
+	// leaves about as many on hand as it asks (see lowFor): it leases.
+	renewal := held >= want && !(m.far(b) && b.spendable(now))
 	if renewal {
-		// Enough on hand (a renewal: the tokens are past half their
-		// TTL): re-lend them, asking for nothing more.
 		want, need = 0, 0
 	}
 	m.st.prefetches.Add(1)
@@ -727,9 +772,9 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.settle(b, g.Lent)
 	switch {
 	case g.Granted > 0:
-		b.low.Store(lowMark(m.cfg.LowWater, g.Granted))
+		b.low.Store(m.lowFor(b, g.Granted, g.Lent))
 	case renewal:
-		b.low.Store(lowMark(m.cfg.LowWater, g.Lent))
+		b.low.Store(m.lowFor(b, g.Lent, g.Lent))
 	}
 	// Granted 0 otherwise: nothing available; low stays -1 and the next
 	// check that runs out leases synchronously and gets a deny-until.

@@ -8,9 +8,10 @@ import (
 
 // TestSlowKeyLeasesForItsLoansLife: a token_bucket key far from its limit
 // (checked every 2 s, limit 100/s) leases for its rate over its loan's
-// fast-path life, at most half the capacity, so that it renews about once
-// per 38 checks instead of once per 13 (the smallest lease, 13 tokens
-// more at each prefetch); the same key with another holder holding
+// fast-path life, at most half the capacity, and calls the Store once per
+// quarter of the capacity it spends: about once per 25 checks instead of
+// once per 13 (the smallest lease, 13 tokens more at each prefetch); the
+// same key with another holder holding
 // most of the capacity keeps the smallest lease.
 func TestSlowKeyLeasesForItsLoansLife(t *testing.T) {
 	for _, alg := range []Algorithm{TokenBucket, GCRA} {
@@ -22,7 +23,8 @@ func TestSlowKeyLeasesForItsLoansLife(t *testing.T) {
 		}{
 			// First lease 13, the prefetch at 3 left asks up to 50
 			// (0.5/s × 150 s = 75, capped at half the capacity), then a
-			// prefetch per 38 checks: 4 calls.
+			// prefetch per 25 checks (a quarter of the capacity): 5
+			// calls.
 			{"far from its limit", 0, 3, 5},
 			// Free 40 < half the capacity: the smallest lease, 13
 			// tokens more at each prefetch: 8 calls.
@@ -87,5 +89,47 @@ func TestIdleKeepKeepsARoomyLoan(t *testing.T) {
 	m.drain()
 	if fs.n(opReturn) != 0 || fs.n(opLease) != calls {
 		t.Errorf("%d returns and %d leases after the idle spell, want none", fs.n(opReturn), fs.n(opLease)-calls)
+	}
+}
+
+// TestBurstAfterSlowTraffic: what a key far from its limit pays for its
+// bigger loan. The tokens it spent since its last lease call count at the
+// Store as spent when the next call reports them (from its last spend: see
+// Lessee.Idle), so a burst right after slow traffic finds those not yet
+// refilled: at most the loan less its prefetch mark, a quarter of the
+// capacity (lowFor), where the smallest lease's loan left about 1/8 (96
+// or so of 100 in this test before loans for a key's life; 63 with them
+// and the usual prefetch mark, a quarter of the grant). The worst moment is checked: the burst comes when
+// the loan is one token above its prefetch mark.
+func TestBurstAfterSlowTraffic(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, _, clk := testManager(t, nil)
+			p := Policy{Algorithm: alg, Limit: 100, Period: time.Second, Burst: 100}
+			var b *bucket
+			for i := 0; ; i++ {
+				if i == 200 {
+					t.Fatal("the key never held a loan for its life one token above its prefetch mark")
+				}
+				mustTake(t, m, "k", p, 1)
+				m.drain()
+				clk.Advance(2 * time.Second)
+				b = m.buckets.load("k")
+				if b.basis.Load() > 2*13 && m.onHand(b) == int64(b.low.Load())+1 {
+					break
+				}
+			}
+			loan, unreported := b.basis.Load(), b.basis.Load()-m.onHand(b)
+			admitted := int64(0)
+			for range 2 * p.Capacity() {
+				if mustTake(t, m, "k", p, 1).Allowed {
+					admitted++
+				}
+			}
+			t.Logf("loan %d, %d spent since the last call: the burst admitted %d of %d", loan, unreported, admitted, p.Capacity())
+			if want := p.Capacity() - p.Capacity()/4; admitted < want {
+				t.Errorf("the burst admitted %d, want at least %d", admitted, want)
+			}
+		})
 	}
 }
