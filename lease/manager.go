@@ -14,10 +14,13 @@ import (
 // check, with no I/O and no allocation. A check that finds too few tokens
 // leases synchronously, asking for about Horizon of the key's measured
 // rate but at least MinLeaseShare of the policy's capacity (at least the
-// check's need, at most the capacity); only
+// check's need, at most the capacity); a token_bucket or gcra key far
+// from its limit asks for its rate over its loan's fast-path life, its
+// loan at most half the capacity (roomyWant). Only
 // one lease call per key is in flight, and other checks of the key wait
-// for it. When a check leaves fewer than LowWater × the last grant, the
-// Manager leases again in the background. A check the local tokens
+// for it. When a check leaves fewer than LowWater × the last grant (a key
+// far from its limit: once it has spent a quarter of the capacity since
+// its last call, see lowFor), the Manager leases again in the background. A check the local tokens
 // cannot cover is judged on its own hits against the Store's last answer
 // projected to now (the refill since, see bucket.coverAt): if that cannot
 // cover it, it is denied locally, without a Store call, with RetryAfter
