@@ -64,13 +64,32 @@ type bucket struct {
 	pol *Policy // interned and immutable; a policy change replaces the bucket
 	key string  // owned copy of the counter key
 
-	rate        float32 // EWMA of hits per second; slot holder only
-	lastLeaseMs uint32  // Unix ms modulo 2^32 of the last grant; 0 before it; slot holder only
+	rate        atomic.Uint32 // EWMA of hits per second and the roomy mark, float32 bits (see rateOf); written by the slot holder only
+	lastLeaseMs uint32        // Unix ms modulo 2^32 of the last grant; 0 before it; slot holder only
 }
 
 // The bucket's size is the bulk of a key's memory (budget: 128 bytes per
 // key plus the key); keep it at 96 bytes, a malloc size class.
 const bucketSize = 96
+
+// rateOf is b's EWMA of hits per second as of its last lease call, and
+// whether that call asked for a loan for the key's life (see roomyLoan;
+// kept in the sign bit, a rate being at least 0). Any goroutine may read
+// it; setRate sets both, the slot holder only.
+func (b *bucket) rateOf() (rate float64, roomy bool) {
+	v := b.rate.Load()
+	return float64(math.Float32frombits(v &^ roomyBit)), v&roomyBit != 0
+}
+
+func (b *bucket) setRate(r float64, roomy bool) {
+	v := math.Float32bits(float32(max(r, 0)))
+	if roomy {
+		v |= roomyBit
+	}
+	b.rate.Store(v)
+}
+
+const roomyBit = 1 << 31 // a float32's sign bit
 
 // unixMs32 is Unix milliseconds modulo 2^32, for lastUse and lastLeaseMs.
 func unixMs32(ns int64) uint32 { return uint32(ns / int64(time.Millisecond)) }

@@ -194,9 +194,9 @@
 // return (when the sweep drops the key, or ReturnKeys, or Close) or its
 // end; only for longer than the idle return would have, at most the loan's
 // fast-path life (half LeaseTTL; a window's end), and at most twice the
-// smallest lease (MinLeaseShare of the capacity) or, for token_bucket and
-// gcra, half the capacity (what a key far from its limit leases: see
-// Config.MinLeaseShare).
+// smallest lease (MinLeaseShare of the capacity) or, for a token_bucket or
+// gcra key far from its limit, which leases for its loan's life, half the
+// capacity (see Config.MinLeaseShare).
 //
 // A crash costs the crashed holder's lent tokens: they count as spent at
 // exp_h (at most TTL after its last call; Config.LeaseTTL, 5 minutes by

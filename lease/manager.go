@@ -15,8 +15,8 @@ import (
 // leases synchronously, asking for about Horizon of the key's measured
 // rate but at least MinLeaseShare of the policy's capacity (at least the
 // check's need, at most the capacity); a token_bucket or gcra key far
-// from its limit asks for its rate over its loan's fast-path life, its
-// loan at most half the capacity (roomyWant). Only
+// from its limit tops its loan up to its rate over the loan's fast-path
+// life, at most half the capacity (roomyLoan). Only
 // one lease call per key is in flight, and other checks of the key wait
 // for it. When a check leaves fewer than LowWater × the last grant (a key
 // far from its limit: once it has spent a quarter of the capacity since

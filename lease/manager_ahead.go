@@ -193,8 +193,10 @@ func (m *Manager) rollAhead(b *bucket, now int64) bool {
 	m.countLocal(consumed)
 	first := b.lastLeaseMs == 0
 	elapsed := time.Duration(unixMs32(now)-b.lastLeaseMs) * time.Millisecond
-	ewma, _ := observeRate(float64(b.rate), consumed, elapsed, m.cfg.Horizon, first)
-	b.rate, b.lastLeaseMs = float32(ewma), unixMs32(now)
+	rate, _ := b.rateOf()
+	ewma, _ := observeRate(rate, consumed, elapsed, m.cfg.Horizon, first)
+	b.setRate(ewma, false)
+	b.lastLeaseMs = unixMs32(now)
 	b.basis.Store(s)
 	b.remaining.Store(max(b.pol.Limit-s, 0))
 	b.resetAt.Store(addTime(r, time.Duration(n*pu)))

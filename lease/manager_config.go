@@ -20,10 +20,12 @@ type Config struct {
 	// keeps cold keys, whose rate × Horizon is below one token, from
 	// making a Store call per check. A token_bucket or gcra key far from
 	// its limit (its rate at most half the policy's, and the Store's last
-	// answer leaving it half the capacity after the loan) asks for more:
-	// its rate over its loan's fast-path life (half LeaseTTL), with its
-	// loan at most half the capacity, so that a slow key renews once per
-	// that life rather than once per smallest lease. Zero means 1/8;
+	// answer leaving it half the capacity after the loan) asks for more
+	// when that is at least twice the sizing by rate: a loan for its rate
+	// over the loan's fast-path life (half LeaseTTL), at most half the
+	// capacity, topped up each time it has spent a quarter of the
+	// capacity, so that a slow key calls the Store once per that quarter
+	// rather than once per smallest lease. Zero means 1/8;
 	// negative means no floor (leases sized by rate alone, and none for the
 	// loan's life); above 1 means 1.
 	MinLeaseShare float64
@@ -38,8 +40,9 @@ type Config struct {
 	// of: see AheadHorizon; half their LeaseTTL for token_bucket and gcra) and
 	// whose loan is a slow key's (what the Store lends this Manager of it
 	// is at most twice the smallest lease, MinLeaseShare of its capacity:
-	// a slow key's leases are that smallest one; for token_bucket and gcra
-	// at most half the capacity, what a key far from its limit leases)
+	// a slow key's leases are that smallest one; at most half the
+	// capacity for a token_bucket or gcra key far from its limit, which
+	// leases for its loan's life)
 	// keeps its bucket, with no Store call, so that a check
 	// coming back after an idle spell is answered from memory. It is
 	// dropped as any other once its tokens are no longer spendable on the

@@ -534,23 +534,30 @@ func (m *Manager) touch(b *bucket, now int64) {
 func (m *Manager) sizeLease(b *bucket, consumed, now, need, held int64) int64 {
 	first := b.lastLeaseMs == 0
 	elapsed := time.Duration(unixMs32(now)-b.lastLeaseMs) * time.Millisecond
-	ewma, sizing := observeRate(float64(b.rate), consumed, elapsed, m.cfg.Horizon, first)
-	b.rate = float32(ewma)
+	r, was := b.rateOf()
+	ewma, sizing := observeRate(r, consumed, elapsed, m.cfg.Horizon, first)
 	want := leaseWant(sizing, m.cfg.Horizon, m.cfg.MinLeaseShare, need, b.pol.Capacity())
+	roomy := false
 	if !first && m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.refills() {
-		want = max(want, roomyWant(b.pol, sizing, m.cfg.LeaseTTL/2, b.free(now), held))
+		if loan := roomyLoan(b.pol, sizing, m.cfg.LeaseTTL/2, b.free(now)); loan >= 2*want {
+			// A loan for the key's life, at least twice what sizing by
+			// rate would ask (else it saves too few calls to be worth
+			// a bigger loan): ask what tops it up (a batch on top of
+			// held would pass it at every prefetch).
+			want, roomy = max(loan-held, need), true
+		} else if was {
+			// Held is what a loan for the key's life left at its
+			// prefetch mark (lowFor), up to a quarter of the capacity
+			// below the loan: top it up to the batch, not past it.
+			want = max(want-held, need)
+		}
 	}
+	b.setRate(ewma, roomy)
 	return want
 }
 
-// farRate reports whether a key checked rate times a second is far from
-// p's limit: at most half its rate.
-func farRate(p *Policy, rate float64) bool {
-	return rate*float64(p.Period) <= float64(p.Limit)*float64(time.Second)/2 // false for NaN
-}
-
 // free is what of b's key is neither lent to another holder nor spent
-// and not yet refilled at now, by the Store's last answer, for roomyWant:
+// and not yet refilled at now, by the Store's last answer, for roomyLoan:
 // its projection to now (Reset counts what it lends this Manager as
 // spent), and at most its Remaining plus what it lends this Manager plus
 // a quarter of the capacity. The Reset of a bucket whose other holders'
@@ -562,39 +569,46 @@ func (b *bucket) free(now int64) int64 {
 	return min(b.projected(now), max(b.remaining.Load(), 0)+b.basis.Load()+b.pol.Capacity()/4)
 }
 
-// far reports whether b's key leases as a token_bucket or gcra key far
-// from its limit (roomyWant, lowFor) by its rate. The caller holds b's
-// slot.
-func (m *Manager) far(b *bucket) bool {
-	return m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.refills() && farRate(b.pol, float64(b.rate))
+// farRate reports whether a key checked rate times a second is far from
+// p's limit: at most half its rate.
+func farRate(p *Policy, rate float64) bool {
+	return rate*float64(p.Period) <= float64(p.Limit)*float64(time.Second)/2 // false for NaN
+}
+
+// roomy reports whether b's key holds a loan for its life: its last
+// lease call asked for one (roomyLoan, sizeLease). Any goroutine may call
+// it.
+func (b *bucket) roomy() bool {
+	_, r := b.rateOf()
+	return r
 }
 
 // lowFor is b's prefetch mark after a call that granted (or renewed) n
-// tokens and left the Store lending lent: LowWater × n, and for a
-// token_bucket or gcra key far from its limit (which leases for its loan's
-// life: roomyWant) at least lent less a quarter of the capacity, so that
-// such a key reports what it spent at least every quarter of the
-// capacity. Spent tokens count at the Store from the call that reports
-// them (from the holder's last spend: Lessee.Idle), so a burst right after
-// slow traffic finds those not refilled yet: this bounds that to a quarter
-// of the capacity. The caller holds b's slot.
+// tokens and left the Store lending lent: LowWater × n, and for a key
+// holding a loan for its life (roomy) at least lent less a quarter of the
+// capacity, so that such a key reports what it spent at least every
+// quarter of the capacity. Spent tokens count at the Store from the call
+// that reports them (from the holder's last spend: Lessee.Idle), so a
+// burst right after slow traffic finds those not refilled yet: this
+// bounds that to a quarter of the capacity (below 2^33 tokens: the mark
+// is an int32). The caller holds b's slot.
 func (m *Manager) lowFor(b *bucket, n, lent int64) int32 {
 	low := lowMark(m.cfg.LowWater, n)
-	if m.far(b) {
+	if b.roomy() {
 		low = max(low, int32(min(max(lent-b.pol.Capacity()/4, 0), math.MaxInt32)))
 	}
 	return low
 }
 
-// roomyWant is what a token_bucket or gcra key far from its limit asks
-// for on top of held: enough for its rate over its loan's fast-path life
-// (life, half the LeaseTTL), so that a slow key calls the Store once per
-// quarter of the capacity it spends (lowFor) rather than once per
-// smallest lease. Far from its limit means its rate is at most half the
-// policy's (the Store's bucket stays near full) and the loan (held plus
-// the ask) leaves at least half the capacity of what is free (bucket.free:
-// neither lent to another holder nor spent and not yet refilled). The loan
-// is at most half the capacity.
+// roomyLoan is the loan of a token_bucket or gcra key far from its limit:
+// enough for its rate over its loan's fast-path life (life, half the
+// LeaseTTL), so that a slow key calls the Store once per quarter of the
+// capacity it spends (lowFor) rather than once per smallest lease. Far
+// from its limit means its rate is at most half the policy's (the Store's
+// bucket stays near full) and the loan leaves at least half the capacity
+// of what is free (bucket.free: neither lent to another holder nor spent
+// and not yet refilled). The loan is at most half the capacity; 0 when
+// the key is not far from its limit.
 //
 // What it costs is what any loan costs: nothing in accuracy (the Store
 // counts it against the key's capacity), and under-admission of the key's
@@ -603,17 +617,17 @@ func (m *Manager) lowFor(b *bucket, n, lent int64) int32 {
 // is lent, and a gcra's TAT is held at most half a burst ahead. A key
 // nearer its limit, and every window, keep the sizing by rate over the
 // horizon and the smallest lease.
-func roomyWant(p *Policy, rate float64, life time.Duration, free, held int64) int64 {
+func roomyLoan(p *Policy, rate float64, life time.Duration, free int64) int64 {
 	if !farRate(p, rate) {
 		return 0
 	}
 	f := math.Ceil(rate * life.Seconds())
 	c := p.Capacity()
-	loan := min(c/2, free-c/2)
+	loan := max(min(c/2, free-c/2), 0)
 	if f < float64(loan) {
 		loan = int64(f)
 	}
-	return max(loan-held, 0)
+	return loan
 }
 
 // countLocal records hits admitted from leased tokens since the last lease.
@@ -712,12 +726,13 @@ func (m *Manager) prefetchNow(b *bucket) {
 	if !m.usable(b, now) {
 		held = 0
 	}
+	wasRoomy := b.roomy() // before sizeLease sets it anew
 	want, need := m.sizeLease(b, b.basis.Load()-local, now, 1, held), int64(1)
 	// Enough on hand (a renewal: the tokens are past half their TTL):
 	// re-lend them, asking for nothing more. A key far from its limit
 	// whose tokens are still spendable is at its prefetch mark, which
 	// leaves about as many on hand as it asks (see lowFor): it leases.
-	renewal := held >= want && !(m.far(b) && b.spendable(now))
+	renewal := held >= want && !(wasRoomy && b.spendable(now))
 	if renewal {
 		want, need = 0, 0
 	}

@@ -355,7 +355,7 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 		return false // striped buckets (tokens < 0) are hot keys'
 	}
 	current := t > 0 && b.spendable(now)
-	if current && b.basis.Load() > m.slowLoan(b.pol) {
+	if current && b.basis.Load() > m.slowLoan(b) {
 		return false
 	}
 	if !current && now >= m.aheadEnd(b) {
@@ -369,18 +369,20 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 	return true
 }
 
-// slowLoan is the biggest loan of a key that the idle sweep keeps: twice
-// the smallest lease of p (MinLeaseShare of its capacity, at least one
-// token), or for token_bucket and gcra half the capacity if that is more.
-// A slow key's leases are the smallest lease, and it asks for one when
-// what it holds is below that (it ran out, fell to its prefetch mark, or
-// is renewing), so its loan stays below twice it; a refilling key far
-// from its limit leases for its fast-path life, at most half the capacity
-// (roomyWant). A key that leased for its rate near its limit has a bigger
+// slowLoan is the biggest loan of b's key that the idle sweep keeps:
+// twice the smallest lease of its policy (MinLeaseShare of its capacity,
+// at least one token), or, for a key whose last lease call asked for a
+// loan for its life (a token_bucket or gcra key far from its limit:
+// roomyLoan), half the capacity if that is more. A slow key's leases are
+// the smallest lease, and it asks for one when what it holds is below
+// that (it ran out, fell to its prefetch mark, or is renewing), so its
+// loan stays below twice it; a key far from its limit tops its loan up to
+// at most half the capacity. A key that leased for its rate has a bigger
 // loan, which goes back at Idle.
-func (m *Manager) slowLoan(p *Policy) int64 {
+func (m *Manager) slowLoan(b *bucket) int64 {
+	p := b.pol
 	floor := 2 * leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, p.Capacity())
-	if p.Algorithm.refills() && m.cfg.MinLeaseShare > 0 {
+	if b.roomy() {
 		return max(floor, p.Capacity()/2)
 	}
 	return floor

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/clocktest"
 )
 
 // TestSlowKeyLeasesForItsLoansLife: a token_bucket key far from its limit
@@ -131,5 +133,47 @@ func TestBurstAfterSlowTraffic(t *testing.T) {
 				t.Errorf("the burst admitted %d, want at least %d", admitted, want)
 			}
 		})
+	}
+}
+
+// TestFarKeyLoanBound: a token_bucket key at 40% of its limit whose rate
+// over the horizon (40 tokens) is near half its burst (100) keeps leasing
+// batches for its rate: its loan stays at most half the burst, another
+// holder's burst of 50 is admitted, and it makes a lease call per ~40
+// checks. (A first form of loans for a key's life added a batch on top of
+// the quarter of the capacity its raised prefetch mark left: the loan
+// ratcheted to 74, the other holder was denied, and the calls rose by
+// half.)
+func TestFarKeyLoanBound(t *testing.T) {
+	clk := clocktest.New()
+	fs := newFaultStore(clk.Now)
+	mk := func(id string) *Manager {
+		cfg := DefaultConfig()
+		cfg.Now, cfg.SweepInterval, cfg.StoreTimeout, cfg.Holder = clk.Now, -1, time.Minute, id
+		m := NewManager(fs, cfg)
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	a, b := mk("a"), mk("b")
+	p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Second, Burst: 100}
+	maxLent := int64(0)
+	const checks = 4000
+	for i := range checks {
+		if !mustTake(t, a, "k", p, 1).Allowed {
+			t.Fatalf("check %d at 40%% of the limit denied", i)
+		}
+		a.drain()
+		maxLent = max(maxLent, a.buckets.load("k").basis.Load())
+		clk.Advance(2500 * time.Microsecond) // 400/s
+	}
+	calls := fs.n(opLease)
+	if maxLent > p.Capacity()/2 {
+		t.Errorf("the loan reached %d, want at most half the burst (%d)", maxLent, p.Capacity()/2)
+	}
+	if want := int64(checks/40 + checks/400); calls > want {
+		t.Errorf("%d lease calls for %d checks, want at most %d (a batch of 40 per call)", calls, checks, want)
+	}
+	if d := mustTake(t, b, "k", p, 50); !d.Allowed {
+		t.Errorf("another holder's burst of 50 denied (%+v) with the key at 40%% of its limit", d)
 	}
 }
