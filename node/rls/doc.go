@@ -123,13 +123,24 @@
 // (RESOURCE_EXHAUSTED), 4 MiB of responses the peer has not read and 10 s
 // for a write to go out (past either, the connection is closed), 10000
 // PING or SETTINGS frames without a stream opened in between
-// (ENHANCE_YOUR_CALM), 10 s to send the preface. A protocol error closes
+// (ENHANCE_YOUR_CALM), 10 s to send the preface, and
+// ServerConfig.IdleTimeout (5 min by default) with no call in flight and
+// no new stream, after which it is closed as Close closes it (GOAWAY,
+// then close once written). A protocol error closes
 // that connection only (GOAWAY); a malformed request (RFC 9113 8.1.1: a
 // content-length its DATA does not match, say) resets its stream; a
 // request its headers refuse (an unknown method, a method other than POST,
 // another content-type) is answered once it ends. Close says
 // GOAWAY(NO_ERROR) on every connection, refuses new streams, and closes
 // each once its calls are answered, or when Close's context ends.
+//
+// On both transports, ServerConfig.MaxConns (10000 by default) bounds the
+// connections served at once from a listener: past it, new connections
+// wait in the listener's accept backlog until a served one closes
+// (TransportGRPC: golang.org/x/net/netutil.LimitListener; TransportLean
+// does the same in its accept loop, keeping the TCP connection's
+// CloseWrite for its graceful close). TransportGRPC's idle timeout is
+// grpc-go's MaxConnectionIdle.
 //
 // Not served by TransportLean: TLS, HTTP/1.1's upgrade to h2c, streaming
 // calls (the health service's Watch, which grpc-go's transport serves, is

@@ -74,6 +74,7 @@ type leanServer struct {
 	s       *Server
 	work    chan *leanStream // to an idle worker
 	quit    chan struct{}    // closed once the server has stopped: workers end
+	stop    chan struct{}    // closed once close begins: accept loops end
 	workers sync.WaitGroup   // long-lived workers
 	nwork   int              // long-lived workers started, under mu
 	streams sync.Pool        // of *leanStream
@@ -86,13 +87,16 @@ type leanServer struct {
 }
 
 func newLeanServer(s *Server) *leanServer {
-	l := &leanServer{s: s, work: make(chan *leanStream), quit: make(chan struct{}),
+	l := &leanServer{s: s, work: make(chan *leanStream), quit: make(chan struct{}), stop: make(chan struct{}),
 		lns: map[net.Listener]struct{}{}, conns: map[*leanConn]struct{}{}}
 	l.streams.New = func() any { return &leanStream{} }
 	return l
 }
 
-// serve accepts connections on ln until close.
+// serve accepts connections on ln until close. With ServerConfig.MaxConns
+// it holds a slot of sem per connection served, from before its Accept to
+// the connection's end, as netutil.LimitListener does: past the limit, new
+// connections wait in ln's backlog.
 func (l *leanServer) serve(ln net.Listener) error {
 	l.mu.Lock()
 	if l.closing {
@@ -103,10 +107,24 @@ func (l *leanServer) serve(ln net.Listener) error {
 	l.lns[ln] = struct{}{}
 	l.mu.Unlock()
 	defer ln.Close()
+	var sem chan struct{}
+	release := func() {}
+	if n := l.s.cfg.MaxConns; n > 0 {
+		sem = make(chan struct{}, n)
+		release = func() { <-sem }
+	}
 	var backoff time.Duration
 	for {
+		if sem != nil {
+			select {
+			case sem <- struct{}{}:
+			case <-l.stop:
+				return nil
+			}
+		}
 		nc, err := ln.Accept()
 		if err != nil {
+			release()
 			l.mu.Lock()
 			closing := l.closing
 			l.mu.Unlock()
@@ -129,9 +147,11 @@ func (l *leanServer) serve(ln net.Listener) error {
 		if l.closing {
 			l.mu.Unlock()
 			nc.Close()
+			release()
 			return nil
 		}
 		c := newLeanConn(l, nc)
+		c.release = release
 		l.conns[c] = struct{}{}
 		l.connsWG.Add(1)
 		l.mu.Unlock()
@@ -144,6 +164,7 @@ func (l *leanServer) serve(ln net.Listener) error {
 func (l *leanServer) close(ctx context.Context) {
 	l.mu.Lock()
 	l.closing = true
+	close(l.stop)
 	for ln := range l.lns {
 		ln.Close()
 	}
@@ -241,6 +262,9 @@ type leanConn struct {
 	cancel context.CancelFunc
 	// writeTimeout is leanWriteTimeout (tests shorten it).
 	writeTimeout time.Duration
+	// release frees the connection's slot of its listener's MaxConns,
+	// once it has ended.
+	release func()
 
 	// The reader's own.
 	hs         headerState
@@ -272,12 +296,17 @@ type leanConn struct {
 	recvAvail   int64  // what the peer may still send
 	unacked     int64  // bytes consumed, not yet given back to the peer
 	blocked     []*leanStream
+	// The idle timeout (ServerConfig.IdleTimeout; nil: none): idle fires
+	// every so often, and says GOAWAY once the connection has had no
+	// stream since idleSince for the timeout.
+	idle      *time.Timer
+	idleSince time.Time
 }
 
 func newLeanConn(l *leanServer, nc net.Conn) *leanConn {
 	c := &leanConn{l: l, s: l.s, nc: nc, streams: map[uint32]*leanStream{},
 		sendWin: defaultWindow, peerWin: defaultWindow, peerFrame: 16384, recvAvail: leanConnWindow,
-		writeTimeout: leanWriteTimeout}
+		writeTimeout: leanWriteTimeout, release: func() {}}
 	c.wcond.L = &c.wmu
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.br = bufio.NewReaderSize(nc, 16<<10)
@@ -311,6 +340,10 @@ func (c *leanConn) serve() {
 		return
 	}
 	c.started = true
+	if d := c.s.cfg.IdleTimeout; d > 0 {
+		c.idleSince = time.Now()
+		c.idle = time.AfterFunc(d, c.idleCheck)
+	}
 	c.wbuf = appendSettings(c.wbuf)
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, leanConnWindow-defaultWindow)
 	c.flushLocked(true)
@@ -683,6 +716,7 @@ func (c *leanConn) onHeaders() error {
 	c.control = 0
 	c.wmu.Lock()
 	c.maxID = id
+	c.idleIfDoneLocked() // a new stream on an idle connection, served or not, restarts its idle time
 	refuse := c.goingAway || len(c.streams)+c.orphans >= leanMaxStreams
 	c.wmu.Unlock()
 	const required = pseudoMethod | pseudoScheme | pseudoPath
@@ -800,7 +834,39 @@ func (c *leanConn) forgetLocked(st *leanStream) {
 	}
 	c.giveBackLocked(st.held)
 	c.l.release(st)
+	c.idleIfDoneLocked()
 	c.lingerIfDoneLocked()
+}
+
+// idleIfDoneLocked starts the connection's idle time once its last
+// stream is gone (a stream whose worker runs, reset by the peer or not,
+// keeps it busy).
+func (c *leanConn) idleIfDoneLocked() {
+	if c.idle != nil && len(c.streams) == 0 && c.orphans == 0 {
+		c.idleSince = time.Now()
+	}
+}
+
+// idleCheck, the idle timer's, says GOAWAY on a connection that has had no
+// stream for the idle timeout, as Close does on every connection: its
+// drain closes it. A busy connection, or one idle for less, checks again
+// when it may have been idle for the timeout.
+func (c *leanConn) idleCheck() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed || c.goingAway {
+		return
+	}
+	d := c.s.cfg.IdleTimeout
+	if len(c.streams) > 0 || c.orphans > 0 {
+		c.idle.Reset(d)
+		return
+	}
+	if left := d - time.Since(c.idleSince); left > 0 {
+		c.idle.Reset(left)
+		return
+	}
+	c.goAwayLocked()
 }
 
 func removeStream(v []*leanStream, st *leanStream) []*leanStream {
@@ -823,6 +889,7 @@ func (c *leanConn) finish(st *leanStream) {
 	case st.state == streamOrphan:
 		c.orphans--
 		c.l.release(st)
+		c.idleIfDoneLocked()
 		c.flushLocked(false)
 		c.lingerIfDoneLocked()
 		return
@@ -834,6 +901,7 @@ func (c *leanConn) finish(st *leanStream) {
 		c.appendHeadersLocked(st.id, trailersOnly(200, st.code, st.msg), true)
 		delete(c.streams, st.id)
 		c.l.release(st)
+		c.idleIfDoneLocked()
 	default:
 		st.state = streamSending
 		c.pushLocked(st)
@@ -866,6 +934,7 @@ func (c *leanConn) pushLocked(st *leanStream) {
 	c.appendHeadersLocked(st.id, leanTrailersOK, true)
 	delete(c.streams, st.id)
 	c.l.release(st)
+	c.idleIfDoneLocked()
 	c.lingerIfDoneLocked()
 }
 
@@ -977,6 +1046,10 @@ func (c *leanConn) closeLocked() {
 func (c *leanConn) goAway() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.goAwayLocked()
+}
+
+func (c *leanConn) goAwayLocked() {
 	if c.closed || c.goingAway {
 		return
 	}
@@ -1048,10 +1121,14 @@ func (c *leanConn) shutdown() {
 		c.l.release(st)
 	}
 	c.blocked = nil
+	if c.idle != nil {
+		c.idle.Stop()
+	}
 	c.wmu.Unlock()
 	c.l.mu.Lock()
 	delete(c.l.conns, c)
 	c.l.mu.Unlock()
+	c.release()
 	c.l.connsWG.Done()
 }
 

@@ -16,10 +16,12 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/lease"
@@ -73,7 +75,22 @@ type ServerConfig struct {
 	Now func() time.Time
 	// Transport is how the server speaks gRPC: "" means TransportLean.
 	Transport Transport
+	// MaxConns bounds the connections served at once from each listener
+	// given to Serve: past it, a new connection waits in the listener's
+	// accept backlog until a served one closes. Zero means
+	// DefaultMaxConns; negative means no limit.
+	MaxConns int
+	// IdleTimeout closes a connection gracefully (GOAWAY, then close)
+	// once it has had no call in flight and no new stream for this long.
+	// Zero means DefaultIdleTimeout; negative means never.
+	IdleTimeout time.Duration
 }
+
+// The defaults of ServerConfig's connection bounds.
+const (
+	DefaultMaxConns    = 10000
+	DefaultIdleTimeout = 5 * time.Minute
+)
 
 // Transport names a Server's gRPC transport: the HTTP/2 server that
 // carries the service's calls.
@@ -120,6 +137,12 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, met: newStatsSet(cfg.Metrics)}
 	s.states.New = func() any { return &callState{} }
 	s.replies.New = func() any { return &reply{pool: &s.replies} }
@@ -138,7 +161,9 @@ func NewServer(cfg ServerConfig) *Server {
 			// A connection that has not finished its handshake by then is
 			// closed (grpc-go's default is 120 s, and its Stop waits for
 			// such connections: a silent client held up Close that long).
-			grpc.ConnectionTimeout(leanPrefaceTimeout))
+			grpc.ConnectionTimeout(leanPrefaceTimeout),
+			// MaxConnectionIdle 0 is grpc-go's "never".
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: max(cfg.IdleTimeout, 0)}))
 		s.grpc.RegisterService(&serviceDesc, s)
 		healthpb.RegisterHealthServer(s.grpc, s.health)
 	case "", TransportLean:
@@ -162,11 +187,17 @@ func (s *Server) Config() *Config { return s.conf.Load() }
 // An unknown ServerConfig.Transport is an error.
 func (s *Server) Serve(ln net.Listener) error {
 	if s.lean != nil {
+		// lean bounds its connections itself, as netutil.LimitListener
+		// does (whose connections hide the TCP connection's CloseWrite,
+		// which lean's graceful close needs).
 		return s.lean.serve(ln)
 	}
 	if s.grpc == nil {
 		ln.Close()
 		return fmt.Errorf("rls: unknown transport %q (want %q or %q)", s.cfg.Transport, TransportLean, TransportGRPC)
+	}
+	if s.cfg.MaxConns > 0 {
+		ln = netutil.LimitListener(ln, s.cfg.MaxConns)
 	}
 	err := s.grpc.Serve(ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
