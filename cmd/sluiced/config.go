@@ -78,6 +78,11 @@ type options struct {
 	rlsHeaders           bool
 	// rlsTransport is the rate limit service's gRPC transport.
 	rlsTransport rls.Transport
+	// rlsMaxConns bounds the rate limit service's connections (0: no
+	// limit); rlsIdleTimeout closes its connections idle that long (0:
+	// never).
+	rlsMaxConns    int
+	rlsIdleTimeout time.Duration
 	// upstream: the global tier's nodes (docs/regions.md); upstreamToken
 	// its client token; region this node's region name there;
 	// upstreamRTT the round trip to size its leases for (0: measured).
@@ -301,6 +306,22 @@ func settings() []setting {
 			}
 			return errors.New("want lean or grpc")
 		}},
+		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", "10000", "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", func(o *options, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > maxRLSConns {
+				return fmt.Errorf("want a whole number between 0 and %d, got %q", maxRLSConns, v)
+			}
+			o.rlsMaxConns = n
+			return nil
+		}},
+		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", "5m", "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", func(o *options, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > maxRLSIdleTimeout {
+				return fmt.Errorf("want a duration between 0 and %v, got %q", maxRLSIdleTimeout, v)
+			}
+			o.rlsIdleTimeout = d
+			return nil
+		}},
 		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", func(o *options, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -388,6 +409,13 @@ func settings() []setting {
 		}},
 	}
 }
+
+// maxRLSConns bounds -rls-max-conns; maxRLSIdleTimeout bounds
+// -rls-idle-timeout.
+const (
+	maxRLSConns       = 1_000_000
+	maxRLSIdleTimeout = 24 * time.Hour
+)
 
 // maxKeepIdle bounds -lease-keep-idle: ten million kept keys hold about
 // 2 GB.

@@ -33,6 +33,8 @@ func (d *daemon) startRLS(o options) error {
 		Logger:          d.log,
 		ResponseHeaders: o.rlsHeaders,
 		Transport:       o.rlsTransport,
+		MaxConns:        noneIfZero(o.rlsMaxConns),
+		IdleTimeout:     noneIfZero(o.rlsIdleTimeout),
 	})
 	r := &rlsDaemon{srv: srv, served: make(chan error, 1)}
 	if o.rlsConfig != "" {
@@ -52,6 +54,15 @@ func (d *daemon) startRLS(o options) error {
 	d.log.Info("envoy rate limit service listening", "addr", ln.Addr().String(), "config", o.rlsConfig)
 	go func() { r.served <- srv.Serve(ln) }()
 	return nil
+}
+
+// noneIfZero maps a flag's 0 (none) to rls.ServerConfig's -1 (its 0 is
+// the default).
+func noneIfZero[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // loop reloads -rls-config every poll when its files changed, until ctx

@@ -102,3 +102,43 @@ func TestRLSTransportOption(t *testing.T) {
 		t.Errorf("SLUICE_RLS_TRANSPORT=h3: %v", err)
 	}
 }
+
+// TestRLSConnOptions: -rls-max-conns and -rls-idle-timeout (and their
+// variables) default to 10000 and 5m, take 0 for none (no limit, never:
+// -1 in rls.ServerConfig, whose 0 is the default), and refuse a bad value
+// naming the flag or the variable.
+func TestRLSConnOptions(t *testing.T) {
+	o, err := parseOptions(nil, env(nil), io.Discard)
+	if err != nil || o.rlsMaxConns != 10000 || o.rlsIdleTimeout != 5*time.Minute {
+		t.Errorf("defaults: %d %v %v", o.rlsMaxConns, o.rlsIdleTimeout, err)
+	}
+	o, err = parseOptions([]string{"-rls-max-conns", "2", "-rls-idle-timeout", "200ms"}, env(map[string]string{"SLUICE_RLS_MAX_CONNS": "7", "SLUICE_RLS_IDLE_TIMEOUT": "1h"}), io.Discard)
+	if err != nil || o.rlsMaxConns != 2 || o.rlsIdleTimeout != 200*time.Millisecond {
+		t.Errorf("flags over the environment: %d %v %v", o.rlsMaxConns, o.rlsIdleTimeout, err)
+	}
+	o, err = parseOptions(nil, env(map[string]string{"SLUICE_RLS_MAX_CONNS": "0", "SLUICE_RLS_IDLE_TIMEOUT": "0"}), io.Discard)
+	if err != nil || o.rlsMaxConns != 0 || o.rlsIdleTimeout != 0 {
+		t.Errorf("0 from the environment: %d %v %v", o.rlsMaxConns, o.rlsIdleTimeout, err)
+	}
+	if noneIfZero(o.rlsMaxConns) != -1 || noneIfZero(o.rlsIdleTimeout) != -1 || noneIfZero(2) != 2 {
+		t.Error("0 is not passed to rls.ServerConfig as none")
+	}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"-rls-max-conns", "-1"}, nil, "-rls-max-conns"},
+		{[]string{"-rls-max-conns", "1000001"}, nil, "-rls-max-conns"},
+		{[]string{"-rls-max-conns", "many"}, nil, "-rls-max-conns"},
+		{nil, map[string]string{"SLUICE_RLS_MAX_CONNS": "1e3"}, "SLUICE_RLS_MAX_CONNS"},
+		{[]string{"-rls-idle-timeout", "-1s"}, nil, "-rls-idle-timeout"},
+		{[]string{"-rls-idle-timeout", "5"}, nil, "-rls-idle-timeout"},
+		{[]string{"-rls-idle-timeout", "25h"}, nil, "-rls-idle-timeout"},
+		{nil, map[string]string{"SLUICE_RLS_IDLE_TIMEOUT": "soon"}, "SLUICE_RLS_IDLE_TIMEOUT"},
+	} {
+		if _, err := parseOptions(c.args, env(c.env), io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: %v; want an error naming %s", c.args, c.env, err, c.want)
+		}
+	}
+}
