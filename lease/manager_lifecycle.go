@@ -334,10 +334,10 @@ type keptBucket struct {
 // has tokens spendable on the fast path (a check coming back is answered
 // from memory), and its loan is a slow key's: what the Store lends this
 // Manager of it (basis) is at most twice the smallest lease, or half the
-// capacity of a token_bucket or gcra (slowLoan), and b is not in a FailLocal episode. A fixed_window bucket with shares
-// of windows ahead (a slow key's floor, by construction) counts as
-// spendable until its last share's span ends: a check coming back rolls
-// into its window's share.
+// capacity for a key leasing for its life (slowLoan), and b is not in a
+// FailLocal episode. A fixed_window bucket with shares of windows ahead (a
+// slow key's floor, by construction) counts as spendable until its last
+// share's span ends: a check coming back rolls into its window's share.
 //
 // Keeping it costs no accuracy: the Store counts the loan against the
 // key's capacity as long as it runs (a token_bucket's level is capped by
