@@ -256,22 +256,8 @@ func settings() []setting {
 		}},
 		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
 		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
-		{"lease-keep-idle", "SLUICE_LEASE_KEEP_IDLE", "100000", "how many keys idle for -lease-idle at most keep their loan while its tokens are spendable, if it is a slow key's (at most 2/8 of the rule's capacity, or half of it for a token_bucket or gcra key far from its limit): a check coming back after an idle spell is answered without a Store call; beyond, the longest idle give their tokens back. About 150-200 bytes of memory each; 0: none", func(o *options, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > maxKeepIdle {
-				return fmt.Errorf("want a whole number between 0 and %d, got %q", maxKeepIdle, v)
-			}
-			o.leaseKeepIdle = n
-			return nil
-		}},
-		{"lease-ahead", "SLUICE_LEASE_AHEAD", "2m30s", "how far ahead a fixed_window key's leases ask for a share of each next window (the smallest lease, 1/8 of the limit), so that a slow key checked every few windows makes one Store call per this instead of one per window; what the key's other holders can lose to a node's unspent shares is that share per window. Half the 5 min lease TTL by default; at most 24h; 0: none", func(o *options, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 || d > lease.MaxLeaseTTL {
-				return fmt.Errorf("want a duration between 0 and %v, got %q", lease.MaxLeaseTTL, v)
-			}
-			o.leaseAhead = d
-			return nil
-		}},
+		{"lease-keep-idle", "SLUICE_LEASE_KEEP_IDLE", "100000", "how many keys idle for -lease-idle at most keep their loan while its tokens are spendable, if it is a slow key's (at most 2/8 of the rule's capacity, or half of it for a token_bucket or gcra key far from its limit): a check coming back after an idle spell is answered without a Store call; beyond, the longest idle give their tokens back. About 150-200 bytes of memory each; 0: none", boundedIntSetter(maxKeepIdle, func(o *options) *int { return &o.leaseKeepIdle })},
+		{"lease-ahead", "SLUICE_LEASE_AHEAD", "2m30s", "how far ahead a fixed_window key's leases ask for a share of each next window (the smallest lease, 1/8 of the limit), so that a slow key checked every few windows makes one Store call per this instead of one per window; what the key's other holders can lose to a node's unspent shares is that share per window. Half the 5 min lease TTL by default; at most 24h; 0: none", boundedDurationSetter(lease.MaxLeaseTTL, func(o *options) *time.Duration { return &o.leaseAhead })},
 		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
 		{"check-budget", "SLUICE_CHECK_BUDGET", "20ms", "the most a check waits on the Store (its lease call, or another check's for the same key): past it, it is decided by its rule's on_store_failure from what the node knows while the call goes on in the background; 0: wait as long as the Store call may take (up to 4 × -store-timeout)", func(o *options, v string) error {
 			d, err := time.ParseDuration(v)
@@ -306,22 +292,8 @@ func settings() []setting {
 			}
 			return errors.New("want lean or grpc")
 		}},
-		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", "10000", "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", func(o *options, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > maxRLSConns {
-				return fmt.Errorf("want a whole number between 0 and %d, got %q", maxRLSConns, v)
-			}
-			o.rlsMaxConns = n
-			return nil
-		}},
-		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", "5m", "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", func(o *options, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 || d > maxRLSIdleTimeout {
-				return fmt.Errorf("want a duration between 0 and %v, got %q", maxRLSIdleTimeout, v)
-			}
-			o.rlsIdleTimeout = d
-			return nil
-		}},
+		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", "10000", "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", boundedIntSetter(maxRLSConns, func(o *options) *int { return &o.rlsMaxConns })},
+		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", "5m", "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", boundedDurationSetter(maxRLSIdleTimeout, func(o *options) *time.Duration { return &o.rlsIdleTimeout })},
 		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", func(o *options, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -429,6 +401,30 @@ func durationSetter(field func(*options) *time.Duration) func(*options, string) 
 		}
 		if d <= 0 {
 			return fmt.Errorf("must be > 0, got %s", v)
+		}
+		*field(o) = d
+		return nil
+	}
+}
+
+// boundedIntSetter parses a whole number between 0 and maxN into field.
+func boundedIntSetter(maxN int, field func(*options) *int) func(*options, string) error {
+	return func(o *options, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxN {
+			return fmt.Errorf("want a whole number between 0 and %d, got %q", maxN, v)
+		}
+		*field(o) = n
+		return nil
+	}
+}
+
+// boundedDurationSetter parses a duration between 0 and maxD into field.
+func boundedDurationSetter(maxD time.Duration, field func(*options) *time.Duration) func(*options, string) error {
+	return func(o *options, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxD {
+			return fmt.Errorf("want a duration between 0 and %v, got %q", maxD, v)
 		}
 		*field(o) = d
 		return nil
