@@ -69,7 +69,7 @@ func TestFixedWindowAhead(t *testing.T) {
 	// The key lives until a window after the last share's.
 	s = FixedWindowState{}
 	s.Lease(p, at(0, 0), 0, 0, a)
-	if e, want := s.expiry(p), at(5, 0).UnixMicro(); e != want {
+	if e, want := s.Expiry(p), at(5, 0).UnixMicro(); e != want {
 		t.Fatalf("expiry %d, want %d (the end of window 3, plus a window)", e, want)
 	}
 	// A call that changes nothing leaves the state as it was, even when it

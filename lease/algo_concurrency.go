@@ -62,7 +62,7 @@ func (s *ConcurrencyState) Acquire(p Policy, now time.Time, id string, hits int6
 		r.RetryAfter = ceilMillis(float64(earliest - t))
 	}
 	r.Remaining = max(0, p.Limit-int64(len(s.Held)))
-	r.Reset = ceilMillis(float64(s.expiry(p) - t))
+	r.Reset = ceilMillis(float64(s.Expiry(p) - t))
 	return r
 }
 
@@ -75,8 +75,8 @@ func (s *ConcurrencyState) Release(now time.Time, id string) (held bool) {
 	return held
 }
 
-// expiry is when the last held id expires.
-func (s *ConcurrencyState) expiry(Policy) int64 {
+// Expiry is when the last held id expires.
+func (s *ConcurrencyState) Expiry(Policy) int64 {
 	var last int64
 	for _, exp := range s.Held {
 		last = max(last, exp)

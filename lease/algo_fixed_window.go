@@ -167,9 +167,9 @@ func (s *FixedWindowState) Return(p Policy, now time.Time, n int64, holder strin
 	s.Count = max(0, s.Count-back)
 }
 
-// expiry is two windows after Start, or one window after the end of the
+// Expiry is two windows after Start, or one window after the end of the
 // last window a share is lent into, whichever is later.
-func (s *FixedWindowState) expiry(p Policy) int64 {
+func (s *FixedWindowState) Expiry(p Policy) int64 {
 	e := s.Start + 2*periodMicros(p)
 	for _, l := range s.Loans {
 		if l.Share > 0 {

@@ -155,9 +155,9 @@ func tatBack(tat, t, n int64, pf, lf float64) int64 {
 	return base - min(int64(math.Floor(float64(n)*pf/lf)), base-t)
 }
 
-// expiry is when the key is full with no further calls: the TAT, or
+// Expiry is when the key is full with no further calls: the TAT, or
 // later while loans run.
-func (s *GCRAState) expiry(p Policy) int64 {
+func (s *GCRAState) Expiry(p Policy) int64 {
 	if s.TAT == 0 {
 		return 0
 	}

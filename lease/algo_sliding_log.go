@@ -112,8 +112,8 @@ func (s *SlidingLogState) Check(p Policy, now time.Time, hits int64) Result {
 	return r
 }
 
-// expiry is when the newest stamp leaves the window.
-func (s *SlidingLogState) expiry(p Policy) int64 {
+// Expiry is when the newest stamp leaves the window.
+func (s *SlidingLogState) Expiry(p Policy) int64 {
 	if len(s.Stamps) == 0 {
 		return 0
 	}

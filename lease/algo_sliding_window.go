@@ -150,5 +150,5 @@ func (s *SlidingWindowState) Return(p Policy, now time.Time, n int64, holder str
 	s.Start, s.Prev, s.Cur = ws, prev, max(0, cur-back)
 }
 
-// expiry is two windows after Start: by then both counts have rolled out.
-func (s *SlidingWindowState) expiry(p Policy) int64 { return s.Start + 2*periodMicros(p) }
+// Expiry is two windows after Start: by then both counts have rolled out.
+func (s *SlidingWindowState) Expiry(p Policy) int64 { return s.Start + 2*periodMicros(p) }

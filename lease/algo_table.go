@@ -121,9 +121,9 @@ var errNoView = errors.New("lease: an exact algorithm has no bucket")
 
 // algoState is one key's state in the memory store.
 type algoState interface {
-	// expiry is when the state equals no state (unix µs), as the Redis
+	// Expiry is when the state equals no state (unix µs), as the Redis
 	// store's PEXPIRE.
-	expiry(Policy) int64
+	Expiry(Policy) int64
 }
 
 // leasedState is the memory-store state of a leased algorithm.

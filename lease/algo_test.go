@@ -18,7 +18,7 @@ func msd(f float64) time.Duration { return time.Duration(f * float64(time.Millis
 type leasedMath interface {
 	Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant
 	Return(p Policy, now time.Time, n int64, holder string)
-	expiry(Policy) int64
+	Expiry(Policy) int64
 }
 
 type leaseStep struct {
@@ -111,7 +111,7 @@ func TestBucketWritesOnlyOnGrant(t *testing.T) {
 		case SlidingWindow:
 			st = &SlidingWindowState{Start: base.UnixMicro(), Prev: 1, Cur: 1}
 		}
-		before := st.expiry(p)
+		before := st.Expiry(p)
 		snapshot := func() any {
 			switch s := st.(type) {
 			case *TokenBucketState:
@@ -130,7 +130,7 @@ func TestBucketWritesOnlyOnGrant(t *testing.T) {
 		st.Lease(p, now, 0, 0, Lessee{}) // peek
 		st.Lease(p, now, 2, 2, Lessee{}) // denied
 		st.Lease(p, now, 3, 3, Lessee{}) // need > capacity
-		if s1 := snapshot(); fmt.Sprint(s1) != fmt.Sprint(s0) || st.expiry(p) != before {
+		if s1 := snapshot(); fmt.Sprint(s1) != fmt.Sprint(s0) || st.Expiry(p) != before {
 			t.Errorf("%s: peeks and denials changed the state from %+v to %+v", alg, s0, s1)
 		}
 	}

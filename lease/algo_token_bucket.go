@@ -136,10 +136,10 @@ func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder strin
 	s.trim(u, pf, lf, cf)
 }
 
-// expiry is when the bucket is full again with no further calls (unix
+// Expiry is when the bucket is full again with no further calls (unix
 // µs, rounded up): from then on the state equals no state. Updated +
 // ceil((C - Tokens)*P/L), or later while loans run (loans.fullIn).
-func (s *TokenBucketState) expiry(p Policy) int64 {
+func (s *TokenBucketState) Expiry(p Policy) int64 {
 	if s.Updated == 0 {
 		return 0
 	}

@@ -478,6 +478,14 @@ type Lessee struct {
 	// ahead after the current window. Other algorithms ignore both.
 	AheadWindows int64
 	AheadTokens  int64
+	// First says that ID was never granted tokens of the key (as far as
+	// it knows: a holder that dropped the key and forgot it says so
+	// again). A hint, nothing more: what the call does does not depend on
+	// it. A Store that can create a key's state more cheaply than it can
+	// update it (the Redis store, with SET NX instead of a script) tries
+	// that first for such a call, and falls back to its usual call when
+	// the key has state.
+	First bool
 }
 
 // MaxAheadWindows bounds Lessee.AheadWindows.

@@ -419,12 +419,13 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 }
 
 // lesseeOf is this Manager as the Lessee of a lease call of b, holding
-// held: for token_bucket and gcra with a Call of its own, and the Call of
+// held: First until b was granted tokens or holds an answer; for token_bucket and gcra with a Call of its own, and the Call of
 // b's previous call if that one went unanswered; for fixed_window with
 // the shares it asks ahead (which drops b's: the call's answer sets them).
 // The caller holds b's slot.
 func (m *Manager) lesseeOf(b *bucket, held int64) Lessee {
 	to := m.lessee(held)
+	to.First = b.lastLeaseMs == 0 && b.resetAt.Load() == 0 // never granted, no answer on hand
 	if !b.pol.Algorithm.refills() {
 		to.AheadWindows, to.AheadTokens = m.aheadAsk(b)
 		return to

@@ -495,7 +495,7 @@ func (sh *memShard) done(st algoState) {
 // fails, changing nothing, when a new holder's loan finds the shard's
 // holder table full. sh.mu must be held.
 func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorithm, st algoState, p Policy, t int64) error {
-	exp := st.expiry(p)
+	exp := st.Expiry(p)
 	if exp <= t {
 		if ok {
 			sh.remove(h, slot)

@@ -54,7 +54,17 @@ type Config struct {
 	// spend more of a check's budget. Worth it where each command costs
 	// (a proxy or a service billed per command). At most MaxBatchLimit.
 	MaxBatch int
+	// Clock is the node's clock, by which the Store dates the state a
+	// first touch of a key writes between its samples of Redis's clock
+	// (see first.go). Default time.Now. For tests whose redis-server runs
+	// a fake clock: a Clock set here is taken to be Redis's own, and
+	// allowed no drift from it.
+	Clock func() time.Time
 }
+
+// testClock, set by the package's tests, is the Clock of a Config without
+// one, by its first address (the fake clock of a test's redis-server).
+var testClock func(addr string) func() time.Time
 
 // MaxBatchLimit bounds Config.MaxBatch: one script call blocks Redis for
 // the sum of its calls' scripts.

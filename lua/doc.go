@@ -1,6 +1,7 @@
 // Package lua is Sluice's Redis store: a lease.Store whose every call is
-// one atomic Lua script on Redis 7, over a rueidis client configured for a
-// standalone server, Sentinel or Redis Cluster.
+// one atomic Lua script on Redis 7 (a key's first touch aside: see First
+// touches), over a rueidis client configured for a standalone server,
+// Sentinel or Redis Cluster.
 //
 // # Scripts
 //
@@ -54,6 +55,24 @@
 // against the newest stamp, inserts one member per hit ("<stamp>-<n>",
 // added with NX so none is ever overwritten) and sets the expiry in one
 // script; a check records at most [MaxLogHits] hits.
+//
+// # First touches
+//
+// A lease call of a key without state (Lessee.First: the node was never
+// granted the key) writes a fresh key's state that only the call's
+// arguments and the time decide. For such a call the Store computes that
+// state with the lease package's math, packs it as the scripts do, and
+// writes it with SET NX PX, with a TIME in the same round trip: a small
+// command where the script costs Redis several times as much (see
+// docs/performance.md). If the key has state, SET NX writes nothing and
+// the script runs. The state is dated by Redis's clock as last sampled
+// (at most 100ms before), projected by the node's clock and pushed later
+// by that projection's uncertainty, never earlier than Redis's now: see
+// first.go for the bounds, what a step of Redis's clock does, and why a
+// Cluster runs the script. TestFirstTouchMatchesScript requires the same
+// answer, bytes and expiry as the script for random calls of every leased
+// algorithm, so nodes of the previous release (the same format and keys)
+// read what a first touch writes.
 //
 // # Keys
 //

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -119,6 +120,10 @@ type Store struct {
 	prefix      string
 	callTimeout time.Duration
 	closeOnce   sync.Once
+	// first touches (first.go): on unless on a Cluster or refused
+	firstOn atomic.Bool
+	clock   redisClock
+	odds    firstOdds
 }
 
 var _ lease.Store = (*Store)(nil)
@@ -165,7 +170,15 @@ func NewStore(cfg Config) (*Store, error) {
 		scripts:     newScripts(),
 		prefix:      cfg.KeyPrefix,
 		callTimeout: cfg.CallTimeout,
+		clock:       redisClock{now: time.Now, drift: clockDrift, sleep: time.Sleep},
 	}
+	if cfg.Clock == nil && testClock != nil {
+		cfg.Clock = testClock(cfg.Addrs[0])
+	}
+	if cfg.Clock != nil {
+		s.clock.now, s.clock.drift = cfg.Clock, 0
+	}
+	s.firstOn.Store(client.Mode() != rueidis.ClientModeCluster)
 	if cfg.MaxBatch > 1 {
 		s.batch = newBatcher(client, newBatchScript(), cfg.MaxBatch)
 	}
@@ -219,6 +232,13 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	if err := lease.CheckLease(p, want, need, to); err != nil {
 		return lease.Grant{}, err
 	}
+	key = s.Key(key, p.Algorithm)
+	if to.First && p.Algorithm.Leased() {
+		g, done, err := s.first(ctx, key, p, want, need, to)
+		if done || err != nil {
+			return g, err
+		}
+	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
@@ -227,7 +247,7 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 		args = append(args, itoa(to.AheadWindows), itoa(to.AheadTokens))
 		n = 7
 	}
-	m, err := s.leased(ctx, "lease", p.Algorithm, true, s.Key(key, p.Algorithm), args)
+	m, err := s.leased(ctx, "lease", p.Algorithm, true, key, args)
 	if err != nil {
 		return lease.Grant{}, err
 	}

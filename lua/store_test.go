@@ -20,6 +20,16 @@ import (
 	"github.com/sluicehq/sluice/lua/redistest"
 )
 
+func init() {
+	// A store of a server with a fake clock dates first touches by it.
+	testClock = func(addr string) func() time.Time {
+		if c := redistest.ClockAt(addr); c != nil {
+			return c.Now
+		}
+		return nil
+	}
+}
+
 // testTimeout is the call timeout of test stores: generous, because the
 // test machine is shared and a slow call must not fail a semantic test.
 const testTimeout = 2 * time.Second

@@ -84,10 +84,26 @@ func StartWithClock(t testing.TB, start time.Time, extra ...string) (*Server, *C
 		}
 		t.Cleanup(s.stop)
 		clock.check(t, s)
+		clocks.Store(s.Addr, clock)
+		t.Cleanup(func() { clocks.Delete(s.Addr) })
 		return s, clock
 	}
 	t.Fatalf("redistest: cannot start redis-server with a fake clock: %v", lastErr)
 	return nil, nil
+}
+
+// clocks holds the Clock of each running server StartWithClock started,
+// by address.
+var clocks sync.Map
+
+// ClockAt is the Clock of the server StartWithClock started at addr, nil
+// for any other address: for a Store under test that must read the
+// server's clock where it would read the node's (lua.Config.Clock).
+func ClockAt(addr string) *Clock {
+	if c, ok := clocks.Load(addr); ok {
+		return c.(*Clock)
+	}
+	return nil
 }
 
 // StartClusterWithClock is StartCluster with every master's wall clock

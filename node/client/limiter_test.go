@@ -141,7 +141,7 @@ func TestLimiterThreeGatewaysNeverOverAdmit(t *testing.T) {
 // the server's TIME).
 func TestLimiterThreeGatewaysNeverOverAdmitRedis(t *testing.T) {
 	srv, rclock := redistest.StartWithClock(t, clocktest.Epoch)
-	store, err := lua.NewStore(lua.Config{Addrs: []string{srv.Addr}})
+	store, err := lua.NewStore(lua.Config{Addrs: []string{srv.Addr}, Clock: rclock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

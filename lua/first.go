@@ -1,0 +1,430 @@
+package lua
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// First touches. A lease call of a key that has no state in Redis runs
+// the lease script on nothing: it reads TIME, finds no value, and writes
+// the state of a fresh key with the caller's loan, which depends only on
+// the call's arguments and the time. A node makes that call for every key
+// it has never been granted (lease.Lessee.First), and in a workload of new
+// keys (the first seconds of 10k uniform keys, Zipf over 1M keys) such
+// calls are most of the scripts Redis runs. So for a Lessee.First call
+// the Store computes that state itself, with the lease package's math
+// (the Go mirror of the scripts, operation for operation), packs it in
+// the scripts' format (leased.lua) and writes it with SET NX PX: one
+// small command instead of a script, a few µs of Redis CPU instead of
+// some 30. If the key has state after all (another holder, a dropped and
+// recreated bucket), SET NX writes nothing and the call runs the script
+// as any other: a wasted round trip, no harm.
+//
+// The time. A script dates the state by Redis TIME; the Store dates it by
+// Redis's clock as last sampled (a TIME command sent with each SET NX,
+// and before the first touch when the sample is older than
+// firstMaxAge), projected by the node's own clock since, and pushed later
+// by the uncertainty of that projection: the sample's round trip and
+// clockDrift of its age. So the state is never dated before Redis's own
+// now at the SET; at most that uncertainty after it, which counts the
+// loan a little longer and refills a little later than the script would
+// have (never more tokens). The answer then waits until the node's clock
+// is past the projection's latest reading, so that, as for a script, the
+// Store's now lies between the call's send and its answer (the Manager
+// dates windows from that: lease/manager_ahead.go). A step of Redis's
+// clock between two samples (at most firstMaxAge apart) is not seen: a
+// forward step dates a first touch's state that much before Redis's now,
+// as a step refills every key's bucket anyway.
+//
+// A first touch that finds state costs a round trip more than the script
+// alone (a node restarted under a new holder id, keys moved to it, a hot
+// key split): while fewer than a quarter of the recent tries find no
+// state (firstOdds), the Store tries one first touch in 16 and runs the
+// script for the others, until one of those hits.
+//
+// Not on a Redis Cluster (each shard has its own clock, and a TIME goes
+// to any of them): there every first touch runs the script. Nor when the
+// server refuses SET or TIME (an ACL that allows only the scripts): the
+// Store then stops trying and runs the scripts.
+
+// firstMaxAge bounds the age of the Redis clock sample a first touch is
+// dated by: older, the Store samples anew before the SET.
+const firstMaxAge = 100 * time.Millisecond
+
+// clockDrift is the margin for the rates of the node's clock and Redis's,
+// as a fraction of the sample's age: 100 ppm, the lease package's margin
+// for the same (aheadDrift), 10 µs at firstMaxAge.
+const clockDrift = 1e-4
+
+// firstOdds counts the recent first touches that wrote state (hits) and
+// that found some (misses), over about the last 64. Safe for concurrent
+// use.
+type firstOdds struct {
+	mu           sync.Mutex
+	hits, misses int
+	skipped      int
+}
+
+// try reports whether a first touch should try SET NX: while at least a
+// quarter of the recent tries hit, and one in 16 otherwise (a hit of
+// those starts the count anew: see record).
+func (o *firstOdds) try() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if 3*o.hits >= o.misses {
+		return true
+	}
+	o.skipped++
+	return o.skipped%16 == 0
+}
+
+func (o *firstOdds) record(hit bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if hit && 3*o.hits < o.misses {
+		o.hits, o.misses = 1, 0 // a probe hit: new keys again, try them all
+		return
+	}
+	if hit {
+		o.hits++
+	} else {
+		o.misses++
+	}
+	if o.hits+o.misses > 64 {
+		o.hits, o.misses = o.hits/2, o.misses/2
+	}
+}
+
+// redisClock is the Store's sample of Redis's clock: TIME answered at at
+// (unix µs) between the node's send and recv. Safe for concurrent use.
+type redisClock struct {
+	now   func() time.Time    // the node's clock (Config.Clock; time.Now)
+	drift float64             // clockDrift; 0 when now is Redis's own clock (tests)
+	sleep func(time.Duration) // time.Sleep
+
+	mu         sync.Mutex
+	at         int64
+	send, recv time.Time
+}
+
+// record keeps a sample of TIME's answer v, sent at send and answered at
+// recv: the last to come back (any sample bounds Redis's clock; a later
+// one more tightly, as a rule).
+func (c *redisClock) record(v []string, send, recv time.Time) {
+	if len(v) != 2 {
+		return
+	}
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	usec, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	c.mu.Lock()
+	c.at, c.send, c.recv = sec*1_000_000+usec, send, recv
+	c.mu.Unlock()
+}
+
+// estimate is Redis's clock at the node's m, unix µs, never before Redis's
+// own reading then, and width, how far after it it may be (µs); ok is
+// false without a sample younger than firstMaxAge.
+func (c *redisClock) estimate(m time.Time) (now, width int64, ok bool) {
+	c.mu.Lock()
+	at, send, recv := c.at, c.send, c.recv
+	c.mu.Unlock()
+	if send.IsZero() {
+		return 0, 0, false
+	}
+	age := m.Sub(send)
+	if age < 0 || age > firstMaxAge {
+		return 0, 0, false
+	}
+	// Redis read TIME between send and recv: at m its clock reads between
+	// at + (m − recv) and at + (m − send), give or take the drift.
+	drift := int64(math.Ceil(float64(age.Nanoseconds()) * c.drift / 1e3))
+	now = at + ceilMicros(age) + drift
+	width = ceilMicros(recv.Sub(send)) + 2*drift
+	return now, width, true
+}
+
+func ceilMicros(d time.Duration) int64 { return (d.Nanoseconds() + 999) / 1000 }
+
+// first is a first touch of key (see above): the Grant, done true when
+// SET NX wrote the state; done false when the call must run the script
+// (the key has state, there is no fresh sample to date it, the call
+// writes no state, or first touches are off).
+func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (g lease.Grant, done bool, err error) {
+	if !s.firstOn.Load() || !s.odds.try() {
+		return g, false, nil
+	}
+	m := s.clock.now()
+	now, width, ok := s.clock.estimate(m)
+	if !ok {
+		if err := s.sampleClock(ctx); err != nil {
+			return g, false, err
+		}
+		m = s.clock.now()
+		if now, width, ok = s.clock.estimate(m); !ok {
+			return g, false, nil
+		}
+	}
+	to.ID = holderOf(to.ID) // as the scripts know it
+	v, exp, g := freshLease(p, time.UnixMicro(now), want, need, to)
+	if v == nil {
+		return g, false, nil // nothing written: the script answers
+	}
+	ttl := ttlMillis(exp - now + width)
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	send := s.clock.now()
+	res := s.client.DoMulti(ctx,
+		s.client.B().Set().Key(key).Value(rueidis.BinaryString(v)).Nx().PxMilliseconds(ttl).Build(),
+		s.client.B().Time().Build())
+	recv := s.clock.now()
+	if t, err := res[1].AsStrSlice(); err == nil {
+		s.clock.record(t, send, recv)
+	}
+	if err := res[0].Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			s.odds.record(false)
+			return g, false, nil // the key has state
+		}
+		if refused(err) {
+			s.firstOn.Store(false)
+			return g, false, nil
+		}
+		return g, false, unavailable("lease", err)
+	}
+	s.odds.record(true)
+	// The Store's now (the state's) must lie before the answer: wait out
+	// the projection's width.
+	if d := m.Add(time.Duration(width) * time.Microsecond).Sub(s.clock.now()); d > 0 {
+		s.clock.sleep(d)
+	}
+	return g, true, nil
+}
+
+// sampleClock samples Redis's clock with TIME.
+func (s *Store) sampleClock(ctx context.Context) error {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	send := s.clock.now()
+	t, err := s.client.Do(ctx, s.client.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		if refused(err) {
+			s.firstOn.Store(false)
+			return nil
+		}
+		return unavailable("lease", err)
+	}
+	s.clock.record(t, send, s.clock.now())
+	return nil
+}
+
+// refused reports whether Redis refused a command it would answer for
+// another client: an ACL without SET or TIME, or a proxy that forbids
+// them.
+func refused(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR unknown command") ||
+		strings.Contains(msg, "not allowed")
+}
+
+// ttlMillis is the scripts' ttl (prelude.lua): us in whole milliseconds,
+// rounded up, plus 1ms so that the key outlives its state.
+func ttlMillis(us int64) int64 {
+	if us <= 0 {
+		return 1
+	}
+	return (us+999)/1000 + 1
+}
+
+// freshLease runs a lease call at now on a key without state, with the
+// lease package's math (what the script computes), and returns the state
+// the call writes packed as the scripts pack it (nil: it writes none),
+// when that state expires (unix µs), and the answer.
+func freshLease(p lease.Policy, now time.Time, want, need int64, to lease.Lessee) (v []byte, exp int64, g lease.Grant) {
+	switch p.Algorithm {
+	case lease.TokenBucket:
+		var st lease.TokenBucketState
+		g = st.Lease(p, now, want, need, to)
+		if st.Updated != 0 {
+			v = packTokenBucket(&st)
+		}
+		exp = st.Expiry(p)
+	case lease.GCRA:
+		var st lease.GCRAState
+		g = st.Lease(p, now, want, need, to)
+		if st.TAT != 0 {
+			v = packGCRA(&st)
+		}
+		exp = st.Expiry(p)
+	case lease.FixedWindow:
+		var st lease.FixedWindowState
+		g = st.Lease(p, now, want, need, to)
+		if st.Start != 0 {
+			v = packWindow(st.Start, st.Count, 0, false, st.Loans)
+		}
+		exp = st.Expiry(p)
+	case lease.SlidingWindow:
+		var st lease.SlidingWindowState
+		g = st.Lease(p, now, want, need, to)
+		if st.Start != 0 {
+			v = packWindow(st.Start, st.Cur, st.Prev, true, st.Loans)
+		}
+		exp = st.Expiry(p)
+	}
+	return v, exp, g
+}
+
+// The scripts' format (leased.lua: head, pack_loan): little-endian
+// integers of 1, 2, 4 or 7 bytes as their values need (width codes 0-3),
+// token_bucket's level a double, times of token_bucket and gcra loans as
+// zigzag distances from the key's reference time, a fixed_window share's
+// end as µs after the window start.
+
+// widthCode is the width code of x ≥ 0: 0-3 for 1, 2, 4 and 7 bytes.
+func widthCode(x int64) byte {
+	switch {
+	case x < 1<<8:
+		return 0
+	case x < 1<<16:
+		return 1
+	case x < 1<<32:
+		return 2
+	}
+	return 3
+}
+
+var widthBytes = [4]int{1, 2, 4, 7}
+
+// putInt appends x in the width of code c.
+func putInt(b []byte, x int64, c byte) []byte {
+	for i := range widthBytes[c] {
+		b = append(b, byte(uint64(x)>>(8*i)))
+	}
+	return b
+}
+
+func put7(b []byte, x int64) []byte { return putInt(b, x, 3) }
+
+func zigzag(d int64) int64 {
+	if d >= 0 {
+		return 2 * d
+	}
+	return -2*d - 1
+}
+
+// packLast appends a token_bucket or gcra header's last call and its
+// grant (when the key tells calls apart).
+func packLast(b []byte, call uint32, grant int64) []byte {
+	w := widthCode(grant)
+	b = binary.LittleEndian.AppendUint32(b, call)
+	return putInt(b, grant, w)
+}
+
+func packTokenBucket(st *lease.TokenBucketState) []byte {
+	b := make([]byte, 0, 64)
+	h := byte(0)
+	if st.Last.Call != 0 {
+		h = 1 + 2*widthCode(st.Last.Grant)
+	}
+	b = append(b, h)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(st.Tokens))
+	b = put7(b, st.Updated)
+	if st.Last.Call != 0 {
+		b = packLast(b, st.Last.Call, st.Last.Grant)
+	}
+	return packRefillLoans(b, st.Loans, st.Updated)
+}
+
+func packGCRA(st *lease.GCRAState) []byte {
+	b := make([]byte, 0, 64)
+	h := byte(0)
+	if st.Last.Call != 0 {
+		h = 1 + 2*widthCode(st.Last.Grant)
+	}
+	b = append(b, h)
+	b = put7(b, st.TAT)
+	if st.Last.Call != 0 {
+		b = packLast(b, st.Last.Call, st.Last.Grant)
+	}
+	return packRefillLoans(b, st.Loans, st.TAT)
+}
+
+// packRefillLoans appends token_bucket or gcra loans against ref.
+func packRefillLoans(b []byte, ls []lease.Loan, ref int64) []byte {
+	for _, l := range ls {
+		cl := widthCode(l.Lent)
+		d1 := zigzag(l.Expires - ref)
+		c1 := widthCode(d1)
+		switch {
+		case l.Holder == "":
+			b = append(b, cl+4*c1)
+			b = putInt(b, l.Lent, cl)
+			b = putInt(b, d1, c1)
+		case l.LastSpend > 0:
+			d2 := zigzag(ref - l.LastSpend)
+			c2 := widthCode(d2)
+			b = append(b, 192+cl+4*c1+16*c2)
+			b = append(b, l.Holder...)
+			b = putInt(b, l.Lent, cl)
+			b = putInt(b, d1, c1)
+			b = putInt(b, d2, c2)
+		default:
+			b = append(b, 64+cl+4*c1)
+			b = append(b, l.Holder...)
+			b = putInt(b, l.Lent, cl)
+			b = putInt(b, d1, c1)
+		}
+	}
+	return b
+}
+
+// packWindow packs a fixed_window (sliding false: start, count) or
+// sliding_window (start, cur, prev) state.
+func packWindow(start, count, prev int64, sliding bool, ls []lease.Loan) []byte {
+	b := make([]byte, 0, 48)
+	w := widthCode(count)
+	if sliding {
+		w2 := widthCode(prev)
+		b = append(b, w+4*w2)
+		b = put7(b, start)
+		b = putInt(b, count, w)
+		b = putInt(b, prev, w2)
+	} else {
+		b = append(b, w)
+		b = put7(b, start)
+		b = putInt(b, count, w)
+	}
+	for _, l := range ls {
+		cl := widthCode(l.Lent)
+		if l.Share == 0 {
+			b = append(b, 64+cl)
+			b = append(b, l.Holder...)
+			b = putInt(b, l.Lent, cl)
+			continue
+		}
+		d := l.Expires - start
+		cs, ce := widthCode(l.Share), widthCode(d)
+		b = append(b, 192+cl+4*cs+16*ce)
+		b = append(b, l.Holder...)
+		b = putInt(b, l.Lent, cl)
+		b = putInt(b, l.Share, cs)
+		b = putInt(b, d, ce)
+	}
+	return b
+}
