@@ -127,8 +127,17 @@ func buildSluiced(t *testing.T) string {
 	if buildErr != nil {
 		t.Fatalf("go build: %v\n%s", buildErr, buildBin)
 	}
-	t.Cleanup(func() {}) // the binary's directory is left to the OS temp cleaner
 	return buildBin
+}
+
+// TestMain removes the binary buildSluiced built (48 MB a run) when the
+// tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildBin != "" && buildErr == nil {
+		os.RemoveAll(filepath.Dir(buildBin))
+	}
+	os.Exit(code)
 }
 
 // TestDaemonCluster runs two sluiced processes in one cluster (gossip
