@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,10 +39,11 @@ import (
 // clockDrift of its age. So the state is never dated before Redis's own
 // now at the SET; at most that uncertainty after it, which counts the
 // loan a little longer and refills a little later than the script would
-// have (never more tokens). The answer then waits until the node's clock
-// is past the projection's latest reading, so that, as for a script, the
-// Store's now lies between the call's send and its answer (the Manager
-// dates windows from that: lease/manager_ahead.go). A step of Redis's
+// have (never more tokens). The answer then waits, if need be, until
+// Redis's clock has surely passed the state's time (a few µs as a rule),
+// so that, as for a script, the Store's now lies between the call's send
+// and its answer (the Manager dates windows from that:
+// lease/manager_ahead.go). A step of Redis's
 // clock between two samples (at most firstMaxAge apart) is not seen: a
 // forward step dates a first touch's state that much before Redis's now,
 // as a step refills every key's bucket anyway.
@@ -53,9 +55,9 @@ import (
 // script for the others, until one of those hits.
 //
 // Not on a Redis Cluster (each shard has its own clock, and a TIME goes
-// to any of them): there every first touch runs the script. Nor when the
-// server refuses SET or TIME (an ACL that allows only the scripts): the
-// Store then stops trying and runs the scripts.
+// to any of them): there every first touch runs the script. Nor once the
+// server refuses SET or TIME as commands of their own (a proxy that
+// passes scripts only): the Store then stops trying and runs the scripts.
 
 // firstMaxAge bounds the age of the Redis clock sample a first touch is
 // dated by: older, the Store samples anew before the SET.
@@ -110,7 +112,7 @@ func (o *firstOdds) record(hit bool) {
 type redisClock struct {
 	now   func() time.Time    // the node's clock (Config.Clock; time.Now)
 	drift float64             // clockDrift; 0 when now is Redis's own clock (tests)
-	sleep func(time.Duration) // time.Sleep
+	sleep func(time.Duration) // pause
 
 	mu         sync.Mutex
 	at         int64
@@ -119,19 +121,22 @@ type redisClock struct {
 
 // record keeps a sample of TIME's answer v, sent at send and answered at
 // recv: the last to come back (any sample bounds Redis's clock; a later
-// one more tightly, as a rule).
-func (c *redisClock) record(v []string, send, recv time.Time) {
+// one more tightly, as a rule). It returns the time v reads (unix µs), -1
+// if v is not one.
+func (c *redisClock) record(v []string, send, recv time.Time) int64 {
 	if len(v) != 2 {
-		return
+		return -1
 	}
 	sec, err1 := strconv.ParseInt(v[0], 10, 64)
 	usec, err2 := strconv.ParseInt(v[1], 10, 64)
 	if err1 != nil || err2 != nil {
-		return
+		return -1
 	}
+	at := sec*1_000_000 + usec
 	c.mu.Lock()
-	c.at, c.send, c.recv = sec*1_000_000+usec, send, recv
+	c.at, c.send, c.recv = at, send, recv
 	c.mu.Unlock()
+	return at
 }
 
 // estimate is Redis's clock at the node's m, unix µs, never before Redis's
@@ -190,8 +195,11 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 		s.client.B().Set().Key(key).Value(rueidis.BinaryString(v)).Nx().PxMilliseconds(ttl).Build(),
 		s.client.B().Time().Build())
 	recv := s.clock.now()
+	t2 := int64(-1) // Redis's clock just after the SET, unix µs
 	if t, err := res[1].AsStrSlice(); err == nil {
-		s.clock.record(t, send, recv)
+		t2 = s.clock.record(t, send, recv)
+	} else if refused(err) {
+		s.firstOn.Store(false)
 	}
 	if err := res[0].Error(); err != nil {
 		if rueidis.IsRedisNil(err) {
@@ -205,12 +213,31 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 		return g, false, unavailable("lease", err)
 	}
 	s.odds.record(true)
-	// The Store's now (the state's) must lie before the answer: wait out
-	// the projection's width.
-	if d := m.Add(time.Duration(width) * time.Microsecond).Sub(s.clock.now()); d > 0 {
+	// The Store's now (the state's) must lie before the answer: Redis's
+	// clock reads it by the node's m + width, and (it read t2 after the
+	// SET, by recv) by recv + (now − t2). Wait for the earlier.
+	wait := m.Add(time.Duration(width) * time.Microsecond)
+	if t2 >= 0 {
+		if at := recv.Add(time.Duration(now-t2) * time.Microsecond); at.Before(wait) {
+			wait = at
+		}
+	}
+	if d := wait.Sub(s.clock.now()); d > 0 {
 		s.clock.sleep(d)
 	}
 	return g, true, nil
+}
+
+// pause waits d, a few µs as a rule: spinning up to 200µs, where a
+// timer would take a millisecond.
+func pause(d time.Duration) {
+	if d > 200*time.Microsecond {
+		time.Sleep(d)
+		return
+	}
+	for start := time.Now(); time.Since(start) < d; {
+		runtime.Gosched()
+	}
 }
 
 // sampleClock samples Redis's clock with TIME.
@@ -230,17 +257,19 @@ func (s *Store) sampleClock(ctx context.Context) error {
 	return nil
 }
 
-// refused reports whether Redis refused a command it would answer for
-// another client: an ACL without SET or TIME, or a proxy that forbids
-// them.
+// refused reports whether Redis refused a command for good: a proxy in
+// front of it that runs scripts but not TIME (or SET) as a command of its
+// own ("unknown" or "unsupported command"), an ACL that forbids it. Any
+// other error (a lost connection, OOM, a failover's READONLY) fails the
+// call as a script's would.
 func refused(err error) bool {
 	var re *rueidis.RedisError
 	if !errors.As(err, &re) {
 		return false
 	}
-	msg := re.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR unknown command") ||
-		strings.Contains(msg, "not allowed")
+	msg := strings.ToLower(re.Error())
+	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "unsupported command")
 }
 
 // ttlMillis is the scripts' ttl (prelude.lua): us in whole milliseconds,

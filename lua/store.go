@@ -170,7 +170,7 @@ func NewStore(cfg Config) (*Store, error) {
 		scripts:     newScripts(),
 		prefix:      cfg.KeyPrefix,
 		callTimeout: cfg.CallTimeout,
-		clock:       redisClock{now: time.Now, drift: clockDrift, sleep: time.Sleep},
+		clock:       redisClock{now: time.Now, drift: clockDrift, sleep: pause},
 	}
 	if cfg.Clock == nil && testClock != nil {
 		cfg.Clock = testClock(cfg.Addrs[0])
