@@ -9,7 +9,10 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // ErrRedisReply means Redis answered something the bench cannot read.
@@ -168,13 +171,54 @@ func ScriptCalls(diff map[string]int64) int64 {
 // ScriptRuns is the number of Sluice scripts run in a commandstats diff:
 // each reads the clock once with TIME, so a batched script call that runs
 // the scripts of several Store calls counts each, where ScriptCalls
-// counts it once.
-func ScriptRuns(diff map[string]int64) int64 { return diff["time"] }
+// counts it once. The node also sends TIME on its own (own: a first
+// touch's, with its SET NX, and its clock samples; see the lua package),
+// which are not scripts.
+func ScriptRuns(diff map[string]int64, own int64) int64 { return max(0, diff["time"]-own) }
 
 // runsPerDec is r's ScriptRuns per decision.
 func runsPerDec(r *RunResult) float64 {
 	if r.Decisions == 0 {
 		return 0
 	}
-	return float64(ScriptRuns(r.RedisCalls)) / float64(r.Decisions)
+	return float64(ScriptRuns(r.RedisCalls, r.FirstTouches+r.ClockSamples)) / float64(r.Decisions)
+}
+
+// firstTouchesPerDec is r's first touches (SET NX tries) per decision.
+func firstTouchesPerDec(r *RunResult) float64 {
+	if r.Decisions == 0 {
+		return 0
+	}
+	return float64(r.FirstTouches) / float64(r.Decisions)
+}
+
+// nodeFirstTouches reads the node's first-touch counters from its
+// /metrics (the lua package's sluice_redis_first_touches_total and
+// sluice_redis_clock_samples_total): SET NX tries (wrote and had_state)
+// and TIME commands sent on their own.
+func nodeFirstTouches(addr string) (tries, samples int64, err error) {
+	status, body, err := fasthttp.Get(nil, "http://"+addr+"/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	if status != fasthttp.StatusOK {
+		return 0, 0, fmt.Errorf("GET /metrics: status %d", status)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case `sluice_redis_first_touches_total{result="wrote"}`, `sluice_redis_first_touches_total{result="had_state"}`:
+			tries += int64(n)
+		case `sluice_redis_clock_samples_total`:
+			samples += int64(n)
+		}
+	}
+	return tries, samples, nil
 }

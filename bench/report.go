@@ -198,15 +198,16 @@ func Markdown(s *Suite, charts []string) string {
 	if len(base) > 0 {
 		w("\n## Redis CPU per decision: Sluice vs the naive counter\n\n")
 		w("Each workload runs twice on the same redis-server, back to back: through a node on the Redis store, then straight to Redis as the naive counter (one pipelined `INCRBY` + `EXPIRE` per check, fixed windows of the rule's period: envoyproxy/ratelimit's design), same keys in the same order, same rate or concurrency. Redis CPU is redis-server's user+system CPU during the run (INFO's `used_cpu_user` + `used_cpu_sys`). Target: Sluice ≤ 1/4 of the naive counter in every workload.\n\n")
-		w("| workload | keys | mode | Sluice decisions | Sluice Redis µs/decision | naive decisions | naive Redis µs/decision | ratio | script calls/decision | scripts run/decision |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| workload | keys | mode | Sluice decisions | Sluice Redis µs/decision | naive decisions | naive Redis µs/decision | ratio | script calls/decision | scripts run/decision | first touches/decision |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range base {
 			n := r.Naive
 			ratio := "—"
 			if n.Ratio > 0 {
 				ratio = fmt.Sprintf("**%.2f×**", n.Ratio)
 			}
-			w("| %s | %s %s | %s | %d | %.2f | %d | %.2f | %s | %s | %s |\n", r.Name, human(float64(r.Keys)), r.Dist, r.Mode, r.Decisions, r.RedisUsPerDec, n.Decisions, n.RedisUsPerDec, ratio, pct(r.RedisPerDec), pct(runsPerDec(r)))
+			w("| %s | %s %s | %s | %d | %.2f | %d | %.2f | %s | %s | %s | %s |\n", r.Name, human(float64(r.Keys)), r.Dist, r.Mode, r.Decisions, r.RedisUsPerDec, n.Decisions, n.RedisUsPerDec, ratio, pct(r.RedisPerDec), pct(runsPerDec(r)), pct(firstTouchesPerDec(r)))
 		}
+		w("\n*First touches* are a node's first leases of keys without state, written with `SET NX` instead of a script (the lua package; the node's `sluice_redis_first_touches_total`): Store operations, not scripts.\n")
 		w("\n`redis-rls1s-*` call the node's Envoy rate limit service (gRPC `ShouldRateLimit`, one descriptor per call, a `unit: second` limit: envoyproxy/ratelimit's configuration, counted as a fixed window); `redis-fw1s-*` are the same per-second workload over HTTP.\n")
 	}
 

@@ -104,6 +104,11 @@ type RunResult struct {
 	RedisCalls      map[string]int64 `json:"redis_calls,omitempty"`
 	RedisPerDec     float64          `json:"redis_script_calls_per_decision,omitempty"` // EVAL/EVALSHA/FCALL: Store operations (inproc: Store lease calls)
 	RedisCmdsPerDec float64          `json:"redis_commands_per_decision,omitempty"`     // every command, including those run inside scripts
+	// FirstTouches are the node's SET NX tries of first touches during
+	// the run, ClockSamples its TIME commands sent on their own (its
+	// /metrics; the lua package).
+	FirstTouches int64 `json:"redis_first_touches,omitempty"`
+	ClockSamples int64 `json:"redis_clock_samples,omitempty"`
 	// RedisCPU is redis-server's user+system CPU during the run (what
 	// INFO's used_cpu_user + used_cpu_sys count), RedisUsPerDec that per
 	// decision, in µs.

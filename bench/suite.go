@@ -372,10 +372,13 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 		rc.Limit = &l
 	}
 	var before map[string]int64
+	var tries0, samples0 int64
+	var ftErr error
 	if redisAddr != "" {
 		if before, err = RedisCommandStats(ctx, redisAddr); err != nil {
 			st.note("%s: %v", ps.name, err)
 		}
+		tries0, samples0, ftErr = nodeFirstTouches(addr)
 	}
 	cpu0 := make([]float64, len(procs))
 	for i, p := range procs {
@@ -403,12 +406,15 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 				r.RedisCmdsPerDec = float64(total) / float64(r.Decisions)
 			}
 		}
+		if tries, samples, err := nodeFirstTouches(addr); err == nil && ftErr == nil {
+			r.FirstTouches, r.ClockSamples = tries-tries0, samples-samples0
+		}
 	}
 	st.s.Runs = append(st.s.Runs, r)
 	st.logf("%-22s %8.0f req/s %10.0f dec/s  p50 %-9v p99 %-9v errors %d degraded %d  cpu: server %.1fs gen %.1fs other %.1fs",
 		r.Name, r.RPS, r.DPS, r.Latency.P50.Round(time.Microsecond), r.Latency.P99.Round(time.Microsecond), r.Errors, r.Degraded, r.ServerCPU, r.GenCPU, r.OtherCPU)
 	if r.RedisCalls != nil {
-		st.logf("  Redis: %.4f%% script calls per decision, %.4f%% scripts run (%.4f%% all commands)", 100*r.RedisPerDec, 100*runsPerDec(r), 100*r.RedisCmdsPerDec)
+		st.logf("  Redis: %.4f%% script calls per decision, %.4f%% scripts run, %.4f%% first touches (%.4f%% all commands)", 100*r.RedisPerDec, 100*runsPerDec(r), 100*firstTouchesPerDec(r), 100*r.RedisCmdsPerDec)
 	}
 	if r.FirstErr != "" {
 		st.logf("  first error: %s", r.FirstErr)

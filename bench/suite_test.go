@@ -85,19 +85,22 @@ func TestRedisCompareValidated(t *testing.T) {
 }
 
 // TestReportScriptRuns: the Redis table shows the scripts run (TIME calls
-// inside them) beside the script calls: a batched call runs several.
+// inside them) beside the script calls (a batched call runs several), and
+// the first touches, whose TIME (and the node's clock samples) are no
+// scripts.
 func TestReportScriptRuns(t *testing.T) {
 	r := &RunResult{Name: "redis-x", Batch: 1, Decisions: 1000, RedisPerDec: 0.01,
-		RedisCalls: map[string]int64{"evalsha": 10, "time": 150, "get": 150, "set": 100},
-		Naive:      &Baseline{Run: "naive-x", Decisions: 1000, RedisUsPerDec: 4, Ratio: 2}}
+		RedisCalls:   map[string]int64{"evalsha": 10, "time": 192, "get": 150, "set": 140},
+		FirstTouches: 40, ClockSamples: 2,
+		Naive: &Baseline{Run: "naive-x", Decisions: 1000, RedisUsPerDec: 4, Ratio: 2}}
 	s := &Suite{Runs: []*RunResult{r}}
 	dir := t.TempDir()
 	if err := WriteReport(dir, s); err != nil {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	if !bytes.Contains(md, []byte("| **2.00×** | 1.0% | 15.0% |")) {
-		t.Errorf("the Redis table lacks script calls 1.0%% and scripts run 15.0%%:\n%s", md)
+	if !bytes.Contains(md, []byte("| **2.00×** | 1.0% | 15.0% | 4.0% |")) {
+		t.Errorf("the Redis table lacks script calls 1.0%%, scripts run 15.0%% and first touches 4.0%%:\n%s", md)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // Config configures a Store. The zero value of each field means its
@@ -60,6 +62,11 @@ type Config struct {
 	// a fake clock: a Clock set here is taken to be Redis's own, and
 	// allowed no drift from it.
 	Clock func() time.Time
+	// Metrics is the set the Store's counters go in
+	// (sluice_redis_first_touches_total{result},
+	// sluice_redis_clock_samples_total). Default: the process's default
+	// set, where several Stores sum.
+	Metrics *metrics.Set
 }
 
 // testClock, set by the package's tests, is the Clock of a Config without

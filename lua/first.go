@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/lease"
@@ -67,6 +68,25 @@ const firstMaxAge = 100 * time.Millisecond
 // as a fraction of the sample's age: 100 ppm, the lease package's margin
 // for the same (aheadDrift), 10 µs at firstMaxAge.
 const clockDrift = 1e-4
+
+// firstMetrics count first touches in the node's metrics: tries that
+// wrote the state, tries that found state, first touches the odds left to
+// the script, and TIME commands sent on their own.
+type firstMetrics struct {
+	wrote, hadState, skipped, samples *metrics.Counter
+}
+
+func newFirstMetrics(set *metrics.Set) firstMetrics {
+	if set == nil {
+		set = metrics.GetDefaultSet()
+	}
+	return firstMetrics{
+		wrote:    set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="wrote"}`),
+		hadState: set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="had_state"}`),
+		skipped:  set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="skipped"}`),
+		samples:  set.GetOrCreateCounter(`sluice_redis_clock_samples_total`),
+	}
+}
 
 // firstOdds counts the recent first touches that wrote state (hits) and
 // that found some (misses), over about the last 64. Safe for concurrent
@@ -168,7 +188,11 @@ func ceilMicros(d time.Duration) int64 { return (d.Nanoseconds() + 999) / 1000 }
 // (the key has state, there is no fresh sample to date it, the call
 // writes no state, or first touches are off).
 func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (g lease.Grant, done bool, err error) {
-	if !s.firstOn.Load() || !s.odds.try() {
+	if !s.firstOn.Load() {
+		return g, false, nil
+	}
+	if !s.odds.try() {
+		s.met.skipped.Inc()
 		return g, false, nil
 	}
 	m := s.clock.now()
@@ -204,6 +228,7 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 	if err := res[0].Error(); err != nil {
 		if rueidis.IsRedisNil(err) {
 			s.odds.record(false)
+			s.met.hadState.Inc()
 			return g, false, nil // the key has state
 		}
 		if refused(err) {
@@ -213,6 +238,7 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 		return g, false, unavailable("lease", err)
 	}
 	s.odds.record(true)
+	s.met.wrote.Inc()
 	// The Store's now (the state's) must lie before the answer: Redis's
 	// clock reads it by the node's m + width, and (it read t2 after the
 	// SET, by recv) by recv + (now − t2). Wait for the earlier.
@@ -245,6 +271,7 @@ func (s *Store) sampleClock(ctx context.Context) error {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	send := s.clock.now()
+	s.met.samples.Inc()
 	t, err := s.client.Do(ctx, s.client.B().Time().Build()).AsStrSlice()
 	if err != nil {
 		if refused(err) {

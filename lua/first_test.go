@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/lease"
@@ -262,6 +263,8 @@ func TestFirstTouchStoreCalls(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		s := newUnbatchedStore(t, addr)
 		s.firstOn.Store(on)
+		set := metrics.NewSet()
+		s.met = newFirstMetrics(set)
 		loadLeaseScripts(t, s)
 		m := newManager(t, s, lease.Config{StoreTimeout: testTimeout})
 		p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Second}
@@ -281,6 +284,9 @@ func TestFirstTouchStoreCalls(t *testing.T) {
 		}
 		if scripts != want || sets != 200 {
 			t.Errorf("first touches %v: %d scripts and %d SETs for 200 new keys, want %d and 200", on, scripts, sets, want)
+		}
+		if got := s.met.wrote.Get(); got != uint64(200-want) {
+			t.Errorf("first touches %v: sluice_redis_first_touches_total{result=\"wrote\"} %d, want %d", on, got, 200-want)
 		}
 	}
 }

@@ -124,6 +124,7 @@ type Store struct {
 	firstOn atomic.Bool
 	clock   redisClock
 	odds    firstOdds
+	met     firstMetrics
 }
 
 var _ lease.Store = (*Store)(nil)
@@ -179,6 +180,7 @@ func NewStore(cfg Config) (*Store, error) {
 		s.clock.now, s.clock.drift = cfg.Clock, 0
 	}
 	s.firstOn.Store(client.Mode() != rueidis.ClientModeCluster)
+	s.met = newFirstMetrics(cfg.Metrics)
 	if cfg.MaxBatch > 1 {
 		s.batch = newBatcher(client, newBatchScript(), cfg.MaxBatch)
 	}
