@@ -197,7 +197,7 @@ func firstTouchesPerDec(r *RunResult) float64 {
 // sluice_redis_clock_samples_total): SET NX tries (wrote and had_state)
 // and TIME commands sent on their own.
 func nodeFirstTouches(addr string) (tries, samples int64, err error) {
-	status, body, err := fasthttp.Get(nil, "http://"+addr+"/metrics")
+	status, body, err := fasthttp.GetTimeout(nil, "http://"+addr+"/metrics", 5*time.Second)
 	if err != nil {
 		return 0, 0, err
 	}

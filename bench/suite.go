@@ -408,6 +408,8 @@ func (st *suite) measure(ctx context.Context, addr string, ps phaseSpec, procs [
 		}
 		if tries, samples, err := nodeFirstTouches(addr); err == nil && ftErr == nil {
 			r.FirstTouches, r.ClockSamples = tries-tries0, samples-samples0
+		} else {
+			st.note("%s: the node's first-touch counters: %v (scripts run then count first touches too)", ps.name, errors.Join(ftErr, err))
 		}
 	}
 	st.s.Runs = append(st.s.Runs, r)

@@ -2,11 +2,15 @@ package bench
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 func TestHeadlineAndReport(t *testing.T) {
@@ -117,5 +121,23 @@ func TestFloorNote(t *testing.T) {
 		if got := floorNote(warm); !strings.Contains(got, "warmed") {
 			t.Fatalf("%s keys warmed first: %q, want no floor", d, got)
 		}
+	}
+}
+
+// TestNodeFirstTouches reads the lua package's counters as a node's
+// /metrics writes them (VictoriaMetrics/metrics, with metadata lines).
+func TestNodeFirstTouches(t *testing.T) {
+	set := metrics.NewSet()
+	set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="wrote"}`).Add(30)
+	set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="had_state"}`).Add(4)
+	set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="skipped"}`).Add(100)
+	set.GetOrCreateCounter(`sluice_redis_clock_samples_total`).Add(2)
+	metrics.ExposeMetadata(true)
+	defer metrics.ExposeMetadata(false)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { set.WritePrometheus(w) }))
+	defer srv.Close()
+	tries, samples, err := nodeFirstTouches(strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil || tries != 34 || samples != 2 {
+		t.Errorf("nodeFirstTouches = %d tries, %d samples, %v; want 34 (wrote and had_state) and 2", tries, samples, err)
 	}
 }

@@ -559,6 +559,33 @@ func TestMaxBatchConfig(t *testing.T) {
 	if s := newTestStore(t, addr); s.batch == nil || s.batch.max != testBatch {
 		t.Errorf("MaxBatch %d: the store does not batch up to it", testBatch)
 	}
+	// First touches: on by default, off with batching unless asked for.
+	if !def.firstOn.Load() || s.firstOn.Load() == false {
+		t.Errorf("first touches off without batching (default %v, MaxBatch 1 %v)", def.firstOn.Load(), s.firstOn.Load())
+	}
+	for _, c := range []struct {
+		url string
+		on  bool
+	}{{"?max_batch=8", false}, {"?max_batch=8&first_touch=on", true}, {"?first_touch=off", false}, {"", true}} {
+		cfg, err := ParseURL("redis://" + addr + c.url)
+		if err != nil {
+			t.Fatalf("ParseURL(%s): %v", c.url, err)
+		}
+		st, err := NewStore(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.firstOn.Load() != c.on {
+			t.Errorf("%q: first touches %v, want %v", c.url, st.firstOn.Load(), c.on)
+		}
+		st.Close()
+	}
+	if _, err := ParseURL("redis://h:1?first_touch=maybe"); err == nil || !strings.Contains(err.Error(), "first_touch") {
+		t.Errorf("ParseURL(first_touch=maybe) = %v, want an error naming first_touch", err)
+	}
+	if got, want := RedactURL("redis://h:1?first_touch=off&password=pw"), "redis://h:1?first_touch=off&password=xxxxx"; got != want {
+		t.Errorf("RedactURL = %q, want %q", got, want)
+	}
 }
 
 // TestBatchBound: a queue that reaches MaxBatch goes out at once, without

@@ -56,6 +56,12 @@ type Config struct {
 	// spend more of a check's budget. Worth it where each command costs
 	// (a proxy or a service billed per command). At most MaxBatchLimit.
 	MaxBatch int
+	// FirstTouch is whether a key's first lease is written with SET NX
+	// instead of a script (see first.go): "on", "off", or "" (default):
+	// on, but off with MaxBatch above 1, where each command costs (a
+	// first touch sends a SET and a TIME where a batch shares one script
+	// call). On a Cluster first touches are off whatever this says.
+	FirstTouch string
 	// Clock is the node's clock, by which the Store dates the state a
 	// first touch of a key writes between its samples of Redis's clock
 	// (see first.go). Default time.Now. For tests whose redis-server runs
@@ -151,6 +157,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("redis config: conn_write_timeout: must be ≥ 0")
 	case c.MaxBatch < 1 || c.MaxBatch > MaxBatchLimit:
 		return fmt.Errorf("redis config: max_batch: must be between 1 and %d, got %d", MaxBatchLimit, c.MaxBatch)
+	case c.FirstTouch != "" && c.FirstTouch != "on" && c.FirstTouch != "off":
+		return fmt.Errorf("redis config: first_touch: must be on or off, got %q", c.FirstTouch)
 	}
 	return nil
 }
@@ -187,7 +195,8 @@ func checkAddr(a string) error {
 // A URL (redis:// or sentinel://) may end with a query of username=,
 // password= (the Redis credentials; the only way to give them with
 // sentinel://, whose user part is the master name), sentinel_username=,
-// sentinel_password= and max_batch= (Config.MaxBatch). User, password and option values are
+// sentinel_password=, max_batch= (Config.MaxBatch) and first_touch=
+// (Config.FirstTouch). User, password and option values are
 // percent-decoded (a password's '@', '?', '&', '%' and '/' must be
 // percent-encoded). Errors name the part of s at fault and show s only as
 // RedactURL gives it.
@@ -313,8 +322,13 @@ func parseQuery(c *Config, query string) error {
 				return fmt.Errorf("options: max_batch: must be a number between 1 and %d", MaxBatchLimit)
 			}
 			c.MaxBatch = n
+		case "first_touch":
+			if v != "on" && v != "off" {
+				return fmt.Errorf("options: first_touch: must be on or off")
+			}
+			c.FirstTouch = v
 		default:
-			return fmt.Errorf("options: unknown option %q (want username, password, sentinel_username, sentinel_password or max_batch)", name)
+			return fmt.Errorf("options: unknown option %q (want username, password, sentinel_username, sentinel_password, max_batch or first_touch)", name)
 		}
 	}
 	return nil
@@ -343,7 +357,7 @@ const redacted = "xxxxx"
 // RedactURL returns s, a -redis / SLUICE_REDIS value in any of ParseURL's
 // forms (valid or not), with every credential replaced by "xxxxx": the
 // password of the user part, and the value of every query option except
-// username, sentinel_username and max_batch. It keeps the scheme, user name, hosts and
+// username, sentinel_username, max_batch and first_touch. It keeps the scheme, user name, hosts and
 // db, which is what an operator needs to read an error. Every message or
 // log line that shows a Redis address shows it through RedactURL.
 //
@@ -390,7 +404,7 @@ func RedactURL(s string) string {
 		case part == "":
 		case !hasVal || !plainOption(name):
 			b.WriteString(redacted)
-		case name == "username" || name == "sentinel_username" || name == "max_batch":
+		case name == "username" || name == "sentinel_username" || name == "max_batch" || name == "first_touch":
 			b.WriteString(part)
 		default:
 			b.WriteString(name + "=" + redacted)

@@ -66,10 +66,13 @@
 // command where the script costs Redis several times as much (see
 // docs/performance.md). If the key has state, SET NX writes nothing and
 // the script runs. The state is dated by Redis's clock as last sampled
-// (at most 100ms before), projected by the node's clock and pushed later
-// by that projection's uncertainty, never earlier than Redis's now: see
-// first.go for the bounds, what a step of Redis's clock does, and why a
-// Cluster runs the script. TestFirstTouchMatchesScript requires the same
+// (at most 100ms before, by a TIME sent with a SET NX or a script),
+// projected by the node's clock and pushed later by that projection's
+// uncertainty: never before Redis's clock when the node computed it. A
+// step of Redis's clock shows in the TIME after the SET; the Store then
+// gives the tokens back and runs the script. See first.go for the bounds,
+// and why a Cluster, and by default a batching Store (Config.FirstTouch),
+// run the script. TestFirstTouchMatchesScript requires the same
 // answer, bytes and expiry as the script for random calls of every leased
 // algorithm, so nodes of the previous release (the same format and keys)
 // read what a first touch writes.

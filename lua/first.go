@@ -33,21 +33,28 @@ import (
 // as any other: a wasted round trip, no harm.
 //
 // The time. A script dates the state by Redis TIME; the Store dates it by
-// Redis's clock as last sampled (a TIME command sent with each SET NX,
-// and before the first touch when the sample is older than
-// firstMaxAge), projected by the node's own clock since, and pushed later
-// by the uncertainty of that projection: the sample's round trip and
-// clockDrift of its age. So the state is never dated before Redis's own
-// now at the SET; at most that uncertainty after it, which counts the
-// loan a little longer and refills a little later than the script would
-// have (never more tokens). The answer then waits, if need be, until
-// Redis's clock has surely passed the state's time (a few µs as a rule),
-// so that, as for a script, the Store's now lies between the call's send
-// and its answer (the Manager dates windows from that:
-// lease/manager_ahead.go). A step of Redis's
-// clock between two samples (at most firstMaxAge apart) is not seen: a
-// forward step dates a first touch's state that much before Redis's now,
-// as a step refills every key's bucket anyway.
+// Redis's clock as last sampled (a TIME sent with each SET NX, and with
+// the script of a first touch that finds the sample older than
+// firstMaxAge: no round trip of its own), projected by the node's own
+// clock since, and pushed later by the uncertainty of that projection:
+// the sample's round trip (at most firstMaxRTT) and clockDrift of its
+// age. So the state's time is never before Redis's clock when the node
+// computed it, and since the key had no state at the SET, nothing was
+// granted from it in between; it is at most that uncertainty after, which
+// counts the loan a little longer and refills a little later than the
+// script would have (never more tokens). The answer then waits, if need
+// be, until Redis's clock has surely passed the state's time (a few µs as
+// a rule), so that, as for a script, the Store's now lies between the
+// call's send and its answer (the Manager dates windows from that:
+// lease/manager_ahead.go). A call without a holder (Lessee.ID "") runs
+// the script: no loan of its own caps what others see of the key while
+// its SET is on the way.
+//
+// A step of Redis's clock since the sample (or a Sentinel failover to a
+// master whose clock reads otherwise) shows in the TIME read after the
+// SET: outside what the projection allows, the Store forgets the sample,
+// gives the misdated state's tokens back (a return of the whole loan) and
+// runs the script, which leases at Redis's own now.
 //
 // A first touch that finds state costs a round trip more than the script
 // alone (a node restarted under a new holder id, keys moved to it, a hot
@@ -56,13 +63,21 @@ import (
 // script for the others, until one of those hits.
 //
 // Not on a Redis Cluster (each shard has its own clock, and a TIME goes
-// to any of them): there every first touch runs the script. Nor once the
-// server refuses SET or TIME as commands of their own (a proxy that
-// passes scripts only): the Store then stops trying and runs the scripts.
+// to any of them): there every first touch runs the script. Off by
+// default with batching (Config.FirstTouch), where each command costs.
+// And off once the server refuses SET or TIME as commands of their own
+// (any error reply but a transient one: a proxy that passes scripts
+// only).
 
 // firstMaxAge bounds the age of the Redis clock sample a first touch is
-// dated by: older, the Store samples anew before the SET.
+// dated by: older, the first touch runs the script and samples anew.
 const firstMaxAge = 100 * time.Millisecond
+
+// firstMaxRTT bounds the round trip of that sample, and so how far after
+// Redis's now a first touch may date its state: a Redis farther away
+// than that (or a sample slowed down by a busy node) leaves first touches
+// to the script.
+const firstMaxRTT = 5 * time.Millisecond
 
 // clockDrift is the margin for the rates of the node's clock and Redis's,
 // as a fraction of the sample's age: 100 ppm, the lease package's margin
@@ -71,9 +86,10 @@ const clockDrift = 1e-4
 
 // firstMetrics count first touches in the node's metrics: tries that
 // wrote the state, tries that found state, first touches the odds left to
-// the script, and TIME commands sent on their own.
+// the script, states given back because Redis's clock stepped (also
+// counted as wrote), and TIME commands sent with a script.
 type firstMetrics struct {
-	wrote, hadState, skipped, samples *metrics.Counter
+	wrote, hadState, skipped, stepped, samples *metrics.Counter
 }
 
 func newFirstMetrics(set *metrics.Set) firstMetrics {
@@ -84,6 +100,7 @@ func newFirstMetrics(set *metrics.Set) firstMetrics {
 		wrote:    set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="wrote"}`),
 		hadState: set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="had_state"}`),
 		skipped:  set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="skipped"}`),
+		stepped:  set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="clock_stepped"}`),
 		samples:  set.GetOrCreateCounter(`sluice_redis_clock_samples_total`),
 	}
 }
@@ -140,9 +157,8 @@ type redisClock struct {
 }
 
 // record keeps a sample of TIME's answer v, sent at send and answered at
-// recv: the last to come back (any sample bounds Redis's clock; a later
-// one more tightly, as a rule). It returns the time v reads (unix µs), -1
-// if v is not one.
+// recv, if it was sent after the one it has. It returns the time v reads
+// (unix µs), -1 if v is not one.
 func (c *redisClock) record(v []string, send, recv time.Time) int64 {
 	if len(v) != 2 {
 		return -1
@@ -153,15 +169,30 @@ func (c *redisClock) record(v []string, send, recv time.Time) int64 {
 		return -1
 	}
 	at := sec*1_000_000 + usec
+	if recv.Before(send) {
+		return at // the node's clock went back meanwhile: no bound
+	}
 	c.mu.Lock()
-	c.at, c.send, c.recv = at, send, recv
+	// The sample sent last bounds Redis's clock the most tightly; one
+	// from before a step back of the node's clock (a test's) gives way.
+	if c.send.IsZero() || !send.Before(c.send) || c.send.After(recv) {
+		c.at, c.send, c.recv = at, send, recv
+	}
 	c.mu.Unlock()
 	return at
 }
 
+// forget drops the sample: Redis's clock was seen to step.
+func (c *redisClock) forget() {
+	c.mu.Lock()
+	c.send, c.recv = time.Time{}, time.Time{}
+	c.mu.Unlock()
+}
+
 // estimate is Redis's clock at the node's m, unix µs, never before Redis's
 // own reading then, and width, how far after it it may be (µs); ok is
-// false without a sample younger than firstMaxAge.
+// false without a sample younger than firstMaxAge whose round trip took
+// at most firstMaxRTT.
 func (c *redisClock) estimate(m time.Time) (now, width int64, ok bool) {
 	c.mu.Lock()
 	at, send, recv := c.at, c.send, c.recv
@@ -170,7 +201,7 @@ func (c *redisClock) estimate(m time.Time) (now, width int64, ok bool) {
 		return 0, 0, false
 	}
 	age := m.Sub(send)
-	if age < 0 || age > firstMaxAge {
+	if age < 0 || age > firstMaxAge || recv.Sub(send) > firstMaxRTT {
 		return 0, 0, false
 	}
 	// Redis read TIME between send and recv: at m its clock reads between
@@ -188,9 +219,6 @@ func ceilMicros(d time.Duration) int64 { return (d.Nanoseconds() + 999) / 1000 }
 // (the key has state, there is no fresh sample to date it, the call
 // writes no state, or first touches are off).
 func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (g lease.Grant, done bool, err error) {
-	if !s.firstOn.Load() {
-		return g, false, nil
-	}
 	if !s.odds.try() {
 		s.met.skipped.Inc()
 		return g, false, nil
@@ -198,13 +226,7 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 	m := s.clock.now()
 	now, width, ok := s.clock.estimate(m)
 	if !ok {
-		if err := s.sampleClock(ctx); err != nil {
-			return g, false, err
-		}
-		m = s.clock.now()
-		if now, width, ok = s.clock.estimate(m); !ok {
-			return g, false, nil
-		}
+		return g, false, nil // the script, with a TIME: see leaseSampling
 	}
 	to.ID = holderOf(to.ID) // as the scripts know it
 	v, exp, g := freshLease(p, time.UnixMicro(now), want, need, to)
@@ -239,6 +261,23 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 	}
 	s.odds.record(true)
 	s.met.wrote.Inc()
+	// Redis read t2 after the SET: between its now at m (≥ now − width)
+	// and at recv. Outside that, its clock stepped since the sample (or a
+	// failover put another clock there): the state is misdated, which a
+	// window's holders would not survive. Its tokens go back, and the
+	// script leases at Redis's own now.
+	if t2 >= 0 {
+		span := ceilMicros(time.Duration(float64(recv.Sub(m)) * (1 + s.clock.drift)))
+		if t2 < now-width-1 || t2 > now+span+1 {
+			s.clock.forget()
+			s.met.stepped.Inc()
+			args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), to.ID, itoa(lease.MaxHits)}
+			if _, err := s.leased(ctx, "return", p.Algorithm, false, key, args); err != nil {
+				return g, false, err
+			}
+			return g, false, nil
+		}
+	}
 	// The Store's now (the state's) must lie before the answer: Redis's
 	// clock reads it by the node's m + width, and (it read t2 after the
 	// SET, by recv) by recv + (now − t2). Wait for the earlier.
@@ -266,37 +305,63 @@ func pause(d time.Duration) {
 	}
 }
 
-// sampleClock samples Redis's clock with TIME.
-func (s *Store) sampleClock(ctx context.Context) error {
+// leaseSampling runs the lease script of algorithm a on key with a TIME
+// in the same round trip, whose answer becomes the clock sample: a first
+// touch without a fresh sample runs the script, and leaves one for the
+// next. (Not batched: first touches are off with batching.)
+func (s *Store) leaseSampling(ctx context.Context, a lease.Algorithm, key string, args []string) (rueidis.RedisMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return rueidis.RedisMessage{}, unavailable("lease", err)
+	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	send := s.clock.now()
+	res := s.client.DoMulti(ctx,
+		s.client.B().Evalsha().Sha1(s.scripts[a].leaseSha).Numkeys(1).Key(key).Arg(args...).Build(),
+		s.client.B().Time().Build())
+	recv := s.clock.now()
 	s.met.samples.Inc()
-	t, err := s.client.Do(ctx, s.client.B().Time().Build()).AsStrSlice()
-	if err != nil {
-		if refused(err) {
-			s.firstOn.Store(false)
-			return nil
-		}
-		return unavailable("lease", err)
+	if t, err := res[1].AsStrSlice(); err == nil {
+		s.clock.record(t, send, recv)
+	} else if refused(err) {
+		s.firstOn.Store(false)
 	}
-	s.clock.record(t, send, s.clock.now())
-	return nil
+	m, err := res[0].ToMessage()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		// A server without the script (restarted, failed over): EVAL
+		// loads it.
+		m, err = s.scripts[a].lease.Exec(ctx, s.client, []string{key}, args).ToMessage()
+	}
+	if err != nil {
+		return m, unavailable("lease", err)
+	}
+	return m, nil
 }
 
-// refused reports whether Redis refused a command for good: a proxy in
-// front of it that runs scripts but not TIME (or SET) as a command of its
-// own ("unknown" or "unsupported command"), an ACL that forbids it. Any
-// other error (a lost connection, OOM, a failover's READONLY) fails the
+// refused reports whether Redis refused a command for good: any error
+// reply but those a healthy server gives for a while (transient), say a
+// proxy in front of it that passes scripts but not TIME or SET as
+// commands of their own. A lost connection or a transient reply fails the
 // call as a script's would.
 func refused(err error) bool {
 	var re *rueidis.RedisError
-	if !errors.As(err, &re) {
+	if !errors.As(err, &re) || rueidis.IsRedisNil(err) {
 		return false
 	}
-	msg := strings.ToLower(re.Error())
-	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "unknown command") ||
-		strings.Contains(msg, "unsupported command")
+	return !transient(re.Error())
+}
+
+// transient reports whether Redis error reply msg is one a healthy server
+// gives for a while: a replica or a failover (READONLY, MASTERDOWN), a
+// server loading its data or running a slow script (LOADING, BUSY), out
+// of memory (OOM), a Cluster reshaping (MOVED, ASK, TRYAGAIN, CLUSTERDOWN).
+func transient(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "READONLY", "MASTERDOWN", "LOADING", "BUSY", "OOM", "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN":
+		return true
+	}
+	return false
 }
 
 // ttlMillis is the scripts' ttl (prelude.lua): us in whole milliseconds,

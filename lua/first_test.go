@@ -51,6 +51,17 @@ func loadLeaseScripts(t *testing.T, s *Store) {
 	}
 }
 
+// sampleClock gives s a fresh sample of its Redis's clock (a TIME).
+func sampleClock(t *testing.T, s *Store) {
+	t.Helper()
+	send := s.clock.now()
+	v, err := s.client.Do(context.Background(), s.client.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.clock.record(v, send, s.clock.now())
+}
+
 // TestFirstTouchMatchesScript leases random new keys of every leased
 // algorithm twice on one frozen Redis clock: once through the lease script
 // (Lessee.First false) and once as a first touch (First: SET NX of the
@@ -114,6 +125,7 @@ func TestFirstTouchMatchesScript(t *testing.T) {
 		}
 		first := to
 		first.First = true
+		sampleClock(t, s) // the clock moved: a fresh sample, so that the first touch sets
 		g2, err := s.Lease(ctx, viaFirst, p, want, need, first)
 		if err != nil {
 			t.Fatalf("%+v: first touch: %v", p, err)
@@ -126,13 +138,14 @@ func TestFirstTouchMatchesScript(t *testing.T) {
 		if v1 != v2 || ttl1 != ttl2 {
 			t.Fatalf("%+v want %d need %d %+v: stored\nscript      %x (pttl %d)\nfirst touch %x (pttl %d)", p, want, need, to, v1, ttl1, v2, ttl2)
 		}
-		if v1 != "" {
+		if v1 != "" && to.ID != "" { // a call without a holder runs the script
 			written++
 			byAlg[a]++
 		}
 	}
 	// The script keys ran one script each; the first touches one each
-	// only where the call writes nothing (SET NX cannot tell then).
+	// only where the call writes nothing (SET NX cannot tell then) or
+	// has no holder (its tokens are spent at once: see first.go).
 	if got, want := scriptRuns(t, srv.Addr)-before, 2*cases-written; got != want {
 		t.Errorf("%d cases, %d writing state: %d scripts ran, want %d", cases, written, got, want)
 	}
@@ -201,6 +214,7 @@ func TestFirstTouchDating(t *testing.T) {
 	start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
 	s := newUnbatchedStore(t, srv.Addr)
+	loadLeaseScripts(t, s)
 	local := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // the node's clock: its own epoch
 	var slept []time.Duration
 	s.clock = redisClock{now: func() time.Time { return local }, drift: clockDrift, sleep: func(d time.Duration) { slept = append(slept, d) }}
@@ -241,17 +255,78 @@ func TestFirstTouchDating(t *testing.T) {
 	if want := time.Duration(u-redisNow) * time.Microsecond; len(slept) != 1 || slept[0] != want || want <= 0 {
 		t.Errorf("slept %v, want once %v (> 0: the state's time less Redis's)", slept, want)
 	}
-	// A sample older than firstMaxAge is not used: the Store samples
-	// again (the frozen clock's TIME), then sets.
+	// A sample older than firstMaxAge is not used: the first touch runs
+	// the script, with a TIME in the same round trip for the next, which
+	// sets.
 	local = local.Add(firstMaxAge + time.Millisecond)
 	clock.Advance(firstMaxAge + time.Millisecond)
-	times := commandStats(t, srv.Addr)["time"]
-	key2 := uniqueKey(t)
-	if _, err := s.Lease(context.Background(), key2, p, 10, 1, lease.Lessee{ID: "m-a", TTL: time.Minute, First: true}); err != nil {
-		t.Fatal(err)
+	before := commandStats(t, srv.Addr)
+	for i := range 2 {
+		if _, err := s.Lease(context.Background(), uniqueKey(t), p, 10, 1, lease.Lessee{ID: "m-a", TTL: time.Minute, First: true}); err != nil {
+			t.Fatal(err)
+		}
+		after := commandStats(t, srv.Addr)
+		scripts, times := after["evalsha"]+after["eval"]-before["evalsha"]-before["eval"], after["time"]-before["time"]
+		// The script's TIME and the sample's; then the SET's.
+		if want, wantTimes := int64(1), []int64{2, 3}[i]; scripts != want || times != wantTimes {
+			t.Errorf("first touch %d after a stale sample: %d scripts and %d TIMEs in all, want %d and %d", i+1, scripts, times, want, wantTimes)
+		}
 	}
-	if got := commandStats(t, srv.Addr)["time"] - times; got != 2 {
-		t.Errorf("TIME ran %d times for a first touch after a stale sample, want 2 (the sample, then with the SET)", got)
+}
+
+// TestFirstTouchClockStep: Redis's clock steps 50ms forward, across a
+// window's end, after the node's sample (the node's clock, here Redis's
+// own before the step, does not see it). The TIME sent with the SET shows
+// the step: the Store gives the misdated state's tokens back and leases
+// through the script, at Redis's own now, so that a window keeps its
+// limit: another holder then gets the limit less this grant, and the
+// grant's Reset is the script's.
+func TestFirstTouchClockStep(t *testing.T) {
+	start := time.Date(2026, 6, 1, 12, 0, 0, 990_000_000, time.UTC) // 10ms before a window's end
+	srv, clock := redistest.StartWithClock(t, start)
+	s := newUnbatchedStore(t, srv.Addr)
+	loadLeaseScripts(t, s)
+	local := clock.Now()
+	s.clock = redisClock{now: func() time.Time { return local }, sleep: func(time.Duration) {}}
+	sampleClock(t, s)
+	clock.Advance(50 * time.Millisecond) // the step: the node's clock stays
+	p := lease.Policy{Algorithm: lease.FixedWindow, Limit: 100, Period: time.Second}
+	key := uniqueKey(t)
+	me := lease.Lessee{ID: "m-a", TTL: time.Minute, First: true, AheadWindows: 3, AheadTokens: 5}
+	g, err := s.Lease(context.Background(), key, p, 30, 1, me)
+	if err != nil || g.Granted != 30 {
+		t.Fatalf("Lease = %+v, %v, want 30 granted", g, err)
+	}
+	if g.Reset != 960*time.Millisecond {
+		t.Errorf("Reset %v, want 960ms: the window of Redis's now, not of the sample's", g.Reset)
+	}
+	other, err := s.Lease(context.Background(), key, p, 100, 1, lease.Lessee{ID: "m-b", TTL: time.Minute})
+	if err != nil || other.Granted != 70 {
+		t.Errorf("the other holder got %+v, %v, want 70: the window's limit less the first grant", other, err)
+	}
+	if got := s.met.stepped.Get(); got != 1 {
+		t.Errorf("clock_stepped %d, want 1", got)
+	}
+}
+
+// TestRefused: the error replies that turn first touches off, and those
+// that only fail the call.
+func TestRefused(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"ERR unknown command 'TIME', with args beginning with: ":        false, // not transient
+		"NOPERM this user has no permissions to run the 'time' command": false,
+		"ERR command not allowed":                                       false,
+		"READONLY You can't write against a read only replica.":         true,
+		"LOADING Redis is loading the dataset in memory":                true,
+		"BUSY Redis is busy running a script.":                          true,
+		"OOM command not allowed when used memory > 'maxmemory'.":       true,
+		"MASTERDOWN Link with MASTER is down":                           true,
+		"TRYAGAIN Multiple keys request during rehashing of slot":       true,
+		"CLUSTERDOWN The cluster is down":                               true,
+	} {
+		if got := transient(msg); got != want {
+			t.Errorf("transient(%q) = %v, want %v", msg, got, want)
+		}
 	}
 }
 
@@ -266,6 +341,7 @@ func TestFirstTouchStoreCalls(t *testing.T) {
 		set := metrics.NewSet()
 		s.met = newFirstMetrics(set)
 		loadLeaseScripts(t, s)
+		sampleClock(t, s)
 		m := newManager(t, s, lease.Config{StoreTimeout: testTimeout})
 		p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Second}
 		before := commandStats(t, addr)

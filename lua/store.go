@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"crypto/sha1"
 	"embed"
 	"encoding/binary"
 	"encoding/hex"
@@ -62,6 +63,7 @@ var algorithms = [...]struct {
 type scripts [len(algorithms)]struct {
 	lease, ret            *rueidis.Lua
 	log, acquire, release *rueidis.Lua
+	leaseSha              string // the lease script's SHA1, for leaseSampling
 }
 
 // newScripts builds every script of the table (see scriptsWith).
@@ -84,6 +86,10 @@ func scriptsWith(fast bool) *scripts {
 	}
 	for a, f := range algorithms {
 		s[a].lease, s[a].ret = script(f.lease, true), script(f.ret, true)
+		if f.lease != "" {
+			sum := sha1.Sum([]byte(scriptSource(f.lease, true, fast)))
+			s[a].leaseSha = hex.EncodeToString(sum[:])
+		}
 		s[a].log, s[a].acquire, s[a].release = script(f.log, false), script(f.acquire, false), script(f.release, false)
 	}
 	return &s
@@ -179,7 +185,8 @@ func NewStore(cfg Config) (*Store, error) {
 	if cfg.Clock != nil {
 		s.clock.now, s.clock.drift = cfg.Clock, 0
 	}
-	s.firstOn.Store(client.Mode() != rueidis.ClientModeCluster)
+	s.firstOn.Store(client.Mode() != rueidis.ClientModeCluster &&
+		(cfg.FirstTouch == "on" || cfg.FirstTouch == "" && cfg.MaxBatch <= 1))
 	s.met = newFirstMetrics(cfg.Metrics)
 	if cfg.MaxBatch > 1 {
 		s.batch = newBatcher(client, newBatchScript(), cfg.MaxBatch)
@@ -235,11 +242,14 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 		return lease.Grant{}, err
 	}
 	key = s.Key(key, p.Algorithm)
-	if to.First && p.Algorithm.Leased() {
+	sample := false // run the script with a TIME (first.go)
+	if to.First && to.ID != "" && s.firstOn.Load() {
 		g, done, err := s.first(ctx, key, p, want, need, to)
 		if done || err != nil {
 			return g, err
 		}
+		_, _, fresh := s.clock.estimate(s.clock.now())
+		sample = !fresh
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
@@ -249,7 +259,13 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 		args = append(args, itoa(to.AheadWindows), itoa(to.AheadTokens))
 		n = 7
 	}
-	m, err := s.leased(ctx, "lease", p.Algorithm, true, key, args)
+	var m rueidis.RedisMessage
+	var err error
+	if sample {
+		m, err = s.leaseSampling(ctx, p.Algorithm, key, args)
+	} else {
+		m, err = s.leased(ctx, "lease", p.Algorithm, true, key, args)
+	}
 	if err != nil {
 		return lease.Grant{}, err
 	}

@@ -36,7 +36,9 @@ const testTimeout = 2 * time.Second
 
 func newTestStore(t testing.TB, addrs ...string) *Store {
 	t.Helper()
-	s, err := NewStore(Config{Addrs: addrs, CallTimeout: testTimeout, MaxBatch: testBatch})
+	// Batched and with first touches (off by default with batching): the
+	// package's tests run both paths.
+	s, err := NewStore(Config{Addrs: addrs, CallTimeout: testTimeout, MaxBatch: testBatch, FirstTouch: "on"})
 	if err != nil {
 		t.Fatalf("NewStore(%v): %v", addrs, err)
 	}
