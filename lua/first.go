@@ -330,7 +330,7 @@ func (s *Store) leaseSampling(ctx context.Context, a lease.Algorithm, key string
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		// A server without the script (restarted, failed over): EVAL
 		// loads it.
-		m, err = s.scripts[a].lease.Exec(ctx, s.client, []string{key}, args).ToMessage()
+		m, err = s.client.Do(ctx, s.client.B().Eval().Script(s.scripts[a].leaseSrc).Numkeys(1).Key(key).Arg(args...).Build()).ToMessage()
 	}
 	if err != nil {
 		return m, unavailable("lease", err)

@@ -63,7 +63,7 @@ var algorithms = [...]struct {
 type scripts [len(algorithms)]struct {
 	lease, ret            *rueidis.Lua
 	log, acquire, release *rueidis.Lua
-	leaseSha              string // the lease script's SHA1, for leaseSampling
+	leaseSrc, leaseSha    string // the lease script's source and SHA1, for leaseSampling
 }
 
 // newScripts builds every script of the table (see scriptsWith).
@@ -87,7 +87,8 @@ func scriptsWith(fast bool) *scripts {
 	for a, f := range algorithms {
 		s[a].lease, s[a].ret = script(f.lease, true), script(f.ret, true)
 		if f.lease != "" {
-			sum := sha1.Sum([]byte(scriptSource(f.lease, true, fast)))
+			s[a].leaseSrc = scriptSource(f.lease, true, fast)
+			sum := sha1.Sum([]byte(s[a].leaseSrc))
 			s[a].leaseSha = hex.EncodeToString(sum[:])
 		}
 		s[a].log, s[a].acquire, s[a].release = script(f.log, false), script(f.acquire, false), script(f.release, false)
