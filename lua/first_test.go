@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -406,5 +407,42 @@ func TestFirstTouchBacksOff(t *testing.T) {
 	}
 	if got := tries(320, true); got < 320-64 {
 		t.Errorf("320 first touches of new keys after that tried SET NX %d times, want at least %d", got, 320-64)
+	}
+}
+
+// TestFirstTouchUnanswered: a first touch whose SET NX reached Redis but
+// whose answer did not (Redis paused past the call's timeout) fails the
+// call; the holder's next call names it (Lessee.Unanswered), and the
+// script gives its grant back, as for a script whose answer was lost:
+// the SET NX wrote the call and its grant as the script would.
+func TestFirstTouchUnanswered(t *testing.T) {
+	start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	srv, _ := redistest.StartWithClock(t, start)
+	s := newUnbatchedStore(t, srv.Addr)
+	loadLeaseScripts(t, s)
+	sampleClock(t, s)
+	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Hour} // nothing refills meanwhile
+	key := uniqueKey(t)
+	srv.Pause()
+	// Long enough for the SET to be written to the paused server's socket
+	// on a loaded machine; it cannot be answered.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err := s.Lease(ctx, key, p, 30, 1, lease.Lessee{ID: "m-a", TTL: time.Minute, Call: 7, First: true})
+	cancel()
+	srv.Resume()
+	if err == nil {
+		t.Fatal("a first touch with Redis paused past its timeout answered")
+	}
+	// The SET was sent: Redis runs it once it reads it.
+	deadline := time.Now().Add(10 * time.Second)
+	for v, _ := stored(t, s, key, p.Algorithm); v == ""; v, _ = stored(t, s, key, p.Algorithm) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first touch's SET never reached Redis")
+		}
+		runtime.Gosched()
+	}
+	g, err := s.Lease(context.Background(), key, p, 0, 0, lease.Lessee{ID: "m-a", TTL: time.Minute, Call: 9, Unanswered: 7})
+	if err != nil || g.Lent != 0 || g.Remaining != 100 {
+		t.Errorf("the next call naming the unanswered one = %+v, %v; want its 30 back: 0 lent, 100 remaining", g, err)
 	}
 }
