@@ -485,6 +485,7 @@ func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.Lease
 	to := lease.Lessee{
 		ID: holder, Held: op.Held, TTL: ttl, SpentBefore: op.SpentBefore,
 		Idle: time.Duration(op.IdleMS) * time.Millisecond, Call: op.Call, Unanswered: op.Unanswered,
+		First: op.First,
 	}
 	if !lo.region && lo.p.Algorithm == lease.FixedWindow {
 		to.AheadWindows, to.AheadTokens = aheadOf(op, lo.p, lo.share)

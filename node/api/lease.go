@@ -21,7 +21,9 @@ import (
 // (lease.Lessee's AheadWindows and AheadTokens: shares of the next
 // windows), and its result then carries the shares lent as
 // "ahead_tokens" and "ahead_windows"; both are left out when 0, and a
-// node that does not know them ignores them and lends none.
+// node that does not know them ignores them and lends none. A lease op
+// may add "first":1 (lease.Lessee.First: the holder was never granted
+// the key, a hint a node that does not know it ignores).
 //
 // The fields of a lease op are lease.Lessee's and the Store's Lease
 // arguments; a result's are lease.Grant's (durations in whole
@@ -98,6 +100,9 @@ type LeaseOp struct {
 	// next windows of a fixed_window key (lease.Lessee's fields).
 	AheadWindows int64
 	AheadTokens  int64
+	// First (lease, optional: "first":1) is lease.Lessee.First: the
+	// holder was never granted the key.
+	First bool
 }
 
 // MaxAheadWindows bounds ahead_windows (lease.MaxAheadWindows).
@@ -350,9 +355,10 @@ const (
 	lfDemand
 	lfAheadWindows
 	lfAheadTokens
+	lfFirst
 )
 
-var leaseFieldNames = [...]string{"op", "rule", "key", "want", "need", "held", "ttl_ms", "spent_before", "idle_ms", "call", "unanswered", "tokens", "demand", "ahead_windows", "ahead_tokens"}
+var leaseFieldNames = [...]string{"op", "rule", "key", "want", "need", "held", "ttl_ms", "spent_before", "idle_ms", "call", "unanswered", "tokens", "demand", "ahead_windows", "ahead_tokens", "first"}
 
 func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 	s.pos++
@@ -447,6 +453,9 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 					dst.AheadWindows, _ = s.leaseInt(fe, field, 0, MaxAheadWindows)
 				case lfAheadTokens:
 					dst.AheadTokens, _ = s.leaseInt(fe, field, 0, MaxHits)
+				case lfFirst:
+					n, _ := s.leaseInt(fe, field, 0, 1)
+					dst.First = n == 1
 				}
 			}
 			if !s.next('}') {
@@ -539,6 +548,9 @@ func AppendLeaseRequest(dst []byte, r *LeaseRequest) []byte {
 			dst = strconv.AppendInt(dst, op.AheadWindows, 10)
 			dst = append(dst, `,"ahead_tokens":`...)
 			dst = strconv.AppendInt(dst, op.AheadTokens, 10)
+		}
+		if op.First {
+			dst = append(dst, `,"first":1`...)
 		}
 		dst = append(dst, '}')
 	}

@@ -31,7 +31,7 @@ var leaseSeeds = []string{
 func TestDecodeLeaseRoundTrip(t *testing.T) {
 	want := LeaseRequest{Holder: holder, Region: "eu-west.1", Ops: []LeaseOp{
 		{Op: OpLease, Rule: "per-key", Key: `a"b\c` + "é", Want: 40, Need: 1, Held: 3, TTLMS: 10000, SpentBefore: 2, IdleMS: 5, Call: 1<<32 - 1, Unanswered: 6, Demand: 700},
-		{Op: OpLease, Rule: "fw", Key: "u3", Want: 1, TTLMS: 1, AheadWindows: 150, AheadTokens: 12},
+		{Op: OpLease, Rule: "fw", Key: "u3", Want: 1, TTLMS: 1, AheadWindows: 150, AheadTokens: 12, First: true},
 		{Op: OpReturn, Rule: "per-key", Key: "u2", Tokens: 5},
 	}}
 	body := AppendLeaseRequest(nil, &want)

@@ -74,6 +74,7 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 	op := api.LeaseOp{Op: api.OpLease, Rule: rule, Key: key, Want: max(want, 0), Need: min(max(need, 0), max(want, 0)),
 		Held: to.Held, TTLMS: min(max(ceilMS(to.TTL), 1), api.MaxLeaseTTLMS), SpentBefore: to.SpentBefore,
 		IdleMS: min(int64(to.Idle/time.Millisecond), api.MaxIdleMS), Call: to.Call, Unanswered: to.Unanswered,
+		First:        to.First,
 		AheadWindows: min(max(to.AheadWindows, 0), api.MaxAheadWindows), AheadTokens: min(max(to.AheadTokens, 0), api.MaxHits)}
 	if d := s.l.cfg.Demand; d != nil {
 		op.Demand = min(max(d(ckey), 0), api.MaxHits)

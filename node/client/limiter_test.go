@@ -400,3 +400,46 @@ func TestLimiterSlowRulesFetch(t *testing.T) {
 		t.Fatalf("Allow: %+v, %v; want allowed", d, err)
 	}
 }
+
+// TestLimiterFirstTouchesRedis: a gateway's first lease of a key tells
+// the node so ("first":1), and the node's Redis store writes the new
+// key's state with SET NX instead of a script: 50 new keys through a
+// gateway run at most the one script that samples Redis's clock.
+func TestLimiterFirstTouchesRedis(t *testing.T) {
+	srv, rclock := redistest.StartWithClock(t, clocktest.Epoch)
+	store, err := lua.NewStore(lua.Config{Addrs: []string{srv.Addr}, Clock: rclock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clock := clocktest.At(rclock.Now())
+	n := startLimiterNode(t, store, clock, limiterRules)
+	l := newLimiter(t, clock, n.addr)
+	scripts := func() int64 {
+		t.Helper()
+		info, err := redistest.Command(srv.Addr, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+			if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
+				c, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+				total += c
+			}
+		}
+		return total
+	}
+	before := scripts()
+	for i := range 50 {
+		if d, err := l.Allow(context.Background(), "per-key", "first-"+strconv.Itoa(i), 1); err != nil || !d.Allowed {
+			t.Fatalf("Allow = %+v, %v", d, err)
+		}
+	}
+	// The first one's script (with a NOSCRIPT EVALSHA before its EVAL on
+	// a new server) samples the clock; the others set.
+	if got := scripts() - before; got > 2 {
+		t.Errorf("50 new keys through a gateway ran %d scripts, want at most 2 (one, loading it)", got)
+	}
+}
