@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lua/redistest"
 )
@@ -40,19 +38,6 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 5))
 	pick := func(vals ...int64) int64 { return vals[r.IntN(len(vals))] }
-	state := func(s *Store, key string, a lease.Algorithm) (string, int64) {
-		t.Helper()
-		k := s.Key(key, a)
-		v, err := s.client.Do(ctx, s.client.B().Get().Key(k).Build()).ToString()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			t.Fatalf("GET %s: %v", k, err)
-		}
-		ttl, err := s.client.Do(ctx, s.client.B().Pttl().Key(k).Build()).AsInt64()
-		if err != nil {
-			t.Fatalf("PTTL %s: %v", k, err)
-		}
-		return v, ttl
-	}
 	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
 	var calls, empty, ownOnly, spent, spentEnded, returned, returnedEnded, other, withShare, shareRolled int
 	for i := 0; i < 400; i++ {
@@ -104,7 +89,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			if (renewing || sharing) && r.IntN(10) != 0 {
 				h = "m-a"
 			}
-			fv, _ := state(fast, key, a)
+			fv, _ := stored(t, fast, key, a)
 			before := fv
 			first, ended := loansOf(fv, a, holderOf(h))
 			if first && a == lease.FixedWindow {
@@ -189,8 +174,8 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 				}
 			}
 			calls++
-			fv, ft := state(fast, key, a)
-			gv, gt := state(slow, key, a)
+			fv, ft := stored(t, fast, key, a)
+			gv, gt := stored(t, slow, key, a)
 			if fv != gv || ft != gt {
 				t.Fatalf("%+v step %d: stored\n  fast:    %x (pttl %d)\n  general: %x (pttl %d)", p, step, fv, ft, gv, gt)
 			}

@@ -140,14 +140,21 @@ func TestLimiterThreeGatewaysNeverOverAdmit(t *testing.T) {
 // The same over a real Redis whose clock is frozen (the Lua scripts read
 // the server's TIME).
 func TestLimiterThreeGatewaysNeverOverAdmitRedis(t *testing.T) {
+	_, store, clock := frozenRedisStore(t)
+	threeGateways(t, store, clock)
+}
+
+// frozenRedisStore is a Redis store on a redis-server whose clock is
+// frozen, and a clock at the server's time for the nodes and gateways.
+func frozenRedisStore(t *testing.T) (*redistest.Server, *lua.Store, *clocktest.Clock) {
+	t.Helper()
 	srv, rclock := redistest.StartWithClock(t, clocktest.Epoch)
 	store, err := lua.NewStore(lua.Config{Addrs: []string{srv.Addr}, Clock: rclock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	clock := clocktest.At(rclock.Now())
-	threeGateways(t, store, clock)
+	return srv, store, clocktest.At(rclock.Now())
 }
 
 func threeGateways(t *testing.T, store lease.Store, clock *clocktest.Clock) {
@@ -406,13 +413,7 @@ func TestLimiterSlowRulesFetch(t *testing.T) {
 // key's state with SET NX instead of a script: 50 new keys through a
 // gateway run at most the one script that samples Redis's clock.
 func TestLimiterFirstTouchesRedis(t *testing.T) {
-	srv, rclock := redistest.StartWithClock(t, clocktest.Epoch)
-	store, err := lua.NewStore(lua.Config{Addrs: []string{srv.Addr}, Clock: rclock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	clock := clocktest.At(rclock.Now())
+	srv, store, clock := frozenRedisStore(t)
 	n := startLimiterNode(t, store, clock, limiterRules)
 	l := newLimiter(t, clock, n.addr)
 	scripts := func() int64 {
