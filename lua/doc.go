@@ -22,6 +22,7 @@
 //	                                                             call, unanswered (fixed_window: and
 //	                                                             ahead_windows, ahead_tokens)
 //	<leased>_return.lua        (same)                            limit, period_us, capacity, holder, tokens     the tokens given back
+//	first_undo.lua             (same)                            the bytes a first touch wrote                  1 if the key still held them and was deleted
 //	sliding_log.lua            zset member→stamp µs              limit, period_us, min_interval_us, hits        {allowed, remaining, retry_ms, reset_ms}
 //	concurrency_acquire.lua    zset id→expiry µs                 limit, ttl_us, id, hits (0 = peek)             {allowed, remaining, retry_ms, reset_ms}
 //	concurrency_release.lua    (same)                            id                                             1 if id was held, else 0
@@ -70,7 +71,7 @@
 // projected by the node's clock and pushed later by that projection's
 // uncertainty: never before Redis's clock when the node computed it. A
 // step of Redis's clock shows in the TIME after the SET; the Store then
-// gives the tokens back and runs the script. See first.go for the bounds,
+// takes the state back (first_undo.lua) and runs the script. See first.go for the bounds,
 // and why a Cluster, and by default a batching Store (Config.FirstTouch),
 // run the script. TestFirstTouchMatchesScript requires the same
 // answer, bytes and expiry as the script for random calls of every leased

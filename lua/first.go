@@ -53,8 +53,9 @@ import (
 // A step of Redis's clock since the sample (or a Sentinel failover to a
 // master whose clock reads otherwise) shows in the TIME read after the
 // SET: outside what the projection allows, the Store forgets the sample,
-// gives the misdated state's tokens back (a return of the whole loan) and
-// runs the script, which leases at Redis's own now.
+// takes the misdated state back (deletes the key while it holds the bytes
+// written, else returns the whole loan) and runs the script, which
+// leases at Redis's own now.
 //
 // A first touch that finds state costs a round trip more than the script
 // alone (a node restarted under a new holder id, keys moved to it, a hot
@@ -86,10 +87,11 @@ const clockDrift = 1e-4
 
 // firstMetrics count first touches in the node's metrics: tries that
 // wrote the state, tries that found state, first touches the odds left to
-// the script, states given back because Redis's clock stepped (also
-// counted as wrote), and TIME commands sent with a script.
+// the script, states taken back because Redis's clock stepped (also
+// counted as wrote), Stores that turned first touches off because Redis
+// refused them, and TIME commands sent with a script.
 type firstMetrics struct {
-	wrote, hadState, skipped, stepped, samples *metrics.Counter
+	wrote, hadState, skipped, stepped, off, samples *metrics.Counter
 }
 
 func newFirstMetrics(set *metrics.Set) firstMetrics {
@@ -101,6 +103,7 @@ func newFirstMetrics(set *metrics.Set) firstMetrics {
 		hadState: set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="had_state"}`),
 		skipped:  set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="skipped"}`),
 		stepped:  set.GetOrCreateCounter(`sluice_redis_first_touches_total{result="clock_stepped"}`),
+		off:      set.GetOrCreateCounter(`sluice_redis_first_touches_turned_off_total`),
 		samples:  set.GetOrCreateCounter(`sluice_redis_clock_samples_total`),
 	}
 }
@@ -244,8 +247,8 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 	t2 := int64(-1) // Redis's clock just after the SET, unix µs
 	if t, err := res[1].AsStrSlice(); err == nil {
 		t2 = s.clock.record(t, send, recv)
-	} else if refused(err) {
-		s.firstOn.Store(false)
+	} else if refused(err) && res[0].Error() == nil {
+		s.turnOff() // SET works, TIME does not: no sample to date by
 	}
 	if err := res[0].Error(); err != nil {
 		if rueidis.IsRedisNil(err) {
@@ -254,8 +257,7 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 			return g, false, nil // the key has state
 		}
 		if refused(err) {
-			s.firstOn.Store(false)
-			return g, false, nil
+			return g, false, errRefused
 		}
 		return g, false, unavailable("lease", err)
 	}
@@ -271,11 +273,7 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 		if t2 < now-width-1 || t2 > now+span+1 {
 			s.clock.forget()
 			s.met.stepped.Inc()
-			args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), to.ID, itoa(lease.MaxHits)}
-			if _, err := s.leased(ctx, "return", p.Algorithm, false, key, args); err != nil {
-				return g, false, err
-			}
-			return g, false, nil
+			return g, false, s.undoFirst(ctx, key, p, v, to.ID)
 		}
 	}
 	// The Store's now (the state's) must lie before the answer: Redis's
@@ -291,6 +289,36 @@ func (s *Store) first(ctx context.Context, key string, p lease.Policy, want, nee
 		s.clock.sleep(d)
 	}
 	return g, true, nil
+}
+
+// undoFirst takes back a first touch's state v of key, misdated: it
+// deletes the key while it holds v (the key had no state before), else
+// (another call changed it since) returns the whole loan of holder, the
+// scripts' digest.
+func (s *Store) undoFirst(ctx context.Context, key string, p lease.Policy, v []byte, holder string) error {
+	n, err := s.undo.Exec(ctx, s.client, []string{key}, []string{string(v)}).AsInt64()
+	if err != nil {
+		return unavailable("lease", err)
+	}
+	if n == 1 {
+		return nil
+	}
+	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holder, itoa(lease.MaxHits)}
+	_, err = s.leased(ctx, "return", p.Algorithm, false, key, args)
+	return err
+}
+
+// errRefused is first's error when Redis refused SET NX for good (see
+// refused): the call runs the script, and if that answers, first touches
+// turn off.
+var errRefused = errors.New("lua: first touch refused")
+
+// turnOff turns first touches off for good: Redis refuses them but
+// answers scripts.
+func (s *Store) turnOff() {
+	if s.firstOn.CompareAndSwap(true, false) {
+		s.met.off.Inc()
+	}
 }
 
 // pause waits d, a few µs as a rule: spinning up to 200µs, where a
@@ -323,8 +351,8 @@ func (s *Store) leaseSampling(ctx context.Context, a lease.Algorithm, key string
 	s.met.samples.Inc()
 	if t, err := res[1].AsStrSlice(); err == nil {
 		s.clock.record(t, send, recv)
-	} else if refused(err) {
-		s.firstOn.Store(false)
+	} else if refused(err) && res[0].Error() == nil {
+		s.turnOff() // the script answers, TIME is refused
 	}
 	m, err := res[0].ToMessage()
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
@@ -352,13 +380,18 @@ func refused(err error) bool {
 }
 
 // transient reports whether Redis error reply msg is one a healthy server
-// gives for a while: a replica or a failover (READONLY, MASTERDOWN), a
-// server loading its data or running a slow script (LOADING, BUSY), out
-// of memory (OOM), a Cluster reshaping (MOVED, ASK, TRYAGAIN, CLUSTERDOWN).
+// gives for a while: a replica or a failover (READONLY, MASTERDOWN,
+// NOREPLICAS), a server loading its data, running a slow script or unable
+// to save (LOADING, BUSY, MISCONF), out of memory (OOM), a Cluster
+// reshaping (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), credentials changing
+// under a reconnect (NOAUTH, WRONGPASS). A refusal turns first touches
+// off only once a script then answers (errRefused): a server that fails
+// everything for a while is not a server that refuses first touches.
 func transient(msg string) bool {
 	code, _, _ := strings.Cut(msg, " ")
 	switch code {
-	case "READONLY", "MASTERDOWN", "LOADING", "BUSY", "OOM", "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN":
+	case "READONLY", "MASTERDOWN", "LOADING", "BUSY", "OOM", "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN",
+		"NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS":
 		return true
 	}
 	return false

@@ -283,30 +283,69 @@ func TestFirstTouchDating(t *testing.T) {
 // limit: another holder then gets the limit less this grant, and the
 // grant's Reset is the script's.
 func TestFirstTouchClockStep(t *testing.T) {
-	start := time.Date(2026, 6, 1, 12, 0, 0, 990_000_000, time.UTC) // 10ms before a window's end
-	srv, clock := redistest.StartWithClock(t, start)
-	s := newUnbatchedStore(t, srv.Addr)
-	loadLeaseScripts(t, s)
-	local := clock.Now()
-	s.clock = redisClock{now: func() time.Time { return local }, sleep: func(time.Duration) {}}
-	sampleClock(t, s)
-	clock.Advance(50 * time.Millisecond) // the step: the node's clock stays
-	p := lease.Policy{Algorithm: lease.FixedWindow, Limit: 100, Period: time.Second}
-	key := uniqueKey(t)
-	me := lease.Lessee{ID: "m-a", TTL: time.Minute, First: true, AheadWindows: 3, AheadTokens: 5}
-	g, err := s.Lease(context.Background(), key, p, 30, 1, me)
-	if err != nil || g.Granted != 30 {
-		t.Fatalf("Lease = %+v, %v, want 30 granted", g, err)
+	for _, c := range []struct {
+		name  string
+		start time.Time     // the node's sample, and its clock from then on
+		step  time.Duration // of Redis's clock after the sample
+		reset time.Duration // the grant's, in Redis's window
+	}{
+		// 10ms before a window's end, 50ms forward: 40ms into the next.
+		{"forward", time.Date(2026, 6, 1, 12, 0, 0, 990_000_000, time.UTC), 50 * time.Millisecond, 960 * time.Millisecond},
+		// 10ms into a window, 50ms back: 40ms before its start.
+		{"back", time.Date(2026, 6, 1, 12, 0, 1, 10_000_000, time.UTC), -50 * time.Millisecond, 40 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, clock := redistest.StartWithClock(t, c.start)
+			s := newUnbatchedStore(t, srv.Addr)
+			s.met = newFirstMetrics(metrics.NewSet())
+			loadLeaseScripts(t, s)
+			local := clock.Now()
+			s.clock = redisClock{now: func() time.Time { return local }, sleep: func(time.Duration) {}}
+			sampleClock(t, s)
+			clock.Set(clock.Now().Add(c.step)) // the node's clock stays
+			p := lease.Policy{Algorithm: lease.FixedWindow, Limit: 100, Period: time.Second}
+			key := uniqueKey(t)
+			me := lease.Lessee{ID: "m-a", TTL: time.Minute, First: true, AheadWindows: 3, AheadTokens: 5}
+			g, err := s.Lease(context.Background(), key, p, 30, 1, me)
+			if err != nil || g.Granted != 30 {
+				t.Fatalf("Lease = %+v, %v, want 30 granted", g, err)
+			}
+			if g.Reset != c.reset {
+				t.Errorf("Reset %v, want %v: the window of Redis's now, not of the sample's", g.Reset, c.reset)
+			}
+			other, err := s.Lease(context.Background(), key, p, 100, 1, lease.Lessee{ID: "m-b", TTL: time.Minute})
+			if err != nil || other.Granted != 70 {
+				t.Errorf("the other holder got %+v, %v, want 70: the window's limit less the first grant", other, err)
+			}
+			if got := s.met.stepped.Get(); got != 1 {
+				t.Errorf("clock_stepped %d, want 1", got)
+			}
+		})
 	}
-	if g.Reset != 960*time.Millisecond {
-		t.Errorf("Reset %v, want 960ms: the window of Redis's now, not of the sample's", g.Reset)
+}
+
+// TestFirstTouchNoScript: a first touch without a fresh sample on a
+// server that lost its scripts (restarted, failed over) runs the lease
+// script with EVAL after the EVALSHA's NOSCRIPT, and keeps the sample of
+// the TIME sent with it.
+func TestFirstTouchNoScript(t *testing.T) {
+	addr := redistest.Start(t)
+	s := newUnbatchedStore(t, addr)
+	if _, err := redistest.Command(addr, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
 	}
-	other, err := s.Lease(context.Background(), key, p, 100, 1, lease.Lessee{ID: "m-b", TTL: time.Minute})
-	if err != nil || other.Granted != 70 {
-		t.Errorf("the other holder got %+v, %v, want 70: the window's limit less the first grant", other, err)
+	before := commandStats(t, addr)
+	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Second}
+	g, err := s.Lease(context.Background(), uniqueKey(t), p, 10, 1, lease.Lessee{ID: "m-a", TTL: time.Minute, First: true})
+	if err != nil || g.Granted != 10 {
+		t.Fatalf("Lease = %+v, %v, want 10 granted", g, err)
 	}
-	if got := s.met.stepped.Get(); got != 1 {
-		t.Errorf("clock_stepped %d, want 1", got)
+	after := commandStats(t, addr)
+	if sha, eval := after["evalsha"]-before["evalsha"], after["eval"]-before["eval"]; sha != 1 || eval != 1 {
+		t.Errorf("%d EVALSHA and %d EVAL, want one of each (NOSCRIPT, then the source)", sha, eval)
+	}
+	if _, _, ok := s.clock.estimate(s.clock.now()); !ok {
+		t.Error("no fresh sample after the script's TIME")
 	}
 }
 
@@ -423,6 +462,7 @@ func TestFirstTouchUnanswered(t *testing.T) {
 	sampleClock(t, s)
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Hour} // nothing refills meanwhile
 	key := uniqueKey(t)
+	before := commandStats(t, srv.Addr)
 	srv.Pause()
 	// Long enough for the SET to be written to the paused server's socket
 	// on a loaded machine; it cannot be answered.
@@ -440,6 +480,10 @@ func TestFirstTouchUnanswered(t *testing.T) {
 			t.Fatal("the first touch's SET never reached Redis")
 		}
 		runtime.Gosched()
+	}
+	after := commandStats(t, srv.Addr)
+	if scripts := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]; scripts != 0 || after["set"]-before["set"] != 1 {
+		t.Fatalf("%d scripts and %d SETs for the lost first touch, want 0 and 1: a SET NX", scripts, after["set"]-before["set"])
 	}
 	g, err := s.Lease(context.Background(), key, p, 0, 0, lease.Lessee{ID: "m-a", TTL: time.Minute, Call: 9, Unanswered: 7})
 	if err != nil || g.Lent != 0 || g.Remaining != 100 {

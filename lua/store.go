@@ -28,6 +28,8 @@ var (
 	preludeSrc string
 	//go:embed leased.lua
 	leasedSrc string
+	//go:embed first_undo.lua
+	firstUndoSrc string
 	// The script files the algorithm table names.
 	//go:embed *.lua
 	scriptFiles embed.FS
@@ -132,6 +134,7 @@ type Store struct {
 	clock   redisClock
 	odds    firstOdds
 	met     firstMetrics
+	undo    *rueidis.Lua // first_undo.lua
 }
 
 var _ lease.Store = (*Store)(nil)
@@ -189,6 +192,7 @@ func NewStore(cfg Config) (*Store, error) {
 	s.firstOn.Store(client.Mode() != rueidis.ClientModeCluster &&
 		(cfg.FirstTouch == "on" || cfg.FirstTouch == "" && cfg.MaxBatch <= 1))
 	s.met = newFirstMetrics(cfg.Metrics)
+	s.undo = rueidis.NewLuaScript(firstUndoSrc)
 	if cfg.MaxBatch > 1 {
 		s.batch = newBatcher(client, newBatchScript(), cfg.MaxBatch)
 	}
@@ -243,14 +247,16 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 		return lease.Grant{}, err
 	}
 	key = s.Key(key, p.Algorithm)
-	sample := false // run the script with a TIME (first.go)
+	sample := false  // run the script with a TIME (first.go)
+	refusal := false // first touches refused: off if the script answers
 	if to.First && to.ID != "" && s.firstOn.Load() {
 		g, done, err := s.first(ctx, key, p, want, need, to)
-		if done || err != nil {
+		refusal = errors.Is(err, errRefused)
+		if done || err != nil && !refusal {
 			return g, err
 		}
 		_, _, fresh := s.clock.estimate(s.clock.now())
-		sample = !fresh
+		sample = !fresh && !refusal
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
@@ -269,6 +275,9 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	}
 	if err != nil {
 		return lease.Grant{}, err
+	}
+	if refusal {
+		s.turnOff()
 	}
 	v, err := ints("lease", m, n)
 	if err != nil {
