@@ -63,6 +63,15 @@ func sampleClock(t *testing.T, s *Store) {
 	s.clock.record(v, send, s.clock.now())
 }
 
+// frozenRedis is a redis-server whose clock is frozen: the test stores
+// read it as the node's clock (testClock), so their samples of it are
+// exact and never go stale, whatever the machine's load.
+func frozenRedis(t *testing.T) string {
+	t.Helper()
+	srv, _ := redistest.StartWithClock(t, time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	return srv.Addr
+}
+
 // TestFirstTouchMatchesScript leases random new keys of every leased
 // algorithm twice on one frozen Redis clock: once through the lease script
 // (Lessee.First false) and once as a first touch (First: SET NX of the
@@ -329,7 +338,7 @@ func TestFirstTouchClockStep(t *testing.T) {
 // script with EVAL after the EVALSHA's NOSCRIPT, and keeps the sample of
 // the TIME sent with it.
 func TestFirstTouchNoScript(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := frozenRedis(t)
 	s := newUnbatchedStore(t, addr)
 	if _, err := redistest.Command(addr, "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
@@ -374,7 +383,7 @@ func TestRefused(t *testing.T) {
 // 200 new keys runs no script (a SET NX each), where with first touches
 // off each runs one.
 func TestFirstTouchStoreCalls(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := frozenRedis(t)
 	for _, on := range []bool{true, false} {
 		s := newUnbatchedStore(t, addr)
 		s.firstOn.Store(on)
@@ -412,7 +421,7 @@ func TestFirstTouchStoreCalls(t *testing.T) {
 // quarter of the recent tries hit, the Store tries one in 16, and it
 // tries them all again once new keys hit.
 func TestFirstTouchBacksOff(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := frozenRedis(t)
 	s := newUnbatchedStore(t, addr)
 	loadLeaseScripts(t, s)
 	ctx := context.Background()
