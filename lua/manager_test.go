@@ -203,18 +203,9 @@ func TestManagerStoreFailure(t *testing.T) {
 // commandStats returns the calls of each command from INFO commandstats.
 func commandStats(t testing.TB, addr string) map[string]int64 {
 	t.Helper()
-	info, err := redistest.Command(addr, "INFO", "commandstats")
+	stats, err := redistest.CommandStats(addr)
 	if err != nil {
 		t.Fatal(err)
-	}
-	stats := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		stats[strings.TrimPrefix(name, "cmdstat_")] = n
 	}
 	return stats
 }

@@ -393,6 +393,26 @@ func Command(addr string, args ...string) (string, error) {
 	return strings.Join(out, "\n"), nil
 }
 
+// CommandStats is the calls of each command of the server at addr, from
+// INFO commandstats, by name without "cmdstat_" (INFO counts the commands
+// a script runs too).
+func CommandStats(addr string) (map[string]int64, error) {
+	info, err := Command(addr, "INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	stats := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		stats[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return stats, nil
+}
+
 func readReply(r *bufio.Reader, out *[]string) error {
 	line, err := r.ReadString('\n')
 	if err != nil {
