@@ -21,9 +21,11 @@ type bucket struct {
 	// striped bucket, whose tokens on hand are in stripes (stripes.go):
 	// read and change them with the Manager's methods there.
 	tokens atomic.Int64
-	// denyUntil is set when the Store denied the key: until then the key
-	// is saturated, and a check waits for a batch (see batchWait) on top
-	// of the tokens it needs. evicted marks a bucket that left the index.
+	// denyUntil is set when the Store denied the key, or when a grant
+	// left the Store less than a batch (Manager.dryWait): until then the
+	// key is saturated, and a check waits for a batch (see batchWait) on
+	// top of the tokens it needs. evicted marks a bucket that left the
+	// index.
 	denyUntil atomic.Int64
 	// remaining and resetAt are the Store's answer at the last lease.
 	// resetAt is 0 until the first lease (or when the answer is stale: the

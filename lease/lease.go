@@ -178,9 +178,12 @@
 // did meanwhile, unless the key had more than 3 ended loans still capping
 // it: the oldest one's cap, applied to the stored level for good, counts
 // the tokens lent at its time as spent then (at most those, until the
-// bucket is full again); or (c) the Store denied the key: until its Wait
-// plus at most Config.Horizon, a check whose hits the projection covers
-// still waits for a batch
+// bucket is full again); or (c) the key is saturated: the Store denied
+// it, or (token_bucket, gcra) granted a call that needed tokens and left
+// fewer than the smallest lease (MinLeaseShare × capacity). Until the
+// Wait of the denial, or the time the grant's need takes to refill (at
+// least a millisecond either way), plus at most Config.Horizon, a check
+// whose hits the projection covers still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
 // that a saturated key costs a Store call per batch, not per token; or
 // (d) it is a check whose hits were refunded after a later lease call of

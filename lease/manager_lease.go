@@ -382,7 +382,22 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.settle(b, g.Lent)
-		b.low.Store(m.lowFor(b, got, g.Lent))
+		if w := m.dryWait(p, g, need); w > 0 {
+			// The grant left the Store less than a batch: the key is
+			// saturated, as if denied. Its checks wait for a batch once
+			// this grant is spent. No prefetch asks for the crumbs
+			// either, unless this Manager holds over half the capacity:
+			// then the Store's refill stops at what is not lent, and a
+			// prefetch's report of the tokens spent lets it go on.
+			b.denyTill(addTime(after, w))
+			if g.Lent <= p.Capacity()/2 {
+				b.low.Store(0)
+			} else {
+				b.low.Store(m.lowFor(b, got, g.Lent))
+			}
+		} else {
+			b.low.Store(m.lowFor(b, got, g.Lent))
+		}
 		m.release(b, s, nil)
 		return b.decision(left, now)
 	}
@@ -416,6 +431,24 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	b.denyTill(addTime(after, wait))
 	m.release(b, s, nil)
 	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
+}
+
+// dryWait is how long after a grant g the key stays saturated (its
+// deny-until, contract clause (c)) when g left the Store less than the
+// smallest lease of a refilling key: the time until the Store has need
+// tokens back, at least a millisecond as for a denial, plus batchWait. 0
+// when g left the Store enough, or for windows (their next lease waits for
+// the window's end anyway), and for a call that needed nothing. Without it a key over its limit leases the
+// token or two refilled since its last call each time its batch is spent,
+// a Store call per token until one call finds none, and a prefetch asks for
+// the crumbs in between.
+func (m *Manager) dryWait(p Policy, g Grant, need int64) time.Duration {
+	if need <= 0 || !p.Algorithm.refills() || g.Remaining >= int64(math.Ceil(m.cfg.MinLeaseShare*float64(p.Capacity()))) {
+		return 0
+	}
+	perToken := float64(p.Period) / float64(p.Limit)
+	back := time.Duration(float64(max(need-g.Remaining, 0)) * perToken)
+	return max(back, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
 }
 
 // lesseeOf is this Manager as the Lessee of a lease call of b, holding

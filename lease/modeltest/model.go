@@ -511,6 +511,13 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		// says (a prefetch's, for one token, after a check's for many).
 		k.batchUntil[m] = max(k.batchUntil[m], now+int64(max(g.Wait, time.Millisecond)+k.horizon))
 	}
+	if l.need > 0 && g.Granted > 0 && !k.windowed() && float64(g.Remaining) < math.Ceil(k.cap*lease.DefaultMinLeaseShare) {
+		// A grant that left the Store less than a batch: the key is
+		// saturated as after a denial, until the Store has the call's
+		// need back (at least a millisecond) plus a horizon.
+		back := time.Duration(float64(max(l.need-g.Remaining, 0)) / k.rate)
+		k.batchUntil[m] = max(k.batchUntil[m], now+int64(max(back, time.Millisecond)+k.horizon))
+	}
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		s.oth = float64(k.heldOthers(m, now))
