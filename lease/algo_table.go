@@ -62,7 +62,7 @@ const (
 	// batches locally), and the bucket refills continuously: Burst is its
 	// capacity, a loan lasts LeaseTTL and is settled by each lease call
 	// (Lessee.SpentBefore, Unanswered; see "Lent tokens" in the package
-	// doc), and a denied key waits for a batch (batchWait).
+	// doc), and a saturated key waits for a batch (batchWait).
 	kindRefill kind = iota + 1
 	// kindWindow is leased, and counts what it grants per window of
 	// Period: tokens granted in a window are spendable until its end, and

@@ -179,11 +179,13 @@
 // it: the oldest one's cap, applied to the stored level for good, counts
 // the tokens lent at its time as spent then (at most those, until the
 // bucket is full again); or (c) the key is saturated: the Store denied
-// it, or (token_bucket, gcra) granted a call that needed tokens and left
-// fewer than the smallest lease (MinLeaseShare × capacity). Until the
-// Wait of the denial, or the time the grant's need takes to refill (at
-// least a millisecond either way), plus at most Config.Horizon, a check
-// whose hits the projection covers still waits for a batch
+// it, or (token_bucket, gcra) granted a check's lease call and was left
+// fewer than the smallest lease, ceil(MinLeaseShare × capacity) (the
+// Manager counts such a grant only for a key saturated lately: within ten
+// horizons of the end of its last wait for a batch). Until the Wait of the denial, or the time until the Store has
+// the call's need back (at least a millisecond either way), plus at most
+// Config.Horizon, a check whose hits the projection covers, and the
+// tokens on hand do not, still waits for a batch
 // (min(MinLeaseShare × capacity − hits, Horizon × rate) more tokens), so
 // that a saturated key costs a Store call per batch, not per token; or
 // (d) it is a check whose hits were refunded after a later lease call of

@@ -25,9 +25,11 @@ import (
 // projected to now (the refill since, see bucket.coverAt): if that cannot
 // cover it, it is denied locally, without a Store call, with RetryAfter
 // the time it will; otherwise the Manager asks the Store. After the Store
-// denied a key, checks also wait for a batch (token_bucket and gcra: up to
-// a horizon longer, so that the next lease finds up to MinLeaseShare of
-// the capacity instead of one token). hits = 0 peeks and is never denied.
+// denied a key, or (token_bucket and gcra) a grant left it less than the
+// smallest lease soon after the key was saturated, checks also wait for a
+// batch (up to a horizon longer, so that the next lease finds up to
+// MinLeaseShare of the capacity instead of one token). hits = 0 peeks and
+// is never denied.
 // Tokens are lent (see "Lent tokens" in the package doc): every lease call
 // says how many this Manager still holds, a grant is dated from when its
 // call was sent, token_bucket and gcra tokens are spent only within

@@ -74,7 +74,9 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			local = m.onHand(b)
 		}
 		if at, slack := b.coverAt(hits - local); at != 0 && !m.aheadMayFind(b, now) {
-			if now < du {
+			if now < du && hits > local {
+				// (A check the tokens on hand cover, on a striped
+				// bucket whose stripes each hold less, gathers them.)
 				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
 			}
 			// Within the Store's rounding of the time, ask it: a denial
@@ -382,15 +384,20 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.settle(b, g.Lent)
-		if w := m.dryWait(p, g, need); w > 0 {
-			// The grant left the Store less than a batch: the key is
-			// saturated, as if denied. Its checks wait for a batch once
-			// this grant is spent. No prefetch asks for the crumbs
-			// either, unless this Manager holds over half the capacity:
-			// then the Store's refill stops at what is not lent, and a
-			// prefetch's report of the tokens spent lets it go on.
+		if w := m.dryWait(p, g, need); w > 0 && m.deniedLately(b, after) {
+			// The grant left the Store less than a batch, and the key
+			// was saturated lately: it still is, as if denied. Its
+			// checks wait for a batch once this grant is spent. (A key
+			// whose Store is short of a batch only because other
+			// holders' loans are out, far from its limit, is never
+			// denied: its checks lease as before.) No prefetch
+			// asks for the crumbs either, unless this Manager holds
+			// over a quarter of the capacity: the Store's refill stops
+			// at what is not lent, and a prefetch's report of the
+			// tokens spent lets it go on sooner, as lowFor keeps a
+			// loan for a key's life within a quarter of the capacity.
 			b.denyTill(addTime(after, w))
-			if g.Lent <= p.Capacity()/2 {
+			if g.Lent <= p.Capacity()/4 {
 				b.low.Store(0)
 			} else {
 				b.low.Store(m.lowFor(b, got, g.Lent))
@@ -433,15 +440,27 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
 }
 
+// deniedLately reports whether b's key was saturated (denied by the Store,
+// or kept saturated by a dry grant: its deny-until) within the last ten
+// horizons before at: a saturated key's next lease comes as its deny-until
+// ends, so a dry grant keeps it saturated, and a key enters saturation by
+// a Store denial. The Manager's measure of a key's rate cannot tell: a
+// lease right after a prefetch of the crumbs sees a few tokens spent.
+func (m *Manager) deniedLately(b *bucket, at int64) bool {
+	du := b.denyUntil.Load()
+	return du != 0 && du != evicted && at < addTime(du, 10*m.cfg.Horizon)
+}
+
 // dryWait is how long after a grant g the key stays saturated (its
 // deny-until, contract clause (c)) when g left the Store less than the
 // smallest lease of a refilling key: the time until the Store has need
 // tokens back, at least a millisecond as for a denial, plus batchWait. 0
-// when g left the Store enough, or for windows (their next lease waits for
-// the window's end anyway), and for a call that needed nothing. Without it a key over its limit leases the
-// token or two refilled since its last call each time its batch is spent,
-// a Store call per token until one call finds none, and a prefetch asks for
-// the crumbs in between.
+// when g left the Store enough, for windows (their next lease waits for
+// the window's end anyway), and for a call that needed nothing. The caller
+// applies it only to a key denied lately (deniedLately). Without it a
+// key over its limit leases the token or two refilled since its last call
+// each time its batch is spent, a Store call per token until one call
+// finds none, and a prefetch asks for the crumbs in between.
 func (m *Manager) dryWait(p Policy, g Grant, need int64) time.Duration {
 	if need <= 0 || !p.Algorithm.refills() || g.Remaining >= int64(math.Ceil(m.cfg.MinLeaseShare*float64(p.Capacity()))) {
 		return 0

@@ -544,6 +544,116 @@ func TestSaturatedKeyWaitsForABatch(t *testing.T) {
 	}
 }
 
+// TestSharedKeyUnderLimitNotSaturated: eight Managers (nodes, or
+// gateways) share a token_bucket key of 1000/s, each checking 1 hit every
+// 20ms: 400/s in all, 40% of the limit. Their smallest leases (125 each)
+// are lent to the eight, so a grant often leaves the Store less than a
+// batch; that alone must not make the key wait for batches as a
+// saturated one does (each Manager spends it far below its rate): no
+// check is denied.
+func TestSharedKeyUnderLimitNotSaturated(t *testing.T) {
+	clk := clocktest.New()
+	store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	t.Cleanup(func() { _ = store.Close() })
+	const nodes = 8
+	ms := make([]*Manager, nodes)
+	for i := range ms {
+		cfg := DefaultConfig()
+		cfg.Now, cfg.SweepInterval, cfg.StoreTimeout = clk.Now, -1, time.Minute
+		cfg.Holder = fmt.Sprintf("n%d", i)
+		ms[i] = NewManager(store, cfg)
+		t.Cleanup(func() { _ = ms[i].Close() })
+	}
+	p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Second}
+	const every = 20 * time.Millisecond
+	denied, checks := 0, 0
+	for el := time.Duration(0); el < 20*time.Second; el += time.Millisecond {
+		for i, m := range ms {
+			off := (time.Duration(i) * every / nodes).Truncate(time.Millisecond) // 2-3ms apart
+			if el >= off && (el-off)%every == 0 {
+				checks++
+				if !mustTake(t, m, "k", p, 1).Allowed {
+					denied++
+				}
+				m.drain()
+			}
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if denied > 0 {
+		t.Errorf("%d of %d checks of a key at 40%% of its limit denied, want 0", denied, checks)
+	}
+}
+
+// TestSaturatedKeyCoveredOnHand: while a key waits for a batch (a dry
+// grant set its deny-until), a check that the tokens on hand cover is
+// still admitted, also on a striped bucket none of whose stripes covers
+// it alone (the check gathers them): a hot key of 10000/s spent in checks
+// of 4 is denied only when fewer than 4 are on hand.
+func TestSaturatedKeyCoveredOnHand(t *testing.T) {
+	m, _, _ := testManager(t, nil)
+	p := Policy{Algorithm: TokenBucket, Limit: 10_000, Period: time.Second}
+	mustTake(t, m, "k", p, 1)
+	if d := mustTake(t, m, "k", p, 8700); !d.Allowed {
+		t.Fatalf("8700 of 10000 denied: %+v", d)
+	}
+	m.drain()
+	b := m.buckets.load("k")
+	m.stripe(b)
+	if b.tokens.Load() >= 0 {
+		t.Fatal("the key was not striped")
+	}
+	for n := 0; n < 10_000; n++ {
+		if d := mustTake(t, m, "k", p, 4); !d.Allowed {
+			if on := m.onHand(b); on >= 4 {
+				t.Errorf("after %d checks of 4: denied with %d tokens on hand: %+v", n, on, d)
+			}
+			return
+		}
+	}
+	t.Fatal("10000 checks of 4 all admitted: the key never ran short")
+}
+
+// TestDrySpendReported: a saturated key whose dry grant lends this
+// Manager over a quarter of the capacity still prefetches at its mark, so
+// that the Store hears of the tokens spent from it soon and refills them
+// from then (its refill stops at what is not lent): token_bucket 600/1m
+// burst 100, the key denied by the Store just before; take 50, then 1
+// (the lease of the 50 left leaves the Store dry, lending this Manager
+// half the capacity), then 45 from hand; 9s later a take of 1 from hand,
+// and 0.5s later a take of 70, which the refill of the 96 spent at the
+// start covers. Without the prefetch the 45 were reported only by the
+// 70's call, dated at the last spend (9s), and the 70 was denied for 1.3s.
+func TestDrySpendReported(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			m, _, clk := testManager(t, nil)
+			p := Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
+			take := func(hits int64) {
+				t.Helper()
+				if d := mustTake(t, m, "k", p, hits); !d.Allowed {
+					t.Fatalf("take %d denied: %+v", hits, d)
+				}
+				m.drain()
+			}
+			take(50)
+			b := m.buckets.load("k")
+			b.denyTill(clk.Now().UnixNano()) // as a Store denial just now would
+			take(1)
+			if b.denyUntil.Load() <= clk.Now().UnixNano() {
+				t.Fatal("the dry grant after a denial did not saturate the key")
+			}
+			take(45)
+			clk.Advance(9 * time.Second)
+			take(1)
+			clk.Advance(500 * time.Millisecond)
+			if d := mustTake(t, m, "k", p, 70); !d.Allowed {
+				t.Errorf("70 with 94 refilled and 3 on hand: %+v, want allowed", d)
+			}
+		})
+	}
+}
+
 // TestLeaseFloorStoreCalls measures the Store calls per decision of a
 // Zipf(1.1) workload over 20k keys at 20k checks/s (simulated time) for a
 // few lease floors and per-minute limits, after 10s of warm-up (the

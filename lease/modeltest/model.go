@@ -512,9 +512,14 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		k.batchUntil[m] = max(k.batchUntil[m], now+int64(max(g.Wait, time.Millisecond)+k.horizon))
 	}
 	if l.need > 0 && g.Granted > 0 && !k.windowed() && float64(g.Remaining) < math.Ceil(k.cap*lease.DefaultMinLeaseShare) {
-		// A grant that left the Store less than a batch: the key is
-		// saturated as after a denial, until the Store has the call's
-		// need back (at least a millisecond) plus a horizon.
+		// A grant that left the Store less than the smallest lease:
+		// the key is saturated as after a denial (contract clause (c)),
+		// until the Store has the call's need back (at least a
+		// millisecond) plus a horizon. The Manager counts such a grant
+		// only for a check's own call, and only for a key saturated
+		// lately; the model sees neither (a prefetch's call needs a
+		// token too), so it allows the wait after any: a bound, looser
+		// than the Manager, as the denial's above.
 		back := time.Duration(float64(max(l.need-g.Remaining, 0)) / k.rate)
 		k.batchUntil[m] = max(k.batchUntil[m], now+int64(max(back, time.Millisecond)+k.horizon))
 	}
