@@ -22,10 +22,11 @@ type bucket struct {
 	// read and change them with the Manager's methods there.
 	tokens atomic.Int64
 	// denyUntil is set when the Store denied the key, or when a grant
-	// left the Store less than a batch (Manager.dryWait): until then the
-	// key is saturated, and a check waits for a batch (see batchWait) on
-	// top of the tokens it needs. evicted marks a bucket that left the
-	// index.
+	// left the Store less than a batch soon after (Manager.dryWait,
+	// deniedLately): until then the key is saturated, and a check waits
+	// for a batch (see batchWait) on top of the tokens it needs. Its low
+	// bits count the dry grants since the Store's denial (dryStamp).
+	// evicted marks a bucket that left the index.
 	denyUntil atomic.Int64
 	// remaining and resetAt are the Store's answer at the last lease.
 	// resetAt is 0 until the first lease (or when the answer is stale: the
@@ -113,6 +114,27 @@ func (b *bucket) markEvicted() bool {
 		}
 	}
 }
+
+// dryStamp is deny-until t (a Unix ns time) carrying in its low bits the
+// number of dry grants that kept the key saturated since the Store last
+// denied it (at most dryMax; 0 for a Store denial): t less 1 to 31 ns
+// (never later than t: a wait may end a little early, never late), its
+// low four bits n. Times before 32 ns and far-future times keep no count;
+// none becomes evicted.
+func dryStamp(t int64, n int) int64 {
+	if t < 32 || t >= evicted-64 {
+		return min(t, evicted-64)
+	}
+	return (t-16)&^dryMask | int64(n)&dryMask
+}
+
+// dryCount is the count dryStamp put in deny-until du.
+func dryCount(du int64) int { return int(du & dryMask) }
+
+// dryMax bounds dryStamp's count: a key stays saturated for at most 15
+// dry grants (about one per horizon) after the Store last denied it. It
+// must fit in dryMask.
+const dryMax, dryMask = 15, 15
 
 // denyTill sets denyUntil unless the bucket was evicted.
 func (b *bucket) denyTill(t int64) {

@@ -310,3 +310,24 @@ func TestTakeAllocs(t *testing.T) {
 		t.Errorf("a check of a key with a bucket makes %v allocations, want 0", n)
 	}
 }
+
+// TestDryStamp: a deny-until carries its dry-grant count, moving its time
+// earlier by 1 to 31ns, never later, and never becomes evicted.
+func TestDryStamp(t *testing.T) {
+	for _, tt := range []int64{32, 47, 48, 49, 1_795_760_000_123_456_789} {
+		for _, n := range []int{0, 1, 7, dryMax} {
+			du := dryStamp(tt, n)
+			if du >= tt || du < tt-31 || dryCount(du) != n {
+				t.Errorf("dryStamp(%d, %d) = %d: want within [t-31, t-1] and count %d, got count %d", tt, n, du, n, dryCount(du))
+			}
+		}
+	}
+	if du := dryStamp(5, 3); du != 5 {
+		t.Errorf("dryStamp(5, 3) = %d, want 5", du)
+	}
+	for _, tt := range []int64{evicted - 64, evicted - 1} {
+		if du := dryStamp(tt, 3); du == evicted || du < evicted-64 {
+			t.Errorf("dryStamp(%d, 3) = %d: want a far-future time, not evicted", tt, du)
+		}
+	}
+}

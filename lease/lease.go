@@ -182,7 +182,8 @@
 // it, or (token_bucket, gcra) granted a check's lease call and was left
 // fewer than the smallest lease, ceil(MinLeaseShare × capacity) (the
 // Manager counts such a grant only for a key saturated lately: within ten
-// horizons of the end of its last wait for a batch). Until the Wait of the denial, or the time until the Store has
+// horizons of the end of its last wait for a batch, and for at most 15
+// grants since the Store last denied it). Until the Wait of the denial, or the time until the Store has
 // the call's need back (at least a millisecond either way), plus at most
 // Config.Horizon, a check whose hits the projection covers, and the
 // tokens on hand do not, still waits for a batch

@@ -153,9 +153,9 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 // Store still lends them: a check that finds the bucket short then waits
 // for the call rather than deny for tokens this Manager may hold (a key
 // whose holder leased its whole limit, the Store's last answer saying it
-// has none left, was denied so while a call was out). Not while the Store
-// denies the key (du): a saturated key's checks are denied without a look
-// at the calls in flight.
+// has none left, was denied so while a call was out). Not while the key
+// is saturated (du: the Store denied it, or a dry grant kept it so): a
+// saturated key's checks are denied without a look at the calls in flight.
 func (m *Manager) tookOut(b *bucket, need, du, now int64) bool {
 	if du != 0 && now < du {
 		return false
@@ -384,7 +384,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.settle(b, g.Lent)
-		if w := m.dryWait(p, g, need); w > 0 && m.deniedLately(b, after) {
+		if n, lately := m.deniedLately(b, after); lately && m.dryWait(p, g, need) > 0 {
 			// The grant left the Store less than a batch, and the key
 			// was saturated lately: it still is, as if denied. Its
 			// checks wait for a batch once this grant is spent. (A key
@@ -396,7 +396,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 			// at what is not lent, and a prefetch's report of the
 			// tokens spent lets it go on sooner, as lowFor keeps a
 			// loan for a key's life within a quarter of the capacity.
-			b.denyTill(addTime(after, w))
+			b.denyTill(dryStamp(addTime(after, m.dryWait(p, g, need)), n+1))
 			if g.Lent <= p.Capacity()/4 {
 				b.low.Store(0)
 			} else {
@@ -435,20 +435,30 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	}
 	keep = m.settle(b, g.Lent)
 	wait := max(g.Wait, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
-	b.denyTill(addTime(after, wait))
+	b.denyTill(dryStamp(addTime(after, wait), 0))
 	m.release(b, s, nil)
 	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
 }
 
-// deniedLately reports whether b's key was saturated (denied by the Store,
-// or kept saturated by a dry grant: its deny-until) within the last ten
-// horizons before at: a saturated key's next lease comes as its deny-until
-// ends, so a dry grant keeps it saturated, and a key enters saturation by
-// a Store denial. The Manager's measure of a key's rate cannot tell: a
-// lease right after a prefetch of the crumbs sees a few tokens spent.
-func (m *Manager) deniedLately(b *bucket, at int64) bool {
+// deniedLately reports whether b's key is saturated lately as of at: its
+// deny-until (set by a Store denial, or by a dry grant that kept the key
+// saturated) ended at most ten horizons before, and fewer than dryMax dry
+// grants have kept it so since the Store last denied it; and how many
+// have (dryCount). A key enters saturation by a Store denial, and a
+// saturated key's next lease comes as its deny-until ends, so dry grants
+// keep it saturated; but only for a while: the Store's denials, which
+// recur while a key is over its limit, must renew it. Else a key shared
+// by many holders, whose Store is short of a batch only because their
+// loans are out, would stay saturated for good after one spike over its
+// limit. (The Manager's measure of a key's rate cannot tell either: a
+// lease right after a prefetch of the crumbs sees a few tokens spent.)
+func (m *Manager) deniedLately(b *bucket, at int64) (n int, ok bool) {
 	du := b.denyUntil.Load()
-	return du != 0 && du != evicted && at < addTime(du, 10*m.cfg.Horizon)
+	if du == 0 || du == evicted || at >= addTime(du, 10*m.cfg.Horizon) {
+		return 0, false
+	}
+	n = dryCount(du)
+	return n, n < dryMax
 }
 
 // dryWait is how long after a grant g the key stays saturated (its

@@ -586,19 +586,23 @@ func TestSharedKeyUnderLimitNotSaturated(t *testing.T) {
 }
 
 // TestSaturatedKeyCoveredOnHand: while a key waits for a batch (a dry
-// grant set its deny-until), a check that the tokens on hand cover is
-// still admitted, also on a striped bucket none of whose stripes covers
-// it alone (the check gathers them): a hot key of 10000/s spent in checks
-// of 4 is denied only when fewer than 4 are on hand.
+// grant after a Store denial set its deny-until), a check that the tokens
+// on hand cover is still admitted, also on a striped bucket none of whose
+// stripes covers it alone (the check gathers them): a hot key of 10000/s
+// spent in checks of 4 is denied only when fewer than 4 are on hand.
 func TestSaturatedKeyCoveredOnHand(t *testing.T) {
-	m, _, _ := testManager(t, nil)
+	m, _, clk := testManager(t, nil)
 	p := Policy{Algorithm: TokenBucket, Limit: 10_000, Period: time.Second}
 	mustTake(t, m, "k", p, 1)
-	if d := mustTake(t, m, "k", p, 8700); !d.Allowed {
-		t.Fatalf("8700 of 10000 denied: %+v", d)
+	b := m.buckets.load("k")
+	b.denyTill(clk.Now().UnixNano()) // as a Store denial just now would
+	if d := mustTake(t, m, "k", p, 8800); !d.Allowed {
+		t.Fatalf("8800 of 10000 denied: %+v", d)
 	}
 	m.drain()
-	b := m.buckets.load("k")
+	if b.denyUntil.Load() <= clk.Now().UnixNano() {
+		t.Fatal("the dry grant did not saturate the key")
+	}
 	m.stripe(b)
 	if b.tokens.Load() >= 0 {
 		t.Fatal("the key was not striped")
@@ -612,6 +616,60 @@ func TestSaturatedKeyCoveredOnHand(t *testing.T) {
 		}
 	}
 	t.Fatal("10000 checks of 4 all admitted: the key never ran short")
+}
+
+// TestSaturationEndsBelowLimit: seven (eight) Managers share a
+// token_bucket key of 1000/s. For 3s they check it at twice its limit (it
+// saturates), then at 80% (95%) of it. Once its Store stops denying it,
+// the key leaves saturation within a few horizons: none of the checks
+// from 10s to 30s after the spike is denied, as none is without the
+// spike. (Dry grants alone kept it saturated for good: their loans out,
+// the eight leave the Store short of a batch at almost every grant.)
+func TestSaturationEndsBelowLimit(t *testing.T) {
+	for _, c := range []struct {
+		nodes int
+		mult  float64
+	}{{7, 0.8}, {8, 0.95}} {
+		t.Run(fmt.Sprintf("%dx%.2f", c.nodes, c.mult), func(t *testing.T) {
+			clk := clocktest.New()
+			store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+			t.Cleanup(func() { _ = store.Close() })
+			ms := make([]*Manager, c.nodes)
+			credit := make([]float64, c.nodes)
+			for i := range ms {
+				cfg := DefaultConfig()
+				cfg.Now, cfg.SweepInterval, cfg.StoreTimeout = clk.Now, -1, time.Minute
+				cfg.Holder = fmt.Sprintf("n%d", i)
+				ms[i] = NewManager(store, cfg)
+				t.Cleanup(func() { _ = ms[i].Close() })
+				credit[i] = float64(i) / float64(c.nodes) // staggered
+			}
+			p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Second}
+			run := func(mult float64, dur time.Duration) (denied, checks int) {
+				perMs := mult * float64(p.Limit) / 1000 / float64(c.nodes)
+				for el := time.Duration(0); el < dur; el += time.Millisecond {
+					for i, m := range ms {
+						for credit[i] += perMs; credit[i] >= 1; credit[i]-- {
+							checks++
+							if !mustTake(t, m, "k", p, 1).Allowed {
+								denied++
+							}
+							m.drain()
+						}
+					}
+					clk.Advance(time.Millisecond)
+				}
+				return denied, checks
+			}
+			if d, _ := run(2, 3*time.Second); d == 0 {
+				t.Fatal("no check denied at twice the limit")
+			}
+			run(c.mult, 10*time.Second)
+			if d, n := run(c.mult, 20*time.Second); d > 0 {
+				t.Errorf("%d of %d checks denied 10-30s after the spike, at %.0f%% of the limit: want 0", d, n, 100*c.mult)
+			}
+		})
+	}
 }
 
 // TestDrySpendReported: a saturated key whose dry grant lends this
