@@ -400,8 +400,9 @@ func leaseWant(rate float64, horizon time.Duration, minShare float64, need, capa
 
 // batchWait is how much longer than the Store's Wait (the time until need
 // tokens are back) a saturated key (the Store denied it, or a grant left
-// the Store dry: Manager.dryWait) waits before it leases again, so that the lease finds a batch instead of one token: a key over
-// its limit would otherwise cost a Store call per admitted hit. The batch
+// the Store dry: Manager.dryWait) waits before it leases again, so that
+// the lease finds a batch instead of one token: a key over its limit
+// would otherwise cost a Store call per admitted hit. The batch
 // is up to minShare × capacity tokens (the smallest lease), but waiting
 // for it takes at most one horizon, in whole tokens: a saturated key
 // costs at most about one Store call per horizon, like a hot one, and its

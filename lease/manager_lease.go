@@ -384,27 +384,28 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.settle(b, g.Lent)
-		if n, lately := m.deniedLately(b, after); lately && m.dryWait(p, g, need) > 0 {
-			// The grant left the Store less than a batch, and the key
-			// was saturated lately: it still is, as if denied. Its
-			// checks wait for a batch once this grant is spent. (A key
-			// whose Store is short of a batch only because other
-			// holders' loans are out, far from its limit, is never
-			// denied: its checks lease as before.) No prefetch
-			// asks for the crumbs either, unless this Manager holds
-			// over a quarter of the capacity: the Store's refill stops
-			// at what is not lent, and a prefetch's report of the
-			// tokens spent lets it go on sooner, as lowFor keeps a
-			// loan for a key's life within a quarter of the capacity.
-			b.denyTill(dryStamp(addTime(after, m.dryWait(p, g, need)), n+1))
-			if g.Lent <= p.Capacity()/4 {
-				b.low.Store(0)
-			} else {
-				b.low.Store(m.lowFor(b, got, g.Lent))
+		low := m.lowFor(b, got, g.Lent)
+		if w := m.dryWait(p, g, need); w > 0 {
+			if n, lately := m.deniedLately(b, after); lately {
+				// The grant left the Store less than a batch, and the
+				// key was saturated lately: it still is, as if denied.
+				// Its checks wait for a batch once this grant is spent.
+				// (A key whose Store is short of a batch only because
+				// other holders' loans are out, far from its limit, is
+				// never denied: its checks lease as before.) No
+				// prefetch asks for the crumbs either, unless this
+				// Manager holds over a quarter of the capacity: the
+				// Store's refill stops at what is not lent, and a
+				// prefetch's report of the tokens spent lets it go on
+				// sooner, as lowFor keeps a loan for a key's life
+				// within a quarter of the capacity.
+				b.denyTill(dryStamp(addTime(after, w), n+1))
+				if g.Lent <= p.Capacity()/4 {
+					low = 0
+				}
 			}
-		} else {
-			b.low.Store(m.lowFor(b, got, g.Lent))
 		}
+		b.low.Store(low)
 		m.release(b, s, nil)
 		return b.decision(left, now)
 	}
