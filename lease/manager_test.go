@@ -552,18 +552,8 @@ func TestSaturatedKeyWaitsForABatch(t *testing.T) {
 // saturated one does (each Manager spends it far below its rate): no
 // check is denied.
 func TestSharedKeyUnderLimitNotSaturated(t *testing.T) {
-	clk := clocktest.New()
-	store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
-	t.Cleanup(func() { _ = store.Close() })
 	const nodes = 8
-	ms := make([]*Manager, nodes)
-	for i := range ms {
-		cfg := DefaultConfig()
-		cfg.Now, cfg.SweepInterval, cfg.StoreTimeout = clk.Now, -1, time.Minute
-		cfg.Holder = fmt.Sprintf("n%d", i)
-		ms[i] = NewManager(store, cfg)
-		t.Cleanup(func() { _ = ms[i].Close() })
-	}
+	ms, clk := sharedManagers(t, nodes)
 	p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Second}
 	const every = 20 * time.Millisecond
 	denied, checks := 0, 0
@@ -583,6 +573,25 @@ func TestSharedKeyUnderLimitNotSaturated(t *testing.T) {
 	if denied > 0 {
 		t.Errorf("%d of %d checks of a key at 40%% of its limit denied, want 0", denied, checks)
 	}
+}
+
+// sharedManagers returns n Managers (holders n0, n1, …) of one MemoryStore
+// on a fake clock, with the settings of testManager, closed at the end of
+// the test.
+func sharedManagers(t *testing.T, n int) ([]*Manager, *clocktest.Clock) {
+	t.Helper()
+	clk := clocktest.New()
+	store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	t.Cleanup(func() { _ = store.Close() })
+	ms := make([]*Manager, n)
+	for i := range ms {
+		cfg := DefaultConfig()
+		cfg.Now, cfg.SweepInterval, cfg.StoreTimeout = clk.Now, -1, time.Minute
+		cfg.Holder = fmt.Sprintf("n%d", i)
+		ms[i] = NewManager(store, cfg)
+		t.Cleanup(func() { _ = ms[i].Close() })
+	}
+	return ms, clk
 }
 
 // TestSaturatedKeyCoveredOnHand: while a key waits for a batch (a dry
@@ -631,17 +640,9 @@ func TestSaturationEndsBelowLimit(t *testing.T) {
 		mult  float64
 	}{{7, 0.8}, {8, 0.95}} {
 		t.Run(fmt.Sprintf("%dx%.2f", c.nodes, c.mult), func(t *testing.T) {
-			clk := clocktest.New()
-			store := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
-			t.Cleanup(func() { _ = store.Close() })
-			ms := make([]*Manager, c.nodes)
+			ms, clk := sharedManagers(t, c.nodes)
 			credit := make([]float64, c.nodes)
-			for i := range ms {
-				cfg := DefaultConfig()
-				cfg.Now, cfg.SweepInterval, cfg.StoreTimeout = clk.Now, -1, time.Minute
-				cfg.Holder = fmt.Sprintf("n%d", i)
-				ms[i] = NewManager(store, cfg)
-				t.Cleanup(func() { _ = ms[i].Close() })
+			for i := range credit {
 				credit[i] = float64(i) / float64(c.nodes) // staggered
 			}
 			p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Second}
