@@ -110,8 +110,13 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 		keep := sp.keep(s.Loans, t, g.Granted)
 		cost := int64(math.Ceil(float64(g.Granted) * pf / lf))
 		// The stored TAT is the grants' (see TokenBucketState.Lease):
-		// the loans' floors apply when read.
-		s.TAT = max(s.TAT, t) + cost
+		// the loans' floors apply when read. A grant without a Lessee
+		// ID lends nothing: it moves the TAT on from the floor.
+		if to.ID != "" {
+			s.TAT = max(s.TAT, t) + cost
+		} else {
+			s.TAT = base + cost
+		}
 		s.Loans = s.Loans.settling(to, t, g.Granted > 0).retire(t).settle(to, keep, g.Granted, t, false)
 		s.Last = lastCallOf(to, g.Granted)
 		s.trim(t, pf, lf)

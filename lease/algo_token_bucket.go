@@ -94,8 +94,15 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		tokens -= float64(g.Granted)
 		// The stored level is the refill less the grants: the running
 		// loans cap it when read, the ended ones too until trim drops
-		// them (or bakes their cap in).
-		s.Tokens = s.raw(t, pf, lf, cf) - float64(g.Granted)
+		// them (or bakes their cap in). A grant to a holder becomes a
+		// loan, which lowers that cap by itself; one without a Lessee ID
+		// is spent now and lends nothing, so it comes off the level as
+		// capped, or a refill above the cap would hide it.
+		if to.ID != "" {
+			s.Tokens = s.raw(t, pf, lf, cf) - float64(g.Granted)
+		} else {
+			s.Tokens = tokens
+		}
 		s.Updated = u
 		s.Loans = s.Loans.settling(to, u, g.Granted > 0).retire(u).settle(to, keep, g.Granted, u, false)
 		s.Last = lastCallOf(to, g.Granted)

@@ -103,7 +103,11 @@
 //     they still cap the level, at most 3 per key (beyond, the oldest
 //     one's cap is applied to the stored level for good). So a holder's
 //     spent tokens that another holder's call finds still lent hold the
-//     level back only until they are reported.
+//     level back only until they are reported. A grant to no holder (an
+//     empty Lessee ID: spent at once, lending nothing) is taken off the
+//     level as the caps leave it (the TAT moves on from the floor), so
+//     that such spends while a loan runs never pass capacity − Σ lent_h
+//     however far the refill alone would have gone.
 //   - fixed_window, sliding_window: a grant already counts in its window,
 //     so lent_h does not cap anything; it lives in the window (a new
 //     window starts with no loans) and bounds returns.

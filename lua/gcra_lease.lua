@@ -372,7 +372,9 @@ if granted > 0 or (si and ls[si + 3] > now) then
     if granted > 0 then keep = run else keep = run + late end
   end
   local cost = math.ceil(granted * pf / lf)
-  tat = math.max(tat, now) + cost
+  -- A grant without a holder lends nothing: it moves the TAT on from
+  -- the floor (see lease.GCRAState.Lease).
+  if holder ~= '' then tat = math.max(tat, now) + cost else tat = base + cost end
   -- settling
   if si and run ~= ls[si + 2] then
     local exp = ls[si + 3]

@@ -382,7 +382,10 @@ if granted > 0 or (si and ls[si + 3] > t) then
     if granted > 0 then keep = run else keep = run + late end
   end
   tokens = tokens - granted
-  local stored = raw - granted
+  -- A grant without a holder lends nothing: it comes off the level as
+  -- capped (see lease.TokenBucketState.Lease).
+  local stored = tokens
+  if holder ~= '' then stored = raw - granted end
   -- settling
   if si and run ~= ls[si + 2] then
     local exp = ls[si + 3]

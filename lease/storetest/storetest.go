@@ -91,6 +91,8 @@ var cases = []struct {
 	{"lent/bounded_return", lentBoundedReturn},
 	{"lent/token_bucket_cap", func(e *env) { lentCap(e, lease.TokenBucket) }},
 	{"lent/gcra_cap", func(e *env) { lentCap(e, lease.GCRA) }},
+	{"lent/token_bucket_cap_spends", func(e *env) { lentCapSpends(e, lease.TokenBucket) }},
+	{"lent/gcra_cap_spends", func(e *env) { lentCapSpends(e, lease.GCRA) }},
 	{"lent/token_bucket_spent_before", func(e *env) { lentSpentBefore(e, lease.TokenBucket) }},
 	{"lent/gcra_spent_before", func(e *env) { lentSpentBefore(e, lease.GCRA) }},
 	{"lent/token_bucket_unanswered", func(e *env) { lentUnanswered(e, lease.TokenBucket) }},
@@ -861,6 +863,23 @@ func lentCap(e *env, alg lease.Algorithm) {
 	}
 	e.ret(k, p, 1, "h gives back the 1 it holds: its loan ends")
 	e.lease(k, p, 0, 0, grantExp{0, 1, 0, anyDur}, "1 back; the token h spent counts as spent now, and refills from here")
+}
+
+// lentCapSpends: tokens spent with no loan (a call without a Lessee ID)
+// while another holder's loan caps the level come off what that cap
+// leaves, even when the refill alone would have filled the bucket: the
+// calls of one second admit capacity − lent, not more.
+func lentCapSpends(e *env, alg lease.Algorithm) {
+	k := e.key()
+	p := lease.Policy{Algorithm: alg, Limit: 5, Period: time.Second} // burst 5, a token per 200ms
+	e.leaseH(k, p, 3, 3, grantExp{3, 2, 0, ms(600)}, "h takes 3 of 5")
+	e.advance(time.Second)
+	e.lease(k, p, 0, 0, grantExp{0, 2, 0, anyDur}, "a second later the refill would fill the bucket, but h's 3 still count: 5 − 3 = 2")
+	e.lease(k, p, 1, 1, grantExp{1, 1, 0, anyDur}, "one of the 2")
+	e.lease(k, p, 1, 1, grantExp{1, 0, 0, anyDur}, "the other")
+	e.lease(k, p, 1, 1, grantExp{0, 0, anyDur, anyDur}, "none left while h's loan runs and no time passes")
+	e.ret(k, p, 3, "h gives back its 3")
+	e.lease(k, p, 0, 0, grantExp{0, 3, 0, anyDur}, "h's 3 are back: 5 − the 2 spent")
 }
 
 // lentExpiry: a loan that ends counts as spent at its expiry; the refill
