@@ -40,10 +40,15 @@ func TestNodeMemoryPerKey(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	rules := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rules, []byte("rules:\n  - name: mem\n    algorithm: token_bucket\n    limit: 1000\n    period: 1s\n"), 0o644); err != nil {
+	// 100 a day: a token takes 14 minutes to refill, so every key's state
+	// is still what the limit must remember at the end of the run (with a
+	// limit of 1000 a second, a key checked once is full again 1ms later
+	// and a store deciding in place rightly forgets it).
+	if err := os.WriteFile(rules, []byte("rules:\n  - name: mem\n    algorithm: token_bucket\n    limit: 100\n    period: 24h\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("memory", func(t *testing.T) { memoryPerKey(t, bin, rules, "", n) })
+	t.Run("memory-leases", func(t *testing.T) { memoryPerKey(t, bin, rules, "", n, "-memory-leases") })
 	t.Run("redis", func(t *testing.T) {
 		if _, err := exec.LookPath("redis-server"); err != nil {
 			t.Skip("redis-server not installed")
@@ -57,7 +62,7 @@ func TestNodeMemoryPerKey(t *testing.T) {
 	})
 }
 
-func memoryPerKey(t *testing.T, bin, rules, redisAddr string, n int) {
+func memoryPerKey(t *testing.T, bin, rules, redisAddr string, n int, extra ...string) {
 	addr, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +73,7 @@ func memoryPerKey(t *testing.T, bin, rules, redisAddr string, n int) {
 	if redisAddr != "" {
 		args = append(args, "-redis", redisAddr)
 	}
+	args = append(args, extra...)
 	p, err := StartProcess("sluiced", bin, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +101,11 @@ func memoryPerKey(t *testing.T, bin, rules, redisAddr string, n int) {
 	wg.Wait()
 	took := time.Since(start)
 	after := rss(t, p.Pid())
+	// The first key is still remembered: 99 of its 100 left.
+	status, body, err := peek(addr, key(100))
+	if err != nil || status != fasthttp.StatusOK || !bytes.Contains(body, []byte(`"remaining":99`)) {
+		t.Fatalf("peek of the first key after the run: %d %s %v; want 99 remaining", status, body, err)
+	}
 	keyBytes := len(key(0))
 	perKey := float64(after-before) / float64(n-100)
 	t.Logf("%d keys in %v: RSS %d -> %d MiB, %.0f B per key, %.0f B beyond the key's %d bytes",
@@ -160,6 +171,20 @@ func checkKeys(t *testing.T, addr string, lo, hi int, key func(int) string) {
 			return
 		}
 	}
+}
+
+// peek checks key with hits 0.
+func peek(addr, key string) (int, []byte, error) {
+	req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(res)
+	req.SetRequestURI("http://" + addr + "/v1/check")
+	req.Header.SetMethod("POST")
+	req.SetBodyString(`{"rule":"mem","key":"` + key + `","hits":0}`)
+	if err := fasthttp.Do(req, res); err != nil {
+		return 0, nil, err
+	}
+	return res.StatusCode(), append([]byte(nil), res.Body()...), nil
 }
 
 // rss is the resident set of process pid, in bytes.

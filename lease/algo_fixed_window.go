@@ -167,6 +167,23 @@ func (s *FixedWindowState) Return(p Policy, now time.Time, n int64, holder strin
 	s.Count = max(0, s.Count-back)
 }
 
+// Refund gives back n tokens that calls without a Lessee ID were granted:
+// it lowers the current window's count by min(n, what of it no loan or
+// share lends), so that what the holders may still return stays counted.
+// A grant of an earlier window cannot be told from one of this window:
+// a refund that comes after its window ended lowers the current one's
+// count, as a Manager's refund to its bucket does then.
+func (s *FixedWindowState) Refund(p Policy, now time.Time, n int64) {
+	was := *s
+	s.roll(unixMicros(now), periodMicros(p))
+	back := min(n, s.Count-s.Loans.total())
+	if back <= 0 {
+		*s = was // nothing to give back: the state as it was (see roll)
+		return
+	}
+	s.Count -= back
+}
+
 // Expiry is two windows after Start, or one window after the end of the
 // last window a share is lent into, whichever is later.
 func (s *FixedWindowState) Expiry(p Policy) int64 {

@@ -153,6 +153,20 @@ func (s *GCRAState) Return(p Policy, now time.Time, n int64, holder string) {
 	s.trim(t, pf, lf)
 }
 
+// Refund gives back n tokens that calls without a Lessee ID were granted:
+// the TAT moves back as Return moves it (floor(n*P/L), not before now).
+// The loans' floors still apply when read. A key without state is full:
+// nothing to do.
+func (s *GCRAState) Refund(p Policy, now time.Time, n int64) {
+	if s.TAT == 0 || n <= 0 {
+		return
+	}
+	t := unixMicros(now)
+	pf, lf := float64(periodMicros(p)), float64(p.Limit)
+	s.TAT = tatBack(s.TAT, t, n, pf, lf)
+	s.trim(t, pf, lf)
+}
+
 // tatBack is the TAT after n tokens come back at t (a return, or an
 // unanswered call's grant): max(t, max(TAT, t) − floor(n·P/L)).
 func tatBack(tat, t, n int64, pf, lf float64) int64 {

@@ -150,5 +150,19 @@ func (s *SlidingWindowState) Return(p Policy, now time.Time, n int64, holder str
 	s.Start, s.Prev, s.Cur = ws, prev, max(0, cur-back)
 }
 
+// Refund gives back n tokens that calls without a Lessee ID were granted
+// in the current window: it lowers its count by min(n, what of it no loan
+// lends). A count that has rolled into the previous window's weight
+// stays (see FixedWindowState.Refund for a refund that comes late).
+func (s *SlidingWindowState) Refund(p Policy, now time.Time, n int64) {
+	ws, _, cur := s.current(unixMicros(now), periodMicros(p))
+	if ws != s.Start || n <= 0 {
+		return
+	}
+	if back := min(n, cur-s.Loans.total()); back > 0 {
+		s.Cur = cur - back
+	}
+}
+
 // Expiry is two windows after Start: by then both counts have rolled out.
 func (s *SlidingWindowState) Expiry(p Policy) int64 { return s.Start + 2*periodMicros(p) }

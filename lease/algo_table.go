@@ -131,6 +131,9 @@ type leasedState interface {
 	algoState
 	Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant
 	Return(p Policy, now time.Time, n int64, holder string)
+	// Refund gives back n tokens that calls without a Lessee ID were
+	// granted (MemoryStore.Refund).
+	Refund(p Policy, now time.Time, n int64)
 }
 
 // logState is the memory-store state of a kindLog algorithm.

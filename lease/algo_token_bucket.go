@@ -143,6 +143,21 @@ func (s *TokenBucketState) Return(p Policy, now time.Time, n int64, holder strin
 	s.trim(u, pf, lf, cf)
 }
 
+// Refund gives back n tokens that calls without a Lessee ID were granted
+// (spent at once): the stored level rises by n, at most to C. The loans
+// are left as they are (their caps on the level still apply). A key
+// without state is a full bucket: nothing to do.
+func (s *TokenBucketState) Refund(p Policy, now time.Time, n int64) {
+	if s.Updated == 0 || n <= 0 {
+		return
+	}
+	t := unixMicros(now)
+	pf, lf, cf := float64(periodMicros(p)), float64(p.Limit), float64(p.Capacity())
+	u := max(s.Updated, t)
+	s.Tokens, s.Updated = math.Min(cf, s.raw(t, pf, lf, cf)+float64(n)), u
+	s.trim(u, pf, lf, cf)
+}
+
 // Expiry is when the bucket is full again with no further calls (unix
 // µs, rounded up): from then on the state equals no state. Updated +
 // ceil((C - Tokens)*P/L), or later while loans run (loans.fullIn).

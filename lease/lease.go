@@ -1,7 +1,9 @@
 // Package lease owns Sluice's decisions: the algorithms and their math, the
 // Store interface that holds the authoritative state of every counter key,
 // the in-memory Store, and the Manager that keeps leased tokens in memory so
-// that almost every check is answered without I/O.
+// that almost every check is answered without I/O. On a Store in the
+// process's own memory a Manager may instead decide each check in the Store
+// (Config.Direct), leasing nothing.
 //
 // # Algorithms
 //

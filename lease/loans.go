@@ -53,6 +53,16 @@ func (ls loans) lentTo(holder string, t int64) int64 {
 	return 0
 }
 
+// total is the tokens ls lends, whether or not their loans expired (the
+// windows' loans, which end with their window).
+func (ls loans) total() int64 {
+	var n int64
+	for _, l := range ls {
+		n += l.Lent
+	}
+	return n
+}
+
 // after is A(e): the tokens of the loans that expire at or after e, which
 // all still counted just before e.
 func (ls loans) after(e int64) int64 {

@@ -84,15 +84,21 @@ import (
 // the idle sweeper, prefetches and background returns); Close stops them
 // and returns every lease. A Manager is safe for concurrent use.
 type Manager struct {
-	cfg     Config
-	met     *leaseMetrics
-	store   *Breaker
-	local   Store
-	own     *MemoryStore // the default Local, closed by Close
-	clock   *coarseClock // nil when cfg.Now was given
-	nowFn   func() time.Time
-	touchMs uint32 // lastUse resolution
-	idleMs  uint32
+	cfg   Config
+	met   *leaseMetrics
+	store *Breaker
+	local Store
+	own   *MemoryStore // the default Local, closed by Close
+	// direct is the Store itself with Config.Direct (nil without): its
+	// calls skip the breaker, whose timeout and latency histogram would
+	// cost a call into memory more than the call. refunder is its Refund,
+	// nil without one.
+	direct   Store
+	refunder refunder
+	clock    *coarseClock // nil when cfg.Now was given
+	nowFn    func() time.Time
+	touchMs  uint32 // lastUse resolution
+	idleMs   uint32
 
 	buckets index
 	// striped holds the stripes of the contended keys' tokens on hand.
@@ -184,7 +190,10 @@ type stats struct {
 
 // Stats is a snapshot of a Manager's counters.
 type Stats struct {
-	// ActiveKeys is the number of local buckets.
+	// ActiveKeys is the number of local buckets; with Config.Direct,
+	// which keeps none, the keys the Store holds state for, when it can
+	// count them (MemoryStore.Len). The sluice_lease_active_keys gauge
+	// counts buckets only.
 	ActiveKeys int64
 	// LocalHits is the hits spent from leased tokens (including those of
 	// the check that made each lease). It is counted when the bucket next
@@ -211,6 +220,9 @@ type Stats struct {
 	AheadRolls int64
 	// Breaker is the state of the Store's breaker.
 	Breaker BreakerState
+	// Direct is Config.Direct: every check is a Store call of its own
+	// (StoreDecisions), nothing is leased.
+	Direct bool
 }
 
 // slot is a bucket's lease slot: one Store call per bucket at a time.
@@ -258,6 +270,10 @@ func NewManager(store Store, cfg Config) *Manager {
 		bc.AfterFunc = func(time.Duration, func()) func() bool { return func() bool { return true } }
 	}
 	m.store = NewBreaker(store, bc)
+	if cfg.Direct {
+		m.direct = store
+		m.refunder, _ = store.(refunder)
+	}
 	m.local = cfg.Local
 	if m.local == nil {
 		m.own = NewMemoryStore(MemoryStoreConfig{Now: m.nowFn})
@@ -310,8 +326,12 @@ func (m *Manager) preciseNanos() int64 { return m.nowFn().UnixNano() }
 
 // Stats returns a snapshot of the Manager's counters.
 func (m *Manager) Stats() Stats {
+	active := m.st.active.Load()
+	if c, ok := m.direct.(interface{ Len() int }); ok {
+		active = int64(c.Len())
+	}
 	return Stats{
-		ActiveKeys:        m.st.active.Load(),
+		ActiveKeys:        active,
 		LocalHits:         m.st.localHits.Load(),
 		LocalDenials:      m.st.localDenials.Load(),
 		StoreDecisions:    m.st.storeDecisions.Load(),
@@ -323,6 +343,7 @@ func (m *Manager) Stats() Stats {
 		TokensReturned:    m.st.tokensReturned.Load(),
 		AheadRolls:        m.st.aheadRolls.Load(),
 		Breaker:           m.store.State(),
+		Direct:            m.cfg.Direct,
 	}
 }
 

@@ -131,6 +131,19 @@ type Config struct {
 	// BatchWorkers is how many checks of one TakeMany at most wait for the
 	// Store at once. Zero means 64.
 	BatchWorkers int
+	// Direct decides each check of a leased algorithm with one Store call
+	// of its own that spends its hits at once (a Lease without a Lessee
+	// ID), and keeps no bucket: nothing is leased, so nothing is held
+	// unspent, idle, returned or prefetched, and every decision is the
+	// Store's. It is for a Store in the process's own memory (a
+	// MemoryStore), where a call costs about what a bucket's check does
+	// (a shard's lock and the algorithm's arithmetic: 0.1–0.6 µs) and a
+	// lease would only keep each key twice. The calls run without
+	// StoreTimeout or CheckBudget, and the Store is handed the caller's
+	// key (a Store that keeps it must copy it, as MemoryStore does).
+	// Refund gives hits back through the Store's Refund method when it has
+	// one (MemoryStore.Refund), and is a no-op otherwise.
+	Direct bool
 	// Local is the Store that FailLocal rules decide from while the Store
 	// is unavailable: this node's memory. Nil means a private MemoryStore.
 	Local Store

@@ -25,6 +25,9 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if hits < 0 || hits > MaxHits {
 		return Decision{}, errHits(hits)
 	}
+	if m.cfg.Direct && p.Algorithm.Leased() {
+		return m.takeDirect(key, p, hits)
+	}
 	now := m.nanosFor(&p)
 	b := m.buckets.load(key)
 	// The fast path, as takeFast (written out here: the call costs the
@@ -111,6 +114,15 @@ var errPending = errors.New("lease: check not decided yet")
 // The keys need not outlive the call, as for Take; cs must not be used by
 // other goroutines during it. TakeMany is safe for concurrent use.
 func (m *Manager) TakeMany(cs []Check) {
+	if m.cfg.Direct {
+		// Every Store call is a call into memory: in order, on this
+		// goroutine.
+		for i := range cs {
+			c := &cs[i]
+			c.Decision, c.Err = m.Take(c.Key, c.Policy, c.Hits)
+		}
+		return
+	}
 	now := m.preciseNanos() // once for the batch: it may hold windows (see nanosFor)
 	misses := 0
 	for i := range cs {
@@ -199,6 +211,10 @@ func (b *bucket) reset(local, now int64) time.Duration {
 // it would put tokens there that no Store ever granted (over-admission).
 func (m *Manager) Refund(key string, p Policy, hits int64) {
 	if hits <= 0 || hits > MaxHits || !p.Algorithm.Leased() {
+		return
+	}
+	if m.cfg.Direct {
+		m.refundDirect(key, p, hits)
 		return
 	}
 	b := m.buckets.load(key)

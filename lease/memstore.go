@@ -629,6 +629,39 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 	return nil
 }
 
+// Refund gives back hits that Lease calls without a Lessee ID granted
+// (spent at once) for a request that was then denied, as a Manager with
+// Config.Direct refunds them: token_bucket's level rises by hits (at most
+// to its capacity), gcra's TAT moves back, the windows' current count
+// falls by at most what no loan lends. It is not part of the Store
+// interface: a Store that lends every token to a holder gets them back
+// with Return. Invalid arguments are refused as Return refuses them; a key
+// without state is a no-op.
+func (m *MemoryStore) Refund(ctx context.Context, key string, p Policy, hits int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := CheckReturn(p, hits, ""); err != nil {
+		return fmt.Errorf("cannot refund tokens: %w", err)
+	}
+	now := m.now()
+	sh, h := m.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := unixMicros(now)
+	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
+		st := sh.state(p.Algorithm, slot, ok)
+		defer sh.done(st)
+		m.reportBakes(key, st)
+		st.(leasedState).Refund(p, now, hits)
+		// A refund names no holder: saving cannot fail.
+		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
+			return fmt.Errorf("cannot refund tokens: %w", err)
+		}
+	}
+	return nil
+}
+
 // reportBakes has st tell OnBake, if set, of the ended loans the call on
 // key bakes (see MemoryStoreConfig.OnBake); sh.done clears it.
 func (m *MemoryStore) reportBakes(key string, st algoState) {

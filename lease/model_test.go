@@ -70,6 +70,9 @@ func TestModel(t *testing.T) {
 		// are justified; pending: skipped, why.
 		safety  bool
 		pending string
+		// direct: the Managers decide every check against the Store
+		// (Config.Direct).
+		direct bool
 	}
 	var runs []run
 	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
@@ -82,6 +85,7 @@ func TestModel(t *testing.T) {
 		run{name: "mixed"},
 		run{name: "mixed/windows", algs: []lease.Algorithm{lease.FixedWindow, lease.SlidingWindow, lease.SlidingLog, lease.Concurrency}},
 	)
+	runs = append(runs, run{name: "direct", direct: true})
 	total := modeltest.Summary{}
 	for i, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
@@ -95,7 +99,11 @@ func TestModel(t *testing.T) {
 				Seed: uint64(i) * 1_000_000, Seeds: 100, Steps: 250, Holders: r.holders, Algorithms: r.algs,
 				SafetyOnly: r.safety, Ahead: true,
 			})
-			s := modeltest.Run(t, memoryHarness(), o)
+			h := memoryHarness()
+			if r.direct {
+				h.Config = func(c *lease.Config) { c.Direct = true }
+			}
+			s := modeltest.Run(t, h, o)
 			total.Seeds += s.Seeds
 			total.Steps += s.Steps
 			total.Checks += s.Checks

@@ -25,8 +25,10 @@ import (
 // SLUICE_MEMORY_KEYS=N (unset, the test is skipped) it checks N distinct
 // keys of one token_bucket rule once each through POST /v1/checks on
 // loopback and logs the live heap per key beyond the key, on the in-memory
-// store, or with SLUICE_MEMORY_STORE=redis on a redis-server of its own
-// (the heap is then the node's alone). With -memprofile, the profile shows
+// store (deciding in the store, as sluiced does; SLUICE_MEMORY_STORE=leases
+// leasing from it, as sluiced -memory-leases), or with
+// SLUICE_MEMORY_STORE=redis on a redis-server of its own (the heap is then
+// the node's alone). With -memprofile, the profile shows
 // where the bytes are:
 //
 //	SLUICE_MEMORY_KEYS=200000 go test -count=1 -run LiveHeapPerKey -v -memprofile /tmp/heap.prof -memprofilerate 512 ./node/
@@ -54,10 +56,13 @@ func TestLiveHeapPerKey(t *testing.T) {
 	}
 	cfg := lease.DefaultConfig()
 	cfg.Idle = time.Hour // every key stays active
+	// On the memory store a node decides in the store, as sluiced does
+	// (SLUICE_MEMORY_STORE=leases: it leases, as sluiced -memory-leases).
+	cfg.Direct = os.Getenv("SLUICE_MEMORY_STORE") == ""
 	mgr := lease.NewManager(store, cfg)
 	defer mgr.Close()
 	nd := node.New(node.DefaultConfig(), mgr)
-	set, err := rules.Parse([]byte("rules:\n  - name: mem\n    algorithm: token_bucket\n    limit: 1000\n    period: 1s\n"))
+	set, err := rules.Parse([]byte("rules:\n  - name: mem\n    algorithm: token_bucket\n    limit: 100\n    period: 24h\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

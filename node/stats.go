@@ -83,6 +83,9 @@ type statsStore struct {
 	Returns           int64  `json:"returns"`
 	TokensLeased      int64  `json:"tokens_leased"`
 	TokensReturned    int64  `json:"tokens_returned"`
+	// InStore: every check is decided in the Store (the in-memory store,
+	// lease.Config.Direct); nothing is leased.
+	InStore bool `json:"in_store,omitempty"`
 }
 
 func storeOf(s lease.Stats) *statsStore {
@@ -91,7 +94,7 @@ func storeOf(s lease.Stats) *statsStore {
 		ActiveKeys: s.ActiveKeys, StoreDecisions: s.StoreDecisions,
 		DegradedDecisions: s.DegradedDecisions, LocalDenials: s.LocalDenials,
 		Leases: s.Leases, Prefetches: s.Prefetches, AheadRolls: s.AheadRolls, Returns: s.Returns,
-		TokensLeased: s.TokensLeased, TokensReturned: s.TokensReturned,
+		TokensLeased: s.TokensLeased, TokensReturned: s.TokensReturned, InStore: s.Direct,
 	}
 }
 

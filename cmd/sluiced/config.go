@@ -59,6 +59,10 @@ type options struct {
 	forwardTimeout time.Duration
 	rulesPoll      time.Duration
 	logLevel       slog.Level
+	// memoryLeases: on the in-memory store, lease into buckets as on
+	// Redis instead of deciding each check in the store
+	// (lease.Config.Direct).
+	memoryLeases bool
 	// hotSplit: split hot keys over the cluster (false: detect and show
 	// them in /v1/hotkeys, never split).
 	hotSplit bool
@@ -308,6 +312,14 @@ func settings() []setting {
 				return errors.New("want true or false")
 			}
 			o.acceptUnsignedRules = b
+			return nil
+		}},
+		{"memory-leases", "SLUICE_MEMORY_LEASES", "false", "on the in-memory store (no -redis), lease tokens into a bucket per key as on Redis instead of deciding each check in the store: about twice the memory per key (a bucket beside the store's record), checks of one hot key spread over CPUs instead of taking its shard's lock, and decisions no longer exact (a bucket holds a batch). Ignored with -redis", func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.memoryLeases = b
 			return nil
 		}},
 		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {

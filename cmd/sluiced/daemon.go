@@ -112,6 +112,9 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	if o.leaseAhead == 0 {
 		mcfg.AheadHorizon = -1 // none
 	}
+	// On the in-memory store every check is decided in it: a lease would
+	// keep each key twice, to save a call into this process's memory.
+	mcfg.Direct = o.redis == "" && !o.memoryLeases
 	mcfg.StoreTimeout = o.storeTimeout
 	mcfg.CheckBudget = o.checkBudget
 	mcfg.Logger = log

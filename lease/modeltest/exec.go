@@ -376,3 +376,19 @@ func (r *recorder) Return(ctx context.Context, key string, p lease.Policy, token
 	r.bakes(key)
 	return err
 }
+
+// Refund passes a Manager's refund (lease.Config.Direct) to the Store,
+// when it takes them (lease.MemoryStore.Refund); the model counts the
+// refund itself from the op (it is the Manager's Refund).
+func (r *recorder) Refund(ctx context.Context, key string, p lease.Policy, hits int64) error {
+	rf, ok := r.Store.(interface {
+		Refund(ctx context.Context, key string, p lease.Policy, hits int64) error
+	})
+	if !ok {
+		return nil
+	}
+	err := rf.Refund(ctx, key, p, hits)
+	r.md.note("m%d Refund(%s, %d) err %v", r.m, r.md.short(key), hits, err)
+	r.bakes(key)
+	return err
+}

@@ -84,6 +84,10 @@ func TestE2EDashboard(t *testing.T) {
 	poll(t, ctx, "demo's 429s in its row",
 		`document.querySelector('tr.rule-row[data-rule="demo"] .spark rect.denied') !== null`)
 	poll(t, ctx, "the Store's breaker", `document.getElementById('breaker').textContent.includes('closed')`)
+	// The node runs on the in-memory store, which decides every check
+	// itself: the box says so, with no lease rows.
+	poll(t, ctx, "the checks decided in the memory store",
+		`document.getElementById('store').textContent.includes('Checks decided in the memory store') && !document.getElementById('store').textContent.includes('Lease calls')`)
 	poll(t, ctx, "the members", `document.querySelector('#members td') !== null`)
 
 	{

@@ -408,9 +408,15 @@
       el('h3', { text: 'This node' }),
       el('div', { class: 'kv' },
         el('span', { text: 'Active keys' }), el('span', { text: fmt(st.active_keys) }),
-        el('span', { text: 'Checks that waited for the Store' }), el('span', { text: fmt(st.store_decisions) }),
-        el('span', { text: 'Lease calls (sync + prefetch)' }), el('span', { text: fmt(st.leases + st.prefetches) }),
-        el('span', { text: 'Tokens leased / returned' }), el('span', { text: fmt(st.tokens_leased) + ' / ' + fmt(st.tokens_returned) }),
+        // On the in-memory store every check is decided in it: nothing
+        // is leased, so the lease rows would only say 0.
+        ...(st.in_store ? [
+          el('span', { text: 'Checks decided in the memory store' }), el('span', { text: fmt(st.store_decisions) }),
+        ] : [
+          el('span', { text: 'Checks that waited for the Store' }), el('span', { text: fmt(st.store_decisions) }),
+          el('span', { text: 'Lease calls (sync + prefetch)' }), el('span', { text: fmt(st.leases + st.prefetches) }),
+          el('span', { text: 'Tokens leased / returned' }), el('span', { text: fmt(st.tokens_leased) + ' / ' + fmt(st.tokens_returned) }),
+        ]),
         el('span', { text: 'Degraded decisions' }), el('span', { text: fmt(st.degraded_decisions) }),
       ),
       s.upstream ? el('h3', { text: 'Global tier' }) : null,
