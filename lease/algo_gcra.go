@@ -110,14 +110,19 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 		keep := sp.keep(s.Loans, t, g.Granted)
 		cost := int64(math.Ceil(float64(g.Granted) * pf / lf))
 		// The stored TAT is the grants' (see TokenBucketState.Lease):
-		// the loans' floors apply when read. A grant without a Lessee
-		// ID lends nothing: it moves the TAT on from the floor.
-		if to.ID != "" {
-			s.TAT = max(s.TAT, t) + cost
-		} else {
+		// the loans' floors apply when read. A grant without a Lessee ID
+		// while a floor binds moves the TAT on from the floor, baking it
+		// in (see TokenBucketState.Lease).
+		baked := to.ID == "" && g.Granted > 0 && base > max(s.TAT, t)
+		if baked {
 			s.TAT = base + cost
+		} else {
+			s.TAT = max(s.TAT, t) + cost
 		}
 		s.Loans = s.Loans.settling(to, t, g.Granted > 0).retire(t).settle(to, keep, g.Granted, t, false)
+		if baked {
+			s.bake.report(Loan{Expires: t}, s.Loans.after(t))
+		}
 		s.Last = lastCallOf(to, g.Granted)
 		s.trim(t, pf, lf)
 		d = base + cost - t

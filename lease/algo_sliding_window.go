@@ -150,10 +150,12 @@ func (s *SlidingWindowState) Return(p Policy, now time.Time, n int64, holder str
 	s.Start, s.Prev, s.Cur = ws, prev, max(0, cur-back)
 }
 
-// Refund gives back n tokens that calls without a Lessee ID were granted
-// in the current window: it lowers its count by min(n, what of it no loan
-// lends). A count that has rolled into the previous window's weight
-// stays (see FixedWindowState.Refund for a refund that comes late).
+// Refund gives back n tokens that calls without a Lessee ID were granted:
+// it lowers the current window's count by min(n, what of it no loan
+// lends). As for FixedWindowState.Refund, a grant of an earlier window
+// cannot be told from one of this window: a refund that comes after its
+// window ended lowers the current window's count if that window has one
+// (a count that has rolled into the previous window's weight stays).
 func (s *SlidingWindowState) Refund(p Policy, now time.Time, n int64) {
 	ws, _, cur := s.current(unixMicros(now), periodMicros(p))
 	if ws != s.Start || n <= 0 {

@@ -94,17 +94,24 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		tokens -= float64(g.Granted)
 		// The stored level is the refill less the grants: the running
 		// loans cap it when read, the ended ones too until trim drops
-		// them (or bakes their cap in). A grant to a holder becomes a
-		// loan, which lowers that cap by itself; one without a Lessee ID
-		// is spent now and lends nothing, so it comes off the level as
-		// capped, or a refill above the cap would hide it.
-		if to.ID != "" {
-			s.Tokens = s.raw(t, pf, lf, cf) - float64(g.Granted)
-		} else {
+		// them (or bakes their cap in).
+		raw := s.raw(t, pf, lf, cf)
+		s.Tokens = raw - float64(g.Granted)
+		// A grant to a holder becomes a loan, which lowers the caps by
+		// itself. One without a Lessee ID lends nothing: while a cap
+		// binds, the refill above it would hide the grant, so it comes
+		// off the level as capped, which bakes the binding caps into the
+		// stored level as trim bakes an ended loan's (the loans' tokens
+		// count as spent now at the latest).
+		baked := to.ID == "" && g.Granted > 0 && tokens+float64(g.Granted) < raw
+		if baked {
 			s.Tokens = tokens
 		}
 		s.Updated = u
 		s.Loans = s.Loans.settling(to, u, g.Granted > 0).retire(u).settle(to, keep, g.Granted, u, false)
+		if baked {
+			s.bake.report(Loan{Expires: u}, s.Loans.after(u))
+		}
 		s.Last = lastCallOf(to, g.Granted)
 		s.trim(u, pf, lf, cf)
 	}

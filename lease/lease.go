@@ -109,7 +109,9 @@
 //     empty Lessee ID: spent at once, lending nothing) is taken off the
 //     level as the caps leave it (the TAT moves on from the floor), so
 //     that such spends while a loan runs never pass capacity − Σ lent_h
-//     however far the refill alone would have gone.
+//     however far the refill alone would have gone; when a cap binds,
+//     that bakes it into the stored level as the oldest ended loan's is
+//     baked (the loans' tokens count as spent by then at the latest).
 //   - fixed_window, sliding_window: a grant already counts in its window,
 //     so lent_h does not cap anything; it lives in the window (a new
 //     window starts with no loans) and bounds returns.

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/lease/logkey"
@@ -21,6 +22,9 @@ func (m *Manager) takeDirect(key string, p Policy, hits int64) (Decision, error)
 	m.met.decisionsStore.Inc()
 	g, err := m.direct.Lease(m.ctx, key, p, hits, hits, Lessee{})
 	if err != nil {
+		if fe := (*FieldError)(nil); errors.As(err, &fe) {
+			return Decision{}, fe // as a leasing Manager's Take says it
+		}
 		if callerError(err) {
 			return Decision{}, err
 		}

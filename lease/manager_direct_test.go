@@ -91,42 +91,51 @@ func TestDirectDecidesEveryCheckInStore(t *testing.T) {
 }
 
 // Refund with Config.Direct gives the hits back to the Store, never
-// more than were spent without a loan: a holder's loan on the key (a
-// gateway's, leasing from this node) stays counted, and nothing passes the
-// capacity.
+// more than were spent: nothing passes the capacity, and a holder's loan
+// on the key (a gateway's, leasing from this node) stays counted.
 func TestDirectRefund(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range leasedPolicies() {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			ms, s, _ := directManagers(t, 1)
 			m := ms[0]
-			admit := func(want int) {
+			admit := func(key string, want int) {
 				t.Helper()
 				for i := range want {
-					if d := mustTake(t, m, "k", p, 1); !d.Allowed {
-						t.Fatalf("check %d of %d denied: %+v", i+1, want, d)
+					if d := mustTake(t, m, key, p, 1); !d.Allowed {
+						t.Fatalf("%s: check %d of %d denied: %+v", key, i+1, want, d)
 					}
 				}
-				if d := mustTake(t, m, "k", p, 1); d.Allowed {
-					t.Fatalf("check %d allowed, want %d then a denial", want+1, want)
+				if d := mustTake(t, m, key, p, 1); d.Allowed {
+					t.Fatalf("%s: check %d allowed, want %d then a denial", key, want+1, want)
 				}
 			}
-			g, err := s.Lease(ctx, "k", p, 3, 3, Lessee{ID: "gw", TTL: time.Minute, Call: 1})
+			admit("k", 5)
+			m.Refund("k", p, 2)
+			admit("k", 2)
+			m.Refund("k", p, 100) // 5 were spent
+			admit("k", 5)
+
+			g, err := s.Lease(ctx, "l", p, 3, 3, Lessee{ID: "gw", TTL: time.Minute, Call: 1})
 			if err != nil || g.Granted != 3 {
 				t.Fatalf("the gateway's lease: %+v, %v", g, err)
 			}
-			admit(2)
-			m.Refund("k", p, 5) // 2 were spent without a loan
-			admit(2)
-			// Back to the key, the loan's tokens are the capacity's:
-			// a refund of more than was spent gives back what was.
-			if err := s.Return(ctx, "k", p, 3, "gw"); err != nil {
-				t.Fatal(err)
-			}
-			admit(3)
-			m.Refund("k", p, 100)
-			admit(5)
+			admit("l", 2)
+			m.Refund("l", p, 5) // 2 were spent without a loan; the gateway's 3 stay lent
+			admit("l", 2)
 		})
+	}
+}
+
+// A refund under another algorithm than the key's state (a rule changed
+// meanwhile) changes nothing: the key keeps its state.
+func TestDirectRefundOtherAlgorithm(t *testing.T) {
+	ms, _, _ := directManagers(t, 1)
+	ps := leasedPolicies()
+	mustTake(t, ms[0], "k", ps[0], 5)
+	ms[0].Refund("k", ps[1], 5)
+	if d := mustTake(t, ms[0], "k", ps[0], 0); d.Remaining != 0 {
+		t.Fatalf("after a refund under %s, the %s key has %d remaining, want 0", ps[1].Algorithm, ps[0].Algorithm, d.Remaining)
 	}
 }
 
@@ -226,5 +235,22 @@ func BenchmarkTakeDirect(b *testing.B) {
 		})
 		_ = m.Close()
 		_ = store.Close()
+	}
+}
+
+// A bad call gets the error a leasing Manager gives, word for word.
+func TestDirectErrorsAsLeasing(t *testing.T) {
+	ms, _, _ := directManagers(t, 1)
+	leasing, _, _ := testManager(t, nil)
+	for _, p := range []Policy{
+		{Algorithm: TokenBucket, Limit: 0, Period: time.Second},
+		{Algorithm: FixedWindow, Limit: 5, Period: time.Microsecond},
+		{Algorithm: GCRA, Limit: 1, Period: time.Second, Burst: -1},
+	} {
+		_, derr := ms[0].Take("k", p, 1)
+		_, lerr := leasing.Take("k", p, 1)
+		if derr == nil || lerr == nil || derr.Error() != lerr.Error() {
+			t.Errorf("%+v: Direct says %v, leasing %v", p, derr, lerr)
+		}
 	}
 }

@@ -633,10 +633,15 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 // (spent at once) for a request that was then denied, as a Manager with
 // Config.Direct refunds them: token_bucket's level rises by hits (at most
 // to its capacity), gcra's TAT moves back, the windows' current count
-// falls by at most what no loan lends. It is not part of the Store
-// interface: a Store that lends every token to a holder gets them back
-// with Return. Invalid arguments are refused as Return refuses them; a key
-// without state is a no-op.
+// falls by at most what no loan lends. A cap that holds a token_bucket's
+// level (a gcra's TAT) below what the refund would give, a holder's
+// running loan or an ended one (a grant without a Lessee ID made while
+// such a cap held is kept as one), still holds it: refunded hits come back
+// as those caps lift, never sooner. A refund under another algorithm than
+// the key's state changes nothing. It is not part of the Store interface:
+// a Store that lends every token to a holder gets them back with Return.
+// Invalid arguments are refused as Return refuses them; a key without
+// state is a no-op.
 func (m *MemoryStore) Refund(ctx context.Context, key string, p Policy, hits int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -649,6 +654,12 @@ func (m *MemoryStore) Refund(ctx context.Context, key string, p Policy, hits int
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := unixMicros(now)
+	if slot, ok := sh.find(key, h); ok && sh.recs[slot].alg != p.Algorithm {
+		// Hits of another algorithm (the rule changed since): not this
+		// state's to take back, and no reason to drop it, as a lease of
+		// the new algorithm would.
+		return nil
+	}
 	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
 		st := sh.state(p.Algorithm, slot, ok)
 		defer sh.done(st)

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,9 +71,10 @@ func TestModel(t *testing.T) {
 		// are justified; pending: skipped, why.
 		safety  bool
 		pending string
-		// direct: the Managers decide every check against the Store
-		// (Config.Direct).
-		direct bool
+		// direct: the Managers that decide every check in the Store
+		// (Config.Direct): "all", or "m0" beside Managers that lease
+		// (a node on the memory store, gateways leasing from it).
+		direct string
 	}
 	var runs []run
 	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
@@ -85,7 +87,7 @@ func TestModel(t *testing.T) {
 		run{name: "mixed"},
 		run{name: "mixed/windows", algs: []lease.Algorithm{lease.FixedWindow, lease.SlidingWindow, lease.SlidingLog, lease.Concurrency}},
 	)
-	runs = append(runs, run{name: "direct", direct: true})
+	runs = append(runs, run{name: "direct", direct: "all"}, run{name: "direct/beside-leases", direct: "m0", holders: 3})
 	total := modeltest.Summary{}
 	for i, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
@@ -100,8 +102,11 @@ func TestModel(t *testing.T) {
 				SafetyOnly: r.safety, Ahead: true,
 			})
 			h := memoryHarness()
-			if r.direct {
+			switch r.direct {
+			case "all":
 				h.Config = func(c *lease.Config) { c.Direct = true }
+			case "m0":
+				h.Config = func(c *lease.Config) { c.Direct = strings.HasPrefix(c.Holder, "m0.") }
 			}
 			s := modeltest.Run(t, h, o)
 			total.Seeds += s.Seeds

@@ -32,7 +32,7 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 		// on_store_failure and regional_floor).
 		Upstream *readyzUpstream `json:"upstream,omitempty"`
 	}
-	body.Store.State = n.mgr.Stats().Breaker.String()
+	body.Store.State = n.mgr.Store().State().String()
 	if u := n.cfg.Upstream; u != nil {
 		ok, err := u.State()
 		body.Upstream = &readyzUpstream{Reachable: ok}

@@ -335,7 +335,7 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, reset %v, lent %d, err %v%s%s",
 		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Reset, g.Lent, err, ahead, shared)
 	if err == nil && (want > 0 || to.ID != "") {
-		l := loan{lent: -1}
+		l := loan{lent: -1, direct: need > 0 && need == want}
 		if to.ID != "" {
 			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need,
 				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: !injected}

@@ -23,9 +23,14 @@ type model struct {
 	violation  string // found by a recorder callback, reported after the op
 	safetyOnly bool
 	lentKnown  bool // the Store reports loans (Lessee, Grant.Lent)
-	tracing    bool
-	notes      []string // the Store calls of the op, when tracing
-	checks     int
+	// direct holds the holders that decide in the Store (lease.Config.
+	// Direct: their checks' lease calls name no Lessee and need what
+	// they want): nothing is lent to them, and their refunds go to the
+	// Store, which takes back what they spent.
+	direct  map[int]bool
+	tracing bool
+	notes   []string // the Store calls of the op, when tracing
+	checks  int
 }
 
 type event struct {
@@ -424,12 +429,21 @@ type loan struct {
 	// for them (not the harness in its place).
 	aheadWindows, aheadTokens int64
 	aheadKnown                bool
+	// direct: a call without a Lessee that needs what it wants, a check
+	// decided in the Store (lease.Config.Direct), not a charge (need 0)
+	direct bool
 }
 
 // leased records a lease call's answer to holder m.
 func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	md.mu.Lock()
 	defer md.mu.Unlock()
+	if l.lent < 0 && l.direct {
+		if md.direct == nil {
+			md.direct = map[int]bool{}
+		}
+		md.direct[m] = true
+	}
 	i, ok := md.byName[key]
 	if !ok {
 		md.fail("lease of unknown key %q", key)
@@ -703,7 +717,7 @@ func (md *model) refunded(m int, it item) {
 			// spent before its last lease call (which settled them)
 			// stay spent.
 			r := e.hits
-			if md.lentKnown {
+			if md.lentKnown && !md.direct[m] {
 				r = min(r, max(0, k.lent[m]-k.heldNow(m, md.now)))
 			}
 			k.netAdm[m] -= r

@@ -868,7 +868,9 @@ func lentCap(e *env, alg lease.Algorithm) {
 // lentCapSpends: tokens spent with no loan (a call without a Lessee ID)
 // while another holder's loan caps the level come off what that cap
 // leaves, even when the refill alone would have filled the bucket: the
-// calls of one second admit capacity − lent, not more.
+// calls of one second admit capacity − lent, not more. (Such a spend
+// bakes the cap into the level, as a fifth ended loan does: see "Lent
+// tokens" in the lease package doc.)
 func lentCapSpends(e *env, alg lease.Algorithm) {
 	k := e.key()
 	p := lease.Policy{Algorithm: alg, Limit: 5, Period: time.Second} // burst 5, a token per 200ms
