@@ -230,8 +230,8 @@ rules:
     algorithm: fixed_window
     limit: %d
     period: 1s
-  # Limits no workload reaches: every check is answered from leased tokens
-  # (the node's best case). No key: only explicit checks reach it.
+  # Limits no workload reaches: every check is allowed (the node's best
+  # case). No key: only explicit checks reach it.
   - name: bench-big
     algorithm: token_bucket
     limit: 1000000000
@@ -561,7 +561,8 @@ func (st *suite) run(ctx context.Context) {
 		ceil.Stop(5 * time.Second)
 	}
 	if node != nil {
-		// The node's best case: every decision from leased tokens.
+		// The node's best case: every check allowed (on the memory store
+		// the node decides each in it; on Redis, from leased tokens).
 		st.measure(ctx, addr, phaseSpec{name: "mem-batch100-leased", rule: "bench-big", kind: Batch, conns: 16, work: 16, batch: 100,
 			keys: KeyConfig{Keys: 1000, Dist: Uniform}}, []*Process{node}, "")
 		// Decisions made in a gateway: a client.Limiter in this process
