@@ -192,8 +192,8 @@ type stats struct {
 type Stats struct {
 	// ActiveKeys is the number of local buckets; with Config.Direct,
 	// which keeps none, the keys the Store holds state for, when it can
-	// count them (MemoryStore.Len). The sluice_lease_active_keys gauge
-	// counts buckets only.
+	// count them (MemoryStore.Len), as the sluice_lease_active_keys gauge
+	// does after each sweep.
 	ActiveKeys int64
 	// LocalHits is the hits spent from leased tokens (including those of
 	// the check that made each lease). It is counted when the bucket next

@@ -3,9 +3,12 @@ package lease
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/sluicehq/sluice/lease/clocktest"
 )
@@ -252,5 +255,31 @@ func TestDirectErrorsAsLeasing(t *testing.T) {
 		if derr == nil || lerr == nil || derr.Error() != lerr.Error() {
 			t.Errorf("%+v: Direct says %v, leasing %v", p, derr, lerr)
 		}
+	}
+}
+
+// With Config.Direct the active keys are the Store's: Stats says so at
+// once, the sluice_lease_active_keys gauge after each sweep.
+func TestDirectActiveKeys(t *testing.T) {
+	clk := clocktest.New()
+	s := NewMemoryStore(MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
+	defer s.Close()
+	set := metrics.NewSet()
+	cfg := DefaultConfig()
+	cfg.Now, cfg.SweepInterval, cfg.Direct, cfg.Metrics = clk.Now, -1, true, set
+	m := NewManager(s, cfg)
+	defer m.Close()
+	p := leasedPolicies()[0]
+	for _, k := range []string{"a", "b", "c"} {
+		mustTake(t, m, k, p, 1)
+	}
+	if n := m.Stats().ActiveKeys; n != 3 {
+		t.Fatalf("ActiveKeys %d, want 3", n)
+	}
+	m.sweep(clk.Now())
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	if !strings.Contains(b.String(), "sluice_lease_active_keys 3\n") {
+		t.Fatalf("after a sweep, /metrics says:\n%s", b.String())
 	}
 }

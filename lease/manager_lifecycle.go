@@ -321,6 +321,11 @@ func (m *Manager) sweep(now time.Time) int {
 		m.chargeOwed() // charges that failed while the breaker stayed closed
 	}
 	m.prunePolicies()
+	if c, ok := m.direct.(interface{ Len() int }); ok {
+		// Config.Direct keeps no bucket: the gauge shows the Store's
+		// keys, as Stats.ActiveKeys does.
+		m.met.activeKeys.Set(float64(c.Len()))
+	}
 	return len(idle)
 }
 
