@@ -120,11 +120,14 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 			s.TAT = max(s.TAT, t) + cost
 		}
 		s.Loans = s.Loans.settling(to, t, g.Granted > 0).retire(t).settle(to, keep, g.Granted, t, false)
-		if baked {
-			s.bake.report(Loan{Expires: t}, s.Loans.after(t))
+		lent := s.Loans.after(t)
+		if to.ID != "" { // see TokenBucketState.Lease
+			s.Last = lastCallOf(to, g.Granted)
 		}
-		s.Last = lastCallOf(to, g.Granted)
 		s.trim(t, pf, lf)
+		if baked {
+			s.bake.report(Loan{Expires: t}, lent)
+		}
 		d = base + cost - t
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)

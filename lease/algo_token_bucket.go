@@ -109,11 +109,18 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		}
 		s.Updated = u
 		s.Loans = s.Loans.settling(to, u, g.Granted > 0).retire(u).settle(to, keep, g.Granted, u, false)
-		if baked {
-			s.bake.report(Loan{Expires: u}, s.Loans.after(u))
+		lent := s.Loans.after(u)
+		if to.ID != "" {
+			// A call without a Lessee ID settles no loan: the last call
+			// that did stays the one an unanswered call is told by.
+			s.Last = lastCallOf(to, g.Granted)
 		}
-		s.Last = lastCallOf(to, g.Granted)
 		s.trim(u, pf, lf, cf)
+		if baked {
+			// After trim's own bakes, which are of older ended loans:
+			// bakes are reported oldest first.
+			s.bake.report(Loan{Expires: u}, lent)
+		}
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
 	g.Remaining = int64(math.Floor(tokens))

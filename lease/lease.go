@@ -186,7 +186,10 @@
 // did meanwhile, unless the key had more than 3 ended loans still capping
 // it: the oldest one's cap, applied to the stored level for good, counts
 // the tokens lent at its time as spent then (at most those, until the
-// bucket is full again); or (c) the key is saturated: the Store denied
+// bucket is full again); or unless a grant without a Lessee ID came while
+// a loan's cap held the level (a Direct Manager's check beside a holder's
+// loan): the caps that held it, applied the same way, count the tokens
+// lent then as spent then; or (c) the key is saturated: the Store denied
 // it, or (token_bucket, gcra) granted a check's lease call and was left
 // fewer than the smallest lease, ceil(MinLeaseShare × capacity) (the
 // Manager counts such a grant only for a key saturated lately: within ten

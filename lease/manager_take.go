@@ -204,7 +204,10 @@ func (b *bucket) reset(local, now int64) time.Duration {
 // rule then denied (a denied request burns no quota). Leased algorithms
 // put them back into the local bucket, never above what the last lease
 // left on hand; exact algorithms, unknown keys and changed policies
-// ignore it.
+// ignore it. With Config.Direct they go back to the Store
+// (MemoryStore.Refund): refund soon after the check, as the engine does
+// (within its request, or a forward's round trip), since a refund Δ later
+// may give back up to rate × Δ that a strict bucket would not.
 //
 // Refund only decisions that are not Degraded: a Degraded decision was made
 // by the failure mode and took nothing from the local bucket, so refunding

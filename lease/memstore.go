@@ -633,12 +633,13 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 // (spent at once) for a request that was then denied, as a Manager with
 // Config.Direct refunds them: token_bucket's level rises by hits (at most
 // to its capacity), gcra's TAT moves back, the windows' current count
-// falls by at most what no loan lends. A cap that holds a token_bucket's
-// level (a gcra's TAT) below what the refund would give, a holder's
-// running loan or an ended one (a grant without a Lessee ID made while
-// such a cap held is kept as one), still holds it: refunded hits come back
-// as those caps lift, never sooner. A refund under another algorithm than
-// the key's state changes nothing. It is not part of the Store interface:
+// falls by at most what no loan lends; the caps of a holder's loans still
+// hold the level. A refund under another algorithm than the key's state
+// changes nothing. The Store cannot tell when the refunded hits were
+// granted: a refund that comes Δ after its grant may give back up to
+// rate × Δ that a strict bucket would not (refill the capacity clipped
+// meanwhile), and one that comes after its window ended counts in the
+// current window (as a leasing Manager's refund to its bucket does). It is not part of the Store interface:
 // a Store that lends every token to a holder gets them back with Return.
 // Invalid arguments are refused as Return refuses them; a key without
 // state is a no-op.

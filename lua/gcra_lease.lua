@@ -227,7 +227,7 @@ repeat -- the fast path (break: the general path)
       if c > e then e = c end
       loans = loans .. pack_loan('', el[k - 1], x, 0, tat, false)
     end
-    redis.call('SET', key, head('gc', tat, last_of(call, granted)) .. loans, 'PX', ttl(e - now))
+    redis.call('SET', key, head('gc', tat, last_of(call, granted, lc, lg)) .. loans, 'PX', ttl(e - now))
   end
   return {granted, avail(d), ms(wait), ms(d), lent_now}
 until true
@@ -456,7 +456,7 @@ if granted > 0 or (si and ls[si + 3] > now) then
     if c > e then e = c end
   end
   -- write
-  local parts = {head('gc', tat, last_of(call, granted))}
+  local parts = {head('gc', tat, last_of(call, granted, last_c, last_g))}
   for b = 0, #ls - 4, 4 do
     parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], tat, false)
   end

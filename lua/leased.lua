@@ -100,10 +100,12 @@ local function pack_loan(id, lent, exp, last, ref, windowed)
 end
 
 -- last_of is the last call ('#') and grant ('$') a call of holder that
--- granted g leaves in a token_bucket or gcra key: 0, 0 when the call was
--- not told apart. Mirrors lease's lastCallOf.
-local function last_of(call, g)
-  if call ~= 0 and holder ~= '' then return call, g end
+-- granted g leaves in a token_bucket or gcra key whose last ones were pc
+-- and pg: 0, 0 when the call was not told apart; pc, pg for a call
+-- without a holder, which settles no loan. Mirrors lease's lastCallOf.
+local function last_of(call, g, pc, pg)
+  if holder == '' then return pc, pg end
+  if call ~= 0 then return call, g end
   return 0, 0
 end
 

@@ -227,7 +227,7 @@ repeat -- the fast path (break: the general path)
       if c > d then d = c end
       loans = loans .. pack_loan('', el[k - 1], x, 0, t, false)
     end
-    redis.call('SET', key, head('tb', stored, t, last_of(call, granted)) .. loans, 'PX', ttl(t - now + d))
+    redis.call('SET', key, head('tb', stored, t, last_of(call, granted, lc, lg)) .. loans, 'PX', ttl(t - now + d))
   end
   return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_now}
 until true
@@ -465,7 +465,7 @@ if granted > 0 or (si and ls[si + 3] > t) then
     if c > d then d = c end
   end
   -- write
-  local parts = {head('tb', stored, t, last_of(call, granted))}
+  local parts = {head('tb', stored, t, last_of(call, granted, last_c, last_g))}
   for b = 0, #ls - 4, 4 do
     parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], t, false)
   end

@@ -721,7 +721,11 @@ func (md *model) refunded(m int, it item) {
 				r = min(r, max(0, k.lent[m]-k.heldNow(m, md.now)))
 			}
 			k.netAdm[m] -= r
-			k.held[m] += r
+			if !md.direct[m] {
+				// A Direct holder's refund goes back to the Store: it
+				// holds nothing.
+				k.held[m] += r
+			}
 			e.hits -= r
 			// The Manager reports refunded tokens as not spent before
 			// its last call (Lessee.SpentBefore): its next call credits

@@ -152,7 +152,9 @@ type SharedStore interface {
 // its level, and beyond, applies the oldest one's cap to the stored level
 // for good, which counts the tokens lent at that loan's end as spent then
 // (at most those, until the bucket is full again: the package doc's
-// clause (b)). The model then counts those that a later call reports
+// clause (b)); a grant without a Lessee ID while the loans' caps hold the
+// level applies those caps the same way, reported as a bake of a loan
+// that ended then. The model then counts those that a later call reports
 // spent earlier, up to what each holder was lent at the bake, as spent at
 // the loan's end; without the report it credits them from when they were
 // spent, and may find a denial unjustified that the contract allows.

@@ -93,6 +93,8 @@ var cases = []struct {
 	{"lent/gcra_cap", func(e *env) { lentCap(e, lease.GCRA) }},
 	{"lent/token_bucket_cap_spends", func(e *env) { lentCapSpends(e, lease.TokenBucket) }},
 	{"lent/gcra_cap_spends", func(e *env) { lentCapSpends(e, lease.GCRA) }},
+	{"lent/token_bucket_unanswered_after_spend", func(e *env) { lentUnansweredAfterSpend(e, lease.TokenBucket) }},
+	{"lent/gcra_unanswered_after_spend", func(e *env) { lentUnansweredAfterSpend(e, lease.GCRA) }},
 	{"lent/token_bucket_spent_before", func(e *env) { lentSpentBefore(e, lease.TokenBucket) }},
 	{"lent/gcra_spent_before", func(e *env) { lentSpentBefore(e, lease.GCRA) }},
 	{"lent/token_bucket_unanswered", func(e *env) { lentUnanswered(e, lease.TokenBucket) }},
@@ -882,6 +884,24 @@ func lentCapSpends(e *env, alg lease.Algorithm) {
 	e.lease(k, p, 1, 1, grantExp{0, 0, anyDur, anyDur}, "none left while h's loan runs and no time passes")
 	e.ret(k, p, 3, "h gives back its 3")
 	e.lease(k, p, 0, 0, grantExp{0, 3, 0, anyDur}, "h's 3 are back: 5 − the 2 spent")
+}
+
+// lentUnansweredAfterSpend: a call without a Lessee ID settles no loan,
+// so it leaves the key's last call as it was: a holder's unanswered grant
+// still comes back after such a spend.
+func lentUnansweredAfterSpend(e *env, alg lease.Algorithm) {
+	k := e.key()
+	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour} // burst 10, a token per 6 minutes
+	h := lease.Lessee{ID: "h", TTL: time.Hour, Call: 1}
+	e.leaseAs(k, p, 4, 4, h, grantExp{4, 6, 0, anyDur}, "h takes 4 (call 1, answered)")
+	h.Held, h.Call = 4, 2
+	e.leaseAs(k, p, 3, 3, h, grantExp{3, 3, 0, anyDur}, "h asks for 3 more (call 2): granted, but its answer is lost on the way")
+	e.lease(k, p, 1, 1, grantExp{1, 2, 0, anyDur}, "a spend without a holder")
+	h.Call, h.Unanswered = 3, 2
+	g := e.leaseAs(k, p, 0, 0, h, grantExp{0, 5, 0, anyDur}, "h says call 2 went unanswered: it is still the last call that settled a loan, its 3 come back")
+	if g.Lent != 4 {
+		e.t.Fatalf("Lent = %d after the unanswered grant came back, want 4", g.Lent)
+	}
 }
 
 // lentExpiry: a loan that ends counts as spent at its expiry; the refill
