@@ -605,28 +605,9 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 
 // Return implements Leaser.
 func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := CheckReturn(p, tokens, holder); err != nil {
-		return fmt.Errorf("cannot return tokens: %w", err)
-	}
-	now := m.now()
-	sh, h := m.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	t := unixMicros(now)
-	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
-		st := sh.state(p.Algorithm, slot, ok)
-		defer sh.done(st)
-		m.reportBakes(key, st)
-		st.(leasedState).Return(p, now, tokens, holder)
-		// A return names no new holder: saving cannot fail.
-		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
-			return fmt.Errorf("cannot return tokens: %w", err)
-		}
-	}
-	return nil
+	return m.giveBack(ctx, key, p, false, CheckReturn(p, tokens, holder), func(st leasedState, now time.Time) {
+		st.Return(p, now, tokens, holder)
+	})
 }
 
 // Refund gives back hits that Lease calls without a Lessee ID granted
@@ -639,36 +620,49 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 // granted: a refund that comes Δ after its grant may give back up to
 // rate × Δ that a strict bucket would not (refill the capacity clipped
 // meanwhile), and one that comes after its window ended counts in the
-// current window (as a leasing Manager's refund to its bucket does). It is not part of the Store interface:
-// a Store that lends every token to a holder gets them back with Return.
+// current window (as a leasing Manager's refund to its bucket does).
+// It is not part of the Store interface: a Store that lends every token
+// to a holder gets them back with Return.
 // Invalid arguments are refused as Return refuses them; a key without
 // state is a no-op.
 func (m *MemoryStore) Refund(ctx context.Context, key string, p Policy, hits int64) error {
+	return m.giveBack(ctx, key, p, true, CheckReturn(p, hits, ""), func(st leasedState, now time.Time) {
+		st.Refund(p, now, hits)
+	})
+}
+
+// giveBack runs a Return or a Refund (refund) of key, whose arguments
+// check judged, as give on its state. A key without state is left so; one of
+// another algorithm than p's is left as it is by a refund (hits of another
+// algorithm: the rule changed since) and dropped by a return, as a lease
+// of p's would drop it.
+func (m *MemoryStore) giveBack(ctx context.Context, key string, p Policy, refund bool, check error, give func(st leasedState, now time.Time)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := CheckReturn(p, hits, ""); err != nil {
-		return fmt.Errorf("cannot refund tokens: %w", err)
+	what := "return"
+	if refund {
+		what = "refund"
+	}
+	if check != nil {
+		return fmt.Errorf("cannot %s tokens: %w", what, check)
 	}
 	now := m.now()
 	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := unixMicros(now)
-	if slot, ok := sh.find(key, h); ok && sh.recs[slot].alg != p.Algorithm {
-		// Hits of another algorithm (the rule changed since): not this
-		// state's to take back, and no reason to drop it, as a lease of
-		// the new algorithm would.
+	if slot, ok := sh.find(key, h); ok && refund && sh.recs[slot].alg != p.Algorithm {
 		return nil
 	}
 	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
 		st := sh.state(p.Algorithm, slot, ok)
 		defer sh.done(st)
 		m.reportBakes(key, st)
-		st.(leasedState).Refund(p, now, hits)
-		// A refund names no holder: saving cannot fail.
+		give(st.(leasedState), now)
+		// A return or refund names no new holder: saving cannot fail.
 		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
-			return fmt.Errorf("cannot refund tokens: %w", err)
+			return fmt.Errorf("cannot %s tokens: %w", what, err)
 		}
 	}
 	return nil

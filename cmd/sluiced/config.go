@@ -211,14 +211,7 @@ func settings() []setting {
 			o.clusterKey = k
 			return nil
 		}},
-		{"insecure-cluster", "SLUICE_INSECURE_CLUSTER", "false", "allow a cluster without -cluster-key: gossip in clear and an unauthenticated internal endpoint (anyone who reaches a node can join, forge refunds and raise limits); a warning is logged at start", func(o *options, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			o.insecureCluster = b
-			return nil
-		}},
+		{"insecure-cluster", "SLUICE_INSECURE_CLUSTER", "false", "allow a cluster without -cluster-key: gossip in clear and an unauthenticated internal endpoint (anyone who reaches a node can join, forge refunds and raise limits); a warning is logged at start", boolSetter(func(o *options) *bool { return &o.insecureCluster })},
 		{"tls-cert", "SLUICE_TLS_CERT", "", "PEM certificate (chain) file: serve the HTTP API and the internal endpoint over TLS, and forward to peers over TLS (every node of a cluster must use TLS); with -tls-key", func(o *options, v string) error {
 			o.tlsCert = v
 			return nil
@@ -298,38 +291,10 @@ func settings() []setting {
 		}},
 		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", "10000", "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", boundedIntSetter(maxRLSConns, func(o *options) *int { return &o.rlsMaxConns })},
 		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", "5m", "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", boundedDurationSetter(maxRLSIdleTimeout, func(o *options) *time.Duration { return &o.rlsIdleTimeout })},
-		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", func(o *options, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			o.rlsHeaders = b
-			return nil
-		}},
-		{"accept-unsigned-rules", "SLUICE_ACCEPT_UNSIGNED_RULES", "false", "install a rule set from Redis that is not signed with the cluster key (written by a node of a release that did not sign): for an upgrade, until the next rules write signs it; a badly signed set is refused all the same", func(o *options, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			o.acceptUnsignedRules = b
-			return nil
-		}},
-		{"memory-leases", "SLUICE_MEMORY_LEASES", "false", "on the in-memory store (no -redis), lease tokens into a bucket per key as on Redis instead of deciding each check in the store: about twice the memory per key (a bucket beside the store's record), checks of one hot key spread over CPUs instead of taking its shard's lock, and decisions no longer exact (a bucket holds a batch). Ignored with -redis", func(o *options, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			o.memoryLeases = b
-			return nil
-		}},
-		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", func(o *options, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			o.hotSplit = b
-			return nil
-		}},
+		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", boolSetter(func(o *options) *bool { return &o.rlsHeaders })},
+		{"accept-unsigned-rules", "SLUICE_ACCEPT_UNSIGNED_RULES", "false", "install a rule set from Redis that is not signed with the cluster key (written by a node of a release that did not sign): for an upgrade, until the next rules write signs it; a badly signed set is refused all the same", boolSetter(func(o *options) *bool { return &o.acceptUnsignedRules })},
+		{"memory-leases", "SLUICE_MEMORY_LEASES", "false", "on the in-memory store (no -redis), lease tokens into a bucket per key as on Redis instead of deciding each check in the store: about twice the memory per key (a bucket beside the store's record), checks of one hot key spread over CPUs instead of taking its shard's lock, and decisions no longer exact (a bucket holds a batch). Ignored with -redis", boolSetter(func(o *options) *bool { return &o.memoryLeases })},
+		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", boolSetter(func(o *options) *bool { return &o.hotSplit })},
 		{"hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", "0", "a key taking more than this share (0 to 1) of the checks a node serves is hot, whatever its rule's hot.threshold; 0: off", func(o *options, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(f >= 0 && f <= 1) {
@@ -420,6 +385,18 @@ func durationSetter(field func(*options) *time.Duration) func(*options, string) 
 }
 
 // boundedIntSetter parses a whole number between 0 and maxN into field.
+// boolSetter parses true or false (as strconv.ParseBool) into field.
+func boolSetter(field func(*options) *bool) func(*options, string) error {
+	return func(o *options, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		*field(o) = b
+		return nil
+	}
+}
+
 func boundedIntSetter(maxN int, field func(*options) *int) func(*options, string) error {
 	return func(o *options, v string) error {
 		n, err := strconv.Atoi(v)

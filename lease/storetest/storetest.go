@@ -886,16 +886,26 @@ func lentCapSpends(e *env, alg lease.Algorithm) {
 	e.lease(k, p, 0, 0, grantExp{0, 3, 0, anyDur}, "h's 3 are back: 5 − the 2 spent")
 }
 
-// lentUnansweredAfterSpend: a call without a Lessee ID settles no loan,
-// so it leaves the key's last call as it was: a holder's unanswered grant
-// still comes back after such a spend.
-func lentUnansweredAfterSpend(e *env, alg lease.Algorithm) {
+// unansweredCall starts the unanswered cases: on a new key of 10 an hour
+// (burst 10, a token per 6 minutes), holder h takes 4 with call 1, then 3
+// more with call 2, whose answer h never gets. It returns the key, the
+// policy and h as its call 2 left it (holding 4).
+func unansweredCall(e *env, alg lease.Algorithm) (string, lease.Policy, lease.Lessee) {
+	e.t.Helper()
 	k := e.key()
-	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour} // burst 10, a token per 6 minutes
+	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour}
 	h := lease.Lessee{ID: "h", TTL: time.Hour, Call: 1}
 	e.leaseAs(k, p, 4, 4, h, grantExp{4, 6, 0, anyDur}, "h takes 4 (call 1, answered)")
 	h.Held, h.Call = 4, 2
 	e.leaseAs(k, p, 3, 3, h, grantExp{3, 3, 0, anyDur}, "h asks for 3 more (call 2): granted, but its answer is lost on the way")
+	return k, p, h
+}
+
+// lentUnansweredAfterSpend: a call without a Lessee ID settles no loan,
+// so it leaves the key's last call as it was: a holder's unanswered grant
+// still comes back after such a spend.
+func lentUnansweredAfterSpend(e *env, alg lease.Algorithm) {
+	k, p, h := unansweredCall(e, alg)
 	e.lease(k, p, 1, 1, grantExp{1, 2, 0, anyDur}, "a spend without a holder")
 	h.Call, h.Unanswered = 3, 2
 	g := e.leaseAs(k, p, 0, 0, h, grantExp{0, 5, 0, anyDur}, "h says call 2 went unanswered: it is still the last call that settled a loan, its 3 come back")
@@ -923,12 +933,7 @@ func lentExpiry(e *env, alg lease.Algorithm) {
 // grant back to the key, once, and only if it was the last call to settle
 // a loan of the key.
 func lentUnanswered(e *env, alg lease.Algorithm) {
-	k := e.key()
-	p := lease.Policy{Algorithm: alg, Limit: 10, Period: time.Hour} // burst 10, a token per 6 minutes
-	h := lease.Lessee{ID: "h", TTL: time.Hour, Call: 1}
-	e.leaseAs(k, p, 4, 4, h, grantExp{4, 6, 0, anyDur}, "h takes 4 (call 1, answered)")
-	h.Held, h.Call = 4, 2
-	e.leaseAs(k, p, 3, 3, h, grantExp{3, 3, 0, anyDur}, "h asks for 3 more (call 2): granted, but its answer is lost on the way")
+	k, p, h := unansweredCall(e, alg)
 	h.Call, h.Unanswered = 3, 2
 	g := e.leaseAs(k, p, 0, 0, h, grantExp{0, 6, 0, anyDur}, "h holds 4 and says call 2 went unanswered: its 3 come back to the key")
 	if g.Lent != 4 {
