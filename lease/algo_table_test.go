@@ -34,7 +34,7 @@ func TestAlgorithmTable(t *testing.T) {
 		st := row.code.newState()
 		switch row.kind {
 		case kindRefill, kindWindow:
-			if panics(func() { row.code.coverAt(&bucket{pol: &Policy{Algorithm: a, Limit: 1, Period: 1e9}}, 1, 1) }) {
+			if panics(func() { row.code.coverAt(newBucket("", &Policy{Algorithm: a, Limit: 1, Period: 1e9}), 1, 1) }) {
 				t.Errorf("%v is leased but its code has no view (it embeds exactCode)", a)
 			}
 			if _, ok := st.(leasedState); !ok {

@@ -2,8 +2,11 @@ package lease
 
 import (
 	"math"
+	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // bucket is the local leased bucket of one counter key: tokens taken from
@@ -65,15 +68,109 @@ type bucket struct {
 	lastUse atomic.Uint32
 
 	pol *Policy // interned and immutable; a policy change replaces the bucket
-	key string  // owned copy of the counter key
 
 	rate        atomic.Uint32 // EWMA of hits per second and the roomy mark, float32 bits (see rateOf); written by the slot holder only
 	lastLeaseMs uint32        // Unix ms modulo 2^32 of the last grant; 0 before it; slot holder only
 }
 
-// The bucket's size is the bulk of a key's memory (budget: 128 bytes per
-// key plus the key); keep it at 96 bytes, a malloc size class.
-const bucketSize = 96
+// The bucket and its key are the bulk of a key's memory: keep the bucket
+// at 80 bytes, so that with its key (below) it takes 96 bytes, a malloc
+// size class, for keys of up to 15 bytes, and the next classes for longer
+// ones.
+const bucketSize = 80
+
+// A bucket is allocated with its key after it (newBucket), immutable: a
+// key of up to 254 bytes as its length in one byte at bucketSize and its
+// bytes from there on; a longer one as 255 there, its length as a uint32
+// at bucketSize+4 and its bytes from bucketSize+8. That saves the string
+// header a key field would take and the key's own allocation (with its
+// rounding to a size class), and puts the key the index compares next to
+// the bucket's words: a bucket and a key of up to 15 bytes take 96 bytes,
+// one of up to 31, 112. Every bucket comes from newBucket: key reads past
+// the struct.
+const (
+	shortKeyOff = bucketSize + 1
+	longKeyOff  = bucketSize + 8
+	longKey     = 255
+)
+
+// key is b's counter key. Its bytes are b's: whatever keeps the string
+// (a queued Store call, a map of keys) keeps b's allocation with it.
+func (b *bucket) key() string {
+	p := unsafe.Add(unsafe.Pointer(b), bucketSize)
+	if n := *(*uint8)(p); n != longKey {
+		return unsafe.String((*byte)(unsafe.Add(p, 1)), n)
+	}
+	return unsafe.String((*byte)(unsafe.Add(p, longKeyOff-bucketSize)), *(*uint32)(unsafe.Add(p, 4)))
+}
+
+// newBucket returns a zero bucket for key under p, key's bytes copied
+// after it. The allocation's type is a struct of the bucket and a byte
+// array (keyedType), so the collector scans pol as in any bucket and
+// treats the rest as bytes.
+func newBucket(key string, p *Policy) *bucket {
+	off := shortKeyOff
+	if len(key) >= longKey {
+		if uint64(len(key)) > math.MaxUint32 {
+			panic("lease: a counter key longer than 4 GiB")
+		}
+		off = longKeyOff
+	}
+	ptr := reflect.New(keyedType(off + len(key))).UnsafePointer()
+	if off == shortKeyOff {
+		*(*uint8)(unsafe.Add(ptr, bucketSize)) = uint8(len(key))
+	} else {
+		*(*uint8)(unsafe.Add(ptr, bucketSize)) = longKey
+		*(*uint32)(unsafe.Add(ptr, bucketSize+4)) = uint32(len(key))
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Add(ptr, off)), len(key)), key)
+	b := (*bucket)(ptr)
+	b.pol = p
+	return b
+}
+
+// keyedType is the type of a bucket allocation of n bytes: a bucket and a
+// byte array. Up to 512 bytes, n is rounded up to 16 (malloc rounds an
+// allocation that small up to its size class, a multiple of 16 bytes, so
+// the rounding costs nothing) and the types are in an array; a larger one
+// has a header in its allocation, so it is made to measure (to 8 bytes,
+// the bucket's alignment), its type cached by size.
+func keyedType(n int) reflect.Type {
+	if n <= smallKeyed {
+		n = (n + 15) &^ 15
+		c := &smallKeyedTypes[n/16]
+		if t := c.Load(); t != nil {
+			return *t
+		}
+		t := structOfKeyed(n)
+		c.Store(&t)
+		return t
+	}
+	n = (n + 7) &^ 7
+	if t, ok := largeKeyedTypes.Load(n); ok {
+		return t.(reflect.Type)
+	}
+	v, _ := largeKeyedTypes.LoadOrStore(n, structOfKeyed(n))
+	return v.(reflect.Type)
+}
+
+const smallKeyed = 512
+
+var (
+	smallKeyedTypes [smallKeyed/16 + 1]atomic.Pointer[reflect.Type]
+	largeKeyedTypes sync.Map // size → reflect.Type
+)
+
+func structOfKeyed(size int) reflect.Type {
+	t := reflect.StructOf([]reflect.StructField{
+		{Name: "B", Type: reflect.TypeFor[bucket]()},
+		{Name: "K", Type: reflect.ArrayOf(size-bucketSize, reflect.TypeFor[byte]())},
+	})
+	if t.Size() != uintptr(size) {
+		panic("lease: unexpected layout of a bucket allocation")
+	}
+	return t
+}
 
 // rateOf is b's EWMA of hits per second as of its last lease call, and
 // whether that call asked for a loan for the key's life (see roomyLoan;

@@ -14,8 +14,8 @@ import (
 //
 // Keys are spread over indexShards shards by hash. Each shard is an
 // open-addressing table (linear probing) of atomic bucket pointers, in
-// groups of 8 with their tags (slotGroup); the key lives in the bucket. Readers load the shard's table and probe it without
-// a lock. Writers hold the shard's mutex; they set slots in place (insert,
+// groups of 8 with their tags (slotGroup); the key lives in the bucket's
+// allocation. Readers load the shard's table and probe it without a lock. Writers hold the shard's mutex; they set slots in place (insert,
 // replace, delete with a tombstone), or build a whole new table and publish
 // it (grow, shrink, clear tombstones). A reader still on an older table may
 // miss a key inserted since, or find a bucket deleted since; the Manager
@@ -87,7 +87,7 @@ func (t *indexTable) set(i uint64, b *bucket, h uint64) {
 
 // tombstone fills the slot of a deleted key so that probes continue past
 // it. It is never handed out.
-var tombstone = &bucket{key: "\x00tombstone"}
+var tombstone = newBucket("\x00tombstone", nil)
 
 const minIndexTable = 8
 
@@ -118,7 +118,7 @@ func (x *index) load(key string) *bucket {
 		if b == nil {
 			return nil
 		}
-		if g.tags.Load()>>(i%8*8)&0xff == tag && b.key == key && b != tombstone {
+		if g.tags.Load()>>(i%8*8)&0xff == tag && b.key() == key && b != tombstone {
 			return b
 		}
 	}
@@ -133,7 +133,7 @@ func (t *indexTable) find(key string, off int, h uint64) int {
 		if b == nil {
 			return -1
 		}
-		if b != tombstone && len(b.key) == off+len(key) && b.key[off:] == key {
+		if b != tombstone && len(b.key()) == off+len(key) && b.key()[off:] == key {
 			return int(i)
 		}
 	}
@@ -175,7 +175,7 @@ func (sh *indexShard) insert(b *bucket, h uint64, rehash func(*bucket) uint64) {
 }
 
 // rehash is the hash of b's key in x (for rebuild).
-func (x *index) rehash(b *bucket) uint64 { return maphash.String(x.seed, b.key) }
+func (x *index) rehash(b *bucket) uint64 { return maphash.String(x.seed, b.key()) }
 
 // compareAndSwap replaces key's bucket old with b.
 func (x *index) compareAndSwap(key string, old, b *bucket) bool {

@@ -30,8 +30,8 @@ func TestIndexAgainstMap(t *testing.T) {
 		n := 0
 		x.rangeAll(func(b *bucket) {
 			n++
-			if want[b.key] != b {
-				t.Fatalf("%s: range found %q, not in the map", step, b.key)
+			if want[b.key()] != b {
+				t.Fatalf("%s: range found %q, not in the map", step, b.key())
 			}
 		})
 		if n != len(want) {
@@ -41,20 +41,20 @@ func TestIndexAgainstMap(t *testing.T) {
 	const n = 5000
 	for i := range n {
 		k := "k" + strconv.Itoa(i)
-		b := &bucket{key: k}
+		b := newBucket(k, nil)
 		if got, loaded := x.loadOrStore(k, b); loaded || got != b {
 			t.Fatalf("insert %q: loaded %v", k, loaded)
 		}
 		want[k] = b
-		if got, loaded := x.loadOrStore(k, &bucket{key: k}); !loaded || got != b {
+		if got, loaded := x.loadOrStore(k, newBucket(k, nil)); !loaded || got != b {
 			t.Fatalf("second insert of %q stored", k)
 		}
 	}
 	check("after inserts")
 	for i := 0; i < n; i += 3 {
 		k := "k" + strconv.Itoa(i)
-		nb := &bucket{key: k}
-		if x.compareAndSwap(k, &bucket{}, nb) {
+		nb := newBucket(k, nil)
+		if x.compareAndSwap(k, newBucket("", nil), nb) {
 			t.Fatal("compareAndSwap with the wrong old bucket succeeded")
 		}
 		if !x.compareAndSwap(k, want[k], nb) {
@@ -68,7 +68,7 @@ func TestIndexAgainstMap(t *testing.T) {
 			continue
 		}
 		k := "k" + strconv.Itoa(i)
-		if x.compareAndDelete(k, &bucket{}) {
+		if x.compareAndDelete(k, newBucket("", nil)) {
 			t.Fatal("compareAndDelete with the wrong bucket succeeded")
 		}
 		if !x.compareAndDelete(k, want[k]) {
@@ -83,7 +83,7 @@ func TestIndexAgainstMap(t *testing.T) {
 	for i := range n {
 		k := "k" + strconv.Itoa(i)
 		if _, ok := want[k]; !ok {
-			b := &bucket{key: k}
+			b := newBucket(k, nil)
 			x.loadOrStore(k, b)
 			want[k] = b
 		}
@@ -108,7 +108,7 @@ func TestIndexConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for round := range 5 {
 				for i := w; i < n; i += 2 {
-					b, _ := x.loadOrStore(keys[i], &bucket{key: keys[i]})
+					b, _ := x.loadOrStore(keys[i], newBucket(keys[i], nil))
 					if round%2 == 1 {
 						x.compareAndDelete(keys[i], b)
 					}
@@ -120,8 +120,8 @@ func TestIndexConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for range 5 {
 				for _, k := range keys {
-					if b := x.load(k); b != nil && b.key != k {
-						t.Errorf("load(%q) returned the bucket of %q", k, b.key)
+					if b := x.load(k); b != nil && b.key() != k {
+						t.Errorf("load(%q) returned the bucket of %q", k, b.key())
 						return
 					}
 				}
@@ -160,16 +160,16 @@ func BenchmarkIndex(b *testing.B) {
 			{"sync.Map", s.load, func(k string, bk *bucket) { s.m.Store(k, bk) }},
 		}
 	}
-	buckets := make([]bucket, n)
+	buckets := make([]*bucket, n)
 	for i := range buckets {
-		buckets[i].key = keys[i]
+		buckets[i] = newBucket(keys[i], nil)
 	}
 	for _, im := range mk() {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i, k := range keys {
-			im.store(k, &buckets[i])
+			im.store(k, buckets[i])
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

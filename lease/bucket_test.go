@@ -3,14 +3,92 @@ package lease
 import (
 	"context"
 	"math"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
+	"weak"
 )
 
 func TestBucketSize(t *testing.T) {
 	if got := unsafe.Sizeof(bucket{}); got != bucketSize {
 		t.Fatalf("bucket is %d bytes, want %d (the per-key memory budget)", got, bucketSize)
+	}
+}
+
+// TestNewBucketKey checks that a bucket keeps its key's bytes, whatever
+// their length, in one allocation of the size the budget counts on, and
+// that the bytes survive collections (the collector must keep the
+// allocation, and the policy it points to, alive through the bucket).
+func TestNewBucketKey(t *testing.T) {
+	p := &Policy{Algorithm: TokenBucket, Limit: 5, Period: time.Second}
+	var bs []*bucket
+	var keys []string
+	for n := range 600 {
+		buf := make([]byte, n)
+		for i := range buf {
+			buf[i] = byte('a' + (n+i)%26)
+		}
+		key := string(buf)
+		b := newBucket(key, p)
+		clear(buf) // the caller's bytes may be reused
+		bs, keys = append(bs, b), append(keys, key)
+	}
+	runtime.GC()
+	runtime.GC()
+	for i, b := range bs {
+		if b.key() != keys[i] || b.pol != p || b.tokens.Load() != 0 || b.resetAt.Load() != 0 {
+			t.Fatalf("bucket of a %d-byte key: key %q, policy %p (want %p), tokens %d", i, b.key(), b.pol, p, b.tokens.Load())
+		}
+	}
+	for _, tt := range []struct {
+		key  string
+		size int
+	}{{"", 96}, {"mem:key-0000000", 96}, {"mem:key-00000000", 112}, {strings.Repeat("k", 31), 112}, {strings.Repeat("k", 32), 128}, {strings.Repeat("k", 254), 352}, {strings.Repeat("k", 255), 352}, {strings.Repeat("k", 479), 576}} {
+		// The size class of the allocation: the bytes the budget counts.
+		var before, after runtime.MemStats
+		bs := make([]*bucket, 10_000)
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range bs {
+			bs[i] = newBucket(tt.key, p)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := float64(after.HeapAlloc-before.HeapAlloc) / float64(len(bs)); got <= float64(tt.size-8) || got >= float64(tt.size+8) {
+			t.Errorf("a bucket with a %d-byte key takes %.1f bytes, want %d", len(tt.key), got, tt.size)
+		}
+		runtime.KeepAlive(bs)
+		if n := testing.AllocsPerRun(10, func() { newBucket(tt.key, p) }); n != 1 {
+			t.Errorf("a bucket with a %d-byte key takes %v allocations, want 1", len(tt.key), n)
+		}
+	}
+}
+
+// TestNewBucketKeepsPolicy checks that the collector finds a bucket's
+// policy through the allocation newBucket makes (its type must say where
+// the pointer is): a policy only the bucket points to stays until the
+// bucket goes.
+func TestNewBucketKeepsPolicy(t *testing.T) {
+	p := &Policy{Algorithm: GCRA, Limit: 7, Period: time.Minute}
+	wp := weak.Make(p)
+	b := newBucket(strings.Repeat("x", 40), p)
+	p = nil
+	runtime.GC()
+	runtime.GC()
+	if got := wp.Value(); got == nil || got != b.pol || b.pol.Limit != 7 {
+		t.Fatalf("the bucket's policy was collected while the bucket was live (weak pointer %p, bucket's %p)", got, b.pol)
+	}
+	if b.key() != strings.Repeat("x", 40) {
+		t.Fatalf("key %q after collections", b.key())
+	}
+	runtime.KeepAlive(b)
+	b = nil
+	runtime.GC()
+	runtime.GC()
+	if wp.Value() != nil {
+		t.Fatal("the policy outlived its only bucket: this test cannot see a lost pointer")
 	}
 }
 
@@ -156,22 +234,22 @@ func TestLowMark(t *testing.T) {
 
 func TestBucketRefundCap(t *testing.T) {
 	var m Manager // an unstriped bucket's tokens need none of it
-	b := bucket{pol: &Policy{Algorithm: TokenBucket, Limit: 5, Period: time.Second}}
+	b := newBucket("k", &Policy{Algorithm: TokenBucket, Limit: 5, Period: time.Second})
 	b.tokens.Store(3)
 	b.basis.Store(5)
-	if got := m.refund(&b, 1); got != 1 || b.tokens.Load() != 4 {
+	if got := m.refund(b, 1); got != 1 || b.tokens.Load() != 4 {
 		t.Fatalf("refund 1: put back %d, tokens %d", got, b.tokens.Load())
 	}
-	if got := m.refund(&b, 10); got != 1 || b.tokens.Load() != 5 {
+	if got := m.refund(b, 10); got != 1 || b.tokens.Load() != 5 {
 		t.Fatalf("refund 10 over basis 5: put back %d, tokens %d", got, b.tokens.Load())
 	}
 	if got := b.aux.Load(); got != 2 {
 		t.Fatalf("kept counts the refunds put back: %d, want 2", got)
 	}
-	if left, ok := m.take(&b, 5, -1); !ok || left != 0 {
+	if left, ok := m.take(b, 5, -1); !ok || left != 0 {
 		t.Fatalf("tryTake 5 of 5: %d %v", left, ok)
 	}
-	if _, ok := m.take(&b, 1, -1); ok {
+	if _, ok := m.take(b, 1, -1); ok {
 		t.Fatal("tryTake from an empty bucket")
 	}
 }
@@ -222,7 +300,7 @@ func TestResetCountsLocalTokens(t *testing.T) {
 
 func TestBucketResetBounds(t *testing.T) {
 	p := &Policy{Algorithm: TokenBucket, Limit: 1, Period: MaxPeriod, Burst: MaxLimit}
-	b := &bucket{pol: p}
+	b := newBucket("k", p)
 	b.resetAt.Store(int64(time.Hour))
 	for _, tt := range []struct {
 		local, now int64

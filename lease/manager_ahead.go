@@ -172,7 +172,7 @@ func (m *Manager) rollAhead(b *bucket, now int64) bool {
 	m.inflight.Lock()
 	defer m.inflight.Unlock()
 	a := b.ahead()
-	if a == 0 || m.inflight.m[b.key] != nil || b.denyUntil.Load() == evicted || b.tokens.Load() < 0 || m.usable(b, now) {
+	if a == 0 || m.inflight.m[b.key()] != nil || b.denyUntil.Load() == evicted || b.tokens.Load() < 0 || m.usable(b, now) {
 		return false
 	}
 	r := b.resetAt.Load()

@@ -13,7 +13,7 @@ import (
 // (it goes to the Stores and the log).
 func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error) Decision {
 	if b != nil {
-		key = b.key
+		key = b.key()
 	}
 	m.st.degraded.Add(1)
 	m.met.decisionsDegraded.Inc()
@@ -109,12 +109,12 @@ func (m *Manager) seedLevel(ctx context.Context, b *bucket, p Policy) {
 	// The local level becomes min(local, Store's): a peek, then a charge
 	// of the difference (need 0: it never fails for lack of tokens). A
 	// failure leaves the local bucket as it was.
-	g, err := m.local.Lease(ctx, b.key, p, 0, 0, Lessee{})
+	g, err := m.local.Lease(ctx, b.key(), p, 0, 0, Lessee{})
 	if err == nil && g.Remaining > level {
-		_, err = m.local.Lease(ctx, b.key, p, g.Remaining-level, 0, Lessee{})
+		_, err = m.local.Lease(ctx, b.key(), p, g.Remaining-level, 0, Lessee{})
 	}
 	if err != nil {
-		m.cfg.Logger.Warn("cannot seed the local bucket", logkey.Attr(b.key), "err", err)
+		m.cfg.Logger.Warn("cannot seed the local bucket", logkey.Attr(b.key()), "err", err)
 	}
 }
 
@@ -166,7 +166,7 @@ func (m *Manager) payEpisode(b *bucket, n int64) {
 // knows no lease call can start.
 func (m *Manager) payEpisodeHeld(b *bucket, n int64) {
 	if n -= m.takeUpTo(b, n); n > 0 {
-		m.charge(b.key, *b.pol, n)
+		m.charge(b.key(), *b.pol, n)
 	}
 }
 

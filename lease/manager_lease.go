@@ -110,7 +110,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			// this key: wait for it rather than stampede, within this
 			// check's budget.
 			if slotWaitHook != nil {
-				slotWaitHook(b.key)
+				slotWaitHook(b.key())
 			}
 			if !m.waitSlot(s, bud) {
 				return m.failure(b, key, p, hits, errStoreSlow), nil
@@ -161,7 +161,7 @@ func (m *Manager) tookOut(b *bucket, need, du, now int64) bool {
 		return false
 	}
 	m.inflight.Lock()
-	s := m.inflight.m[b.key]
+	s := m.inflight.m[b.key()]
 	m.inflight.Unlock()
 	return s != nil && s.took.Load() >= need
 }
@@ -277,7 +277,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	}
 	lc := leaseCall{b: b, s: s, p: p, now: now, need: need, keep: keep, kept: kept, local: local, to: to, gap: gap, again: again}
 	if bud == nil {
-		g, err := m.store.Lease(ctx, b.key, p, want, ask, to)
+		g, err := m.store.Lease(ctx, b.key(), p, want, ask, to)
 		return m.leaseEnded(lc, hits, g, err)
 	}
 	// The call, in the background; the first of its answer and the budget
@@ -291,7 +291,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		decided  = make(chan struct{})
 	)
 	call := func() {
-		g, err = m.store.Lease(ctx, b.key, p, want, ask, to)
+		g, err = m.store.Lease(ctx, b.key(), p, want, ask, to)
 		if state.CompareAndSwap(0, 1) {
 			close(answered)
 			return
@@ -310,7 +310,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	case <-bud.expired:
 		if state.CompareAndSwap(0, 2) {
 			close(s.late) // the checks waiting for this call stop waiting
-			d := m.failure(b, b.key, p, hits, errBudget)
+			d := m.failure(b, b.key(), p, hits, errBudget)
 			close(decided)
 			return d
 		}
@@ -344,7 +344,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		if hits == 0 {
 			return Decision{}
 		}
-		return m.failure(b, b.key, p, hits, err)
+		return m.failure(b, b.key(), p, hits, err)
 	}
 	// The key's FailLocal episode ends: its admissions (those of checks
 	// decided at their budget while this call was out, among others) are
@@ -706,7 +706,7 @@ func (m *Manager) countLocal(n int64) {
 // or from the Store if the key never leased.
 func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision {
 	if b.resetAt.Load() == 0 {
-		return m.peekStore(b.key, p)
+		return m.peekStore(b.key(), p)
 	}
 	// A peek is never denied: it reports what the Store's last answer,
 	// projected to now, and the local tokens hold.
@@ -734,11 +734,11 @@ func (m *Manager) peekStore(key string, p Policy) Decision {
 func (m *Manager) claim(b *bucket) (s *slot, owner bool) {
 	m.inflight.Lock()
 	defer m.inflight.Unlock()
-	if s := m.inflight.m[b.key]; s != nil {
+	if s := m.inflight.m[b.key()]; s != nil {
 		return s, false
 	}
 	s = &slot{done: make(chan struct{}), late: make(chan struct{})}
-	m.inflight.m[b.key] = s
+	m.inflight.m[b.key()] = s
 	return s, true
 }
 
@@ -756,7 +756,7 @@ func (m *Manager) claimWait(b *bucket) *slot {
 // release frees b's slot s with the outcome err of its Store call.
 func (m *Manager) release(b *bucket, s *slot, err error) {
 	m.inflight.Lock()
-	delete(m.inflight.m, b.key)
+	delete(m.inflight.m, b.key())
 	m.inflight.Unlock()
 	s.err = err
 	close(s.done)
@@ -809,7 +809,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	if p.Algorithm.refills() {
 		to.SpentBefore = b.spentBefore(kept)
 	}
-	g, err := m.store.Lease(m.ctx, b.key, p, want, need, to)
+	g, err := m.store.Lease(m.ctx, b.key(), p, want, need, to)
 	after := max(now, m.nanosFor(&p)) // see leaseEnded
 	m.callEnded(b, to, err)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,11 +35,13 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		if old != nil && *old.pol == p && old.denyUntil.Load() != evicted {
 			return old
 		}
-		nb := &bucket{pol: m.intern(p)}
+		if old != nil {
+			key = old.key() // the same bytes: the new bucket copies its own
+		}
+		nb := newBucket(key, m.intern(p))
 		nb.lastUse.Store(unixMs32(now))
 		if old == nil {
-			nb.key = strings.Clone(key)
-			if got, loaded := m.buckets.loadOrStore(nb.key, nb); loaded {
+			if got, loaded := m.buckets.loadOrStore(nb.key(), nb); loaded {
 				if *got.pol == p && got.denyUntil.Load() != evicted {
 					return got
 				}
@@ -50,9 +51,8 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 			m.met.activeKeys.Inc()
 			return nb
 		}
-		nb.key = old.key
 		s := m.claimWait(old)
-		if !m.buckets.compareAndSwap(old.key, old, nb) {
+		if !m.buckets.compareAndSwap(old.key(), old, nb) {
 			m.release(old, s, nil)
 			continue
 		}
@@ -96,7 +96,7 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 	var err error
 	if call {
 		m.st.returns.Add(1)
-		err = m.store.Return(ctx, b.key, *b.pol, tokens, m.cfg.Holder)
+		err = m.store.Return(ctx, b.key(), *b.pol, tokens, m.cfg.Holder)
 		if err == nil {
 			m.st.tokensReturned.Add(tokens)
 			m.met.tokensReturned.AddInt64(tokens)
@@ -110,7 +110,7 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 		// racing with eviction) may be denying until a batch that the
 		// Store could not see coming: these tokens. Let it lease again.
 		// Holding its slot orders this after any lease it has in flight.
-		if nb := m.buckets.load(b.key); nb != nil && nb != b {
+		if nb := m.buckets.load(b.key()); nb != nil && nb != b {
 			ns := m.claimWait(nb)
 			nb.forget()
 			m.release(nb, ns, nil)
@@ -177,14 +177,14 @@ func (m *Manager) leftRecent() {
 // a failure.
 func (m *Manager) returnOne(b *bucket, s *slot) {
 	if err := m.returnBucket(m.ctx, b, s, true); err != nil {
-		m.cfg.Logger.Warn("cannot return leased tokens", logkey.Attr(b.key), "err", err)
+		m.cfg.Logger.Warn("cannot return leased tokens", logkey.Attr(b.key()), "err", err)
 	}
 }
 
 // evict removes b (the bucket of key) from the index and marks it; false
 // if it was already gone.
 func (m *Manager) evict(b *bucket) bool {
-	if !m.buckets.compareAndDelete(b.key, b) {
+	if !m.buckets.compareAndDelete(b.key(), b) {
 		return false
 	}
 	m.st.active.Add(-1)
@@ -255,7 +255,7 @@ func (m *Manager) returnAll(bs []evicting) error {
 		if err := m.returnBucket(m.ctx, e.b, e.s, e.always); err != nil {
 			mu.Lock()
 			if first == nil {
-				first, firstKey = err, e.b.key
+				first, firstKey = err, e.b.key()
 			}
 			fails++
 			mu.Unlock()
@@ -431,7 +431,7 @@ func (m *Manager) sweeper(every time.Duration) {
 func (m *Manager) ReturnKeys(keep func(key string) bool) error {
 	var moved []*bucket
 	m.buckets.rangeAll(func(b *bucket) {
-		if !keep(b.key) {
+		if !keep(b.key()) {
 			moved = append(moved, b)
 		}
 	})

@@ -140,11 +140,11 @@ func (x *index) prefixIndex(prefix string) *prefixIndex {
 // bucket linked is unlinked when it leaves). b's key starts with
 // px.prefix.
 func (x *index) link(px *prefixIndex, b *bucket) {
-	sh, h := x.locate(b.key)
+	sh, h := x.locate(b.key())
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.tab.Load()
-	if i := t.find(b.key, 0, h); i >= 0 && t.slot(uint64(i)).Load() == b {
+	if i := t.find(b.key(), 0, h); i >= 0 && t.slot(uint64(i)).Load() == b {
 		px.store(b)
 	}
 }
@@ -157,7 +157,7 @@ func (x *index) unlinkPrefixes(b *bucket) {
 		return
 	}
 	for _, px := range *ps {
-		if strings.HasPrefix(b.key, px.prefix) {
+		if strings.HasPrefix(b.key(), px.prefix) {
 			px.delete(b)
 		}
 	}
@@ -169,7 +169,7 @@ func (px *prefixIndex) locate(key string) (*indexShard, uint64) {
 }
 
 // rehash is the hash of b's key in px (for rebuild).
-func (px *prefixIndex) rehash(b *bucket) uint64 { return px.hash.sum(b.key[len(px.prefix):]) }
+func (px *prefixIndex) rehash(b *bucket) uint64 { return px.hash.sum(b.key()[len(px.prefix):]) }
 
 // load returns the bucket of prefix+key, or nil; lock-free, as
 // index.load. A key of 1 to 16 bytes (the common one) is hashed and
@@ -204,10 +204,14 @@ func (px *prefixIndex) load(key string) *bucket {
 		if bk == nil {
 			return nil
 		}
-		if g.tags.Load()>>(i%8*8)&0xff != tag || bk == tombstone || len(bk.key) != off+n {
+		if g.tags.Load()>>(i%8*8)&0xff != tag || bk == tombstone {
 			continue
 		}
-		q := unsafe.Add(unsafe.Pointer(unsafe.StringData(bk.key)), off)
+		bkey := bk.key()
+		if len(bkey) != off+n {
+			continue
+		}
+		q := unsafe.Add(unsafe.Pointer(unsafe.StringData(bkey)), off)
 		var ka, kb uint64
 		switch {
 		case n >= 8:
@@ -235,7 +239,7 @@ func (px *prefixIndex) loadLong(key string) *bucket {
 		if b == nil {
 			return nil
 		}
-		if g.tags.Load()>>(i%8*8)&0xff == tag && b != tombstone && len(b.key) == off+len(key) && b.key[off:] == key {
+		if g.tags.Load()>>(i%8*8)&0xff == tag && b != tombstone && len(b.key()) == off+len(key) && b.key()[off:] == key {
 			return b
 		}
 	}
@@ -244,7 +248,7 @@ func (px *prefixIndex) loadLong(key string) *bucket {
 // store indexes b (replacing the bucket of its key, if any). Callers
 // hold the mutex of b's shard in the Manager's index (see link).
 func (px *prefixIndex) store(b *bucket) {
-	key := b.key[len(px.prefix):]
+	key := b.key()[len(px.prefix):]
 	sh, h := px.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -258,7 +262,7 @@ func (px *prefixIndex) store(b *bucket) {
 
 // delete takes b out of px if it is there.
 func (px *prefixIndex) delete(b *bucket) {
-	key := b.key[len(px.prefix):]
+	key := b.key()[len(px.prefix):]
 	sh, h := px.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

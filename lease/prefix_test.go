@@ -62,8 +62,8 @@ func TestPrefixIndexAgainstMap(t *testing.T) {
 		n := 0
 		rangePrefix(px, func(b *bucket) {
 			n++
-			if linked[b.key[len("rule:"):]] != b || main[b.key] != b {
-				t.Fatalf("step %d: the index holds %q, which it should not", step, b.key)
+			if linked[b.key()[len("rule:"):]] != b || main[b.key()] != b {
+				t.Fatalf("step %d: the index holds %q, which it should not", step, b.key())
 			}
 		})
 		if n != len(linked) {
@@ -81,7 +81,7 @@ func TestPrefixIndexAgainstMap(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 4: // a new bucket, linked
 			if main[k] == nil {
-				b := &bucket{key: k}
+				b := newBucket(k, nil)
 				if _, loaded := x.loadOrStore(k, b); loaded {
 					t.Fatalf("step %d: %q was there", step, k)
 				}
@@ -97,11 +97,11 @@ func TestPrefixIndexAgainstMap(t *testing.T) {
 			}
 		case op < 5: // linking a bucket no longer in the index does nothing
 			if hasPrefix {
-				x.link(px, &bucket{key: k})
+				x.link(px, newBucket(k, nil))
 			}
 		case op < 7: // replaced (a policy change)
 			if old := main[k]; old != nil {
-				nb := &bucket{key: k}
+				nb := newBucket(k, nil)
 				if !x.compareAndSwap(k, old, nb) {
 					t.Fatalf("step %d: compareAndSwap %q failed", step, k)
 				}
@@ -146,24 +146,24 @@ func TestPrefixLoadForcedCollisions(t *testing.T) {
 		for i := range len(key) {
 			c := []byte(key)
 			c[i] ^= 0x20
-			decoys = append(decoys, &bucket{key: prefix + string(c)})
+			decoys = append(decoys, newBucket(prefix+string(c), nil))
 		}
 		// Longer and shorter keys (an index holds only keys with its
 		// prefix: load compares the rest alone).
-		decoys = append(decoys, &bucket{key: prefix + key + "x"}, &bucket{key: prefix + key[1:]})
+		decoys = append(decoys, newBucket(prefix+key+"x", nil), newBucket(prefix+key[1:], nil))
 		for _, d := range decoys {
 			sh.insert(d, h, same)
 			if got := px.load(key); got != nil {
-				t.Fatalf("%q: load found %q", key, got.key)
+				t.Fatalf("%q: load found %q", key, got.key())
 			}
 		}
 		// Tombstones in the chain: delete the first half of the decoys.
 		for _, d := range decoys[:len(decoys)/2] {
-			if !sh.delete(d.key[len(prefix):], len(prefix), h, d, same) {
-				t.Fatalf("%q: the decoy %q was not deleted", key, d.key)
+			if !sh.delete(d.key()[len(prefix):], len(prefix), h, d, same) {
+				t.Fatalf("%q: the decoy %q was not deleted", key, d.key())
 			}
 		}
-		b := &bucket{key: prefix + key}
+		b := newBucket(prefix+key, nil)
 		sh.insert(b, h, same)
 		if got := px.load(key); got != b {
 			t.Fatalf("%q: load = %v, want its bucket", key, got)
@@ -172,8 +172,8 @@ func TestPrefixLoadForcedCollisions(t *testing.T) {
 			t.Fatalf("%q: load of a copy = %v, want its bucket", key, got)
 		}
 		for _, d := range decoys {
-			if got := px.load(d.key[len(prefix):]); got != nil && got != d {
-				t.Fatalf("%q: load(%q) found %q", key, d.key[len(prefix):], got.key)
+			if got := px.load(d.key()[len(prefix):]); got != nil && got != d {
+				t.Fatalf("%q: load(%q) found %q", key, d.key()[len(prefix):], got.key())
 			}
 		}
 	}
@@ -206,10 +206,10 @@ func TestPrefixIndexConcurrent(t *testing.T) {
 			for round := range 20 {
 				for i := w; i < n; i += 2 {
 					k := "p:" + keys[i]
-					b, _ := x.loadOrStore(k, &bucket{key: k})
+					b, _ := x.loadOrStore(k, newBucket(k, nil))
 					switch round % 3 {
 					case 1:
-						x.compareAndSwap(k, b, &bucket{key: k})
+						x.compareAndSwap(k, b, newBucket(k, nil))
 					case 2:
 						x.compareAndDelete(k, b)
 					}
@@ -220,8 +220,8 @@ func TestPrefixIndexConcurrent(t *testing.T) {
 	wg.Go(func() { // a reader
 		for range 20 {
 			for _, k := range keys {
-				if b := px.load(k); b != nil && b.key != "p:"+k {
-					t.Errorf("load(%q) returned the bucket of %q", k, b.key)
+				if b := px.load(k); b != nil && b.key() != "p:"+k {
+					t.Errorf("load(%q) returned the bucket of %q", k, b.key())
 					return
 				}
 			}
@@ -229,8 +229,8 @@ func TestPrefixIndexConcurrent(t *testing.T) {
 	})
 	wg.Wait()
 	rangePrefix(px, func(b *bucket) {
-		if x.load(b.key) != b {
-			t.Errorf("the Prefix's index holds %q, gone from the Manager's", b.key)
+		if x.load(b.key()) != b {
+			t.Errorf("the Prefix's index holds %q, gone from the Manager's", b.key())
 		}
 	})
 }
