@@ -35,9 +35,6 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		if old != nil && *old.pol == p && old.denyUntil.Load() != evicted {
 			return old
 		}
-		if old != nil {
-			key = old.key() // the same bytes: the new bucket copies its own
-		}
 		nb := newBucket(key, m.intern(p))
 		nb.lastUse.Store(unixMs32(now))
 		if old == nil {
