@@ -6,11 +6,18 @@
 # expiry, and of a plain INCR. Each twice: busy (redis-benchmark, 8
 # connections: Redis's caches stay warm), then paced (one call at a time,
 # 265 a second, by a Python client: the rate of the suite's warm phases,
-# where Redis waits for work between calls). Starts a redis-server of its
-# own on a free port; needs redis-server, redis-cli, redis-benchmark and
-# python3.
+# where Redis waits for work between calls), and paced five to a write (53
+# writes a second: the same calls in fewer round trips), with Redis's CPU
+# per call (INFO's used_cpu_user + used_cpu_sys: the command and the round
+# trip) beside the paced ones. The last row is this tree's token_bucket
+# lease script: a holder renewing its loan on a key that refills at 100/s
+# (lua/testdata/script-instructions.sh's "renew", on 100,000 keys; the
+# busy run leases most of them first, so the paced calls mostly renew). Starts
+# a redis-server of its own on a free port; needs redis-server, redis-cli,
+# redis-benchmark and python3.
 #   lua/testdata/script-floor.sh
 set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
 port=$((20000 + RANDOM % 20000))
 redis-server --port "$port" --save '' --appendonly no >/dev/null 2>&1 &
 srv=$!
@@ -24,11 +31,15 @@ busy() { # command... (__rand_int__ in a key: one of 100,000)
   redis-benchmark -p "$port" -n 200000 -c 8 -r 100000 -q "$@" >/dev/null
   per_call "$(echo "$1" | tr A-Z a-z)"
 }
-paced() { # command... ({i} in a key: one of 100,000): 1,500 calls at 265 a second
+cpu() { redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
+paced() { # per-write command... ({i} in a key: one of 100,000): 1,500 calls at 265 a second, per-write to a write
+  local per=$1 c0 c1
+  shift
   redis-cli -p "$port" config resetstat >/dev/null
-  python3 - "$port" "$@" <<'PY'
+  c0=$(cpu)
+  python3 - "$port" "$per" "$@" <<'PY'
 import random, socket, sys, time
-port, args = int(sys.argv[1]), sys.argv[2:]
+port, per, args = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 s = socket.create_connection(("127.0.0.1", port))
 f = s.makefile("rb")
 def reply():  # reads one RESP reply
@@ -38,19 +49,32 @@ def reply():  # reads one RESP reply
     elif line[:1] == b"*":
         for _ in range(int(line[1:])):
             reply()
-due = time.monotonic()
-for _ in range(1500):
+def command():
     a = [x.replace("{i}", str(random.randrange(100000))).encode() for x in args]
-    s.sendall(b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in a))
-    reply()
-    due += 1 / 265
+    return b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in a)
+due = time.monotonic()
+for _ in range(1500 // per):
+    s.sendall(b"".join(command() for _ in range(per)))
+    for _ in range(per):
+        reply()
+    due += per / 265
     time.sleep(max(0, due - time.monotonic()))
 PY
-  per_call "$(echo "$1" | tr A-Z a-z)"
+  c1=$(cpu)
+  printf '%s (%s)' "$(per_call "$(echo "$1" | tr A-Z a-z)")" "$(awk -v a="$c0" -v b="$c1" -v n=$((1500 / per * per)) 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')"
+}
+row() { # label busy-args paced-args
+  local label=$1 b=$2 p=$3
+  # shellcheck disable=SC2086 # the arguments are words
+  echo "$label $(busy $b), $(paced 1 $p), $(paced 5 $p)"
 }
 one=$(redis-cli -p "$port" script load 'return 1')
 getset=$(redis-cli -p "$port" script load "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], 'abcdefghijklmnopqrstuvwxyz0123', 'PX', 60000) return {1, 2, 3, 4, 5}")
-echo "µs per call inside Redis: busy, paced"
-echo "EVALSHA return 1:          $(busy evalsha "$one" 0), $(paced evalsha "$one" 0)"
-echo "EVALSHA TIME, GET, SET PX: $(busy evalsha "$getset" 1 'k:__rand_int__'), $(paced evalsha "$getset" 1 'k:{i}')"
-echo "INCR:                      $(busy incr 'n:__rand_int__'), $(paced incr 'n:{i}')"
+tb=$(cat lua/prelude.lua lua/leased.lua lua/token_bucket_lease.lua)
+tb=$(redis-cli -p "$port" script load "$tb")
+renew="100 1000000 100 AbCdEfGh 10 1 3 300000000 2000000 7 12345 0 0 0"
+echo "µs per call inside Redis (usec_per_call): busy; paced (Redis CPU per call); paced, five to a write (Redis CPU per call)"
+row "EVALSHA return 1:           " "evalsha $one 0" "evalsha $one 0"
+row "EVALSHA TIME, GET, SET PX:  " "evalsha $getset 1 k:__rand_int__" "evalsha $getset 1 k:{i}"
+row "INCR:                       " "incr n:__rand_int__" "incr n:{i}"
+row "token_bucket lease, renew:  " "evalsha $tb 1 {u__rand_int__}:x $renew" "evalsha $tb 1 {u{i}}:x $renew"
