@@ -23,16 +23,17 @@ redis-server --port "$port" --save '' --appendonly no >/dev/null 2>&1 &
 srv=$!
 trap 'kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
-per_call() { # command name -> usec_per_call of its commandstats line
-  redis-cli -p "$port" info commandstats | awk -F'[=,]' -v c="cmdstat_$1:" 'index($0, c) == 1 {print $6}'
+per_call() { # command -> usec_per_call of its commandstats line
+  redis-cli -p "$port" info commandstats |
+    awk -F'[=,]' -v c="cmdstat_$(echo "$1" | tr A-Z a-z):" 'index($0, c) == 1 {print $6}'
 }
 busy() { # command... (__rand_int__ in a key: one of 100,000)
   redis-cli -p "$port" config resetstat >/dev/null
   redis-benchmark -p "$port" -n 200000 -c 8 -r 100000 -q "$@" >/dev/null
-  per_call "$(echo "$1" | tr A-Z a-z)"
+  per_call "$1"
 }
 cpu() { redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
-paced() { # per-write command... ({i} in a key: one of 100,000): 1,500 calls at 265 a second, per-write to a write
+paced() { # per-write command... (__rand_int__ as redis-benchmark writes it): 1,500 calls at 265 a second, per-write to a write
   local per=$1 c0 c1
   shift
   redis-cli -p "$port" config resetstat >/dev/null
@@ -50,7 +51,8 @@ def reply():  # reads one RESP reply
         for _ in range(int(line[1:])):
             reply()
 def command():
-    a = [x.replace("{i}", str(random.randrange(100000))).encode() for x in args]
+    n = "%012d" % random.randrange(100000)  # the busy run's keys
+    a = [x.replace("__rand_int__", n).encode() for x in args]
     return b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in a)
 due = time.monotonic()
 for _ in range(1500 // per):
@@ -61,12 +63,12 @@ for _ in range(1500 // per):
     time.sleep(max(0, due - time.monotonic()))
 PY
   c1=$(cpu)
-  printf '%s (%s)' "$(per_call "$(echo "$1" | tr A-Z a-z)")" "$(awk -v a="$c0" -v b="$c1" -v n=$((1500 / per * per)) 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')"
+  printf '%s (%s)' "$(per_call "$1")" "$(awk -v a="$c0" -v b="$c1" -v n=$((1500 / per * per)) 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')"
 }
-row() { # label busy-args paced-args
-  local label=$1 b=$2 p=$3
+row() { # label command-words
+  local label=$1 c=$2
   # shellcheck disable=SC2086 # the arguments are words
-  echo "$label $(busy $b), $(paced 1 $p), $(paced 5 $p)"
+  echo "$label $(busy $c), $(paced 1 $c), $(paced 5 $c)"
 }
 one=$(redis-cli -p "$port" script load 'return 1')
 getset=$(redis-cli -p "$port" script load "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], 'abcdefghijklmnopqrstuvwxyz0123', 'PX', 60000) return {1, 2, 3, 4, 5}")
@@ -74,7 +76,7 @@ tb=$(cat lua/prelude.lua lua/leased.lua lua/token_bucket_lease.lua)
 tb=$(redis-cli -p "$port" script load "$tb")
 renew="100 1000000 100 AbCdEfGh 10 1 3 300000000 2000000 7 12345 0 0 0"
 echo "µs per call inside Redis (usec_per_call): busy; paced (Redis CPU per call); paced, five to a write (Redis CPU per call)"
-row "EVALSHA return 1:           " "evalsha $one 0" "evalsha $one 0"
-row "EVALSHA TIME, GET, SET PX:  " "evalsha $getset 1 k:__rand_int__" "evalsha $getset 1 k:{i}"
-row "INCR:                       " "incr n:__rand_int__" "incr n:{i}"
-row "token_bucket lease, renew:  " "evalsha $tb 1 {u__rand_int__}:x $renew" "evalsha $tb 1 {u{i}}:x $renew"
+row "EVALSHA return 1:           " "evalsha $one 0"
+row "EVALSHA TIME, GET, SET PX:  " "evalsha $getset 1 k:__rand_int__"
+row "INCR:                       " "incr n:__rand_int__"
+row "token_bucket lease, renew:  " "evalsha $tb 1 {u__rand_int__}:x $renew"
