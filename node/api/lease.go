@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"unsafe"
 )
@@ -133,6 +135,25 @@ type LeaseResult struct {
 	AheadTokens  int64
 	AheadWindows int64
 	Error        string
+}
+
+// HolderPublicIDLen is the length of a holder's public id (HolderPublicID).
+const HolderPublicIDLen = 16
+
+// HolderPublicID is the public id of the holder whose secret is secret
+// (the "holder" a lease request sends: 32 hex digits a gateway process
+// draws at random and keeps to itself): 16 hex digits of a SHA-256 of
+// it. Everything that names a holder to others (logs, metrics,
+// /v1/stats, the dashboard, Limiter.Holder) shows this id, and the
+// Store counts the holder's loans under it; the secret cannot be
+// derived from it, so knowing it (and the client token) does not let
+// anyone renew, return or report for the holder.
+func HolderPublicID(secret string) string {
+	h := sha256.New()
+	h.Write([]byte("sluice-holder-v1\x00"))
+	h.Write([]byte(secret))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:HolderPublicIDLen/2])
 }
 
 // HolderMsg says what is wrong with a gateway holder id, or "".
