@@ -394,6 +394,9 @@ type Grant struct {
 	// lessee's loan ends with the current window).
 	AheadTokens  int64
 	AheadWindows int64
+	// Crowded: the key had Lessee.MaxHolders holders, none of them the
+	// call's: nothing was lent (the grant, if any, is spent at once).
+	Crowded bool
 }
 
 // Result is the answer of an exact check (sliding_log, concurrency).
@@ -503,6 +506,10 @@ type Lessee struct {
 	// that first for such a call, and falls back to its usual call when
 	// the key has state.
 	First bool
+	// MaxHolders, when > 0, bounds the holders of the key: a call of an ID
+	// without a running loan of the key, when the key has MaxHolders
+	// running loans, lends nothing (Grant.Crowded).
+	MaxHolders int
 }
 
 // MaxAheadWindows bounds Lessee.AheadWindows.

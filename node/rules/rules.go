@@ -316,6 +316,9 @@ type Rule struct {
 	// key's values gets (on_missing_key).
 	OnMissingKey MissingKey
 	Shadow       bool
+	// MaxHolders bounds the holders outside the cluster of one key
+	// (lease.Lessee.MaxHolders); 0: unbounded.
+	MaxHolders int
 	// GatewayShare is the most one gateway holder may hold of a key, as
 	// a fraction of its capacity (gateway_share; DefaultGatewayShare
 	// when not given).
