@@ -78,6 +78,12 @@ type ClusterConfig struct {
 	// DemoteProbe is how often a demoted owner is sent a check again.
 	// Zero means engine.DefaultDemoteProbe (1s).
 	DemoteProbe time.Duration
+	// SharedStore says the members share one Store (Redis): a lease op
+	// (the lease protocol) whose owner does not answer is then applied
+	// here, where a member on its own memory store answers it with an
+	// error (engine.ClusterConfig.SharedStore). sluiced sets it with
+	// -redis.
+	SharedStore bool
 }
 
 // cluster is a Node's cluster state. It exists only when EnableCluster was
@@ -189,6 +195,7 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 		DemoteAfter: max(cfg.DemoteAfter, 0),
 		DemoteProbe: cfg.DemoteProbe,
 		Now:         fcfg.Now,
+		SharedStore: cfg.SharedStore,
 	})
 	c.met.members.Store(1)
 	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })

@@ -206,6 +206,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 			// One shared Store: a silent owner's keys may be decided by
 			// leasing from it (see node.ClusterConfig.DemoteAfter).
 			ccfg.DemoteAfter = demoteAfter
+			ccfg.SharedStore = true
 		}
 		ccfg.Forward.TLS = peerTLS
 		if o.forwardTimeout > 0 {
