@@ -386,4 +386,3 @@ func (m *Manager) Holdings(group func(key string) string) map[string]Holding {
 	})
 	return out
 }
-

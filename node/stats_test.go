@@ -18,8 +18,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/engine"
+	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/member"
 )
 

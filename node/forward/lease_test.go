@@ -17,7 +17,7 @@ import (
 // "checked", Crowded for "crowded".
 type leaseEcho struct{ echoDecider }
 
-func (leaseEcho) DecideLeases(ops []engine.LeaseOp, results []engine.LeaseResult) {
+func (*leaseEcho) DecideLeases(ops []engine.LeaseOp, results []engine.LeaseResult) {
 	for i := range ops {
 		results[i] = leaseWant(ops[i])
 	}
