@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -187,5 +188,92 @@ func TestLeaseForgedReturnWithPublicID(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// An owner that does not answer a forwarded lease op: on a shared Store
+// the node that was asked applies it itself (whoever calls the shared
+// Store for a holder keeps the contract); a node on its own memory store
+// answers an error instead (the owner's Store holds the key, and a second
+// decider would lend past the limit), which a holder takes for a failed
+// Store call.
+func TestLeaseOwnerGone(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			one := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+			t.Cleanup(func() { one.Close() })
+			stores := map[string]lease.Store{"a": one, "b": one}
+			if !shared {
+				other := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+				t.Cleanup(func() { other.Close() })
+				stores["b"] = other
+			}
+			nodes := newClusterNodesOpts(t, func(name string) lease.Store { return stores[name] },
+				map[string]string{"a": gatewayRules, "b": gatewayRules}, func(c *ClusterConfig) { c.SharedStore = shared })
+			key := keyOwnedBy(t, nodes["a"].n, "per-key", "k", "b")
+			nodes["b"].stop() // refuses connections from now on
+			req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(res)
+			req.SetRequestURI("http://" + nodes["a"].addr + LeasePath)
+			req.Header.SetMethod("POST")
+			req.Header.Set("Authorization", "Bearer "+testClientToken)
+			req.SetBodyString(leaseBody(holderA, leaseOpJSON("per-key", key, 10)))
+			if err := nodes["a"].client.DoTimeout(req, res, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			g := decodeLeaseReply(t, resp{status: res.StatusCode(), body: string(res.Body())}).Results[0]
+			switch {
+			case shared && (g.Granted != 10 || g.Error != ""):
+				t.Fatalf("owner gone, shared Store: %+v, want 10 granted here", g)
+			case !shared && (g.Granted != 0 || !strings.Contains(g.Error, "did not answer")):
+				t.Fatalf("owner gone, own memory stores: %+v, want an error", g)
+			}
+			if got := available(t, one, "per-key:"+key); shared && got != 90 {
+				t.Fatalf("shared Store has %d, want 90", got)
+			}
+		})
+	}
+}
+
+// Where a rule's tokens are shows in /v1/stats and /metrics: lent to
+// gateways, to regions, to the node itself, left in the Store, and the
+// bound that puts on a shortfall; a return counts as reported what the
+// holder was lent and did not give back.
+func TestLeaseTokensSeen(t *testing.T) {
+	tn, _ := newGatewayNode(t)
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 10)), clientAuth))
+	decodeLeaseReply(t, tn.do("POST", LeasePath,
+		`{"holder":"`+holderB+`","region":"eu","ops":[`+leaseOpJSON("per-key", "k", 20)+`]}`, clientAuth))
+	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"k2","hits":1}`); r.status != 200 {
+		t.Fatalf("check: %d %s", r.status, r.body)
+	}
+	var b statsBody
+	r := tn.do("GET", "/v1/stats?scope=node", "", "Authorization: Bearer "+testAdminToken)
+	if err := json.Unmarshal([]byte(r.body), &b); err != nil {
+		t.Fatal(err)
+	}
+	ts := b.Tokens["per-key"]
+	// k: 10 to a gateway, 20 to a region, 70 left; k2: the node's own
+	// lease (a quarter of the capacity, less the check's token) from its
+	// Store's 100.
+	nodes := tn.n.mgr.Holdings(func(string) string { return "x" })["x"].Lent
+	if ts.Gateways != 10 || ts.Regions != 20 || ts.Nodes != nodes || nodes <= 0 || ts.Keys != 2 ||
+		ts.Store != 70+100-nodes || ts.ShortBound != 30+nodes {
+		t.Fatalf("tokens %+v (the node holds %d), want 10 to gateways, 20 to regions, the node's loan, the Store's rest", ts, nodes)
+	}
+	m := tn.do("GET", "/metrics", "").body
+	for _, want := range []string{
+		`sluice_tokens{rule="per-key",where="gateways"} 10`, `sluice_tokens{rule="per-key",where="regions"} 20`,
+		fmt.Sprintf(`sluice_tokens_short_bound{rule="per-key"} %d`, 30+nodes),
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// The gateway spent 4 of its 10 and returns 6: 4 reported.
+	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, returnOpJSON("per-key", "k", 6)), clientAuth))
+	if st := tn.n.eng.LeaseStats()["per-key"]; st.Reported != 4 || st.Returned != 6 || st.Gateways != 0 {
+		t.Fatalf("after the return: %+v, want 4 reported, 6 returned, none lent to gateways", st)
 	}
 }

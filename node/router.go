@@ -59,6 +59,7 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 		if n.requireGet(ctx) && n.requireMetrics(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			n.met.write(ctx)
+			writeTokenMetrics(ctx, n.eng.TokenStats())
 			if u := n.cfg.Upstream; u != nil {
 				u.WriteMetrics(ctx)
 			}

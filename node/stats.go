@@ -134,12 +134,16 @@ type StatsUpstream struct {
 func upstreamStats(u Upstream) *StatsUpstream {
 	ok, err := u.State()
 	out := &StatsUpstream{URLs: u.URLs(), Reachable: ok, RTTMS: float64(u.RTT().Microseconds()) / 1000,
-		Keys: u.Manager().Stats().ActiveKeys, Lent: u.Lent()}
+		Lent: map[string]int64{}}
 	if err != nil {
 		out.Error = err.Error()
 	}
-	if out.Lent == nil {
-		out.Lent = map[string]int64{}
+	// What the node holds of each global rule, read from its Manager's
+	// keys: the keys and the loans agree, and a key dropped without a
+	// return call (nothing left to give back) is gone from both.
+	for rule, h := range u.Manager().Holdings(ruleOfKey) {
+		out.Keys += h.Keys
+		out.Lent[rule] = h.Lent
 	}
 	return out
 }

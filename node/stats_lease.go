@@ -1,6 +1,13 @@
 package node
 
-import "github.com/sluicehq/sluice/node/engine"
+import (
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/node/engine"
+)
 
 // mergeLeaseStats adds a peer's token and lease protocol figures (o) to
 // body's.
@@ -29,4 +36,54 @@ func mergeLeaseStats(body, o *statsBody) {
 		sum.Crowded += gs.Crowded
 		body.Gateway[rule] = sum
 	}
+}
+
+// writeTokenMetrics writes where each rule's tokens are (engine.TokenStats,
+// computed once per scrape: it walks the keys held and lent) as
+// sluice_tokens{rule,where} and sluice_tokens_short_bound{rule}.
+func writeTokenMetrics(w io.Writer, ts map[string]engine.TokenStats) {
+	if len(ts) == 0 {
+		return
+	}
+	rules := make([]string, 0, len(ts))
+	for r := range ts {
+		rules = append(rules, r)
+	}
+	slices.Sort(rules)
+	var b []byte
+	b = append(b, "# HELP sluice_tokens Tokens of a rule's keys held or lent by this node, by where they are: "+
+		"store (the Store's remaining of those keys, as of each key's last call), nodes (lent to this node), "+
+		"gateways and regions (lent by this node to holders outside the cluster)\n# TYPE sluice_tokens gauge\n"...)
+	for _, r := range rules {
+		s := ts[r]
+		for _, kv := range [...]struct {
+			where string
+			v     int64
+		}{{"store", s.Store}, {"nodes", s.Nodes}, {"gateways", s.Gateways}, {"regions", s.Regions}} {
+			b = append(b, `sluice_tokens{rule=`...)
+			b = strconv.AppendQuote(b, r)
+			b = append(b, `,where="`...)
+			b = append(b, kv.where...)
+			b = append(b, `"} `...)
+			b = strconv.AppendInt(b, kv.v, 10)
+			b = append(b, '\n')
+		}
+	}
+	b = append(b, "# HELP sluice_tokens_short_bound Tokens of a rule lent now (to nodes, gateways, regions): "+
+		"the most its admissions could fall short of its limits were every holder to vanish now, until their loans end\n"+
+		"# TYPE sluice_tokens_short_bound gauge\n"...)
+	for _, r := range rules {
+		b = append(b, `sluice_tokens_short_bound{rule=`...)
+		b = strconv.AppendQuote(b, r)
+		b = append(b, `} `...)
+		b = strconv.AppendInt(b, ts[r].ShortBound, 10)
+		b = append(b, '\n')
+	}
+	_, _ = w.Write(b)
+}
+
+// ruleOfKey is the rule of a counter key ("rule:key").
+func ruleOfKey(ckey string) string {
+	rule, _, _ := strings.Cut(ckey, ":")
+	return rule
 }
