@@ -32,27 +32,27 @@ type leaseBook struct {
 
 	mu struct {
 		sync.Mutex
-		loans  map[bookKey]bookLoan
-		keys   map[string]*bookKeyState // counter key → its state
+		keys   map[string]*bookKey // counter key → its loans
+		loans  int                 // Σ len(keys[k].loans)
 		byRule map[string]*leaseRuleMetrics
 		next   time.Time // the next sweep
 	}
 }
 
-type bookKey struct{ holder, ckey string }
+// bookKey is a counter key lent to holders outside the cluster: its
+// loans (one per holder; a handful, bounded by the rule's max_holders)
+// and the Store's remaining as of its last call.
+type bookKey struct {
+	rule      *leaseRuleMetrics
+	remaining int64
+	loans     []bookLoan
+}
 
 type bookLoan struct {
-	rule   *leaseRuleMetrics
+	holder string
 	region bool
 	lent   int64
 	until  time.Time
-}
-
-// bookKeyState is a counter key lent to holders outside the cluster.
-type bookKeyState struct {
-	rule      *leaseRuleMetrics
-	holders   int   // its loans in the book
-	remaining int64 // the Store's remaining as of its last call
 }
 
 // leaseRuleMetrics are one rule's lease counters.
@@ -71,8 +71,7 @@ type leaseRuleMetrics struct {
 
 func newLeaseBook(set *metrics.Set, now func() time.Time) *leaseBook {
 	b := &leaseBook{set: set, now: now}
-	b.mu.loans = map[bookKey]bookLoan{}
-	b.mu.keys = map[string]*bookKeyState{}
+	b.mu.keys = map[string]*bookKey{}
 	b.mu.byRule = map[string]*leaseRuleMetrics{}
 	return b
 }
@@ -125,12 +124,11 @@ func (b *leaseBook) lent(holder string, region bool, ckey string, rm *leaseRuleM
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := bookKey{holder, ckey}
-	old, had := b.mu.loans[k]
-	if had && now.Before(old.until) {
-		rm.reported.AddInt64(max(old.lent-to.Held, 0))
+	k, i := b.find(ckey, holder)
+	if i >= 0 && now.Before(k.loans[i].until) {
+		rm.reported.AddInt64(max(k.loans[i].lent-to.Held, 0))
 	}
-	b.put(k, old, had, bookLoan{rule: rm, region: region, lent: gr.Lent, until: until}, gr.Remaining)
+	b.put(ckey, k, i, rm, bookLoan{holder: holder, region: region, lent: gr.Lent, until: until}, gr.Remaining)
 }
 
 // returned records a return of tokens by holder of ckey: its loan ends,
@@ -139,69 +137,85 @@ func (b *leaseBook) returned(holder, ckey string, rm *leaseRuleMetrics, tokens i
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := bookKey{holder, ckey}
-	old, had := b.mu.loans[k]
+	k, i := b.find(ckey, holder)
 	back := tokens
-	if had && now.Before(old.until) {
-		back = min(tokens, old.lent)
-		rm.reported.AddInt64(old.lent - back)
+	if i >= 0 && now.Before(k.loans[i].until) {
+		back = min(tokens, k.loans[i].lent)
+		rm.reported.AddInt64(k.loans[i].lent - back)
 	}
 	rm.returned.AddInt64(back)
-	ks := b.mu.keys[ckey]
-	remaining := int64(0)
-	if ks != nil {
-		remaining = ks.remaining + back
+	if k != nil {
+		b.put(ckey, k, i, rm, bookLoan{holder: holder}, k.remaining+back)
 	}
-	b.put(k, old, had, bookLoan{}, remaining)
 }
 
-// put replaces the loan k (old, if had) by nl (none when its lent is 0),
-// keeping the per-rule sums and the key's state (b.mu held).
-func (b *leaseBook) put(k bookKey, old bookLoan, had bool, nl bookLoan, remaining int64) {
-	if had {
-		b.unlend(old)
+// find returns ckey's entry (nil without one) and the index of holder's
+// loan in it (-1 without one). b.mu held.
+func (b *leaseBook) find(ckey, holder string) (*bookKey, int) {
+	k := b.mu.keys[ckey]
+	if k == nil {
+		return nil, -1
 	}
-	ks := b.mu.keys[k.ckey]
+	for i := range k.loans {
+		if k.loans[i].holder == holder {
+			return k, i
+		}
+	}
+	return k, -1
+}
+
+// put sets holder's loan of ckey (k, nil without an entry; i its index,
+// -1 without one) to nl (none when its lent is 0) and the key's Store
+// remaining, keeping the per-rule sums. b.mu held.
+func (b *leaseBook) put(ckey string, k *bookKey, i int, rm *leaseRuleMetrics, nl bookLoan, remaining int64) {
+	if i >= 0 {
+		k.rule.unlend(k.loans[i])
+	}
 	switch {
-	case nl.lent > 0 && (had || len(b.mu.loans) < maxBook):
-		b.mu.loans[k] = nl
-		if nl.region {
-			nl.rule.regions += nl.lent
+	case nl.lent > 0 && (i >= 0 || b.mu.loans < maxBook):
+		if k == nil {
+			k = &bookKey{rule: rm}
+			b.mu.keys[ckey] = k
+			rm.keys++
+		}
+		if i >= 0 {
+			k.loans[i] = nl
 		} else {
-			nl.rule.gateways += nl.lent
+			k.loans = append(k.loans, nl)
+			b.mu.loans++
 		}
-		if ks == nil {
-			ks = &bookKeyState{rule: nl.rule}
-			b.mu.keys[k.ckey] = ks
-			nl.rule.keys++
-		}
-		if !had {
-			ks.holders++
-		}
-	case had:
-		delete(b.mu.loans, k)
-		if ks != nil {
-			ks.holders--
-		}
+		k.rule.lend(nl)
+	case i >= 0:
+		k.loans[i] = k.loans[len(k.loans)-1]
+		k.loans = k.loans[:len(k.loans)-1]
+		b.mu.loans--
 	}
-	if ks == nil {
+	if k == nil {
 		return
 	}
-	ks.rule.store += remaining - ks.remaining
-	ks.remaining = remaining
-	if ks.holders <= 0 {
-		ks.rule.store -= ks.remaining
-		ks.rule.keys--
-		delete(b.mu.keys, k.ckey)
+	k.rule.store += remaining - k.remaining
+	k.remaining = remaining
+	if len(k.loans) == 0 {
+		k.rule.store -= k.remaining
+		k.rule.keys--
+		delete(b.mu.keys, ckey)
 	}
 }
 
-// unlend takes l off its rule's sums (b.mu held).
-func (b *leaseBook) unlend(l bookLoan) {
+// lend and unlend add l to, and take it off, m's sums (book.mu held).
+func (m *leaseRuleMetrics) lend(l bookLoan) {
 	if l.region {
-		l.rule.regions -= l.lent
+		m.regions += l.lent
 	} else {
-		l.rule.gateways -= l.lent
+		m.gateways += l.lent
+	}
+}
+
+func (m *leaseRuleMetrics) unlend(l bookLoan) {
+	if l.region {
+		m.regions -= l.lent
+	} else {
+		m.gateways -= l.lent
 	}
 }
 
@@ -212,14 +226,11 @@ func (b *leaseBook) sweep(now time.Time) {
 		return
 	}
 	b.mu.next = now.Add(time.Second)
-	for k, l := range b.mu.loans {
-		if !now.Before(l.until) {
-			ks := b.mu.keys[k.ckey]
-			rem := int64(0)
-			if ks != nil {
-				rem = ks.remaining
+	for ckey, k := range b.mu.keys {
+		for i := len(k.loans) - 1; i >= 0; i-- {
+			if !now.Before(k.loans[i].until) {
+				b.put(ckey, k, i, k.rule, bookLoan{}, k.remaining)
 			}
-			b.put(k, l, true, bookLoan{}, rem)
 		}
 	}
 }
@@ -292,16 +303,18 @@ func (e *Engine) LeaseHolders(node string) ([]LeaseHolder, int) {
 	by := map[string]*LeaseHolder{}
 	b.mu.Lock()
 	b.sweep(b.now())
-	for k, l := range b.mu.loans {
-		h := by[k.holder]
-		if h == nil {
-			h = &LeaseHolder{Holder: PublicHolder(k.holder), Node: node, Rules: map[string]int64{}}
-			by[k.holder] = h
+	for _, k := range b.mu.keys {
+		for _, l := range k.loans {
+			h := by[l.holder]
+			if h == nil {
+				h = &LeaseHolder{Holder: PublicHolder(l.holder), Node: node, Rules: map[string]int64{}}
+				by[l.holder] = h
+			}
+			h.Lent += l.lent
+			h.Rules[k.rule.name] += l.lent
+			h.Keys++
+			h.UntilMS = max(h.UntilMS, l.until.UnixMilli())
 		}
-		h.Lent += l.lent
-		h.Rules[l.rule.name] += l.lent
-		h.Keys++
-		h.UntilMS = max(h.UntilMS, l.until.UnixMilli())
 	}
 	b.mu.Unlock()
 	out := make([]LeaseHolder, 0, len(by))

@@ -69,14 +69,14 @@ func (e *Engine) TokenStats() map[string]TokenStats {
 	b := e.lessor.book
 	b.mu.Lock()
 	b.sweep(b.now())
-	for ckey, ks := range b.mu.keys {
+	for ckey, k := range b.mu.keys {
 		if e.mgr.Holds(ckey) {
 			continue // its Store remaining is the Manager's, counted above
 		}
-		s := out[ks.rule.name]
+		s := out[k.rule.name]
 		s.Keys++
-		s.Store += ks.remaining
-		out[ks.rule.name] = s
+		s.Store += k.remaining
+		out[k.rule.name] = s
 	}
 	for name, m := range b.mu.byRule {
 		if m.gateways == 0 && m.regions == 0 {
