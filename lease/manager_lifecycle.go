@@ -94,6 +94,14 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 	if call {
 		m.st.returns.Add(1)
 		err = m.store.Return(ctx, b.key(), *b.pol, tokens, m.cfg.Holder)
+		if err != nil && always && ctx.Err() == nil {
+			// A loan that ends here (Close, a move) is left otherwise
+			// for its TTL or, with shares of windows ahead, until the
+			// last of them ends: once more. A return that landed but
+			// whose answer was lost ended the loan: this one then gives
+			// back nothing.
+			err = m.store.Return(ctx, b.key(), *b.pol, tokens, m.cfg.Holder)
+		}
 		if err == nil {
 			m.st.tokensReturned.Add(tokens)
 			m.met.tokensReturned.AddInt64(tokens)
