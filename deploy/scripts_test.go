@@ -74,3 +74,49 @@ func TestMakeRunListensOnLoopback(t *testing.T) {
 		t.Errorf("make run LISTEN=:8080 listens on %q", got)
 	}
 }
+
+// TestRegionsScriptLeavesMakeBuildAlone: deploy/regions.sh gets its
+// sluiced from make build (with the vtprotobuf tag the Envoy RLS server's
+// responses need), and never writes .bin/sluiced with a go build of its
+// own, which replaced make build's binary with one built without the tag.
+// The script runs from a copy of deploy/ with stub make and go that log
+// their arguments and fail, so it stops at its build step.
+func TestRegionsScriptLeavesMakeBuildAlone(t *testing.T) {
+	tmp := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(tmp, "deploy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root(t), "deploy", "regions.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(tmp, "deploy", "regions.sh")
+	if err := os.WriteFile(path, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stubs := filepath.Join(tmp, "stubs")
+	if err := os.MkdirAll(stubs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(tmp, "calls.log")
+	for _, name := range []string{"make", "go"} {
+		stub := "#!/bin/sh\necho \"" + name + " $*\" >>" + log + "\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(stubs, name), []byte(stub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, stderr, code := script(t, []string{"PATH=" + stubs + ":" + os.Getenv("PATH"), "TMPDIR=" + tmp}, path, "0")
+	if code == 0 {
+		t.Fatalf("regions.sh went on past a failed build (stderr %q)", stderr)
+	}
+	calls, _ := os.ReadFile(log)
+	lines := strings.Split(strings.TrimSpace(string(calls)), "\n")
+	for _, l := range lines {
+		if f := strings.Fields(l); f[0] == "go" && strings.Contains(l, "./cmd/sluiced") {
+			t.Errorf("regions.sh builds sluiced itself: %q (make build's .bin/sluiced has the vtprotobuf tag)", l)
+		}
+	}
+	if f := strings.Fields(lines[0]); f[0] != "make" || f[len(f)-1] != "build" {
+		t.Errorf("regions.sh's first build is %q, want make ... build", lines[0])
+	}
+}
