@@ -120,3 +120,50 @@ func TestRegionsScriptLeavesMakeBuildAlone(t *testing.T) {
 		t.Errorf("regions.sh's first build is %q, want make ... build", lines[0])
 	}
 }
+
+// TestLocalClusterNotRunning: with no local cluster, status and stop say
+// so ("no local cluster is running"), status exits 3 (as systemctl status
+// of a stopped unit: not running) and stop 0 (nothing to stop is not a
+// failure); before, status said "not running" with exit 1 and stop
+// "stopped (0 nodes and Redis)". State left by a cluster whose processes
+// are gone (a reboot) is not a running cluster either: stop says that it
+// stopped nothing and clears the state.
+func TestLocalClusterNotRunning(t *testing.T) {
+	path := filepath.Join(root(t), "deploy", "local-cluster.sh")
+	dir := filepath.Join(t.TempDir(), "sluice-local")
+	env := []string{"SLUICE_LOCAL_DIR=" + dir}
+	want := "no local cluster is running"
+	for _, c := range []struct {
+		cmd  string
+		code int
+	}{{"status", 3}, {"stop", 0}, {"status", 3}} {
+		out, errOut, code := script(t, env, path, c.cmd)
+		if code != c.code || !strings.Contains(out+errOut, want) || !strings.Contains(out+errOut, dir) || strings.Contains(out+errOut, "stopped") {
+			t.Errorf("%s with nothing in %s: exit %d, %q %q; want exit %d and %q naming the directory", c.cmd, dir, code, out, errOut, c.code, want)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("status or stop created %s (%v)", dir, err)
+	}
+
+	// A cluster's state whose processes are gone.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"nodes": "3\n", "n1.pid": "999999999\n", "redis.pid": "999999998\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := script(t, env, path, "status")
+	if code != 1 || !strings.Contains(out, "n1") || !strings.Contains(out, "not running") {
+		t.Errorf("status of a cluster whose processes are gone: exit %d, %q %q; want exit 1 naming each node not running", code, out, errOut)
+	}
+	out, errOut, code = script(t, env, path, "stop")
+	if code != 0 || !strings.Contains(out+errOut, "none of its processes was running") || strings.Contains(out+errOut, "stopped 3") {
+		t.Errorf("stop of a cluster whose processes are gone: exit %d, %q %q; want exit 0 saying nothing ran", code, out, errOut)
+	}
+	if out, errOut, code := script(t, env, path, "status"); code != 3 || !strings.Contains(out+errOut, want) {
+		t.Errorf("status after that stop: exit %d, %q %q; want 3, %q", code, out, errOut, want)
+	}
+}
