@@ -1,7 +1,9 @@
 // Package api owns Sluice's wire types and their JSON codec: the bodies of
 // POST /v1/check, /v1/checks, /v1/acquire and /v1/release, the query of
-// GET /v1/check, and the answers. The node's HTTP server and the Go client
-// (node/client) share it, so both ends agree byte for byte.
+// GET /v1/check, the lease protocol's POST /v1/lease (lease.go; its
+// GET /v1/lease/rules answers the rules as node/rules' specs), and the
+// answers. The node's HTTP server and the Go client (node/client) share
+// it, so both ends agree byte for byte.
 //
 // There is no reflection on the hot path. Bodies are read by a strict
 // single-pass JSON scanner (RFC 8259; no copy of the body, no tree) and
