@@ -207,7 +207,9 @@ func nameMsg(b []byte) string {
 }
 
 // ValidKey reports whether s is a valid counter key or descriptor value:
-// 1..MaxKeyLen bytes of UTF-8 without control characters.
+// 1..MaxKeyLen bytes of UTF-8 without control characters (C0, DEL and
+// C1: U+0000 to U+001F, U+007F to U+009F). node/engine's KeyProblem is
+// the same rule.
 func ValidKey(s string) bool { return keyMsg([]byte(s)) == "" }
 
 // LongKeyMark marks the digest form of a counter key longer than MaxKeyLen
@@ -256,6 +258,9 @@ func keyMsg(b []byte) string {
 		r, n := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && n == 1 {
 			return "must be valid UTF-8"
+		}
+		if r <= 0x9f { // C1 controls, U+0080 to U+009F
+			return "must not hold control characters"
 		}
 		i += n
 	}
