@@ -104,6 +104,9 @@ func TestC1KeysRefused(t *testing.T) {
 		{"descriptors", "POST", "/v1/check", `{"descriptors":{"x-api-key":"` + nel + `"}}`, "descriptors.x-api-key", nil},
 		{"acquire", "POST", "/v1/acquire", `{"rule":"slots","key":"s` + nel + `"}`, "key", nil},
 		{"forward-auth", "GET", "/v1/auth", "", "key", []string{"X-Forwarded-Uri: /x", "X-API-Key: k" + nel + "k"}}, // inside: the helper trims the ends
+		// A value past 256 bytes counts under a digest, which must not
+		// hide what the key may not hold.
+		{"forward-auth, long", "GET", "/v1/auth", "", "key", []string{"X-Forwarded-Uri: /x", "X-API-Key: " + strings.Repeat("k", 300) + nel + "k"}},
 		{"lease", "POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k"+nel, 1)), "ops[0].key", []string{clientAuth}},
 	} {
 		r := tn.do(c.method, c.uri, c.body, c.hdrs...)
@@ -118,6 +121,10 @@ func TestC1KeysRefused(t *testing.T) {
 		if r.status != 400 || !strings.Contains(body, `"field":"`+c.field+`"`) || !strings.Contains(body, "control characters") {
 			t.Errorf("%s: %d %s; want 400 naming %s (control characters)", c.name, r.status, body, c.field)
 		}
+	}
+	long := strings.Repeat("k", 300) + "\xffk"
+	if r := tn.do("GET", "/v1/auth", "", "X-Forwarded-Uri: /x", "X-API-Key: "+long); r.status != 400 || !strings.Contains(r.body, "UTF-8") {
+		t.Errorf("forward-auth, a long value with a byte that is not UTF-8: %d %s; want 400", r.status, r.body)
 	}
 	// Nothing was charged: per-key's one token is still there.
 	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"ab"}`); r.status != 200 {

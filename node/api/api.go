@@ -246,25 +246,35 @@ func keyMsg(b []byte) string {
 	case len(b) > MaxKeyLen:
 		return "longer than 256 bytes"
 	}
+	_, msg := TextFault(b)
+	return msg
+}
+
+// TextFault finds the first thing in b that a key may not hold: a control
+// character (C0, DEL or C1: U+0000 to U+001F, U+007F to U+009F) or a byte
+// that is not UTF-8. It returns its offset and what is wrong, or -1 and
+// "" when b is valid text for a key, whatever its length (node/rules
+// checks the values a long key's digest would hide with it).
+func TextFault(b []byte) (int, string) {
 	for i := 0; i < len(b); {
 		c := b[i]
 		if c < utf8.RuneSelf {
 			if c < 0x20 || c == 0x7f {
-				return "must not hold control characters"
+				return i, "must not hold control characters"
 			}
 			i++
 			continue
 		}
 		r, n := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && n == 1 {
-			return "must be valid UTF-8"
+			return i, "must be valid UTF-8"
 		}
 		if r <= 0x9f { // C1 controls, U+0080 to U+009F
-			return "must not hold control characters"
+			return i, "must not hold control characters"
 		}
 		i += n
 	}
-	return ""
+	return -1, ""
 }
 
 // setString stores b in *dst, allocating only when the value changed.
