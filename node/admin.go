@@ -311,8 +311,10 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 		ch := changeBody{Version: cur, PreviousVersion: cur, DryRun: dry,
 			Added: nonNil(added), Removed: nonNil(removed), Changed: nonNil(changed)}
 		// An unchanged set keeps its version, unless it came unsigned
-		// from the store: saving it signs it.
-		if dry || (next.Equal(t.Set()) && !ra.unsigned) {
+		// from the store (saving it signs it), or the store does not hold
+		// it as this node would write it (a set edited or injected there):
+		// the write replaces that.
+		if dry || (next.Equal(t.Set()) && !ra.unsigned && replace == nil && n.storedLocked(cur, next)) {
 			n.writeJSON(ctx, cur, ch)
 			return
 		}
