@@ -76,7 +76,10 @@
 // reason}; sluice_rules; sluice_rules_reload_errors_total; and in a
 // cluster sluice_routed_*, sluice_members and sluice_handoffs_total
 // (node/forward adds sluice_forward_*, node/hot sluice_hot_*). The list
-// with each series' meaning is in docs/api.md.
+// with each series' meaning is in docs/api.md. Every family's # HELP line
+// says what it counts, in which unit: each package that registers metrics
+// has a MetricsHelp function beside its registrations, which /metrics
+// combines (metrics.go).
 //
 // # Concurrency
 //
