@@ -1,7 +1,7 @@
 # Sluice — the single entry point: run, test, race, bench, fuzz, lint.
 GO       ?= go
 BIN      := .bin
-LISTEN   ?= :8080
+LISTEN   ?= 127.0.0.1:8080
 RULES    ?= deploy/rules.example.yaml
 FUZZTIME ?= 10s
 MODELTIME ?= 10s
@@ -20,7 +20,8 @@ build:
 caddy:
 	cd contrib/caddy && $(GO) build -o ../../$(BIN)/caddy-sluice ./cmd/caddy
 
-## run: build and start one node on the in-memory store with the example rules.
+## run: build and start one node on the in-memory store with the example rules, on
+## loopback (LISTEN=:8080 listens on every interface).
 run: build
 	$(BIN)/sluiced -listen $(LISTEN) -rules $(RULES)
 

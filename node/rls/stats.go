@@ -33,6 +33,21 @@ type statsSet struct {
 	}
 }
 
+// MetricsHelp returns the # HELP text of each metric family the RLS
+// server registers, by family name: what it counts. sluiced passes them
+// to the node, whose /metrics writes them (node.Config.MetricsHelp).
+func MetricsHelp() map[string]string {
+	return map[string]string{
+		"sluice_rls_config_loads_total":  "Envoy rate limit configurations (-rls-config) loaded, at start and on reload.",
+		"sluice_rls_config_errors_total": "Envoy rate limit configurations refused (the previous one kept).",
+		"sluice_rls_calls_total":         "ShouldRateLimit calls, by code: the overall code of an answered call (OK, OVER_LIMIT) or the gRPC status of a refused one (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL).",
+		"sluice_rls_total_hits":          "Hits of a descriptor's limit, by domain and descriptor (envoyproxy/ratelimit's total_hits).",
+		"sluice_rls_over_limit":          "Hits over a descriptor's limit, shadow-mode ones included, by domain and descriptor (over_limit).",
+		"sluice_rls_near_limit":          "Allowed hits past the near-limit share (80% by default) of a descriptor's limit, by domain and descriptor (near_limit).",
+		"sluice_rls_shadow_mode":         "Hits over a shadow_mode limit, let through, by domain and descriptor (shadow_mode).",
+	}
+}
+
 func newStatsSet(set *metrics.Set) *statsSet {
 	s := &statsSet{set: set}
 	s.loads = set.GetOrCreateCounter("sluice_rls_config_loads_total")
