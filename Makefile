@@ -1,13 +1,13 @@
 # Sluice — the single entry point: run, test, race, bench, fuzz, lint.
 GO       ?= go
 BIN      := .bin
-LISTEN   ?= :8080
+LISTEN   ?= 127.0.0.1:8080
 RULES    ?= deploy/rules.example.yaml
 FUZZTIME ?= 10s
 MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build caddy run cluster cluster-status cluster-stop test race e2e e2e-deps bench bench-go fuzz lint deps clean
+.PHONY: all build caddy run cluster cluster-status cluster-stop test test-valkey race e2e e2e-deps e2e-rls-redis bench bench-go fuzz lint deps clean
 
 all: lint test
 
@@ -20,7 +20,8 @@ build:
 caddy:
 	cd contrib/caddy && $(GO) build -o ../../$(BIN)/caddy-sluice ./cmd/caddy
 
-## run: build and start one node on the in-memory store with the example rules.
+## run: build and start one node on the in-memory store with the example rules, on
+## loopback (LISTEN=:8080 listens on every interface).
 run: build
 	$(BIN)/sluiced -listen $(LISTEN) -rules $(RULES)
 
@@ -38,7 +39,10 @@ cluster-status:
 cluster-stop:
 	deploy/local-cluster.sh stop
 
-## deps: make sure what the tests need is installed (redis-server through apt when root).
+## deps: make sure what the tests need is installed (redis-server, valkey-server and gcc through
+## apt when root). Debian 12 has Valkey in bookworm-backports only: deps adds that suite to apt's
+## sources when apt does not read it (in the format of the machine's sources, Debian's mirror),
+## and installs valkey-server alone from it (-t); it changes no other source and pins nothing.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -52,11 +56,43 @@ deps:
 			exit 1; \
 		fi; \
 	fi
+	@command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1 && exit 0; \
+	ID=; VERSION_CODENAME=; if [ -r /etc/os-release ]; then . /etc/os-release; fi; \
+	bpo=; if [ "$$ID" = debian ] && [ "$$VERSION_CODENAME" = bookworm ]; then bpo=bookworm-backports; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "missing: valkey-server — install it (Debian/Ubuntu: sudo apt-get install $${bpo:+-t $$bpo }valkey-server$${bpo:+, with $$bpo in apt's sources}) and run make test again" >&2; \
+		exit 1; \
+	fi; \
+	if [ -n "$$bpo" ] && ! apt-get indextargets --format '$$(RELEASE)' | grep -qx "$$bpo"; then \
+		site=$$(apt-get indextargets --format '$$(SITE) $$(RELEASE)' | awk -v r="$$VERSION_CODENAME" '$$2 == r { print $$1; exit }'); \
+		site=$${site:-http://deb.debian.org/debian}; key=/usr/share/keyrings/debian-archive-keyring.gpg; \
+		if grep -qs '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list; then file=/etc/apt/sources.list.d/$$bpo.list; \
+		else file=/etc/apt/sources.list.d/$$bpo.sources; fi; \
+		if [ -e "$$file" ]; then echo "$$file exists but apt does not read $$bpo from it: enable it, or install valkey-server yourself" >&2; exit 1; fi; \
+		if [ "$${file%.list}" != "$$file" ]; then \
+			echo "deb $$([ -f $$key ] && echo "[signed-by=$$key] ")$$site $$bpo main" > "$$file"; \
+		else \
+			printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\n' "$$site" "$$bpo" > "$$file"; \
+			if [ -f $$key ]; then echo "Signed-By: $$key" >> "$$file"; fi; \
+		fi; \
+		echo "added $$bpo to apt's sources: $$file"; \
+	fi; \
+	echo "installing valkey-server (apt-get$${bpo:+ -t $$bpo})"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${bpo:+-t $$bpo} valkey-server >/dev/null
 
-## test: install what is missing, then run every test.
+## test: install what is missing, then run every test; then, again on Valkey, the packages whose
+## tests start a Redis (test-valkey).
 test: deps
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags vtprotobuf ./node/rls/
+	@$(MAKE) --no-print-directory test-valkey
+
+## test-valkey: the packages whose tests start a Redis through lua/redistest, on Valkey 8
+## (SLUICE_TEST_REDIS=valkey: valkey-server and valkey-cli) instead of Redis 7.
+test-valkey: deps
+	@pkgs="./lua/redistest $$(grep -rl --include='*_test.go' --exclude-dir=contrib 'sluice/lua/redistest"' . | xargs -r -n1 dirname | sort -u)"; \
+	echo "on Valkey:" $$pkgs; \
+	SLUICE_TEST_REDIS=valkey $(GO) test -count=1 $$pkgs
 
 ## race: every test under the race detector.
 race: deps
@@ -90,6 +126,28 @@ e2e: e2e-deps build caddy
 	SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced $(GO) test -tags e2e -count=1 -v -run '^TestE2E' $$pkgs
 	cd contrib/caddy && SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced SLUICE_E2E_CADDY=$(CURDIR)/$(BIN)/caddy-sluice \
 		$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
+	@$(MAKE) --no-print-directory e2e-rls-redis
+
+## e2e-rls-redis: the Envoy rate limit service's end-to-end tests (node/rls) again with sluiced on
+## the Redis store, on Redis and on Valkey: each transport against a server of its own (the tests'
+## keys repeat across transports), named by SLUICE_REDIS in the environment sluiced inherits. A run
+## that leaves no key in its server (sluiced did not use it) fails.
+e2e-rls-redis: e2e-deps build
+	@for flavor in redis valkey; do for tr in lean grpc; do \
+		dir=$$(mktemp -d); \
+		port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
+		$$flavor-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --dir $$dir --logfile $$dir/log & pid=$$!; \
+		trap 'kill $$pid 2>/dev/null' EXIT INT TERM; \
+		n=0; until $$flavor-cli -p $$port ping >/dev/null 2>&1; do \
+			n=$$((n + 1)); if [ $$n -gt 100 ]; then echo "$$flavor-server did not start:" >&2; cat $$dir/log >&2; exit 1; fi; sleep 0.1; \
+		done; \
+		echo "== node/rls e2e, $$tr transport, Redis store on $$($$flavor-server --version | cut -d' ' -f1-3)"; \
+		SLUICE_REDIS=127.0.0.1:$$port SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced \
+			$(GO) test -tags e2e -count=1 -run "^TestE2E.*/$$tr\$$" ./node/rls/; rc=$$?; \
+		keys=$$($$flavor-cli -p $$port dbsize); kill $$pid; wait $$pid 2>/dev/null; rm -rf $$dir; \
+		if [ $$rc != 0 ]; then exit $$rc; fi; \
+		if [ "$$keys" -gt 0 ] 2>/dev/null; then :; else echo "sluiced wrote no key to $$flavor-server: it did not run on the Redis store" >&2; exit 1; fi; \
+	done; done
 
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:

@@ -7,6 +7,10 @@
 #   deploy/local-cluster.sh smoke [KEY] 6 checks of rule per-key spread over the nodes: expects 5×200 then 429
 #   deploy/local-cluster.sh stop        SIGTERM the nodes, wait, stop Redis
 #
+# status exits 0 when every node is ready, 1 when something is wrong, 3 when
+# no local cluster is running (as systemctl status); stop exits 0, also when
+# there was nothing to stop, and says what it stopped.
+#
 # Node i (1-based) serves HTTP on 127.0.0.1:$((HTTP_BASE+i-1)) and gossip on
 # 127.0.0.1:$((GOSSIP_BASE+i-1)); every node joins node 1. Logs, pids and
 # the cluster key live in the state directory. Environment:
@@ -54,6 +58,10 @@ wait_for() {
 }
 
 nodes() { cat "$state/nodes" 2>/dev/null || echo 0; }
+# running: a cluster was started from $state (its nodes file) or its Redis
+# still runs.
+running() { [ "$(nodes)" -gt 0 ] || alive "$state/redis.pid" redis-server; }
+not_running() { say "no local cluster is running (none started from $state)"; }
 http_port() { echo $((http_base + $1 - 1)); }
 
 http_code() { curl -s -o /dev/null -m 2 -w '%{http_code}' "$@" || true; }
@@ -131,7 +139,7 @@ start() {
 status() {
 	local n i code p rc=0
 	n=$(nodes)
-	[ "$n" -gt 0 ] || { say "not running (no state in $state)"; return 1; }
+	running || { not_running; return 3; }
 	if alive "$state/redis.pid" redis-server; then
 		say "redis 127.0.0.1:$redis_port: $(redis-cli -h 127.0.0.1 -p "$redis_port" ping 2>&1)"
 	else
@@ -155,7 +163,7 @@ status() {
 smoke() {
 	local key=${1:-smoke-$(date +%s%N)} n i body code got="" want="200 200 200 200 200 429"
 	n=$(nodes)
-	[ "$n" -gt 0 ] || die "not running"
+	[ "$n" -gt 0 ] || die "no local cluster is running (none started from $state)"
 	for ((i = 0; i < 6; i++)); do
 		body=$(curl -s -m 2 -w ' %{http_code}' "http://127.0.0.1:$(http_port $((i % n + 1)))/v1/check" \
 			-d "{\"rule\":\"per-key\",\"key\":\"$key\"}" || true)
@@ -169,10 +177,11 @@ smoke() {
 }
 
 # term PIDFILE NAME SECONDS: SIGTERM the process and wait for it to exit;
-# SIGKILL it if it is still there after SECONDS.
+# SIGKILL it if it is still there after SECONDS. It returns 1 when there
+# was no such process.
 term() {
 	local pid
-	alive "$1" "$2" || { rm -f "$1"; return 0; }
+	alive "$1" "$2" || { rm -f "$1"; return 1; }
 	pid=$(cat "$1")
 	kill -TERM "$pid" 2>/dev/null || true
 	if ! wait_for "$3" "$2" eval "! alive '$1' '$2'"; then
@@ -184,13 +193,14 @@ term() {
 }
 
 stop() {
-	local n i
+	local n i k=0 redis=""
 	n=$(nodes)
+	running || { not_running; return 0; }
 	# One node at a time, last first: each leaves while its peers are
 	# still there to hear it, returns its leased tokens to Redis and
 	# drains: ≤ 3 s leave + ≤ 10 s drain, so 20 s is plenty.
 	for ((i = n; i >= 1; i--)); do
-		term "$state/n$i.pid" sluiced 20
+		term "$state/n$i.pid" sluiced 20 && k=$((k + 1))
 	done
 	for ((i = 1; i <= n; i++)); do
 		if grep -q 'msg=shutdown' "$state/n$i.log" 2>/dev/null; then
@@ -198,9 +208,13 @@ stop() {
 		fi
 	done
 	# Redis last: the nodes return their tokens to it on the way out.
-	term "$state/redis.pid" redis-server 10
+	term "$state/redis.pid" redis-server 10 && redis=" and Redis"
 	rm -f "$state/nodes"
-	say "stopped ($n nodes and Redis); logs kept in $state"
+	if [ "$k" -eq 0 ] && [ -z "$redis" ]; then
+		say "the cluster started from $state had stopped: none of its processes was running (its state is cleared, logs kept)"
+		return 0
+	fi
+	say "stopped $k of $n nodes$redis; logs kept in $state"
 }
 
 cmd=${1:-}

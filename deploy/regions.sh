@@ -4,7 +4,7 @@
 # own cluster with its own in-memory Store) that lease the keys of global
 # rules from it, each through a delay proxy adding an 80 ms round trip.
 #
-#   deploy/regions.sh [SECONDS]   build, start everything, check each region, then keep it
+#   deploy/regions.sh [SECONDS]   make build, start everything, check each region, then keep it
 #                                 running for SECONDS (default 300; 0: stop at once)
 #
 # Everything stops, and its state directory (rules, logs) is removed, when
@@ -53,9 +53,11 @@ wait_ready() {
 	exit 1
 }
 
-say "building .bin/sluiced and .bin/delayproxy"
-mkdir -p "$root/.bin"
-(cd "$root" && go build -o .bin/sluiced ./cmd/sluiced && go build -o .bin/delayproxy ./deploy/delayproxy)
+# sluiced as make build makes it (with its build tags): the script uses
+# .bin/sluiced, never replaces it with a build of its own.
+say "building .bin/sluiced (make build) and .bin/delayproxy"
+make -C "$root" --no-print-directory build >/dev/null
+(cd "$root" && go build -o .bin/delayproxy ./deploy/delayproxy)
 
 cat >"$state/rules-global.yaml" <<'EOF'
 rules:

@@ -237,13 +237,15 @@ func TestAheadNoOverAdmission(t *testing.T) {
 	}
 }
 
-// TestAheadDropEndsShares: a bucket dropped with shares ahead returns,
-// even when its window's tokens are gone (the window it leased in is
-// over), and the return ends its shares: another holder gets the whole
-// limit in the next window.
+// TestAheadDropEndsShares: a bucket dropped with shares ahead (idle sweep,
+// ReturnKeys, Close: a clean stop) returns, even when its window's tokens
+// are gone (the window it leased in is over), and the return ends its
+// shares and gives back the share of the window of now, which it never
+// rolled into (the Store counts it there from the window's start): another
+// holder gets the whole limit in that window and in the next.
 func TestAheadDropEndsShares(t *testing.T) {
 	p := perSecondWindow(80) // shares of 10
-	for _, how := range []string{"idle sweep", "ReturnKeys"} {
+	for _, how := range []string{"idle sweep", "ReturnKeys", "Close"} {
 		t.Run(how, func(t *testing.T) {
 			ms, st, clk := aheadManagers(t, 2, func(i int, c *Config) {
 				c.KeepIdle = -1
@@ -252,20 +254,28 @@ func TestAheadDropEndsShares(t *testing.T) {
 				}
 			})
 			a, b := ms[0], ms[1]
+			clk.Advance(200 * time.Millisecond)
 			mustTake(t, a, "k", p, 1)
-			clk.Advance(11 * time.Second) // idle, in a window whose tokens a never held
+			clk.Advance(11 * time.Second) // idle, mid-window 11: a share a never rolled into
 			switch how {
 			case "idle sweep":
 				if n := a.sweep(clk.Now()); n != 1 {
 					t.Fatalf("swept %d keys, want 1", n)
 				}
-			default:
+			case "ReturnKeys":
 				if err := a.ReturnKeys(func(string) bool { return false }); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := a.Close(); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if _, returns := st.calls(); returns != 1 {
 				t.Fatalf("%d return calls, want 1 to end the shares", returns)
+			}
+			if d := mustTake(t, b, "k", p, 80); !d.Allowed {
+				t.Errorf("the other holder's check of the whole limit in the window of the return: %+v, want allowed (a's share of it given back)", d)
 			}
 			clk.Advance(time.Second)
 			if d := mustTake(t, b, "k", p, 80); !d.Allowed {

@@ -94,6 +94,14 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 	if call {
 		m.st.returns.Add(1)
 		err = m.store.Return(ctx, b.key(), *b.pol, tokens, m.cfg.Holder)
+		if err != nil && always && ctx.Err() == nil {
+			// A loan that ends here (Close, a move) is left otherwise
+			// for its TTL or, with shares of windows ahead, until the
+			// last of them ends: once more. A return that landed but
+			// whose answer was lost ended the loan: this one then gives
+			// back nothing.
+			err = m.store.Return(ctx, b.key(), *b.pol, tokens, m.cfg.Holder)
+		}
 		if err == nil {
 			m.st.tokensReturned.Add(tokens)
 			m.met.tokensReturned.AddInt64(tokens)
@@ -132,8 +140,14 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	if !m.usable(b, now) {
 		// Tokens of a window that ended (a return would lower the count
 		// of the current window, which never granted them), or past
-		// their TTL (the Store counts them as spent).
-		tokens = 0
+		// their TTL (the Store counts them as spent). But a fixed_window
+		// bucket with shares of windows ahead that it did not roll into
+		// spent none of the share the Store counts in its window of now:
+		// that goes back, as much as it surely did not spend in any
+		// window the Store may be in (aheadGap.sure; 0 without shares).
+		// Left there, a clean stop would take the share out of the
+		// window for the key's next holder.
+		tokens = m.aheadGapOf(b, true, tokens, now).sure
 	} else if !always && b.refilled(now) {
 		// The Store said it would be full again by now but for what it
 		// lent this Manager. Not returned: the idle return of a cold key

@@ -66,6 +66,26 @@ type leaseMetrics struct {
 	reconciledTokens [3]*metrics.Counter
 }
 
+// MetricsHelp returns the # HELP text of each metric family the lease
+// package registers, by family name: what it counts, in which unit. A
+// node's /metrics writes them (node combines every package's).
+func MetricsHelp() map[string]string {
+	return map[string]string{
+		"sluice_store_calls_total":               "Store calls, by operation (lease, return, log, acquire, release) and result (ok, error, timeout, rejected: the breaker was open, canceled: the caller gave up first).",
+		"sluice_store_call_duration_seconds":     "Time of a Store call, in seconds, by operation.",
+		"sluice_store_breaker_state":             "Store breakers open, a half-open one counting 0.5: 0 while every Store answers.",
+		"sluice_store_breaker_transitions_total": "Store breaker state changes, by the state entered (closed, open, half-open).",
+		"sluice_lease_decisions_total":           "Checks not decided from tokens held in memory, by source: store (a Store call: a lease, a check of an exact rule, or any check on the in-memory store), deny_until (denied from memory until the Store said a batch is due), degraded (by on_store_failure, the Store unreachable).",
+		"sluice_lease_local_hits_total":          "Hits admitted from tokens leased and held in memory, with no Store call.",
+		"sluice_lease_tokens_leased_total":       "Tokens the Store granted in leases.",
+		"sluice_lease_tokens_returned_total":     "Unspent leased tokens given back to the Store (idle keys, keys that moved, shutdown).",
+		"sluice_lease_prefetches_total":          "Leases called in the background before a key's tokens ran out.",
+		"sluice_lease_ahead_rolls_total":         "fixed_window windows a key entered on a share leased ahead, with no Store call.",
+		"sluice_lease_active_keys":               "Keys with a leased bucket in memory (on the in-memory store: keys the store holds state for).",
+		"sluice_lease_reconciled_tokens_total":   "Hits admitted from memory while the Store was down (on_store_failure: local), by what became of them when it came back: charged, excess (beyond what the Store had left), failed (not charged).",
+	}
+}
+
 // storeBuckets are the le buckets of sluice_store_call_duration_seconds:
 // a healthy Redis on the LAN answers in 0.1–1ms; the timeout is 50ms by
 // default.

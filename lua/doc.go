@@ -157,7 +157,8 @@
 // loaded machine), and a differential test compares every script with the
 // Go reference on random extreme policies, answer for answer. They need
 // redis-server, redis-cli and gcc (the frozen clock is a small C shim
-// preloaded into redis-server).
+// preloaded into redis-server); with SLUICE_TEST_REDIS=valkey they run on
+// valkey-server and valkey-cli (Valkey 8) instead, as make test does too.
 //
 // # Concurrency
 //

@@ -96,6 +96,17 @@ type firstMetrics struct {
 	wrote, hadState, skipped, stepped, off, samples *metrics.Counter
 }
 
+// MetricsHelp returns the # HELP text of each metric family the Redis
+// Store registers, by family name: what it counts. sluiced passes them to
+// the node, whose /metrics writes them (node.Config.MetricsHelp).
+func MetricsHelp() map[string]string {
+	return map[string]string{
+		"sluice_redis_first_touches_total":            "First leases of keys without state in Redis, by result: wrote (the state written with SET NX, no script), had_state (the key had state: the script ran), skipped (left to the script while most tries found state), clock_stepped (taken back, Redis's clock having stepped; counted in wrote too).",
+		"sluice_redis_first_touches_turned_off_total": "Redis Stores that turned first touches off because Redis refused SET or TIME while it answered scripts (a proxy).",
+		"sluice_redis_clock_samples_total":            "TIME commands sent beside a script to sample Redis's clock.",
+	}
+}
+
 func newFirstMetrics(set *metrics.Set) firstMetrics {
 	if set == nil {
 		set = metrics.GetDefaultSet()

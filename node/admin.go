@@ -35,8 +35,9 @@ import (
 // change without writing it. A write that changes no rule's meaning
 // keeps the version; every other write gives a new one. If-Match (RFC
 // 9110 §13.1.1) makes a write fail with 412 unless one of its entity tags
-// is the current ETag ("N"; also spelt N or W/"N"); tags are opaque, so
-// any other one, well-formed or not, is 412; "*" matches the current set.
+// is the current ETag ("N"; also spelt N); tags are opaque, so any other
+// one, well-formed or not, is 412, and so is a weak one (W/"N": If-Match
+// compares strongly); "*" matches the current set.
 // Errors: 400 {"error","field"}
 // for an invalid rule (field: "limit", "overrides[0].key"; for a whole
 // file "rules[2].period") with nothing changed, 404 for an unknown rule,
@@ -234,8 +235,9 @@ func ruleFieldError(err error, file bool) error {
 // and whether it sets a condition (absent or "*" do not: "*" matches any
 // current set, and a node answering has one). Tags are opaque: one that
 // is not an ETag this node gave simply does not match (412). A tag is
-// compared without its quotes and W/ prefix, so that a bare version (3)
-// matches too.
+// compared without its quotes, so that a bare version (3) matches too. A
+// weak tag (W/"3") never matches: If-Match uses the strong comparison, and
+// a weak validator cannot vouch that a write starts from this set.
 func ifMatch(ctx *fasthttp.RequestCtx) (tags []string, conditional bool) {
 	h := strings.TrimSpace(string(ctx.Request.Header.Peek(fasthttp.HeaderIfMatch)))
 	if h == "" || h == "*" {
@@ -243,7 +245,9 @@ func ifMatch(ctx *fasthttp.RequestCtx) (tags []string, conditional bool) {
 	}
 	for part := range strings.SplitSeq(h, ",") {
 		p := strings.TrimSpace(part)
-		p = strings.TrimPrefix(p, "W/")
+		if strings.HasPrefix(p, "W/") {
+			continue // a weak tag: it matches nothing
+		}
 		p = strings.TrimSuffix(strings.TrimPrefix(p, `"`), `"`)
 		if p == "*" {
 			return nil, false
@@ -307,8 +311,10 @@ func (n *Node) rulesWrite(ctx *fasthttp.RequestCtx, op, name string, dry bool, b
 		ch := changeBody{Version: cur, PreviousVersion: cur, DryRun: dry,
 			Added: nonNil(added), Removed: nonNil(removed), Changed: nonNil(changed)}
 		// An unchanged set keeps its version, unless it came unsigned
-		// from the store: saving it signs it.
-		if dry || (next.Equal(t.Set()) && !ra.unsigned) {
+		// from the store (saving it signs it), or the store does not hold
+		// it as this node would write it (a set edited or injected there):
+		// the write replaces that.
+		if dry || (next.Equal(t.Set()) && !ra.unsigned && replace == nil && n.storedLocked(cur, next)) {
 			n.writeJSON(ctx, cur, ch)
 			return
 		}

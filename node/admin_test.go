@@ -288,10 +288,20 @@ func TestAdminRulesIfMatch(t *testing.T) {
 		t.Errorf("a refused PUT installed its rule: %d", r.status)
 	}
 	// Other spellings of the current version, and *.
-	for _, h := range []string{`W/"2"`, `2`, `"7", "2"`} {
+	for _, h := range []string{`2`, `"7", "2"`, `W/"2", "2"`} {
 		if r := a.do("PUT", "/v1/rules/g", put, "If-Match: "+h); r.status != 200 {
 			t.Errorf("If-Match %s = %d %s", h, r.status, r.body)
 		}
+	}
+	// A weak tag never matches a write (If-Match compares strongly, RFC
+	// 9110 §13.1.1), even one naming the current version.
+	for _, h := range []string{`W/"2"`, `W/2`, `w/"2"`, `W/"7", W/"2"`} {
+		if r := a.do("PUT", "/v1/rules/h", put, "If-Match: "+h); r.status != 412 || r.etag != `"2"` || r.json(t)["field"] != "If-Match" {
+			t.Errorf("If-Match %s = %d %s %s; want 412 naming If-Match", h, r.status, r.etag, r.body)
+		}
+	}
+	if r := a.do("GET", "/v1/rules/h", ""); r.status != 404 {
+		t.Errorf("a PUT with a weak If-Match installed its rule: %d", r.status)
 	}
 	if r := a.do("DELETE", "/v1/rules/g", "", "If-Match: *"); r.status != 200 {
 		t.Errorf("If-Match * = %d %s", r.status, r.body)

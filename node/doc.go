@@ -1,19 +1,23 @@
 // Package node is Sluice's HTTP server. It owns the front ends that decode
 // checks and answer them (POST/GET /v1/check, /v1/checks, forward-auth
-// /v1/auth, /v1/acquire and /v1/release), the admin API of rules with its
-// sources and versions (admin.go, rulesource.go), the cluster views
-// (/v1/members, /v1/hotkeys, /v1/stats), the dashboard's mount (node/ui),
-// /metrics, /healthz and /readyz, the guard of admin endpoints, and the
-// glue of a cluster: membership events rebuild the ring, the internal
-// endpoint serves forwarded batches, hot-key plans reach routing. Every
-// endpoint, with its bodies and status codes, is in docs/api.md; the
-// design is in docs/architecture.md.
+// /v1/auth, /v1/acquire and /v1/release), the lease protocol through which
+// gateways and regions hold leases of the Store (POST /v1/lease and
+// GET /v1/lease/rules, with the client token: gateway.go), the admin API
+// of rules (/v1/rules) with its sources and versions (admin.go,
+// rulesource.go), the cluster views (/v1/members, /v1/hotkeys, /v1/stats),
+// the dashboard's mount (node/ui), /metrics, /healthz and /readyz, the
+// guard of admin endpoints, and the glue of a cluster: membership events
+// rebuild the ring, the internal endpoint (/internal/v1/batch) serves
+// forwarded batches, hot-key plans reach routing. Every endpoint, with its
+// bodies and status codes, is in docs/api.md; the design is in
+// docs/architecture.md.
 //
 // Sub-packages own the rest: node/engine (the decision engine),
 // node/rules (rule files and matching), node/api (the wire codec),
 // node/member (memberlist), node/forward (the forwarding protocol),
 // node/hot (hot keys), node/rls (the Envoy rate limit service),
-// node/client (the Go client), node/ui (the dashboard's files).
+// node/client (the Go client), node/upstream (a region's node leasing
+// global rules from the global tier), node/ui (the dashboard's files).
 //
 // # Deciding
 //
@@ -72,7 +76,10 @@
 // reason}; sluice_rules; sluice_rules_reload_errors_total; and in a
 // cluster sluice_routed_*, sluice_members and sluice_handoffs_total
 // (node/forward adds sluice_forward_*, node/hot sluice_hot_*). The list
-// with each series' meaning is in docs/api.md.
+// with each series' meaning is in docs/api.md. Every family's # HELP line
+// says what it counts, in which unit: each package that registers metrics
+// has a MetricsHelp function beside its registrations, which /metrics
+// combines (metrics.go).
 //
 // # Concurrency
 //

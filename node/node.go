@@ -74,6 +74,12 @@ type Config struct {
 	// key among regional holders (their credit earns by it). Nil means
 	// time.Now; a test whose Store runs on a fake clock passes that.
 	Now func() time.Time
+	// MetricsHelp are the # HELP texts, by family name, of metrics that
+	// /metrics writes and packages the node does not import register
+	// (each such package's MetricsHelp: lua's, node/rls', node/upstream's;
+	// see metrics.go). Nil means none: those families keep bare # HELP
+	// lines.
+	MetricsHelp []map[string]string
 }
 
 // Upstream is what a Node needs of the global tier (node/upstream's

@@ -58,11 +58,7 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) int {
 	case "/metrics":
 		if n.requireGet(ctx) && n.requireMetrics(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-			n.met.write(ctx)
-			writeTokenMetrics(ctx, n.eng.TokenStats())
-			if u := n.cfg.Upstream; u != nil {
-				u.WriteMetrics(ctx)
-			}
+			n.writeMetrics(ctx)
 		}
 		return routeMetrics
 	case "/healthz":

@@ -49,7 +49,8 @@ import (
 // signed ("unsigned": unless RulesConfig.AcceptUnsigned), badly signed
 // ("bad_signature"), or older than a version this node installed or
 // wrote ("rollback": a signed set of the past stored again). A write
-// through the admin API replaces a refused set.
+// through the admin API replaces a refused set; so does one that changes
+// no rule, unless the store holds the node's set, signed (storedLocked).
 //
 // Versions only grow: a save stores the greater of the version it
 // replaces and the highest this node has seen, plus one, so that a store
@@ -379,6 +380,31 @@ func (n *Node) loadStoreLocked() (uint64, error) {
 	n.log.Info("rules installed from the "+ra.source, "old_version", old, "new_version", v, "rules", set.Len(),
 		"added", added, "removed", removed, "changed", changed)
 	return v, nil
+}
+
+// storedLocked reports whether the store holds set as version v, as this
+// node would write it: that version, rules of the same meaning and, with
+// a cluster key, a signature that holds. True without a store; false when
+// the store cannot be read (the write then tries to save, and says why
+// it cannot). A write that changes no rule calls it, so that a set edited
+// in the store under this node's version (which polling the version never
+// notices) or one this node refused is replaced, not left in place.
+func (n *Node) storedLocked(v uint64, set *rules.Set) bool {
+	ra := &n.ra
+	if ra.cfg.Store == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ra.cfg.LoadTimeout)
+	defer cancel()
+	sv, specs, sig, err := ra.cfg.Store.LoadRules(ctx)
+	// Version 0 without rules: nothing was ever saved, nothing to sign
+	// (as loadStoreLocked has it).
+	signed := ra.signer == nil || (sv == 0 && len(specs) == 0) || ra.signer.verify(sv, specs, sig) == nil
+	if err != nil || sv != v || !signed {
+		return false
+	}
+	stored, err := decodeSpecs(specs)
+	return err == nil && stored.Equal(set)
 }
 
 // maxRulesVersion bounds a stored version: versions are JSON numbers in

@@ -51,9 +51,8 @@ func writeTokenMetrics(w io.Writer, ts map[string]engine.TokenStats) {
 	}
 	slices.Sort(rules)
 	var b []byte
-	b = append(b, "# HELP sluice_tokens Tokens of a rule's keys held or lent by this node, by where they are: "+
-		"store (the Store's remaining of those keys, as of each key's last call), nodes (lent to this node), "+
-		"gateways and regions (lent by this node to holders outside the cluster)\n# TYPE sluice_tokens gauge\n"...)
+	// Bare # HELP lines: writeMetrics gives them their text.
+	b = append(b, "# HELP sluice_tokens\n# TYPE sluice_tokens gauge\n"...)
 	for _, r := range rules {
 		s := ts[r]
 		for _, kv := range [...]struct {
@@ -69,9 +68,7 @@ func writeTokenMetrics(w io.Writer, ts map[string]engine.TokenStats) {
 			b = append(b, '\n')
 		}
 	}
-	b = append(b, "# HELP sluice_tokens_short_bound Tokens of a rule lent now (to nodes, gateways, regions): "+
-		"the most its admissions could fall short of its limits were every holder to vanish now, until their loans end\n"+
-		"# TYPE sluice_tokens_short_bound gauge\n"...)
+	b = append(b, "# HELP sluice_tokens_short_bound\n# TYPE sluice_tokens_short_bound gauge\n"...)
 	for _, r := range rules {
 		b = append(b, `sluice_tokens_short_bound{rule=`...)
 		b = strconv.AppendQuote(b, r)

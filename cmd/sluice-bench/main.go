@@ -5,6 +5,7 @@
 //	sluice-bench suite   [flags]   the standard suite (make bench): starts Redis, nodes, the ceiling; writes a report
 //	sluice-bench run     [flags]   one workload against a running limiter
 //	sluice-bench ceiling [flags]   the bare fasthttp ceiling server (the suite starts it)
+//	sluice-bench version           the module version and VCS revision (also -version, --version)
 //
 // Examples:
 //
@@ -35,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/internal/buildinfo"
 	"github.com/sluicehq/sluice/lease"
 )
 
@@ -49,6 +51,7 @@ commands:
   run       drive one workload against a running limiter
   ceiling   serve canned answers with a bare fasthttp handler (used by suite)
   report    rewrite report.md and the charts of a results folder from its run.json
+  version   the module version and VCS revision it was built from (also -version, --version)
 
 "sluice-bench <command> -h" lists a command's flags.
 `
@@ -71,6 +74,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return reportCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, buildinfo.Get("sluice-bench"))
 		return 0
 	}
 	fmt.Fprintf(stderr, "unknown command %q\n%s", args[0], usage)

@@ -52,6 +52,24 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestVersion: sluice-bench version (or -version, --version) prints one
+// line naming the build, as sluice and sluiced do.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "-version", "--version"} {
+		var out, errb bytes.Buffer
+		code := run([]string{arg}, &out, &errb)
+		if code != 0 || !strings.HasPrefix(out.String(), "sluice-bench ") || !strings.Contains(out.String(), " go1.") ||
+			strings.Count(out.String(), "\n") != 1 || errb.Len() != 0 {
+			t.Errorf("sluice-bench %s: exit %d, stdout %q, stderr %q", arg, code, out.String(), errb.String())
+		}
+	}
+	var out bytes.Buffer
+	run([]string{"-h"}, &out, io.Discard)
+	if !strings.Contains(out.String(), "version") {
+		t.Errorf("usage lacks version:\n%s", out.String())
+	}
+}
+
 func ceiling(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -104,6 +104,17 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version -o json printed %q", r.stdout)
 	}
 	sluice(nil, "version", "extra").failed(t, exitUsage, `unexpected "extra"`)
+	// -version and --version, as every other Go tool and sluiced take
+	// it, are sluice version.
+	for _, f := range []string{"-version", "--version"} {
+		if r := sluice(nil, f).ok(t); r.stdout != sluice(nil, "version").stdout {
+			t.Errorf("sluice %s printed %q", f, r.stdout)
+		}
+		if r := sluice(nil, "-o", "json", f).ok(t); json.Unmarshal([]byte(r.stdout), &v) != nil || v.Program != "sluice" {
+			t.Errorf("sluice -o json %s printed %q", f, r.stdout)
+		}
+		sluice(nil, f, "members").failed(t, exitUsage, `unexpected "members"`)
+	}
 }
 
 // silentNode is a node that accepts connections and never answers. It

@@ -1,7 +1,7 @@
 // Command sluice is the command line of a Sluice node: checks, rules
 // (get, apply, delete, diff, lint, test), members, hot keys and its own
-// version. sluice -h lists the commands (the usage text below), sluice
-// COMMAND -h describes one.
+// version (sluice version, or sluice -version). sluice -h lists the
+// commands (the usage text below), sluice COMMAND -h describes one.
 //
 // The global flags (-addr, -token, -o, -timeout) go before or after the
 // command. The node is -addr, else SLUICE_ADDR, else
@@ -113,7 +113,7 @@ Commands:
   rules test [-method M] [-path P] [-host H] [-ip IP] [-H 'Name: value']...
   members                             the cluster's members
   hotkeys                             hot keys and splits
-  version                             the version of sluice
+  version                             the version of sluice (also -version, --version)
 
 Global flags, before or after the command:
   -addr URL     the node (default $SLUICE_ADDR, else http://localhost:8080)
@@ -175,6 +175,7 @@ var errDenied = errors.New("denied")
 func (c *cli) main(args []string) error {
 	fs := newFlags("sluice")
 	c.globalFlags(fs, true)
+	showVersion := fs.Bool("version", false, "") // -version, --version: sluice version
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return helpText(usage)
@@ -182,6 +183,10 @@ func (c *cli) main(args []string) error {
 		return usagef("%v", err)
 	}
 	args = fs.Args()
+	if *showVersion {
+		c.cmd, _ = lookup("version")
+		return c.version(args)
+	}
 	if len(args) == 0 {
 		return usagef("no command")
 	}

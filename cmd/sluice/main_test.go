@@ -245,8 +245,16 @@ func regexpLine(out, a, b string) bool {
 
 func TestCLITokenAndErrors(t *testing.T) {
 	addr := startNode(t, "s3cret")
-	sluice(map[string]string{"SLUICE_ADDR": addr}, "rules", "get").failed(t, exitFail, "HTTP 401")
-	sluice(map[string]string{"SLUICE_ADDR": addr, "SLUICE_ADMIN_TOKEN": "wrong"}, "rules", "get").failed(t, exitFail, "HTTP 403")
+	sluice(map[string]string{"SLUICE_ADDR": addr}, "rules", "get").failed(t, exitFail, "the node wants a token (HTTP 401): set -token or SLUICE_ADMIN_TOKEN")
+	// A wrong token is told apart from an unreachable node, and named
+	// by where it comes from, never echoed.
+	for _, args := range [][]string{{"rules", "get"}, {"members"}, {"hotkeys"}} {
+		r := sluice(map[string]string{"SLUICE_ADDR": addr, "SLUICE_ADMIN_TOKEN": "not-s3cret"}, args...)
+		r.failed(t, exitFail, "the node refused the token (HTTP 403): check -token or SLUICE_ADMIN_TOKEN")
+		if strings.Contains(r.stderr, "not-s3cret") || strings.Contains(r.stderr, "reach") {
+			t.Errorf("sluice %v with a wrong token: %q", args, r.stderr)
+		}
+	}
 	sluice(map[string]string{"SLUICE_ADDR": addr, "SLUICE_ADMIN_TOKEN": "s3cret"}, "rules", "get").ok(t)
 	sluice(map[string]string{"SLUICE_ADDR": "http://wrong"}, "-addr", addr, "-token", "s3cret", "members").ok(t)
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/user"
 	"time"
@@ -74,5 +75,19 @@ func (c *cli) ask(a *client.Admin, method, path string, call func(context.Contex
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		return fmt.Errorf("no answer to %s within -timeout %v", what, c.timeout)
 	}
-	return err
+	return tokenError(err)
+}
+
+// tokenError tells a node's refusal of the admin token (401, 403) apart:
+// the node was reached, and the token (never shown) is what to change.
+func tokenError(err error) error {
+	var ae *client.AdminError
+	if !errors.As(err, &ae) || !errors.Is(err, client.ErrTokenRefused) {
+		return err
+	}
+	if ae.Status == http.StatusUnauthorized {
+		return fmt.Errorf("the node wants a token (HTTP 401): set -token or SLUICE_ADMIN_TOKEN (the node's -admin-token)")
+	}
+	return fmt.Errorf("the node refused the token (HTTP %d): check -token or SLUICE_ADMIN_TOKEN (the node's -admin-token); the node says: %s",
+		ae.Status, ae.Msg)
 }

@@ -80,6 +80,8 @@ type options struct {
 	// directory); rlsHeaders adds the RateLimit headers to its answers.
 	rlsListen, rlsConfig string
 	rlsHeaders           bool
+	// rlsMetadata fills its answers' dynamic_metadata.
+	rlsMetadata bool
 	// rlsTransport is the rate limit service's gRPC transport.
 	rlsTransport rls.Transport
 	// rlsMaxConns bounds the rate limit service's connections (0: no
@@ -292,6 +294,7 @@ func settings() []setting {
 		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", "10000", "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", boundedIntSetter(maxRLSConns, func(o *options) *int { return &o.rlsMaxConns })},
 		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", "5m", "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", boundedDurationSetter(maxRLSIdleTimeout, func(o *options) *time.Duration { return &o.rlsIdleTimeout })},
 		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", boolSetter(func(o *options) *bool { return &o.rlsHeaders })},
+		{"rls-dynamic-metadata", "SLUICE_RLS_DYNAMIC_METADATA", "false", "fill the rate limit service's dynamic_metadata as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain, the descriptors, and the metadata of the matched descriptors not over their limit", boolSetter(func(o *options) *bool { return &o.rlsMetadata })},
 		{"accept-unsigned-rules", "SLUICE_ACCEPT_UNSIGNED_RULES", "false", "install a rule set from Redis that is not signed with the cluster key (written by a node of a release that did not sign): for an upgrade, until the next rules write signs it; a badly signed set is refused all the same", boolSetter(func(o *options) *bool { return &o.acceptUnsignedRules })},
 		{"memory-leases", "SLUICE_MEMORY_LEASES", "false", "on the in-memory store (no -redis), lease tokens into a bucket per key as on Redis instead of deciding each check in the store: about twice the memory per key (a bucket beside the store's record), checks of one hot key spread over CPUs instead of taking its shard's lock, and decisions no longer exact (a bucket holds a batch). Ignored with -redis", boolSetter(func(o *options) *bool { return &o.memoryLeases })},
 		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", boolSetter(func(o *options) *bool { return &o.hotSplit })},

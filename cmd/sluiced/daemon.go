@@ -14,10 +14,12 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lua"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
+	"github.com/sluicehq/sluice/node/rls"
 	"github.com/sluicehq/sluice/node/upstream"
 )
 
@@ -157,6 +159,9 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		ncfg.AdminHosts = append(ncfg.AdminHosts, h) // -listen by name: the node answers to it
 	}
 	ncfg.MetricsToken = o.metricsToken
+	// The help texts of the metrics /metrics writes for packages the node
+	// does not import.
+	ncfg.MetricsHelp = []map[string]string{lua.MetricsHelp(), rls.MetricsHelp(), upstream.MetricsHelp()}
 	ncfg.ClientToken = o.clientToken
 	ncfg.Logger = log
 	ncfg.Name = d.name

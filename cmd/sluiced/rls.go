@@ -32,6 +32,7 @@ func (d *daemon) startRLS(o options) error {
 		Metrics:         d.node.MetricsSet(),
 		Logger:          d.log,
 		ResponseHeaders: o.rlsHeaders,
+		DynamicMetadata: o.rlsMetadata,
 		Transport:       o.rlsTransport,
 		MaxConns:        noneIfZero(o.rlsMaxConns),
 		IdleTimeout:     noneIfZero(o.rlsIdleTimeout),

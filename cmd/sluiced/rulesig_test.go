@@ -196,3 +196,73 @@ func TestUnsignedRulesUpgrade(t *testing.T) {
 		t.Fatalf("after signing, without the flag: GET /v1/rules/old = %d %s %s", code, e, body)
 	}
 }
+
+// TestNoOpWriteReplacesTamperedRules: a write through the admin API
+// replaces a stored set that is not this node's signed one, even a write
+// that changes no rule: a set edited in Redis under the node's own
+// version (which the node, polling versions, never reloads) and a set
+// injected under a new version (which the node refused). Before, such a
+// write answered "no change" and left the tampered set in Redis, where
+// every node started next would meet it. The stored set read back after
+// the write is the node's, signed: a node started afresh installs it.
+func TestNoOpWriteReplacesTamperedRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis")
+	}
+	addr := redistest.Start(t)
+	rc := redisClient(t, addr)
+	args := []string{"-redis", "redis://" + addr, "-cluster-key", testClusterKey, "-rules-poll", "10ms"}
+	d, base := startLocal(t, args...)
+	defer d.stop(true)
+	const rule = `{"algorithm":"gcra","limit":1,"period":"1h","key":"ip"}`
+	if code, _, body := adminDo(t, "PUT", base+"/v1/rules/good", rule, ""); code != 200 {
+		t.Fatalf("PUT good = %d %s", code, body)
+	}
+	ctx := context.Background()
+	stored := func() (version string, set map[string]string, sig string) {
+		t.Helper()
+		version, _ = rc.Do(ctx, rc.B().Get().Key(rulesVerKey).Build()).ToString()
+		set, _ = rc.Do(ctx, rc.B().Hgetall().Key(rulesSetKey).Build()).AsStrMap()
+		sig, _ = rc.Do(ctx, rc.B().Get().Key(rulesSigKey).Build()).ToString()
+		return version, set, sig
+	}
+	_, good, _ := stored()
+	for _, tc := range []struct {
+		name   string
+		tamper func()
+	}{
+		{"edited under the node's version, unsigned", func() {
+			redisDo(t, rc, "HSET", rulesSetKey, "good", strings.Replace(good["good"], `"limit":1`, `"limit":1000000`, 1))
+			redisDo(t, rc, "DEL", rulesSigKey)
+		}},
+		{"injected under a new version", func() {
+			v, _, _ := stored()
+			redisDo(t, rc, "HSET", rulesSetKey, "injected", `{"pos":9,"rule":{"name":"injected","algorithm":"gcra","limit":1000000,"period":"1s"}}`)
+			redisDo(t, rc, "SET", rulesVerKey, v+"0")
+			waitRefusedOrInstalled(t, base, v+"0", "injected")
+		}},
+	} {
+		tc.tamper()
+		before, _, _ := stored()
+		// The same rule again: no change to the node's rules.
+		code, etag, body := adminDo(t, "PUT", base+"/v1/rules/good", rule, "")
+		if code != 200 {
+			t.Fatalf("%s: the no-op PUT = %d %s", tc.name, code, body)
+		}
+		v, set, sig := stored()
+		if v == before || etag != `"`+v+`"` || !strings.HasPrefix(sig, "v1."+v+".") {
+			t.Errorf("%s: after the no-op write Redis holds version %q (was %q, ETag %s) signed %q; want a new version, signed", tc.name, v, before, etag, sig)
+		}
+		if len(set) != 1 || set["good"] != good["good"] {
+			t.Errorf("%s: after the no-op write Redis holds %v; want the node's rule alone, %s", tc.name, set, good["good"])
+		}
+	}
+	// A node started afresh (it refuses an unsigned or badly signed set)
+	// installs what the write stored.
+	d2, base2 := startLocal(t, args...)
+	defer d2.stop(true)
+	v, _, _ := stored()
+	if code, e, body := adminDo(t, "GET", base2+"/v1/rules", "", ""); code != 200 || e != `"`+v+`"` || !strings.Contains(body, `"good"`) || strings.Contains(body, "injected") {
+		t.Errorf("a new node: GET /v1/rules = %d %s %s; want version %s with good alone", code, e, body, v)
+	}
+}

@@ -10,10 +10,12 @@ import (
 // exits 0, even with settings that would stop the node from starting.
 func TestVersionFlag(t *testing.T) {
 	for _, e := range []map[string]string{nil, {"SLUICE_JOIN": "10.0.0.1:7946"}} { // a cluster without a key
-		var out bytes.Buffer
-		code := run([]string{"-version"}, env(e), &out)
-		if code != 0 || !strings.HasPrefix(out.String(), "sluiced ") || !strings.Contains(out.String(), " go1.") || strings.Count(out.String(), "\n") != 1 {
-			t.Errorf("env %v: -version: exit %d, %q", e, code, out.String())
+		for _, f := range []string{"-version", "--version"} {
+			var out bytes.Buffer
+			code := run([]string{f}, env(e), &out)
+			if code != 0 || !strings.HasPrefix(out.String(), "sluiced ") || !strings.Contains(out.String(), " go1.") || strings.Count(out.String(), "\n") != 1 {
+				t.Errorf("env %v: %s: exit %d, %q", e, f, code, out.String())
+			}
 		}
 	}
 	var out bytes.Buffer

@@ -88,7 +88,7 @@ func StartWithClock(t testing.TB, start time.Time, extra ...string) (*Server, *C
 		t.Cleanup(func() { clocks.Delete(s.Addr) })
 		return s, clock
 	}
-	t.Fatalf("redistest: cannot start redis-server with a fake clock: %v", lastErr)
+	t.Fatalf("redistest: cannot start %s with a fake clock: %v", flavor(t).Server, lastErr)
 	return nil, nil
 }
 
@@ -138,7 +138,7 @@ func (c *Clock) check(t testing.TB, s *Server) {
 	now := c.Now()
 	want := fmt.Sprintf("%d\n%d", now.Unix(), now.Nanosecond()/1000)
 	if out, err := Command(s.Addr, "TIME"); err != nil || out != want {
-		t.Fatalf("redistest: redis-server with the fake clock answers TIME %q, want %q (%v); is redis-server statically linked?", out, want, err)
+		t.Fatalf("redistest: %s with the fake clock answers TIME %q, want %q (%v); is it statically linked?", s.bin, out, want, err)
 	}
 }
 

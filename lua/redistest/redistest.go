@@ -6,10 +6,20 @@
 // (StartSentinels), each on free loopback ports, with persistence off,
 // stopped in t.Cleanup.
 //
-// redis-server and redis-cli must be on PATH (and gcc for StartWithClock). When they are missing the
-// test fails with an install hint, unless the environment variable
-// SLUICE_SKIP_REDIS=1 is set, in which case it is skipped: CI must never
-// skip silently.
+// # Redis or Valkey
+//
+// The environment variable SLUICE_TEST_REDIS (EnvServer) chooses the
+// server: unset or "redis" for redis-server and redis-cli (Redis 7),
+// "valkey" for valkey-server and valkey-cli (Valkey 8). Every helper
+// starts the chosen one, in every mode, and make test runs the packages
+// that use this one on each:
+//
+//	SLUICE_TEST_REDIS=valkey go test -count=1 ./lua/
+//
+// The chosen binaries must be on PATH (and gcc for StartWithClock). When
+// they are missing the test fails with an install hint, unless the
+// environment variable SLUICE_SKIP_REDIS=1 is set, in which case it is
+// skipped: CI must never skip silently.
 //
 // # Concurrency
 //
@@ -46,6 +56,7 @@ type Server struct {
 	Addr string
 
 	t    testing.TB
+	bin  string // the server binary (see EnvServer)
 	port int
 	dir  string
 	args []string
@@ -80,7 +91,7 @@ func StartServer(t testing.TB, extra ...string) *Server {
 			return s
 		}
 	}
-	t.Fatalf("redistest: cannot start redis-server: %v", lastErr)
+	t.Fatalf("redistest: cannot start %s: %v", flavor(t).Server, lastErr)
 	return nil
 }
 
@@ -134,9 +145,10 @@ func startCluster(t testing.TB, env []string, wait func(), nodeTimeoutMs string)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	cli := flavor(t).CLI
+	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+		t.Fatalf("redistest: %s --cluster create: %v\n%s", cli, err, out)
 	}
 	pause := func() { time.Sleep(50 * time.Millisecond) }
 	if wait != nil {
@@ -228,18 +240,6 @@ func startSentinel(t testing.TB, name, host, port string, downAfter, failoverTim
 	return nil
 }
 
-func requireRedis(t testing.TB) {
-	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("SLUICE_SKIP_REDIS") == "1" {
-				t.Skipf("redistest: %s not found and SLUICE_SKIP_REDIS=1", bin)
-			}
-			t.Fatalf("redistest: %s not found: install redis-server (apt-get install redis-server), or set SLUICE_SKIP_REDIS=1 to skip", bin)
-		}
-	}
-}
-
 func newServer(t testing.TB, port int, dir string, extra []string) *Server {
 	args := []string{
 		"--port", strconv.Itoa(port),
@@ -254,6 +254,7 @@ func newServer(t testing.TB, port int, dir string, extra []string) *Server {
 	return &Server{
 		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		t:    t,
+		bin:  flavor(t).Server,
 		port: port,
 		dir:  dir,
 		args: append(args, extra...),
@@ -263,7 +264,7 @@ func newServer(t testing.TB, port int, dir string, extra []string) *Server {
 
 // start runs the process and waits until it answers PING.
 func (s *Server) start() error {
-	cmd := exec.Command("redis-server", s.args...)
+	cmd := exec.Command(s.bin, s.args...)
 	cmd.Dir = s.dir
 	if len(s.env) > 0 {
 		cmd.Env = append(os.Environ(), s.env...)
@@ -272,7 +273,7 @@ func (s *Server) start() error {
 	cmd.Stderr = s.log
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("cannot start redis-server: %w", err)
+		return fmt.Errorf("cannot start %s: %w", s.bin, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -284,7 +285,7 @@ func (s *Server) start() error {
 	for {
 		select {
 		case <-done:
-			return fmt.Errorf("redis-server on port %d exited: %s", s.port, s.log.String())
+			return fmt.Errorf("%s on port %d exited: %s", s.bin, s.port, s.log.String())
 		default:
 		}
 		if out, err := Command(s.Addr, "PING"); err == nil && out == "PONG" {
@@ -292,7 +293,7 @@ func (s *Server) start() error {
 		}
 		if time.Now().After(deadline) {
 			s.kill()
-			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", s.port, startTimeout, s.log.String())
+			return fmt.Errorf("%s on port %d did not answer PING within %v: %s", s.bin, s.port, startTimeout, s.log.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -6,8 +6,46 @@ import (
 	"time"
 )
 
+// requireFlavor fails the test unless the server at addr is the one
+// SLUICE_TEST_REDIS chose: a helper that started redis-server whatever
+// the variable says would run every Valkey pass on Redis.
+func requireFlavor(t *testing.T, addr string) {
+	t.Helper()
+	f, err := CurrentFlavor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Version(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v, f.Name+" ") {
+		t.Fatalf("%s runs %s, want %s (%s=%q)", addr, v, f.Name, EnvServer, f.Name)
+	}
+	t.Logf("%s: %s", addr, v)
+}
+
+func TestCurrentFlavor(t *testing.T) {
+	for _, c := range []struct{ env, server, cli string }{
+		{"", "redis-server", "redis-cli"},
+		{"redis", "redis-server", "redis-cli"},
+		{"valkey", "valkey-server", "valkey-cli"},
+	} {
+		t.Setenv(EnvServer, c.env)
+		f, err := CurrentFlavor()
+		if err != nil || f.Server != c.server || f.CLI != c.cli {
+			t.Errorf("%s=%q: %+v, %v; want %s and %s", EnvServer, c.env, f, err, c.server, c.cli)
+		}
+	}
+	t.Setenv(EnvServer, "keydb")
+	if f, err := CurrentFlavor(); err == nil || !strings.Contains(err.Error(), "want redis or valkey") {
+		t.Errorf("%s=keydb: %+v, %v; want an error naming the choices", EnvServer, f, err)
+	}
+}
+
 func TestStartKillRestart(t *testing.T) {
 	s := StartServer(t)
+	requireFlavor(t, s.Addr)
 	if got := s.Do("SET", "k", "v"); got != "OK" {
 		t.Fatalf("SET = %q, want OK", got)
 	}
@@ -29,6 +67,9 @@ func TestCluster(t *testing.T) {
 	if len(addrs) != 3 {
 		t.Fatalf("got %d addresses, want 3", len(addrs))
 	}
+	for _, a := range addrs {
+		requireFlavor(t, a)
+	}
 	info, err := Command(addrs[0], "CLUSTER", "INFO")
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +84,7 @@ func TestCluster(t *testing.T) {
 func TestStartWithClock(t *testing.T) {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	s, clock := StartWithClock(t, start)
+	requireFlavor(t, s.Addr)
 	if got, want := s.Do("TIME"), "1772366400\n123456"; got != want {
 		t.Fatalf("TIME = %q, want %q (frozen at start, in µs)", got, want)
 	}
@@ -79,5 +121,14 @@ func TestClockStaysFrozen(t *testing.T) {
 		if got := s.Do("DBSIZE"); got != "200" {
 			t.Fatalf("after %dms: DBSIZE = %s, want 200: keys expired on a frozen clock", (i+1)*100, got)
 		}
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	master := StartServer(t)
+	sentinel := StartSentinel(t, "m", master.Addr)
+	requireFlavor(t, sentinel)
+	if got := master.Do("SET", "k", "v"); got != "OK" {
+		t.Fatalf("SET = %q, want OK", got)
 	}
 }

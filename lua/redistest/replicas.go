@@ -87,15 +87,16 @@ func StartClusterWithReplicas(t testing.TB, nodeTimeout time.Duration) *Replicat
 		args = append(args, m.Addr)
 	}
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	cli := flavor(t).CLI
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: %s --cluster create: %v\n%s", cli, err, out)
 	}
 	for i, r := range c.Replicas {
 		id := c.Masters[i].Do("CLUSTER", "MYID")
-		out, err := exec.Command("redis-cli", "--cluster", "add-node", r.Addr, c.Masters[i].Addr,
+		out, err := exec.Command(cli, "--cluster", "add-node", r.Addr, c.Masters[i].Addr,
 			"--cluster-slave", "--cluster-master-id", id).CombinedOutput()
 		if err != nil {
-			t.Fatalf("redistest: redis-cli --cluster add-node %s as replica of %s: %v\n%s", r.Addr, c.Masters[i].Addr, err, out)
+			t.Fatalf("redistest: %s --cluster add-node %s as replica of %s: %v\n%s", cli, r.Addr, c.Masters[i].Addr, err, out)
 		}
 	}
 	clocktest.EventuallyState(t, failoverTimeout, "redistest: replicated cluster to form", func() (bool, string) {

@@ -14,29 +14,33 @@
 # (lua/testdata/script-instructions.sh's "renew", on 100,000 keys; the
 # busy run leases most of them first, so the paced calls mostly renew). Starts
 # a redis-server of its own on a free port; needs redis-server, redis-cli,
-# redis-benchmark and python3.
+# redis-benchmark and python3. SLUICE_TEST_REDIS=valkey runs valkey-server
+# (and valkey-cli, valkey-benchmark) instead, as the Go tests do.
 #   lua/testdata/script-floor.sh
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
+flavor=${SLUICE_TEST_REDIS:-redis}
+case $flavor in redis | valkey) ;; *) echo "SLUICE_TEST_REDIS=$flavor: want redis or valkey" >&2; exit 2 ;; esac
+server=$flavor-server cli=$flavor-cli benchmark=$flavor-benchmark
 port=$((20000 + RANDOM % 20000))
-redis-server --port "$port" --save '' --appendonly no >/dev/null 2>&1 &
+"$server" --port "$port" --save '' --appendonly no >/dev/null 2>&1 &
 srv=$!
 trap 'kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null' EXIT
-until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
+until "$cli" -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
 per_call() { # command -> usec_per_call of its commandstats line
-  redis-cli -p "$port" info commandstats |
+  "$cli" -p "$port" info commandstats |
     awk -F'[=,]' -v c="cmdstat_$(echo "$1" | tr A-Z a-z):" 'index($0, c) == 1 {print $6}'
 }
 busy() { # command... (__rand_int__ in a key: one of 100,000)
-  redis-cli -p "$port" config resetstat >/dev/null
-  redis-benchmark -p "$port" -n 200000 -c 8 -r 100000 -q "$@" >/dev/null
+  "$cli" -p "$port" config resetstat >/dev/null
+  "$benchmark" -p "$port" -n 200000 -c 8 -r 100000 -q "$@" >/dev/null
   per_call "$1"
 }
-cpu() { redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
+cpu() { "$cli" -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 paced() { # per-write command... (__rand_int__ as redis-benchmark writes it): 1,500 calls at 265 a second, per-write to a write
   local per=$1 c0 c1
   shift
-  redis-cli -p "$port" config resetstat >/dev/null
+  "$cli" -p "$port" config resetstat >/dev/null
   c0=$(cpu)
   python3 - "$port" "$per" "$@" <<'PY'
 import random, socket, sys, time
@@ -70,10 +74,10 @@ row() { # label command-words
   # shellcheck disable=SC2086 # the arguments are words
   echo "$label $(busy $c), $(paced 1 $c), $(paced 5 $c)"
 }
-one=$(redis-cli -p "$port" script load 'return 1')
-getset=$(redis-cli -p "$port" script load "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], 'abcdefghijklmnopqrstuvwxyz0123', 'PX', 60000) return {1, 2, 3, 4, 5}")
+one=$("$cli" -p "$port" script load 'return 1')
+getset=$("$cli" -p "$port" script load "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], 'abcdefghijklmnopqrstuvwxyz0123', 'PX', 60000) return {1, 2, 3, 4, 5}")
 tb=$(cat lua/prelude.lua lua/leased.lua lua/token_bucket_lease.lua)
-tb=$(redis-cli -p "$port" script load "$tb")
+tb=$("$cli" -p "$port" script load "$tb")
 renew="100 1000000 100 AbCdEfGh 10 1 3 300000000 2000000 7 12345 0 0 0"
 echo "µs per call inside Redis (usec_per_call): busy; paced (Redis CPU per call); paced, five to a write (Redis CPU per call)"
 row "EVALSHA return 1:           " "evalsha $one 0"

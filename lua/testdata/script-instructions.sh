@@ -27,21 +27,26 @@
 # 8-byte digest). Prints instructions per call; "return 1" is the floor of
 # any script call with these arguments. Needs valgrind, redis-benchmark
 # and redis-cli. ALGS="fixed_window ..." counts only those algorithms.
+# SLUICE_TEST_REDIS=valkey counts on valkey-server (with valkey-cli and
+# valkey-benchmark) instead.
 set -euo pipefail
 old=${1:?usage: script-instructions.sh OLD_REF}
 cd "$(git rev-parse --show-toplevel)"
+flavor=${SLUICE_TEST_REDIS:-redis}
+case $flavor in redis | valkey) ;; *) echo "SLUICE_TEST_REDIS=$flavor: want redis or valkey" >&2; exit 2 ;; esac
+server=$flavor-server cli=$flavor-cli benchmark=$flavor-benchmark
 tmp=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
-valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" redis-server --port "$port" \
+valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$server" --port "$port" \
   --save '' --appendonly no >"$tmp/vg.log" 2>&1 &
 vg=$!
 trap 'kill "$vg" 2>/dev/null; wait "$vg" 2>/dev/null; rm -rf "$tmp"' EXIT
-until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 1; done
+until "$cli" -p "$port" ping >/dev/null 2>&1; do sleep 1; done
 ir() { # script-file holder case [holder2] -> instructions per call
-  redis-cli -p "$port" script flush >/dev/null # a bigger Lua heap costs every call more GC
+  "$cli" -p "$port" script flush >/dev/null # a bigger Lua heap costs every call more GC
   local sha args args2='' keys=500
-  sha=$(redis-cli -p "$port" script load "$(cat "$1")")
-  redis-cli -p "$port" flushall >/dev/null
+  sha=$("$cli" -p "$port" script load "$(cat "$1")")
+  "$cli" -p "$port" flushall >/dev/null
   case $3 in # held, spent_before
   spent) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0 0 0" ;;
   shared) args="1000 3600000000 1000 $2 10 1 3 300000000 0 7 12345 0 0 0" args2=${args/$2/$4} ;;
@@ -53,12 +58,12 @@ ir() { # script-file holder case [holder2] -> instructions per call
   esac
   calls() { # n: n calls of the case (shared: n/2 of each holder at once)
     if [ -z "$args2" ]; then
-      redis-benchmark -p "$port" -n "$1" -r "$keys" -c 4 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null
+      "$benchmark" -p "$port" -n "$1" -r "$keys" -c 4 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null
       return
     fi
-    redis-benchmark -p "$port" -n $(($1 / 2)) -r "$keys" -c 2 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null &
+    "$benchmark" -p "$port" -n $(($1 / 2)) -r "$keys" -c 2 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args >/dev/null &
     local other=$!
-    redis-benchmark -p "$port" -n $(($1 / 2)) -r "$keys" -c 2 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args2 >/dev/null
+    "$benchmark" -p "$port" -n $(($1 / 2)) -r "$keys" -c 2 -q evalsha "$sha" 1 '{k__rand_int__}:x' $args2 >/dev/null
     wait "$other"
   }
   calls 3000
@@ -69,16 +74,16 @@ ir() { # script-file holder case [holder2] -> instructions per call
   awk '/^summary:|^totals:/ {print int($2 / 2000); exit}' "$(ls -t "$tmp"/cg.out.* | head -1)"
 }
 ret() { # lease-file return-file holder -> instructions per return call
-  redis-cli -p "$port" script flush >/dev/null
+  "$cli" -p "$port" script flush >/dev/null
   local ls rs i
-  ls=$(redis-cli -p "$port" script load "$(cat "$1")")
-  rs=$(redis-cli -p "$port" script load "$(cat "$2")")
-  redis-cli -p "$port" flushall >/dev/null
+  ls=$("$cli" -p "$port" script load "$(cat "$1")")
+  rs=$("$cli" -p "$port" script load "$(cat "$2")")
+  "$cli" -p "$port" flushall >/dev/null
   for i in $(seq 1000); do
     echo "evalsha $ls 1 {r$i}:x 1000 3600000000 1000 $3 10 1 0 300000000 0 0 12345 0 0 0"
-  done | redis-cli -p "$port" >/dev/null
+  done | "$cli" -p "$port" >/dev/null
   callgrind_control -z "$vg" >/dev/null
-  for i in $(seq 1000); do echo "evalsha $rs 1 {r$i}:x 1000 3600000000 1000 $3 5"; done | redis-cli -p "$port" >/dev/null
+  for i in $(seq 1000); do echo "evalsha $rs 1 {r$i}:x 1000 3600000000 1000 $3 5"; done | "$cli" -p "$port" >/dev/null
   rm -f "$tmp"/cg.out.*
   callgrind_control -d "$vg" >/dev/null
   awk '/^summary:|^totals:/ {print int($2 / 1000); exit}' "$(ls -t "$tmp"/cg.out.* | head -1)"

@@ -1,7 +1,9 @@
 // Package api owns Sluice's wire types and their JSON codec: the bodies of
 // POST /v1/check, /v1/checks, /v1/acquire and /v1/release, the query of
-// GET /v1/check, and the answers. The node's HTTP server and the Go client
-// (node/client) share it, so both ends agree byte for byte.
+// GET /v1/check, the lease protocol's POST /v1/lease (lease.go; its
+// GET /v1/lease/rules answers the rules as node/rules' specs), and the
+// answers. The node's HTTP server and the Go client (node/client) share
+// it, so both ends agree byte for byte.
 //
 // There is no reflection on the hot path. Bodies are read by a strict
 // single-pass JSON scanner (RFC 8259; no copy of the body, no tree) and
@@ -205,7 +207,9 @@ func nameMsg(b []byte) string {
 }
 
 // ValidKey reports whether s is a valid counter key or descriptor value:
-// 1..MaxKeyLen bytes of UTF-8 without control characters.
+// 1..MaxKeyLen bytes of UTF-8 without control characters (C0, DEL and
+// C1: U+0000 to U+001F, U+007F to U+009F). node/engine's KeyProblem is
+// the same rule.
 func ValidKey(s string) bool { return keyMsg([]byte(s)) == "" }
 
 // LongKeyMark marks the digest form of a counter key longer than MaxKeyLen
@@ -242,22 +246,35 @@ func keyMsg(b []byte) string {
 	case len(b) > MaxKeyLen:
 		return "longer than 256 bytes"
 	}
+	_, msg := TextFault(b)
+	return msg
+}
+
+// TextFault finds the first thing in b that a key may not hold: a control
+// character (C0, DEL or C1: U+0000 to U+001F, U+007F to U+009F) or a byte
+// that is not UTF-8. It returns its offset and what is wrong, or -1 and
+// "" when b is valid text for a key, whatever its length (node/rules
+// checks the values a long key's digest would hide with it).
+func TextFault(b []byte) (int, string) {
 	for i := 0; i < len(b); {
 		c := b[i]
 		if c < utf8.RuneSelf {
 			if c < 0x20 || c == 0x7f {
-				return "must not hold control characters"
+				return i, "must not hold control characters"
 			}
 			i++
 			continue
 		}
 		r, n := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && n == 1 {
-			return "must be valid UTF-8"
+			return i, "must be valid UTF-8"
+		}
+		if r <= 0x9f { // C1 controls, U+0080 to U+009F
+			return i, "must not hold control characters"
 		}
 		i += n
 	}
-	return ""
+	return -1, ""
 }
 
 // setString stores b in *dst, allocating only when the value changed.

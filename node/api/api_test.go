@@ -442,7 +442,7 @@ func TestHelpers(t *testing.T) {
 			t.Errorf("ValidName(%q) = %v", name, !want)
 		}
 	}
-	for key, want := range map[string]bool{"user-42": true, "a b/é|x": true, "": false, "a\x00": false, "a\x7f": false, "\xff": false, strings.Repeat("k", 257): false} {
+	for key, want := range map[string]bool{"user-42": true, "a b/é|x": true, "": false, "a\x00": false, "a\x7f": false, "\xff": false, "a\u0085": false, "\u009f": false, "a\u00a0": true, strings.Repeat("k", 257): false} {
 		if ValidKey(key) != want {
 			t.Errorf("ValidKey(%q) = %v", key, !want)
 		}

@@ -92,6 +92,9 @@ func (e *AdminError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d)", msg, e.Status)
 }
 
+// Is makes a 401 or 403 answer ErrTokenRefused.
+func (e *AdminError) Is(target error) bool { return target == ErrTokenRefused && tokenStatus(e.Status) }
+
 // RuleSet is GET /v1/rules: the installed rules, each as the JSON of a
 // rule (the rule file's fields), in order.
 type RuleSet struct {

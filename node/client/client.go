@@ -24,6 +24,10 @@ var (
 	ErrUnavailable = errors.New("sluice unavailable")
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("client closed")
+	// ErrTokenRefused means a node answered 401 or 403: it is reachable,
+	// and refused the token sent (or wanted one). No node of the cluster
+	// takes it: check the token, not the network.
+	ErrTokenRefused = errors.New("the node refused the token")
 )
 
 // StatusError is an HTTP answer that is neither a decision nor a 400 or
@@ -36,6 +40,37 @@ type StatusError struct {
 
 func (e *StatusError) Error() string {
 	return "sluice node " + e.Node + " answered " + strconv.Itoa(e.Status) + ": " + e.Msg
+}
+
+// Is makes a 401 or 403 answer ErrTokenRefused.
+func (e *StatusError) Is(target error) bool {
+	return target == ErrTokenRefused && tokenStatus(e.Status)
+}
+
+// tokenStatus reports whether status says the token was refused.
+func tokenStatus(status int) bool {
+	return status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden
+}
+
+// Where to look when a node refuses the token: the Client's admin token,
+// or the Limiter's client token (Config.tokenHint).
+const (
+	adminTokenHint  = "the admin token (Config.AdminToken: the nodes' -admin-token, SLUICE_ADMIN_TOKEN)"
+	clientTokenHint = "the client token (LimiterConfig.Token: the nodes' -client-token, SLUICE_CLIENT_TOKEN)"
+)
+
+// refused returns, when one of errs is a node's 401 or 403, the error
+// that says so (ErrTokenRefused, the status, the node, hint: which token
+// to check), else nil: a node that refuses the token is reachable, and
+// another node would refuse it too.
+func refused(errs []error, hint string) error {
+	for _, err := range errs {
+		var se *StatusError
+		if errors.As(err, &se) && tokenStatus(se.Status) {
+			return fmt.Errorf("%w (%d from %s): check %s; the node says: %s", ErrTokenRefused, se.Status, se.Node, hint, se.Msg)
+		}
+	}
+	return nil
 }
 
 // Client sends checks to a Sluice cluster, each to the owner of its key.
@@ -212,6 +247,9 @@ func (c *Client) Refresh(ctx context.Context) error {
 		c.view.Store(nv)
 		c.closeNodes(old, nv)
 		return nil
+	}
+	if err := refused(errs, c.cfg.tokenHint); err != nil {
+		return fmt.Errorf("cannot fetch the member list: %w", err)
 	}
 	return fmt.Errorf("cannot fetch the member list: %w: %w", ErrNoNodes, errors.Join(errs...))
 }

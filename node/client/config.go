@@ -59,6 +59,10 @@ type Config struct {
 	// are reached at the HTTP addresses they advertise (IP:port), so
 	// their certificates need IP SANs. Nil speaks plain HTTP.
 	TLS *tls.Config
+
+	// tokenHint names the token to check when a node refuses it: the
+	// admin token by default, the client token for a Limiter's Client.
+	tokenHint string
 }
 
 // DefaultConfig returns the defaults described on each Config field, with
@@ -131,5 +135,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configError("BatchSize", "at most "+strconv.Itoa(api.MaxBatch))
 	}
 	c.Seeds = append([]string(nil), c.Seeds...)
+	if c.tokenHint == "" {
+		c.tokenHint = adminTokenHint
+	}
 	return c, nil
 }

@@ -304,7 +304,7 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	if cfg.RulesPoll <= 0 {
 		cfg.RulesPoll = 5 * time.Second
 	}
-	c, err := New(Config{Seeds: seeds, Timeout: cfg.Timeout, TLS: cfg.TLS, AdminToken: cfg.Token})
+	c, err := New(Config{Seeds: seeds, Timeout: cfg.Timeout, TLS: cfg.TLS, AdminToken: cfg.Token, tokenHint: clientTokenHint})
 	if err != nil {
 		return nil, err
 	}
@@ -515,6 +515,9 @@ func (l *Limiter) refreshRules(ctx context.Context) error {
 			l.rules.Store(snap)
 		}
 		return nil
+	}
+	if err := refused(errs, clientTokenHint); err != nil {
+		return fmt.Errorf("cannot fetch the rules: %w", err)
 	}
 	return fmt.Errorf("cannot fetch the rules: %w: %w", ErrNoNodes, errors.Join(errs...))
 }

@@ -11,8 +11,9 @@ import (
 const MaxKeyLen = 256
 
 // KeyProblem says what is wrong with key, or "" when it is valid: 1 to
-// MaxKeyLen bytes of UTF-8 without control characters (TextProblem), the
-// public API's rule for keys. It is the one key validation: Decide
+// MaxKeyLen bytes of UTF-8 without control characters (TextProblem: C0,
+// DEL and C1, U+0000 to U+001F and U+007F to U+009F), the public API's
+// rule for keys (node/api's, which tests hold equal). It is the one key validation: Decide
 // applies it to every item before routing (so a key a peer would refuse
 // is never sent to it, nor decided here instead), and so do the owner
 // side (DecideOwned) and the internal endpoint.
@@ -61,6 +62,9 @@ func TextProblem(s string) string {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && n == 1 {
 			return "must be valid UTF-8"
+		}
+		if r <= 0x9f { // C1 controls, U+0080 to U+009F
+			return "must not hold control characters"
 		}
 		i += n
 	}

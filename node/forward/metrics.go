@@ -48,6 +48,23 @@ func newHandlerMetrics(set *metrics.Set) *handlerMetrics {
 	return m
 }
 
+// MetricsHelp returns the # HELP text of each metric family the
+// forwarding protocol registers, by family name: what it counts. A node's
+// /metrics writes them (node combines every package's).
+func MetricsHelp() map[string]string {
+	return map[string]string{
+		"sluice_forward_served_items_total":        "Items of forwarded batches this node answered as their owner.",
+		"sluice_forward_rejected_requests_total":   "Forwarding requests refused undecided, by reason: method, auth (signature), stale, replay, nonce_cache_full, too_large, malformed, late (after the sender's timeout).",
+		"sluice_forward_refused_items_total":       "Forwarded items answered with an error undecided, by reason: invalid (a rule or key the API refuses), refund_over_lent.",
+		"sluice_forward_refused_refund_hits_total": "Hits of peers' refunds beyond what this node had lent them, refused.",
+		"sluice_forward_late_refunded_items_total": "Allowed items of forwarded batches decided after their sender's timeout, refunded (by the owner, or by the sender on a late reply).",
+		"sluice_forward_items_total":               "Items sent to a peer (the key's owner) and answered, by peer.",
+		"sluice_forward_requests_total":            "Forwarding requests a peer answered, by peer.",
+		"sluice_forward_failed_requests_total":     "Forwarding requests to a peer that failed (no answer in time, refused, an error status), by peer.",
+		"sluice_forward_unavailable_items_total":   "Items for a peer whose request failed (decided here from the Store, or shed), by peer.",
+	}
+}
+
 // Reasons a handler refuses an item.
 const (
 	refuseInvalid = iota // a rule or key the public API refuses

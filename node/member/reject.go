@@ -38,6 +38,15 @@ var rejectedPrefixes = [...]string{
 	"memberlist: Got ping for unexpected node",
 }
 
+// MetricsHelp returns the # HELP text of each metric family membership
+// registers, by family name: what it counts. A node's /metrics writes
+// them (node combines every package's).
+func MetricsHelp() map[string]string {
+	return map[string]string{
+		"sluice_gossip_rejected_packets_total": "Gossip packets and streams refused: not decryptable with the cluster key (a stranger, or a node with another key), a bad label or message type, or undecodable.",
+	}
+}
+
 // rejectLog logs memberlist's lines about refused gossip at most once
 // every rejectLogEvery, each logged line saying how many were suppressed
 // since the last one, and counts every one in

@@ -29,7 +29,6 @@ func TestConfigErrors(t *testing.T) {
 		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    value: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: fortnight, requests_per_unit: 1}",
 			[]string{"f.yaml:7", "descriptor a_b.c:", "rate_limit.unit", "fortnight"}},
 		{"no unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests_per_unit: 1}", []string{"rate_limit.unit: required"}},
-		{"no requests_per_unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}", []string{"rate_limit.requests_per_unit: required"}},
 		{"negative", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}", []string{"rate_limit.requests_per_unit"}},
 		{"too big", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 99999999999}", []string{"rate_limit.requests_per_unit"}},
 		{"unlimited with a unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}", []string{"rate_limit.unlimited"}},
@@ -38,7 +37,6 @@ func TestConfigErrors(t *testing.T) {
 		{"duplicate key-only", "domain: d\ndescriptors:\n  - key: a\n  - key: a", []string{"duplicate"}},
 		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}", []string{"rate_limit.replaces.name: required"}},
 		{"bad algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: concurrency}", []string{"rate_limit.algorithm"}},
-		{"field twice", "domain: d\ndomain: e", []string{"domain: given twice"}},
 		{"two documents", "domain: d\n---\ndomain: e", []string{"more than one YAML document"}},
 		{"deep", "domain: d\ndescriptors:\n" + deep(20), []string{"nested deeper than"}},
 	} {
@@ -101,6 +99,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: b*\n    rate_limit: {unit: year, requests_per_unit: 0, name: x, replaces: [{name: y}]}\n    shadow_mode: true\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - &a {key: a, descriptors: [*a]}\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unlimited: true}}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: x*y*z\n    share_threshold: yes\n    quota_mode: on\n    value_to_metric: true\n    metadata: {a: [1, 2.5, {b: ~}], <<: {c: d}}\n    rate_limit: &r {unit: minute, shadow_mode: true}\n  - key: b\n    rate_limit: {<<: *r, requests_per_unit: 3, requests_per_unit: 4}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := rls.Parse(rls.Doc{Name: "f.yaml", Data: data})
 		if err != nil {

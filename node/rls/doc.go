@@ -11,54 +11,75 @@
 // # Configuration
 //
 // A file, or every *.yaml/*.yml file of a directory (one domain per file;
-// a domain in two files is refused):
+// a domain in two files is refused), with every field envoyproxy/ratelimit
+// accepts and its meaning:
 //
 //	domain: messaging
 //	descriptors:
 //	  - key: message_type
-//	    value: marketing
+//	    value: marketing              # '*' anywhere: a wildcard (api*v2)
+//	    share_threshold: false        # true: the values a wildcard matches share one counter
+//	    value_to_metric: false        # metrics named by the request's value
 //	    descriptors:
 //	      - key: to_number            # no value: each number counted apart
 //	        rate_limit: {unit: day, requests_per_unit: 5}
 //	  - key: to_number
 //	    rate_limit:
 //	      unit: day                   # second minute hour day week month(30d) year(365d)
-//	      requests_per_unit: 100      # 0 denies every request
+//	      requests_per_unit: 100      # 0 (or left out) denies every request
 //	      name: per-number            # for replaces
 //	      replaces: [{name: other}]   # a matched limit named "other" is dropped
 //	      unlimited: false            # true: always OK, limit_remaining 2^32-1
 //	      algorithm: fixed_window     # Sluice extension: sliding_window, token_bucket, gcra, sliding_log
 //	    shadow_mode: false            # count, but always answer OK
-//	    detailed_metric: false        # metrics per value of a key-only descriptor
+//	    quota_mode: false             # over: OVER_LIMIT overall only if every quota_mode one is
+//	    detailed_metric: false        # metrics per request value
+//	    metadata: {team: sms}         # to dynamic_metadata (ServerConfig.DynamicMetadata)
 //
 // Matching follows envoyproxy/ratelimit: a request descriptor's entries
-// walk down the tree, at each level the exact key and value first, then a
-// value ending in '*' as a prefix, then the key alone; only the descriptor
-// reached by the last entry applies (a descriptor with a limit but more
-// request entries than levels does not match). Each configured limit that
-// counts is a Sluice rule (fixed_window by default: envoy's windows are
-// aligned on the Unix epoch, as Sluice's), named "rls." plus a readable
-// part of the domain and path and a hash (see the metric
+// walk down the tree, at each level by envoy's composite key key_value
+// first, then the wildcards in file order (each '*' matching any run of
+// bytes of key_value), then the key alone; only the descriptor reached by
+// the last entry applies (a descriptor with a limit but more request
+// entries than levels does not match). Each configured limit that counts
+// is a Sluice rule (fixed_window by default: envoy's windows are aligned
+// on the Unix epoch, as Sluice's), named "rls." plus a readable part of
+// the domain and path and a hash (see the metric
 // sluice_checks_total{rule}); its counter key is the request entries'
-// values, so a key-only descriptor counts each value apart.
+// values (an entry that matched a share_threshold wildcard counts as the
+// pattern), so a key-only descriptor counts each value apart.
 //
-// Invalid configurations are refused whole with a [*ConfigError] naming the
-// file, line, domain, descriptor path and field; a reload that fails keeps
-// the last good configuration.
+// YAML is read as envoy's library (YAML 1.1) reads it: yes/no/on/off are
+// booleans, merge keys are expanded, the last of a key given twice counts.
+// A file envoy refuses is refused with a [*ConfigError] naming the file,
+// line, domain, descriptor path and field (an unknown field anywhere, a
+// list of anything but mappings, a number with a fraction, two descriptors
+// of a level with one key_value, share_threshold without a wildcard, a
+// limit replacing itself, unlimited with a unit); a reload that fails keeps
+// the last good configuration. What envoy accepts but ignores (one of its
+// fields where it means nothing, a key given twice, a requests_per_unit
+// left out) loads with a warning each ([Config.Warnings], logged by the
+// Reloader).
 //
 // # Calls
 //
 // Statuses come back in descriptor order with current_limit (with its
-// name), limit_remaining and duration_until_reset; overall_code is
-// OVER_LIMIT when any non-shadow status is. A descriptor without a
-// configured limit, or whose limit is replaced, is OK without
-// current_limit. Hits are the request's hits_addend (0 means 1), or the
-// descriptor's own hits_addend when set (0 peeks). With
-// ServerConfig.ResponseHeaders, response_headers_to_add carries the
-// headers of the status with the least remaining: RateLimit-Limit,
-// RateLimit-Remaining, RateLimit-Reset (envoyproxy/ratelimit's names) and
-// RateLimit-Policy, RateLimit (draft-ietf-httpapi-ratelimit-headers, as
-// Sluice's HTTP answers).
+// name), limit_remaining and duration_until_reset (envoy's whole seconds
+// to the end of the unit's window on ServerConfig.Now's clock, unit − now %
+// unit; one of Sluice's other algorithms: its reset, rounded up to a
+// second). overall_code is OVER_LIMIT when a status is, but quota_mode
+// ones: those make it OVER_LIMIT only when every quota_mode status of the
+// request is. A descriptor without a configured limit, or whose limit is
+// replaced, is OK without current_limit. Hits are the request's
+// hits_addend (0 means 1), or the descriptor's own hits_addend when set (0
+// peeks). With ServerConfig.ResponseHeaders, response_headers_to_add
+// carries the headers of the status with the least remaining:
+// RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset
+// (envoyproxy/ratelimit's names) and RateLimit-Policy, RateLimit
+// (draft-ietf-httpapi-ratelimit-headers, as Sluice's HTTP answers). With
+// ServerConfig.DynamicMetadata, dynamic_metadata is envoy's (its
+// RESPONSE_DYNAMIC_METADATA): the domain, the descriptors, and the
+// metadata of the matched limits not over them, merged.
 //
 // Charging, chosen to give the codes envoyproxy/ratelimit gives for fixed
 // windows: envoyproxy/ratelimit adds every descriptor's hits to its
@@ -69,7 +90,8 @@
 // what was left) takes what was left, so that later requests in the window
 // are denied as envoy's over-full counter denies them. Hits of a denied
 // request beyond the limit are not recorded (Sluice never stores more than
-// the limit); for fixed windows the codes are the same.
+// the limit); for fixed windows the codes are the same, but for a peek (0
+// hits) after a denial in the window: OK here, OVER_LIMIT on envoy.
 //
 // Bad requests (no domain, no descriptors, an entry without a key, more
 // than MaxDescriptors descriptors or MaxEntries entries, oversized keys,
@@ -78,16 +100,17 @@
 // bounded to 256 KiB.
 //
 // Not supported: the per-request limit override of a descriptor (its
-// limit field is ignored), envoyproxy/ratelimit's global shadow mode,
-// MERGE_DOMAIN_CONFIG and the xDS configuration source.
+// limit field is ignored), envoyproxy/ratelimit's global shadow and quota
+// modes, MERGE_DOMAIN_CONFIG and the xDS configuration source.
 //
 // # Metrics
 //
 // Per domain and descriptor, like envoyproxy/ratelimit's statistics:
 // sluice_rls_total_hits, sluice_rls_over_limit, sluice_rls_near_limit and
-// sluice_rls_shadow_mode, labelled {domain, descriptor} (descriptor is
-// envoy's KEY_VALUE path; with detailed_metric the request's values, for at
-// most 10000 series). Plus sluice_rls_calls_total{code} (OK, OVER_LIMIT,
+// sluice_rls_shadow_mode, labelled {domain, descriptor}: descriptor is the
+// name envoy gives the statistic, less the domain (the KEY_VALUE path;
+// with detailed_metric or value_to_metric, the request's values as envoy
+// puts them in, for at most 10000 series). Plus sluice_rls_calls_total{code} (OK, OVER_LIMIT,
 // INVALID_ARGUMENT, UNAVAILABLE, INTERNAL), sluice_rls_config_loads_total
 // and sluice_rls_config_errors_total. The server also serves the gRPC health
 // service (grpc.health.v1), SERVING once a configuration is loaded and

@@ -14,7 +14,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
@@ -67,11 +66,17 @@ type ServerConfig struct {
 	// status to response_headers_to_add (envoyproxy/ratelimit's
 	// LIMIT_RESPONSE_HEADERS_ENABLED). False means none.
 	ResponseHeaders bool
+	// DynamicMetadata fills the response's dynamic_metadata as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain,
+	// the descriptors, and the metadata of the matched limits not over
+	// them. False means none.
+	DynamicMetadata bool
 	// NearLimitRatio is the share of a limit past which hits count as
 	// near_limit. Zero means 0.8, envoyproxy/ratelimit's default.
 	NearLimitRatio float64
-	// Now is the clock for the durations of limits that never reach the
-	// engine (requests_per_unit 0). Nil means time.Now.
+	// Now is the clock of duration_until_reset (envoyproxy/ratelimit's
+	// whole seconds to the end of the unit's window, on its own clock).
+	// Nil means time.Now.
 	Now func() time.Time
 	// Transport is how the server speaks gRPC: "" means TransportLean.
 	Transport Transport
@@ -234,18 +239,21 @@ func (s *Server) Close(ctx context.Context) {
 // callState is the scratch space of one call, pooled.
 type callState struct {
 	limits  []*Limit
-	entries []*entry // the matched entry of each descriptor (for detailed stats)
+	entries []*entry // the matched entry of each descriptor
+	hows    []uint32 // how each descriptor's entries matched (see match)
 	hits    []int64
 	req     []int // per descriptor: its request in batch, -1 when none
 	batch   engine.Batch
 	drain   engine.Batch
 	key     []byte // appendKey's buffer
+	kv      []byte // match's buffer
 }
 
 func (s *Server) getState(n int) *callState {
 	st := s.states.Get().(*callState)
 	st.limits = growClear(st.limits, n)
 	st.entries = growClear(st.entries, n)
+	st.hows = growClear(st.hows, n)
 	st.hits = growClear(st.hits, n)
 	st.req = growClear(st.req, n)
 	st.batch.Reset()
@@ -327,11 +335,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	// Match each descriptor to its limit.
 	var replaced map[string]bool
 	for i, d := range ds {
-		e := match(top, d)
+		e, how := match(top, d, &st.kv)
 		if e == nil || e.limit == nil {
 			continue
 		}
-		st.entries[i], st.limits[i] = e, e.limit
+		st.entries[i], st.hows[i], st.limits[i] = e, how, e.limit
 		for _, r := range e.limit.Replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
@@ -357,7 +365,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		if l == nil || l.Rule == "" {
 			continue
 		}
-		st.key = appendKey(st.key[:0], ds[i])
+		st.key = appendKey(st.key[:0], ds[i], st.entries[i], st.hows[i])
 		st.batch.Add(l.Rule, string(st.key), st.hits[i])
 		st.req[i] = st.batch.End()
 	}
@@ -372,13 +380,15 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	r.start(len(ds))
 	resp := &r.resp
 	var tightest *rlsv3.RateLimitResponse_DescriptorStatus
+	var over, quotas, quotasOver int // descriptors over their limit: others, quota_mode ones
+	now := s.cfg.Now().Unix()
 	for i := range ds {
 		l := st.limits[i]
 		ss := resp.Statuses[i]
 		if l == nil {
 			continue
 		}
-		stats := s.met.of(l, st.entries[i], ds[i])
+		stats := s.met.of(l, st.entries[i], ds[i], st.hows[i])
 		hits := st.hits[i]
 		stats.totalHits.Add(int(hits))
 		if l.Unlimited {
@@ -387,10 +397,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		cl := r.limit(i)
 		cl.Name, cl.RequestsPerUnit, cl.Unit = l.Name, l.RequestsPerUnit, l.Unit
-		var over bool
+		r.setReset(i, envoyReset(now, l.Period))
+		var denied bool
 		if l.Rule == "" { // requests_per_unit 0
-			over = hits > 0
-			r.setReset(i, windowLeft(s.cfg.Now(), l.Period))
+			denied = hits > 0
 		} else {
 			q := &st.batch.Requests[st.req[i]]
 			if q.Err != nil {
@@ -405,28 +415,45 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			if d.Unavailable {
 				return status.Error(codes.Unavailable, "the rate limit store is unavailable (descriptors["+strconv.Itoa(i)+"])")
 			}
-			over = !d.Allowed
-			if !over {
+			denied = !d.Allowed
+			if !denied {
 				ss.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 				s.countNear(stats, l, d.Remaining, hits)
 			}
-			r.setReset(i, d.Reset)
+			if l.Algorithm != lease.FixedWindow { // Sluice's algorithms: their own reset, in whole seconds
+				r.setReset(i, (d.Reset+time.Second-1)/time.Second*time.Second)
+			}
 		}
-		if over {
+		if l.Quota {
+			quotas++
+		}
+		if denied {
 			stats.overLimit.Add(int(hits))
 			if l.Shadow {
 				stats.shadowMode.Add(int(hits))
 			} else {
 				ss.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+				if l.Quota {
+					quotasOver++
+				} else {
+					over++
+				}
 			}
 		}
 		if tightest == nil || ss.LimitRemaining < tightest.LimitRemaining {
 			tightest = ss
 		}
 	}
+	// OVER_LIMIT when a descriptor is over its limit, but quota_mode ones:
+	// those only when all of the request's are (envoyproxy/ratelimit).
+	if over > 0 || quotas > 0 && quotasOver == quotas {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
 	if s.cfg.ResponseHeaders && tightest != nil {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(tightest)
+	}
+	if s.cfg.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, resp, st.limits)
 	}
 	return nil
 }
@@ -467,34 +494,16 @@ func (s *Server) countNear(stats *descStats, l *Limit, remaining, hits int64) {
 	}
 }
 
-// windowLeft is the time until the end of the current window of period
-// (windows aligned on the Unix epoch, as envoyproxy/ratelimit's).
-func windowLeft(now time.Time, period time.Duration) time.Duration {
-	p := period.Nanoseconds()
-	return time.Duration(p - now.UnixNano()%p)
-}
-
-// match finds the configured descriptor for d, envoyproxy/ratelimit's way:
-// entry by entry down the tree (exact value, else a wildcard prefix, else
-// key only, with no backtracking); only the descriptor reached by the last
-// entry can apply (its limit may be nil).
-func match(top *level, d *ratelimitv3.RateLimitDescriptor) *entry {
-	l := top
-	entries := d.GetEntries()
-	for i, en := range entries {
-		e := l.lookup(en.GetKey(), en.GetValue())
-		if e == nil {
-			return nil
-		}
-		if i == len(entries)-1 {
-			return e
-		}
-		if e.children == nil {
-			return nil
-		}
-		l = e.children
+// envoyReset is duration_until_reset at now (Unix seconds) for a limit
+// of period, as envoyproxy/ratelimit computes it: the whole seconds to the
+// end of the window (windows aligned on the Unix epoch; a month is 30
+// days, a year 365), from 1 to the period.
+func envoyReset(now int64, period time.Duration) time.Duration {
+	p := int64(period / time.Second)
+	if p <= 0 {
+		return 0
 	}
-	return nil
+	return time.Duration(p-now%p) * time.Second
 }
 
 // validate refuses requests past the bounds, naming the field.
@@ -538,28 +547,6 @@ func validate(req *rlsv3.RateLimitRequest) error {
 		}
 	}
 	return nil
-}
-
-// appendKey appends the counter key of d within its limit's rule: the
-// entries' values in the format of node/rules' counter keys (each value
-// with '\' and '|' escaped by a '\', joined with '|', so that no two
-// descriptors share a key), shortened past api.MaxKeyLen by
-// rules.ShortenKey.
-func appendKey(dst []byte, d *ratelimitv3.RateLimitDescriptor) []byte {
-	start := len(dst)
-	for i, e := range d.GetEntries() {
-		if i > 0 {
-			dst = append(dst, '|')
-		}
-		v := e.GetValue()
-		for i := 0; i < len(v); i++ {
-			if v[i] == '|' || v[i] == '\\' {
-				dst = append(dst, '\\')
-			}
-			dst = append(dst, v[i])
-		}
-	}
-	return dst[:start+len(rules.ShortenKey(dst[start:]))] // shortened in place
 }
 
 // rateLimitHeaders are the headers of status s: envoyproxy/ratelimit's

@@ -59,9 +59,10 @@ func testStatuses(t *testing.T, tr rls.Transport) {
 	if s[0].LimitRemaining != 1 || s[1].LimitRemaining != 3 {
 		t.Errorf("limit_remaining %d, %d; want 1, 3", s[0].LimitRemaining, s[1].LimitRemaining)
 	}
-	// The clock is 1ms into the day's window.
-	if d := s[0].DurationUntilReset.AsDuration(); d != 24*time.Hour-time.Millisecond {
-		t.Errorf("duration_until_reset %v, want 23h59m59.999s", d)
+	// The clock is 1ms into the day's window: envoyproxy/ratelimit's whole
+	// seconds, 86400 - now%86400.
+	if d := s[0].DurationUntilReset; d.GetSeconds() != 86400 || d.GetNanos() != 0 {
+		t.Errorf("duration_until_reset %v, want 86400s", d)
 	}
 	if s[2].CurrentLimit != nil || s[2].LimitRemaining != math.MaxUint32 {
 		t.Errorf("unlimited status %v, want no current_limit and remaining 2^32-1", s[2])

@@ -33,6 +33,21 @@ type statsSet struct {
 	}
 }
 
+// MetricsHelp returns the # HELP text of each metric family the RLS
+// server registers, by family name: what it counts. sluiced passes them
+// to the node, whose /metrics writes them (node.Config.MetricsHelp).
+func MetricsHelp() map[string]string {
+	return map[string]string{
+		"sluice_rls_config_loads_total":  "Envoy rate limit configurations (-rls-config) loaded, at start and on reload.",
+		"sluice_rls_config_errors_total": "Envoy rate limit configurations refused (the previous one kept).",
+		"sluice_rls_calls_total":         "ShouldRateLimit calls, by code: the overall code of an answered call (OK, OVER_LIMIT) or the gRPC status of a refused one (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL).",
+		"sluice_rls_total_hits":          "Hits of a descriptor's limit, by domain and descriptor (envoyproxy/ratelimit's total_hits).",
+		"sluice_rls_over_limit":          "Hits over a descriptor's limit, shadow-mode ones included, by domain and descriptor (over_limit).",
+		"sluice_rls_near_limit":          "Allowed hits past the near-limit share (80% by default) of a descriptor's limit, by domain and descriptor (near_limit).",
+		"sluice_rls_shadow_mode":         "Hits over a shadow_mode limit, let through, by domain and descriptor (shadow_mode).",
+	}
+}
+
 func newStatsSet(set *metrics.Set) *statsSet {
 	s := &statsSet{set: set}
 	s.loads = set.GetOrCreateCounter("sluice_rls_config_loads_total")
@@ -45,22 +60,13 @@ func newStatsSet(set *metrics.Set) *statsSet {
 	return s
 }
 
-// of returns the counters of limit l matched by entry e for descriptor d:
-// the limit's own, or with detailed_metric on a key-only or wildcard
-// descriptor, the series of the request's values (at most
+// of returns the counters of limit l matched by entry e (with how) for
+// descriptor d: the limit's own, or when its name depends on the request
+// (detailed_metric, value_to_metric), the series of that name (at most
 // maxDetailedSeries of them; later ones share the limit's).
-func (s *statsSet) of(l *Limit, e *entry, d *ratelimitv3.RateLimitDescriptor) *descStats {
-	if e != nil && e.detailed && e.value != d.GetEntries()[len(d.GetEntries())-1].GetValue() {
-		var b strings.Builder
-		for i, en := range d.GetEntries() {
-			if i > 0 {
-				b.WriteByte('.')
-			}
-			b.WriteString(en.GetKey())
-			b.WriteByte('_')
-			b.WriteString(en.GetValue())
-		}
-		name := b.String()
+func (s *statsSet) of(l *Limit, e *entry, d *ratelimitv3.RateLimitDescriptor, how uint32) *descStats {
+	if l.named && e != nil {
+		name := statName(l, e, d, how)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if ds := s.mu.detailed[l.Domain+"\x00"+name]; ds != nil {
@@ -78,6 +84,62 @@ func (s *statsSet) of(l *Limit, e *entry, d *ratelimitv3.RateLimitDescriptor) *d
 	ds := s.make(l.Domain, l.StatKey)
 	l.stats.Store(ds)
 	return ds
+}
+
+// statName is the name envoyproxy/ratelimit gives the statistics of limit
+// l (matched by e, with how) for descriptor d, less the domain. With
+// detailed_metric: each entry's key_value ('_' even before an empty
+// value), or where an entry matched a share_threshold wildcard, its
+// pattern (and no '_' before an empty value). Otherwise each entry's key,
+// then '_' and: the request's value where it matched a value; the
+// pattern of a wildcard (the request's value with value_to_metric, the
+// pattern still with share_threshold); nothing for a key-only descriptor
+// (the request's value with value_to_metric).
+func statName(l *Limit, e *entry, d *ratelimitv3.RateLimitDescriptor, how uint32) string {
+	var path [MaxDepth]*entry
+	ch := chain(e, &path)
+	entries := d.GetEntries()
+	// pattern is what entry i stands for when it matched a wildcard: its
+	// pattern, and whether that is a share_threshold's.
+	pattern := func(i int) (string, bool) {
+		if i >= len(ch) || matchedBy(how, i) != byWildcard {
+			return "", false
+		}
+		return sharedValue(ch[i], entries[i].GetKey()), ch[i].share
+	}
+	shared := false
+	for i := range entries {
+		_, sh := pattern(i)
+		shared = shared || sh
+	}
+	var b strings.Builder
+	for i, en := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(en.GetKey())
+		v := en.GetValue()
+		p, sh := pattern(i)
+		switch {
+		case l.detailed && !shared:
+			b.WriteByte('_') // even before an empty value
+		case l.detailed:
+			if sh {
+				v = p
+			}
+		case p != "" && (sh || !ch[i].valueToMetric):
+			v = p
+		case i < len(ch) && matchedBy(how, i) == byKey && !ch[i].valueToMetric:
+			v = ""
+		}
+		if v != "" {
+			if !l.detailed || shared {
+				b.WriteByte('_')
+			}
+			b.WriteString(v)
+		}
+	}
+	return b.String()
 }
 
 func (s *statsSet) make(domain, key string) *descStats {

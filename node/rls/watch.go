@@ -38,10 +38,18 @@ func (r *Reloader) Load() error {
 		return err
 	}
 	r.stamp = stamp
+	r.install(c, "rate limit configuration loaded")
+	return nil
+}
+
+// install installs c, counting the load and logging it and c's warnings.
+func (r *Reloader) install(c *Config, msg string) {
 	r.srv.SetConfig(c)
 	r.srv.met.loads.Inc()
-	r.srv.log.Info("rate limit configuration loaded", "path", r.path, "domains", c.Domains(), "limits", len(c.Limits()))
-	return nil
+	r.srv.log.Info(msg, "path", r.path, "domains", c.Domains(), "limits", len(c.Limits()))
+	for _, w := range c.Warnings() {
+		r.srv.log.Warn("rate limit configuration: "+w, "path", r.path)
+	}
 }
 
 // Run checks the files every poll and reloads them when they changed,
@@ -73,9 +81,7 @@ func (r *Reloader) Check() bool {
 		if c, err = Load(r.path); err == nil {
 			r.stamp = stamp
 			r.lastErr = ""
-			r.srv.SetConfig(c)
-			r.srv.met.loads.Inc()
-			r.srv.log.Info("rate limit configuration reloaded", "path", r.path, "domains", c.Domains(), "limits", len(c.Limits()))
+			r.install(c, "rate limit configuration reloaded")
 			return true
 		}
 	}

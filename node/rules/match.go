@@ -183,8 +183,18 @@ func normalizeHost(dst, host []byte) []byte {
 	return dst
 }
 
-// keyString converts a built key to a string, shortened by ShortenKey.
+// keyString converts a built key to a string, shortened by ShortenKey. A
+// long key holding what a key may not (api.TextFault: a control
+// character, a byte that is not UTF-8) is not shortened: its digest would
+// hide the fault. Its offending part is returned instead, which every
+// front end's key validation refuses (a 400 naming the key), and which no
+// valid key equals.
 func keyString(b []byte) string {
+	if len(b) > api.MaxKeyLen {
+		if at, _ := api.TextFault(b); at >= 0 {
+			return string(b[at:min(len(b), at+utf8.UTFMax)])
+		}
+	}
 	return string(ShortenKey(b))
 }
 

@@ -235,6 +235,7 @@ func TestE2EDashboard(t *testing.T) {
 	if txt, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`)); err != nil || strings.Contains(txt, holder) {
 		t.Errorf("the page shows the holder's secret %s (err %v)", holder, err)
 	}
+	noStrayWords(t, ctx, "with traffic, rules and a gateway")
 
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -262,6 +263,35 @@ func TestE2EDashboard(t *testing.T) {
 	}
 	for _, m := range console.errors() {
 		t.Errorf("browser console: %s", m)
+	}
+}
+
+// strayWords finds what a page shows of a value it failed to format:
+// "null", "undefined" or "NaN" in the rendered text (innerText: what is
+// visible) of the header and of every card, as "card: …context…". A
+// null passed to replaceChildren once printed "nullnull" under the
+// Store's figures on every node without -upstream.
+const strayWords = `(() => {
+  const out = [];
+  for (const p of [document.querySelector('header.top'), ...document.querySelectorAll('main .card')]) {
+    const text = p.innerText, re = /null|undefined|NaN/g;
+    for (let m; (m = re.exec(text)) !== null;) {
+      out.push((p.id || p.className) + ': ' + JSON.stringify(text.slice(Math.max(0, m.index - 40), m.index + m[0].length + 20).replace(/\s+/g, ' ')));
+    }
+  }
+  return out;
+})()`
+
+// noStrayWords fails the test for every stray word (strayWords) the page
+// shows now.
+func noStrayWords(t *testing.T, ctx context.Context, when string) {
+	t.Helper()
+	stray, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](strayWords))
+	if err != nil {
+		t.Fatalf("reading the page's text %s: %v", when, err)
+	}
+	for _, s := range stray {
+		t.Errorf("the page shows a value it failed to format %s: %s", when, s)
 	}
 }
 
@@ -837,6 +867,7 @@ func TestE2EDashboardCluster(t *testing.T) {
 	poll(t, ctx, "the hot key split",
 		`Array.from(document.querySelectorAll('#hotkeys tr')).some((tr) => tr.querySelector('td.key') && `+
 			`tr.querySelector('td.key').textContent === 'api:hot-tenant-0' && ['n1', 'n2', 'n3'].every((n) => tr.textContent.includes(n)))`)
+	noStrayWords(t, ctx, "on a cluster's node")
 	close(stop)
 	wg.Wait()
 	stop = make(chan struct{}) // for the cleanup's close
@@ -912,6 +943,8 @@ func TestE2EDashboardNoToken(t *testing.T) {
 	poll(t, ctx, "demo's 429s in its row",
 		`document.querySelector('tr.rule-row[data-rule="demo"] .denied-min').textContent === '3' && `+
 			`document.querySelector('tr.rule-row[data-rule="demo"] .spark rect.denied') !== null`)
+	poll(t, ctx, "the Store's figures", `document.getElementById('store').textContent.includes('Degraded decisions')`)
+	noStrayWords(t, ctx, "on a node without a token nor an upstream")
 
 	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
@@ -992,6 +1025,7 @@ func TestE2EDashboardUpstream(t *testing.T) {
 	poll(t, ctx, "the tokens held of the global rule",
 		`(() => { const r = document.querySelector('tr.upstream-row[data-rule="global-minute"] .held');
 		  return !!r && Number(r.textContent.replace(/,/g, '')) > 0; })()`)
+	noStrayWords(t, ctx, "on a region's node")
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.scrollTo(0, 0)`)); err != nil {
 		t.Fatal(err)
 	}
@@ -1008,6 +1042,7 @@ func TestE2EDashboardUpstream(t *testing.T) {
 		`document.getElementById('upstream-state').textContent.startsWith('Unreachable') && `+
 			`document.getElementById('upstream-error').textContent.includes('cannot be reached') && `+
 			`document.getElementById('pill-upstream').textContent === 'Global tier unreachable'`)
+	noStrayWords(t, ctx, "with the global tier unreachable")
 	over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
 		`Array.from(document.querySelectorAll('.card')).filter((c) => c.scrollWidth > c.clientWidth).map((c) => c.id)`))
 	if err != nil || len(over) > 0 {

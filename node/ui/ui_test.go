@@ -80,3 +80,25 @@ func TestNoInlineCode(t *testing.T) {
 		}
 	}
 }
+
+// TestChildrenThroughHelpers: app.js replaces an element's children only
+// through fill(), which leaves out null, undefined and false as el() does:
+// replaceChildren itself prints them as text, and a conditional part
+// (s.upstream ? … : null) printed "nullnull" on every node without
+// -upstream. The browser tests read every card's rendered text for it
+// (TestE2EDashboard*, noStrayWords).
+func TestChildrenThroughHelpers(t *testing.T) {
+	js, _ := serve(ui.New(), "app.js", "")
+	src := string(js.Response.Body())
+	def := regexp.MustCompile(`(?s)function fill\(box, \.\.\.kids\) \{\n\s*box\.replaceChildren\(\.\.\.kids\.flat\(\)\.filter\(\(k\) => k !== null && k !== undefined && k !== false\)\);\n\s*\}`)
+	if !def.MatchString(src) {
+		t.Fatal("app.js has no fill(box, ...kids) that leaves out null, undefined and false")
+	}
+	if n := strings.Count(src, ".replaceChildren("); n != 1 {
+		for i, line := range strings.Split(src, "\n") {
+			if strings.Contains(line, ".replaceChildren(") && !strings.Contains(line, "box.replaceChildren(...kids.flat()") {
+				t.Errorf("app.js:%d calls replaceChildren directly (use fill): %s", i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}

@@ -354,8 +354,11 @@ func (u *Upstream) WriteMetrics(w io.Writer) {
 		names = append(names, r)
 	}
 	slices.Sort(names)
+	if len(names) > 0 { // one # HELP and # TYPE for the family
+		metrics.WriteMetadataIfNeeded(w, "sluice_upstream_tokens_lent", "gauge")
+	}
 	for _, r := range names { // rule names are [A-Za-z0-9_.-]
-		metrics.WriteGaugeUint64(w, `sluice_upstream_tokens_lent{rule="`+r+`"}`, uint64(byRule[r]))
+		fmt.Fprintf(w, "sluice_upstream_tokens_lent{rule=%q} %d\n", r, byRule[r])
 	}
 }
 
@@ -390,6 +393,22 @@ func (t *lentTable) byRule() map[string]int64 {
 		out[rule] += v
 	}
 	return out
+}
+
+// MetricsHelp returns the # HELP text of each metric family an Upstream
+// writes, by family name: what it counts, in which unit. sluiced passes
+// them to the node, whose /metrics writes them (node.Config.MetricsHelp).
+func MetricsHelp() map[string]string {
+	return map[string]string{
+		"sluice_upstream_reachable":             "1 while the global tier answers, else 0.",
+		"sluice_upstream_rules_differ":          "1 while the global tier has a global rule otherwise than this node, else 0.",
+		"sluice_upstream_rtt_seconds":           "The last measured round trip to the global tier, in seconds (probed every 5 s).",
+		"sluice_upstream_keys":                  "Keys of global rules whose leases this node holds.",
+		"sluice_upstream_tokens_leased_total":   "Tokens the global tier granted this node in leases.",
+		"sluice_upstream_tokens_returned_total": "Unspent tokens this node gave back to the global tier.",
+		"sluice_upstream_local_decisions_total": "Checks of global rules decided by on_store_failure, the global tier out of reach.",
+		"sluice_upstream_tokens_lent":           "Tokens the global tier lends this node of a global rule's keys (what the node holds, at most), by rule.",
+	}
 }
 
 // register adds sluice_upstream_* to the metrics set.

@@ -1,7 +1,7 @@
 // Package buildinfo says which build of Sluice a binary is: the module
 // version and the VCS revision the Go toolchain stamped into it
-// (runtime/debug.ReadBuildInfo). sluice version and sluiced -version print
-// it.
+// (runtime/debug.ReadBuildInfo). sluice version, sluiced -version and
+// sluice-bench version print it (each also as -version and --version).
 package buildinfo
 
 import (

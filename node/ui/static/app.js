@@ -65,6 +65,12 @@
     return e;
   }
 
+  // fill replaces box's children with kids, leaving out null, undefined
+  // and false as el() does (replaceChildren would print them as text).
+  function fill(box, ...kids) {
+    box.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
+  }
+
   function svg(tag, attrs, ...kids) {
     const e = document.createElementNS(SVGNS, tag);
     for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
@@ -231,7 +237,7 @@
 
   function renderHealth() {
     const h = $('health');
-    h.replaceChildren();
+    fill(h);
     const s = state.stats;
     if (s && s.store) {
       const b = s.store.breaker;
@@ -288,7 +294,7 @@
   function renderChart() {
     const s = state.stats;
     const box = $('chart');
-    if (!s) { box.replaceChildren(); return; }
+    if (!s) { fill(box); return; }
     const data = series(state.selected);
     const n = data.allowed.length;
     const W = 800, H = 190, ml = 46, mr = 8, mt = 8, mb = 22;
@@ -336,7 +342,7 @@
     const now = svg('text', { class: 'axis', x: W - mr, y: H - 6, 'text-anchor': 'end' });
     now.textContent = 'now';
     g.append(now);
-    box.replaceChildren(g);
+    fill(box, g);
 
     // totals: the last minute (6 buckets, the current one partial) and 5 minutes
     const last = Math.max(0, n - 6);
@@ -344,7 +350,7 @@
     const all5 = DECISIONS.reduce((a, x) => a + sum(data[x.key]), 0);
     const other1 = sum(data.degraded, last) + sum(data.unavailable, last) + sum(data.local_fallback, last);
     const pct = (d, a) => (a + d) ? (100 * d / (a + d)).toFixed(1) + '%' : '–';
-    $('totals').replaceChildren(
+    fill($('totals'),
       el('div', null, el('b', { id: 'total-allowed', text: fmt(a1) }), el('span', { text: 'allowed, last minute' })),
       el('div', null, el('b', { id: 'total-denied', text: fmt(d1) }), el('span', { text: '429s, last minute' })),
       el('div', null, el('b', { text: pct(d1, a1) }), el('span', { text: 'denied share' })),
@@ -358,7 +364,7 @@
     const names = ruleRows().map((r) => r.rule);
     const have = Array.from(sel.options).slice(1).map((o) => o.value);
     if (names.join('\u0000') === have.join('\u0000')) return;
-    sel.replaceChildren(el('option', { value: '' }, 'All rules'), ...names.map((n) => el('option', { value: n }, n)));
+    fill(sel, el('option', { value: '' }, 'All rules'), ...names.map((n) => el('option', { value: n }, n)));
     if (state.selected && !names.includes(state.selected)) state.selected = '';
     sel.value = state.selected;
   }
@@ -398,11 +404,11 @@
   function renderStore() {
     const s = state.stats;
     const box = $('store');
-    if (!s || !s.store) { box.replaceChildren(el('p', { class: 'empty', text: 'No data yet.' })); return; }
+    if (!s || !s.store) { fill(box, el('p', { class: 'empty', text: 'No data yet.' })); return; }
     const st = s.store;
     const cls = st.breaker === 'closed' ? 'ok' : (st.breaker === 'open' ? 'bad' : 'warn');
     const words = { closed: 'Store calls go through', open: 'Store unreachable: rules follow on_store_failure', 'half-open': 'probing the Store' };
-    box.replaceChildren(
+    fill(box,
       el('div', { class: 'breaker', id: 'breaker' }, el('i', { class: 'dot ' + cls }), 'Breaker ' + st.breaker,
         el('span', { class: 'muted', text: words[st.breaker] || '' })),
       el('h3', { text: 'This node' }),
@@ -509,7 +515,7 @@
     const box = $('members');
     const m = state.members;
     renderHealth();
-    if (!m) { box.replaceChildren(el('p', { class: 'empty', text: 'No data yet.' })); return; }
+    if (!m) { fill(box, el('p', { class: 'empty', text: 'No data yet.' })); return; }
     const nodes = {};
     for (const n of (state.stats && state.stats.nodes) || []) nodes[n.name] = n;
     const rows = (m.members || []).map((x) => {
@@ -525,7 +531,7 @@
         el('td', { text: store, title: n && n.error ? n.error : null }),
       );
     });
-    box.replaceChildren(el('table', null,
+    fill(box, el('table', null,
       el('thead', null, el('tr', null, el('th', { text: 'Name' }), el('th', { text: 'HTTP' }), el('th', { text: 'State' }), el('th', { text: 'Store' }))),
       el('tbody', null, rows)));
   }
@@ -535,7 +541,7 @@
   function renderHot() {
     const box = $('hotkeys');
     const h = state.hot;
-    if (!h) { box.replaceChildren(el('p', { class: 'empty', text: 'No data yet.' })); return; }
+    if (!h) { fill(box, el('p', { class: 'empty', text: 'No data yet.' })); return; }
     const single = state.members && (state.members.members || []).length <= 1;
     const top = (h.top || []).slice(0, 10);
     const parts = [];
@@ -563,7 +569,7 @@
           el('td', { text: (p.holders || []).join(', ') }),
           el('td', { text: p.owner }))))));
     }
-    box.replaceChildren(...parts);
+    fill(box, ...parts);
   }
 
   // ---- rules ----
@@ -616,7 +622,7 @@
       if (state.editing === r.name) body.push(editorRow(r, writable));
     }
     if (!body.length) body.push(el('tr', null, el('td', { colspan: 7, class: 'empty', text: 'No rules.' })));
-    box.replaceChildren(el('table', { id: 'rules-table' },
+    fill(box, el('table', { id: 'rules-table' },
       el('thead', null, el('tr', null,
         el('th', { text: 'Rule' }), el('th', { text: 'Limit' }), el('th', { text: 'Key' }),
         el('th', { text: 'Last 5 min' }), el('th', { class: 'num', text: 'Allowed/min', title: 'allowed in the last minute' }), el('th', { class: 'num', text: 'Denied/min', title: 'denied (429) in the last minute; for a shadow rule, the requests it would have denied (let through)' }), el('th'))),
@@ -632,9 +638,9 @@
     for (const tr of document.querySelectorAll('#rules-table tr.rule-row')) {
       const r = rows[tr.dataset.rule];
       const spark = tr.querySelector('.spark-cell');
-      spark.replaceChildren(r ? sparkline(r.rule) : '');
+      fill(spark, r ? sparkline(r.rule) : '');
       tr.querySelector('.allowed-min').textContent = r ? fmt(perMinute(r.allowed)) : '–';
-      tr.querySelector('.denied-min').replaceChildren(...(r ? deniedCell(r) : ['–']));
+      fill(tr.querySelector('.denied-min'), ...(r ? deniedCell(r) : ['–']));
     }
   }
 
