@@ -1,0 +1,185 @@
+//go:build netns
+
+package main
+
+// The checker of the partition table: every answer the client recorded,
+// against the bound of its store and mode (docs/faults.md, "Partitions").
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/shard"
+)
+
+// nsShare is a minority's share of nsLimit on three members.
+const nsShare = nsLimit / 3
+
+type nsKeyStat struct {
+	admitted, preCut, atCutNode, atCutNodeLate int
+}
+
+func nsCheck(t *testing.T, row nsRow, cfg *nsConfig, res *nsResult, cut, heal time.Time, nodes []*daemonProc) {
+	t.Helper()
+	modes := []string{"local", "open", "closed"}
+	var fivexx [3]int
+	unanswered, degradedLocal := 0, 0
+	keys := map[[2]int]*nsKeyStat{}
+	ring := shard.NewRing([]string{"n1", "n2", "n3"}, shard.DefaultVnodes)
+	var first, last int64
+	for _, r := range res.Recs {
+		if first == 0 || r.T < first {
+			first = r.T
+		}
+		last = max(last, r.T)
+		mode := r.R % 3
+		if row.spray {
+			mode = 0
+		}
+		if r.D < 0 {
+			unanswered++
+			continue
+		}
+		if r.S >= 500 {
+			fivexx[mode]++
+		}
+		if r.G && mode == 0 {
+			degradedLocal++
+		}
+		k := keys[[2]int{r.R, r.K}]
+		if k == nil {
+			k = &nsKeyStat{}
+			keys[[2]int{r.R, r.K}] = k
+		}
+		if r.S == 200 && r.A {
+			k.admitted++
+			if !cut.IsZero() && r.T < cut.UnixNano() {
+				k.preCut++
+			}
+			if row.cut >= 0 && r.N == row.cut && r.T >= cut.UnixNano() && r.T < heal.UnixNano() {
+				k.atCutNode++
+				if r.T >= cut.Add(nsReadyMax).UnixNano() {
+					k.atCutNodeLate++
+				}
+			}
+		}
+	}
+	span := time.Duration(last - first)
+	limit := nsLimit
+	if row.spray {
+		limit = 100
+	}
+	// The worst key of the local and closed rules, and of the open ones,
+	// as admitted / limit; and the bound broken, if any.
+	var worst, worstOpen float64
+	var worstKey string
+	minorityOver := 0
+	for rk, k := range keys {
+		r, key := rk[0], rk[1]
+		name := cfg.Rules[r] + ":" + keyName(cfg.Prefix, key)
+		ratio := float64(k.admitted) / float64(limit)
+		if !row.spray && r%3 == 1 {
+			worstOpen = max(worstOpen, ratio)
+			continue
+		}
+		if ratio > worst {
+			worst, worstKey = ratio, name
+		}
+		bound := limit
+		if !row.spray && r/3 == 1 { // token_bucket: the refill over the run
+			bound += int(float64(limit)*span.Seconds()/nsPeriod.Seconds()) + 1
+		}
+		if !row.redis {
+			bound += nsShare // the far side's share
+			if row.cut >= 0 && ring.Owner(name) == fmt.Sprintf("n%d", row.cut+1) {
+				// Its owner was cut off: what it admitted before the cut
+				// went with it, and each of the two others may have
+				// decided it at its share until membership moved it.
+				bound += k.preCut + nsShare
+			}
+			if row.cut >= 0 && k.atCutNodeLate > nsShare {
+				minorityOver++
+				t.Errorf("%s: the minority admitted %d after it knew, over its share %d", name, k.atCutNodeLate, nsShare)
+			}
+		}
+		if k.admitted > bound {
+			t.Errorf("%s: admitted %d, over its bound %d", name, k.admitted, bound)
+		}
+	}
+	for m, n := range fivexx {
+		if n > 0 && (m != 1 || row.spray) {
+			t.Errorf("%d answers 5xx for %s rules", n, modes[m])
+		}
+	}
+	// Readiness of the cut node, and of the others during the cut.
+	ready := "n/a"
+	if row.cut >= 0 {
+		lost, back := readiness(res.Obs, row.cut, cut, heal)
+		ready = fmt.Sprintf("not ready %s after the cut, ready %s after the heal", msec(lost), msec(back))
+		if lost < 0 || lost > nsReadyMax+100*time.Millisecond {
+			t.Errorf("n%d: not ready %s after the cut, want within %s", row.cut+1, msec(lost), nsReadyMax)
+		}
+		if back > nsReadyMax+100*time.Millisecond {
+			t.Errorf("n%d: ready again %s after the heal, want within %s", row.cut+1, msec(back), nsReadyMax)
+		}
+	}
+	notReady := 0
+	for _, o := range res.Obs {
+		if !o.Stats && o.N != row.cut && o.S != 200 && !cut.IsZero() && o.T >= cut.UnixNano() && o.T < heal.UnixNano() {
+			notReady++
+		}
+	}
+	var partial []string
+	for _, n := range row.sides {
+		saw := false
+		for _, o := range res.Obs {
+			if o.Stats && o.N == n && o.Partial && o.T >= cut.Add(nsReadyMax).UnixNano() && o.T < heal.UnixNano() {
+				saw = true
+			}
+		}
+		partial = append(partial, fmt.Sprintf("n%d %v", n+1, saw))
+		if !saw {
+			t.Errorf("n%d: /v1/stats never partial during the cut", n+1)
+		}
+	}
+	var logs []string
+	for i, p := range nodes {
+		lg := p.log()
+		logs = append(logs, fmt.Sprintf("n%d: %d minority, %d not answering, %d breaker lines", i+1,
+			strings.Count(lg, "minority"), strings.Count(lg, "not answering"), strings.Count(lg, "store breaker")))
+	}
+	t.Logf("partition row: | %s | %d checks, %d unanswered | %d / %d / %d | %.2f× (%s) | %.2f× | %d keys | %s | %d | %s |",
+		row.name, len(res.Recs), unanswered, fivexx[0], fivexx[1], fivexx[2], worst, worstKey, worstOpen,
+		minorityOver, ready, notReady, strings.Join(partial, ", "))
+	t.Logf("columns: row | checks | 5xx local / open / closed | worst key admitted / limit (local, closed) | open | keys over the minority's share | the cut node's readiness | not-ready answers of the others during the cut | /v1/stats partial")
+	t.Logf("%d local answers degraded; logs: %s", degradedLocal, strings.Join(logs, "; "))
+}
+
+// readiness returns how long after cut node n's /readyz first answered
+// other than 200, and how long after heal it answered 200 for good.
+func readiness(obs []nsObs, n int, cut, heal time.Time) (lost, back time.Duration) {
+	lost = -1
+	var lastBad, firstGoodAfter int64
+	for _, o := range obs {
+		if o.Stats || o.N != n {
+			continue
+		}
+		if o.S != 200 && o.T >= cut.UnixNano() {
+			if lost < 0 || time.Duration(o.T-cut.UnixNano()) < lost {
+				lost = time.Duration(o.T - cut.UnixNano())
+			}
+			lastBad = max(lastBad, o.T)
+		}
+	}
+	for _, o := range obs {
+		if !o.Stats && o.N == n && o.S == 200 && o.T > lastBad && (firstGoodAfter == 0 || o.T < firstGoodAfter) {
+			firstGoodAfter = o.T
+		}
+	}
+	if firstGoodAfter == 0 {
+		return lost, time.Hour
+	}
+	return lost, max(time.Duration(firstGoodAfter-heal.UnixNano()), 0)
+}
