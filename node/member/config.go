@@ -144,6 +144,28 @@ type Config struct {
 	// ReconnectTimeout is how long a failed member is retried before it is
 	// forgotten. Default 1h.
 	ReconnectTimeout time.Duration
+
+	// ReachInterval is how often the Cluster pings every member itself
+	// (see Cluster.Quorum). Default 250ms. Negative disables the pings:
+	// every live member then counts as answering.
+	ReachInterval time.Duration
+
+	// ReachWindow is how recently a member must have acked a ping to
+	// count as answering. Default 1s: with a ping every 250ms, a cut
+	// shows within about 1.25s, a lost packet or two does not.
+	ReachWindow time.Duration
+
+	// KnownWindow is how long a member that failed (without leaving)
+	// still counts among the members this node last knew. Default 5m: a
+	// partition that lasts longer makes each side count only what it
+	// sees. A graceful leave is forgotten at once.
+	KnownWindow time.Duration
+
+	// ClusterSize, when above zero, is the number of members the node
+	// counts as known whatever it saw (sluiced -cluster-size): with 5, a
+	// node that sees 2 is a minority even right after it started. Zero
+	// counts the members seen within KnownWindow.
+	ClusterSize int
 }
 
 // DefaultConfig returns the defaults, tuned for a LAN (one data centre or
@@ -165,6 +187,9 @@ func DefaultConfig() Config {
 		JoinRetryMax:        10 * time.Second,
 		ReconnectInterval:   5 * time.Second,
 		ReconnectTimeout:    time.Hour,
+		ReachInterval:       250 * time.Millisecond,
+		ReachWindow:         time.Second,
+		KnownWindow:         5 * time.Minute,
 	}
 }
 
@@ -237,6 +262,9 @@ func (c Config) withDefaults() (Config, error) {
 	setDur(&c.JoinRetryMax, d.JoinRetryMax)
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)
 	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)
+	setDur(&c.ReachInterval, d.ReachInterval)
+	setDur(&c.ReachWindow, d.ReachWindow)
+	setDur(&c.KnownWindow, d.KnownWindow)
 
 	bad := func(field, format string, args ...any) (Config, error) {
 		return c, fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
@@ -271,6 +299,9 @@ func (c Config) withDefaults() (Config, error) {
 	} else if !c.Insecure {
 		return bad("ClusterKey", "required: a cluster without a key can be joined by anyone who reaches the gossip port (set Insecure to allow it)")
 	}
+	if c.ClusterSize < 0 {
+		return bad("ClusterSize", "%d: must not be negative", c.ClusterSize)
+	}
 	if c.MessageQueue < 0 {
 		return bad("MessageQueue", "%d: must not be negative", c.MessageQueue)
 	}
@@ -285,7 +316,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"GossipInterval", c.GossipInterval}, {"PushPullInterval", c.PushPullInterval},
 		{"TCPTimeout", c.TCPTimeout}, {"DeadNodeReclaimTime", c.DeadNodeReclaimTime},
 		{"JoinRetryMin", c.JoinRetryMin}, {"JoinRetryMax", c.JoinRetryMax},
-		{"ReconnectTimeout", c.ReconnectTimeout},
+		{"ReconnectTimeout", c.ReconnectTimeout}, {"ReachWindow", c.ReachWindow}, {"KnownWindow", c.KnownWindow},
 	} {
 		if f.v < 0 {
 			return bad(f.name, "%v: must not be negative", f.v)
