@@ -63,9 +63,10 @@ type nsRow struct {
 	fault func(t *testing.T, l *lab, nodes []*daemonProc)
 	// cut is the node cut off from the others (its readiness is checked),
 	// -1 for none; sides are the nodes whose /v1/stats must say partial.
-	cut   int
-	sides []int
-	spray bool
+	cut      int
+	sides    []int
+	spray    bool
+	storeCut bool // the fault cuts a node from the Store
 }
 
 func cutNode(t *testing.T, l *lab, _ []*daemonProc) {
@@ -78,7 +79,7 @@ func nsRows() []nsRow {
 	asym := func(t *testing.T, l *lab, _ []*daemonProc) { l.drop(t, "n1", "n3") }
 	return []nsRow{
 		{name: "node-cut/redis", redis: true, fault: cutNode, cut: 2, sides: []int{2, 0}},
-		{name: "redis-cut/redis", redis: true, cut: -1, fault: func(t *testing.T, l *lab, _ []*daemonProc) {
+		{name: "redis-cut/redis", redis: true, cut: -1, storeCut: true, fault: func(t *testing.T, l *lab, _ []*daemonProc) {
 			l.drop(t, "n3", "redis")
 			l.drop(t, "redis", "n3")
 		}},
