@@ -7,7 +7,7 @@ FUZZTIME ?= 10s
 MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build caddy run cluster cluster-status cluster-stop test race e2e e2e-deps bench bench-go fuzz lint deps clean
+.PHONY: all build caddy run cluster cluster-status cluster-stop test race e2e e2e-deps faults faults-deps bench bench-go fuzz lint deps clean
 
 all: lint test
 
@@ -90,6 +90,27 @@ e2e: e2e-deps build caddy
 	SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced $(GO) test -tags e2e -count=1 -v -run '^TestE2E' $$pkgs
 	cd contrib/caddy && SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced SLUICE_E2E_CADDY=$(CURDIR)/$(BIN)/caddy-sluice \
 		$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
+
+## faults-deps: ip (iproute2) and iptables for the partition table (Debian packages; apt-get when root).
+faults-deps: deps
+	@missing=""; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (apt-get)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else \
+			echo "missing:$$missing — install it (Debian/Ubuntu: sudo apt-get install$$missing) and run make faults again" >&2; \
+			exit 1; \
+		fi; \
+	fi
+
+## faults: the partition table of docs/faults.md, as root: three sluiced, Redis and a client in network
+## namespaces on a bridge, nodes cut off with iptables under load, every answer checked (about 4 minutes;
+## everything it makes is removed, also on failure or Ctrl-C). SLUICE_NETNS_ROWS=name,... runs some rows.
+faults: faults-deps
+	$(GO) test -tags netns -count=1 -timeout 20m -v -run '^TestNetns$$' ./cmd/sluiced/
 
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:
