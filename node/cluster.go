@@ -65,8 +65,8 @@ type ClusterConfig struct {
 	// its ClusterKey is set from ClusterKey. Zero fields mean
 	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
 	// timeout stretching up to 100ms on a slow owner, after which the
-	// items are shed: see the package doc, "Cluster"; sluiced sets 50ms,
-	// above its 20ms check budget).
+	// items are decided here: see SharedStore; sluiced sets 50ms, above
+	// its 20ms check budget).
 	Forward forward.Config
 	// Hot configures hot-key detection and splitting (see node/hot); its
 	// Self is set from Self, a nil Threshold reads the rules' hot

@@ -19,7 +19,7 @@ var ErrNotReady = errors.New("no rules loaded yet")
 
 // ErrPeerBusy is wrapped by a Forwarder's error when the peer, still a
 // member, did not answer in time or said it is overloaded: its items are
-// shed (answered unavailable) rather than decided here.
+// decided as an unanswering owner's (unanswered.go).
 var ErrPeerBusy = errors.New("peer busy")
 
 // Config configures an Engine.
@@ -162,8 +162,9 @@ type PeerResult struct {
 // owners (node/forward's Forwarder, adapted by the node).
 type Forwarder interface {
 	// Forward has the peer at addr decide items and fills results (as
-	// long as items, zero on entry). An error wrapping ErrPeerBusy sheds
-	// the items; any other error has them decided here.
+	// long as items, zero on entry). An error wrapping ErrPeerBusy has
+	// the items decided as an unanswering owner's (unanswered.go); any
+	// other error has them decided here.
 	Forward(ctx context.Context, addr string, items []PeerItem, results []PeerResult) error
 	// Budget bounds one phase's forwarding (the Forwarder's own timeouts
 	// end every call sooner unless a peer's queue is backed up).
@@ -194,8 +195,9 @@ type ClusterConfig struct {
 	// splits (false: detect only).
 	Hot   Hot
 	Split bool
-	// ShedRetry is the retry-after of a shed item (the Forwarder's
-	// back-off, after which the owner is tried again).
+	// ShedRetry is the retry-after of an item denied because its owner
+	// does not answer (a closed rule on the memory store): the
+	// Forwarder's back-off, after which the owner is tried again.
 	ShedRetry time.Duration
 	// DemoteAfter is how many requests in a row to an owner must go
 	// unanswered (Forwarder.Unanswered) before this node routes around it
@@ -242,8 +244,8 @@ type cluster struct {
 type clusterMetrics struct {
 	// forwarded: items answered by their owner; fallback: items this node
 	// decided because their owner could not be reached (or did not know
-	// the rule); shed: items answered 503 because their owner, alive, did
-	// not answer in time; local: items this node owns; refunds: refunds
+	// the rule); shed: none since issue 35 (the series stays, at 0, for
+	// dashboards that read it); local: items this node owns; refunds: refunds
 	// sent to owners; served: checks peers forwarded that this node
 	// decided.
 	forwarded, fallback, shed, local, refunds, served *metrics.Counter

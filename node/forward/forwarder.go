@@ -23,9 +23,9 @@ var (
 	// out (connecting included), the owner answered 503 or 429, the
 	// peer's queue is full or backed up past the caller's deadline, or
 	// the peer is backing off after such a failure. The owner may still
-	// be deciding its keys, so a caller that decided the items itself
-	// could admit them twice: it should shed them instead (node answers
-	// 503 with Retry-After). Failures without it (connection refused or
+	// be deciding its keys, so a caller that decides the items itself
+	// must not admit them twice (node/engine decides them from a shared
+	// Store, or within its share of the limit). Failures without it (connection refused or
 	// reset, a peer removed, a reply that is not valid) say the owner
 	// is not deciding: the caller may decide the items itself.
 	ErrPeerBusy = errors.New("peer busy")

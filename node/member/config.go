@@ -150,10 +150,12 @@ type Config struct {
 	// every live member then counts as answering.
 	ReachInterval time.Duration
 
-	// ReachWindow is how recently a member must have acked a ping to
-	// count as answering. Default 1s: with a ping every 250ms, a cut
-	// shows within about 1.25s, a lost packet or two does not.
-	ReachWindow time.Duration
+	// ReachMisses is how many pings in a row a member must leave
+	// unanswered to count as not answering (each waits up to
+	// ProbeTimeout; one at a time per member). Default 2: with
+	// memberlist's 500ms ProbeTimeout a cut shows within about 1.25s, a
+	// lost packet does not, nor a stall of this node itself.
+	ReachMisses int
 
 	// KnownWindow is how long a member that failed (without leaving)
 	// still counts among the members this node last knew. Default 5m: a
@@ -188,7 +190,7 @@ func DefaultConfig() Config {
 		ReconnectInterval:   5 * time.Second,
 		ReconnectTimeout:    time.Hour,
 		ReachInterval:       250 * time.Millisecond,
-		ReachWindow:         time.Second,
+		ReachMisses:         2,
 		KnownWindow:         5 * time.Minute,
 	}
 }
@@ -263,7 +265,9 @@ func (c Config) withDefaults() (Config, error) {
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)
 	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)
 	setDur(&c.ReachInterval, d.ReachInterval)
-	setDur(&c.ReachWindow, d.ReachWindow)
+	if c.ReachMisses == 0 {
+		c.ReachMisses = d.ReachMisses
+	}
 	setDur(&c.KnownWindow, d.KnownWindow)
 
 	bad := func(field, format string, args ...any) (Config, error) {
@@ -299,6 +303,9 @@ func (c Config) withDefaults() (Config, error) {
 	} else if !c.Insecure {
 		return bad("ClusterKey", "required: a cluster without a key can be joined by anyone who reaches the gossip port (set Insecure to allow it)")
 	}
+	if c.ReachMisses < 0 {
+		return bad("ReachMisses", "%d: must not be negative", c.ReachMisses)
+	}
 	if c.ClusterSize < 0 {
 		return bad("ClusterSize", "%d: must not be negative", c.ClusterSize)
 	}
@@ -316,7 +323,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"GossipInterval", c.GossipInterval}, {"PushPullInterval", c.PushPullInterval},
 		{"TCPTimeout", c.TCPTimeout}, {"DeadNodeReclaimTime", c.DeadNodeReclaimTime},
 		{"JoinRetryMin", c.JoinRetryMin}, {"JoinRetryMax", c.JoinRetryMax},
-		{"ReconnectTimeout", c.ReconnectTimeout}, {"ReachWindow", c.ReachWindow}, {"KnownWindow", c.KnownWindow},
+		{"ReconnectTimeout", c.ReconnectTimeout}, {"KnownWindow", c.KnownWindow},
 	} {
 		if f.v < 0 {
 			return bad(f.name, "%v: must not be negative", f.v)

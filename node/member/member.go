@@ -80,8 +80,8 @@ type Member struct {
 	GossipAddr string // memberlist address "ip:port"
 	HTTPAddr   string // HTTP API address from the node meta ("" if none or unreadable)
 	State      string // StateAlive, StateDead or StateLeft
-	// Answering (View only): a live member answered this node's pings
-	// within Config.ReachWindow (always true of this node; false of dead
+	// Answering (View only): a live member answers this node's pings
+	// (see Config.ReachMisses; always true of this node; false of dead
 	// and left members). An alive member that does not answer is cut
 	// off from this node, at least one way.
 	Answering bool
@@ -191,10 +191,10 @@ func Start(cfg Config, onChange func(members []Member)) (*Cluster, error) {
 		msgs:      make(chan []byte, cfg.MessageQueue),
 		stop:      make(chan struct{}),
 	}
-	c.reach.book = newReachBook(cfg.Name, cfg.ReachWindow, cfg.KnownWindow, cfg.ClusterSize)
+	c.reach.book = newReachBook(cfg.Name, cfg.ReachMisses, cfg.KnownWindow, cfg.ClusterSize)
 	c.reach.inflight, c.reach.joined, c.reach.silent = map[string]bool{}, map[string]time.Time{}, map[string]time.Time{}
 	if cfg.ReachInterval < 0 {
-		c.reach.book.window = -1 // every live member answers
+		c.reach.book.misses = -1 // every live member answers
 	}
 	c.mu.departed = make(map[string]departure)
 	c.mu.live = make(map[string]Member)

@@ -12,8 +12,13 @@ import (
 // member dead (and never tells of a link that drops one way: its indirect
 // probes go around it). So the Cluster pings every live member itself, and
 // every member that failed without leaving, each Config.ReachInterval
-// (memberlist's own UDP ping, on the encrypted gossip transport), and
-// calls a member answering while it acked one within Config.ReachWindow.
+// (memberlist's own UDP ping, on the encrypted gossip transport, one at a
+// time per member, each waiting up to memberlist's ProbeTimeout), and
+// calls a member answering once it acked one, until Config.ReachMisses
+// pings in a row went unanswered. Counting misses rather than the time
+// since the last ack keeps a node that was itself stalled (a GC pause, a
+// starved CPU) from calling everyone silent when it wakes: it missed at
+// most the one ping it had out.
 //
 // The members it last knew: every member it saw alive and answering
 // within Config.KnownWindow, and itself. A member that leaves gracefully
@@ -45,34 +50,42 @@ type Quorum struct {
 // mutex guards it.
 type reachBook struct {
 	self   string
-	window time.Duration // a member that acked within it answers
+	misses int           // pings in a row unanswered that make a member silent; < 0: never
 	keep   time.Duration // a member seen within it is known
 	size   int           // Config.ClusterSize; 0: the members seen
-	acked  map[string]time.Time
+	missed map[string]int       // pings in a row unanswered, by member that acked once
 	known  map[string]time.Time // when last seen alive and answering
 }
 
-func newReachBook(self string, window, keep time.Duration, size int) *reachBook {
-	return &reachBook{self: self, window: window, keep: keep, size: size,
-		acked: map[string]time.Time{}, known: map[string]time.Time{}}
+func newReachBook(self string, misses int, keep time.Duration, size int) *reachBook {
+	return &reachBook{self: self, misses: misses, keep: keep, size: size,
+		missed: map[string]int{}, known: map[string]time.Time{}}
 }
 
-// ack records that name answered a ping at now.
-func (r *reachBook) ack(name string, now time.Time) { r.acked[name] = now }
+// ack records that name answered a ping.
+func (r *reachBook) ack(name string) { r.missed[name] = 0 }
 
-// answering reports whether name answered within the window.
-func (r *reachBook) answering(name string, now time.Time) bool {
-	if name == r.self || r.window < 0 {
+// miss records that a ping to name went unanswered.
+func (r *reachBook) miss(name string) {
+	if n, ok := r.missed[name]; ok {
+		r.missed[name] = n + 1
+	}
+}
+
+// answering reports whether name acked a ping and has not missed the
+// last ReachMisses since.
+func (r *reachBook) answering(name string, _ time.Time) bool {
+	if name == r.self || r.misses < 0 {
 		return true
 	}
-	t, ok := r.acked[name]
-	return ok && now.Sub(t) <= r.window
+	n, ok := r.missed[name]
+	return ok && n < r.misses
 }
 
 // left forgets a member that left gracefully.
 func (r *reachBook) left(name string) {
 	delete(r.known, name)
-	delete(r.acked, name)
+	delete(r.missed, name)
 }
 
 // quorum is the Quorum with the live members live (this node among them
@@ -91,7 +104,7 @@ func (r *reachBook) quorum(live []string, now time.Time) Quorum {
 		case seen[n]:
 		case now.Sub(at) > r.keep:
 			delete(r.known, n)
-			delete(r.acked, n)
+			delete(r.missed, n)
 		default:
 			missing = append(missing, n)
 		}
@@ -119,6 +132,10 @@ type reach struct {
 	flaps    int                  // changes not logged yet
 }
 
+// rejoinEvery bounds how often a failed member that answers pings is
+// joined again.
+const rejoinEvery = time.Second
+
 // reachLogEvery bounds the lines about the minority (one per change, at
 // most one per interval, the changes between counted).
 const reachLogEvery = 5 * time.Second
@@ -132,8 +149,8 @@ func (c *Cluster) Quorum() Quorum {
 	return c.reach.book.quorum(live, now)
 }
 
-// Answering reports whether the member name answered a ping within
-// Config.ReachWindow (always true of this node).
+// Answering reports whether the member name answers this node's pings
+// (always true of this node).
 func (c *Cluster) Answering(name string) bool {
 	now := c.cfg.Now()
 	c.reach.Lock()
@@ -213,12 +230,17 @@ func (c *Cluster) pingAll() {
 				return
 			}
 			if _, err := c.ml.Ping(tg.name, addr); err != nil {
+				if !c.closed() {
+					c.reach.Lock()
+					c.reach.book.miss(tg.name)
+					c.reach.Unlock()
+				}
 				return
 			}
 			now := c.cfg.Now()
 			c.reach.Lock()
-			c.reach.book.ack(tg.name, now)
-			rejoin := tg.dead && now.Sub(c.reach.joined[tg.name]) >= c.cfg.ReachWindow
+			c.reach.book.ack(tg.name)
+			rejoin := tg.dead && now.Sub(c.reach.joined[tg.name]) >= rejoinEvery
 			if rejoin {
 				c.reach.joined[tg.name] = now
 			}

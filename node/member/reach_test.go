@@ -30,15 +30,14 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-// fastReach pings every 20ms and calls a member silent after 1s without
-// an ack; a ping waits up to memberlist's ProbeTimeout, 400ms (on a loaded
-// machine a 75ms one made a live member flap); logs go to buf.
+// fastReach pings every 20ms, each ping waiting up to memberlist's
+// ProbeTimeout, 200ms (on a loaded machine a 75ms one made a live member
+// flap); logs go to buf.
 func fastReach(buf *lockedBuf, then func(*member.Config)) func(*member.Config) {
 	return func(c *member.Config) {
-		c.ProbeInterval = 500 * time.Millisecond
-		c.ProbeTimeout = 400 * time.Millisecond
+		c.ProbeInterval = 300 * time.Millisecond
+		c.ProbeTimeout = 200 * time.Millisecond
 		c.ReachInterval = 20 * time.Millisecond
-		c.ReachWindow = time.Second
 		c.Logger = slog.New(slog.NewTextHandler(buf, nil))
 		if then != nil {
 			then(c)
