@@ -50,9 +50,9 @@ type Quorum struct {
 // mutex guards it.
 type reachBook struct {
 	self   string
-	misses int           // pings in a row unanswered that make a member silent; < 0: never
-	keep   time.Duration // a member seen within it is known
-	size   int           // Config.ClusterSize; 0: the members seen
+	misses int                  // pings in a row unanswered that make a member silent; < 0: never
+	keep   time.Duration        // a member seen within it is known
+	size   int                  // Config.ClusterSize; 0: the members seen
 	missed map[string]int       // pings in a row unanswered, by member that acked once
 	known  map[string]time.Time // when last seen alive and answering
 }
