@@ -25,6 +25,9 @@ type membersBody struct {
 	Vnodes  int          `json:"vnodes"`
 	Members []memberBody `json:"members"`
 	Ring    []string     `json:"ring"`
+	// Quorum is what this member sees of the members it last knew
+	// (absent on a single node).
+	Quorum *member.Quorum `json:"quorum,omitempty"`
 }
 
 type memberBody struct {
@@ -69,6 +72,9 @@ func (n *Node) members(ctx *fasthttp.RequestCtx) {
 	}
 	if len(body.Members) == 0 { // a single node, or membership not started yet
 		body.Members = append(body.Members, memberBody{Name: body.Self, State: member.StateAlive, Answering: true})
+	}
+	if q, ok := n.cl.quorum(); ok {
+		body.Quorum = &q
 	}
 	if body.Ring = n.Ring().Members(); body.Ring == nil {
 		body.Ring = []string{body.Self}
