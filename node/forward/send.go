@@ -86,8 +86,15 @@ func (p *peer) send(b *batch) {
 	p.met.items.Add(b.n)
 	off := 0
 	for _, w := range b.ws {
-		copy(w.res[:w.n], b.results[off:off+w.n])
+		res := b.results[off:off+w.n]
 		off += w.n
+		if !w.state.CompareAndSwap(0, 1) {
+			// Abandoned: its caller decides its checks itself, so what
+			// the owner allowed of them goes back to it.
+			p.refundItems(b, waiterBody(w), res)
+			continue
+		}
+		copy(w.res[:w.n], res)
 		w.finish(nil)
 	}
 	clear(b.results)
