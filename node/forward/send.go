@@ -86,7 +86,7 @@ func (p *peer) send(b *batch) {
 	p.met.items.Add(b.n)
 	off := 0
 	for _, w := range b.ws {
-		res := b.results[off:off+w.n]
+		res := b.results[off : off+w.n]
 		off += w.n
 		if !w.state.CompareAndSwap(0, 1) {
 			// Abandoned: its caller decides its checks itself, so what
