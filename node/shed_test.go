@@ -88,8 +88,19 @@ func newShedNode(t *testing.T, fcfg forward.Config, peer fasthttp.RequestHandler
 // qm (else a static one).
 func newShedNodeWith(t *testing.T, ccfg ClusterConfig, peer fasthttp.RequestHandler, qm *quorumMembership) *shedNode {
 	t.Helper()
-	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
-	t.Cleanup(func() { store.Close() })
+	return newShedNodeStore(t, ccfg, peer, qm, nil)
+}
+
+// newShedNodeStore is newShedNodeWith with the Store wrapped by wrap (nil:
+// the MemoryStore as is).
+func newShedNodeStore(t *testing.T, ccfg ClusterConfig, peer fasthttp.RequestHandler, qm *quorumMembership, wrap func(lease.Store) lease.Store) *shedNode {
+	t.Helper()
+	mem := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+	t.Cleanup(func() { mem.Close() })
+	var store lease.Store = mem
+	if wrap != nil {
+		store = wrap(mem)
+	}
 	mgr := lease.NewManager(store, patientManager())
 	logs := &syncBuf{}
 	cfg := DefaultConfig()
@@ -209,6 +220,27 @@ func TestUnansweredOwnerSharedStore(t *testing.T) {
 				t.Errorf("want one line saying checks are decided for a silent owner:\n%s", l)
 			}
 		})
+	}
+}
+
+// TestUnansweredOwnerStoreDown: with the owner silent and the shared
+// Store down too, this node knows nothing it may admit: a local rule's
+// check is denied (429), not admitted from this node's memory while the
+// owner admits from its loan (two counts the Store never sees together:
+// 101 of 100 admitted in the netns spray rows); an open rule's is allowed,
+// degraded. Neither is a 5xx.
+func TestUnansweredOwnerStoreDown(t *testing.T) {
+	sn := newShedNodeStore(t, ClusterConfig{Self: "a", Insecure: true, SharedStore: true}, busyPeer, nil,
+		func(lease.Store) lease.Store { return downStore{} })
+	check := func(rule string) resp {
+		t.Helper()
+		return sn.do("POST", "/v1/check", `{"rule":"`+rule+`","key":"`+keyOwnedBy(t, sn.n, rule, "k", "b")+`"}`)
+	}
+	if r := check("two-local"); r.status != 429 || r.hdr["Retry-After"] == "" {
+		t.Errorf("local: %d %v %s, want 429 with Retry-After", r.status, r.hdr, r.body)
+	}
+	if r := check("two-open"); r.status != 200 || !strings.Contains(r.body, `"degraded":true`) {
+		t.Errorf("open: %d %s, want 200 degraded", r.status, r.body)
 	}
 }
 

@@ -24,9 +24,8 @@ import (
 //     takes its tokens from the one bucket the Store keeps, so the
 //     accuracy contract holds whoever decides (the silent owner's tokens
 //     stay counted as lent; what it decided for a reply that came late is
-//     refunded to it by the Forwarder). With the Store down too, the
-//     Manager's on_store_failure applies, a key it never leased starting
-//     at 1/N of its capacity.
+//     refunded to it by the Forwarder). With the Store down or slow too,
+//     a local rule's check is denied (429): see decideShared.
 //   - On each node's own memory store there is no shared bucket, and two
 //     deciders of a key each admit from their own count: the rule's
 //     on_store_failure applies. local: decided here from this node's
@@ -81,7 +80,7 @@ func (e *Engine) unanswered(b *Batch, i int32, peer string) {
 	c.met.unanswered.Inc()
 	c.flog.note(peer)
 	if c.shares == nil {
-		e.decideLocal(b, i)
+		e.decideShared(b, i)
 		return
 	}
 	switch it.Policy.OnFailure {
@@ -103,6 +102,32 @@ func (e *Engine) unanswered(b *Batch, i int32, peer string) {
 			}
 		}
 	}
+}
+
+// decideShared decides item i, whose owner did not answer, by leasing from
+// the shared Store. When the Store does not answer in time either, the
+// Manager's local mode would admit from this node's memory while the owner
+// admits from its loan, two counts the Store never sees together: a local
+// rule's check is denied instead (429, retry after the back-off), so the
+// limit holds; an open one is allowed (degraded), a closed one answered
+// as the Manager says.
+func (e *Engine) decideShared(b *Batch, i int32) {
+	it := &b.Items[i]
+	q := &b.Requests[it.req]
+	if it.ri.demand != nil {
+		it.ri.demand(it.ckey)
+	}
+	d, err := it.ri.mgr.Take(it.ckey, it.Policy, it.Hits)
+	if err != nil {
+		q.Err, q.ErrItem = err, int(i)
+		return
+	}
+	if d.Allowed && d.Degraded && it.Policy.OnFailure == lease.FailLocal && it.Hits > 0 {
+		d = lease.Decision{Limit: it.Policy.Limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: e.cl.shedRetry}
+	}
+	it.Decision = d
+	b.record(it)
+	b.noteDenied(it)
 }
 
 // capLocals holds the items b.local, just decided here, to their share
