@@ -171,10 +171,18 @@ func (c *Cluster) liveNames() []string {
 // runReach pings the members every ReachInterval and logs what changed.
 func (c *Cluster) runReach() {
 	defer c.wg.Done()
-	if c.cfg.ReachInterval < 0 {
+	c.every(c.cfg.ReachInterval, func() {
+		c.pingAll()
+		c.logReach(c.cfg.Now())
+	})
+}
+
+// every calls f every d until Close; never when d < 0.
+func (c *Cluster) every(d time.Duration, f func()) {
+	if d < 0 {
 		return
 	}
-	t := time.NewTicker(c.cfg.ReachInterval)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -182,8 +190,7 @@ func (c *Cluster) runReach() {
 			return
 		case <-t.C:
 		}
-		c.pingAll()
-		c.logReach(c.cfg.Now())
+		f()
 	}
 }
 

@@ -45,6 +45,17 @@ func fastReach(buf *lockedBuf, then func(*member.Config)) func(*member.Config) {
 	}
 }
 
+// reachCluster3 is cluster3 with fastReach, and the three nodes' logs.
+func reachCluster3(t *testing.T) (a, b, c *node, la, lb, lc *lockedBuf) {
+	t.Helper()
+	la, lb, lc = new(lockedBuf), new(lockedBuf), new(lockedBuf)
+	a = startNode(t, "a", fastReach(la, nil))
+	b = startNode(t, "b", fastReach(lb, seed(a)))
+	c = startNode(t, "c", fastReach(lc, seed(b)))
+	waitMembers(t, []string{"a", "b", "c"}, a, b, c)
+	return a, b, c, la, lb, lc
+}
+
 func answering(n *node, name string) bool {
 	for _, m := range n.View() {
 		if m.Name == name {
@@ -61,11 +72,7 @@ func answering(n *node, name string) bool {
 // issue 35: nothing told a node it was alone (memberlist calls the others
 // dead after a while, and c then "sees" all the members it has).
 func TestMinorityOfAPartition(t *testing.T) {
-	var la, lb, lc lockedBuf
-	a := startNode(t, "a", fastReach(&la, nil))
-	b := startNode(t, "b", fastReach(&lb, seed(a)))
-	c := startNode(t, "c", fastReach(&lc, seed(b)))
-	waitMembers(t, []string{"a", "b", "c"}, a, b, c)
+	a, b, c, la, _, lc := reachCluster3(t)
 	for _, n := range []*node{a, b, c} {
 		clocktest.EventuallyState(t, waitTimeout, n.LocalName()+" sees 3 of 3", func() (bool, string) {
 			q := n.Quorum()
@@ -112,11 +119,7 @@ func TestMinorityOfAPartition(t *testing.T) {
 // alive. Both a and c see the other as not answering (and log it), and
 // both stay in the majority (2 of 3).
 func TestOneWayCutShowsOnBothSides(t *testing.T) {
-	var la, lb, lc lockedBuf
-	a := startNode(t, "a", fastReach(&la, nil))
-	b := startNode(t, "b", fastReach(&lb, seed(a)))
-	c := startNode(t, "c", fastReach(&lc, seed(b)))
-	waitMembers(t, []string{"a", "b", "c"}, a, b, c)
+	a, _, c, la, _, lc := reachCluster3(t)
 	clocktest.Eventually(t, waitTimeout, "a and c answer each other", func() bool { return answering(a, "c") && answering(c, "a") })
 	a.tr.Block(c.tr.Addr())
 	clocktest.Eventually(t, waitTimeout, "a sees c silent, c sees a silent", func() bool { return !answering(a, "c") && !answering(c, "a") })
