@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/member"
+	"github.com/sluicehq/sluice/shard"
 )
 
 const shedRules = `
@@ -242,6 +243,30 @@ func TestUnansweredOwnerStoreDown(t *testing.T) {
 	if r := check("two-open"); r.status != 200 || !strings.Contains(r.body, `"degraded":true`) {
 		t.Errorf("open: %d %s, want 200 degraded", r.status, r.body)
 	}
+}
+
+// TestOwnerStoreDownDecidedHere: an owner that cannot reach the shared
+// Store answers a closed rule's check unavailable; the sender, whose Store
+// answers, decides it instead (200), so a node cut off from Redis alone
+// costs only the closed checks it receives itself. Fails before: 503.
+func TestOwnerStoreDownDecidedHere(t *testing.T) {
+	h := forward.NewHandler(forward.HandlerConfig{}, unavailableDecider{})
+	sn := newShedNode(t, forward.Config{}, h)
+	key := keyOwnedBy(t, sn.n, "two-closed", "k", "b")
+	if r := sn.do("POST", "/v1/check", `{"rule":"two-closed","key":"`+key+`"}`); r.status != 200 {
+		t.Errorf("closed rule, the owner's Store down: %d %s, want 200 decided here", r.status, r.body)
+	}
+}
+
+// unavailableDecider answers every check unavailable: an owner whose Store
+// is down, for closed rules.
+type unavailableDecider struct{}
+
+func (unavailableDecider) DecideBatch(items []forward.Item, results []forward.Result) []shard.Plan {
+	for i := range results {
+		results[i] = forward.Result{Limit: 2, RetryAfterMS: 1000, Unavailable: true}
+	}
+	return nil
 }
 
 // TestUnansweredOwnerOwnStores: on each node's own memory store, a check

@@ -184,6 +184,13 @@ func (e *Engine) collect(b *Batch) {
 				continue
 			}
 			it := &b.Items[i]
+			if res.Decision.Unavailable && c.shares == nil {
+				// The owner's Store is down (a closed rule's 503); this
+				// node's, the same shared Store, may answer it.
+				e.decideShared(b, i)
+				c.met.fallback.Inc()
+				continue
+			}
 			it.Decision = res.Decision
 			b.record(it)
 			if it.charged {
