@@ -425,7 +425,7 @@ func (c *cluster) minority() (bool, int) {
 }
 
 // quorumEvery is how long the engine's view of the quorum may be old (the
-// pings that feed it run every 250ms).
+// pings that feed it run every 100ms).
 const quorumEvery = 50 * time.Millisecond
 
 type quorumCache struct {
