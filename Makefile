@@ -7,7 +7,8 @@ FUZZTIME ?= 10s
 MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build caddy run cluster cluster-status cluster-stop test race e2e e2e-deps faults faults-deps bench bench-go fuzz lint deps clean
+.PHONY: all build caddy run cluster cluster-status cluster-stop test race e2e e2e-deps bench bench-go fuzz lint deps clean
+.PHONY: faults faults-deps
 
 all: lint test
 
