@@ -8,7 +8,6 @@ MODELTIME ?= 10s
 BENCHTIME ?= 1s
 
 .PHONY: all build caddy run cluster cluster-status cluster-stop test race e2e e2e-deps bench bench-go fuzz lint deps clean
-.PHONY: faults faults-deps
 
 all: lint test
 
@@ -91,6 +90,8 @@ e2e: e2e-deps build caddy
 	SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced $(GO) test -tags e2e -count=1 -v -run '^TestE2E' $$pkgs
 	cd contrib/caddy && SLUICE_E2E_SLUICED=$(CURDIR)/$(BIN)/sluiced SLUICE_E2E_CADDY=$(CURDIR)/$(BIN)/caddy-sluice \
 		$(GO) test -tags e2e -count=1 -v -run '^TestE2E' ./...
+
+.PHONY: faults faults-deps
 
 ## faults-deps: ip (iproute2) and iptables for the partition table (Debian packages; apt-get when root).
 faults-deps: deps
