@@ -111,8 +111,9 @@ faults-deps: deps
 ## faults: the partition table of docs/faults.md, as root: three sluiced, Redis and a client in network
 ## namespaces on a bridge, nodes cut off with iptables under load, every answer checked (about 4 minutes;
 ## everything it makes is removed, also on failure or Ctrl-C). SLUICE_NETNS_ROWS=name,... runs some rows.
+NETNS_ROWS ?=
 faults: faults-deps
-	$(GO) test -tags netns -count=1 -timeout 20m -v -run '^TestNetns$$' ./cmd/sluiced/
+	SLUICE_NETNS_ROWS=$(NETNS_ROWS) $(GO) test -tags netns -count=1 -timeout 20m -v -run '^TestNetns$$' ./cmd/sluiced/
 
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:
