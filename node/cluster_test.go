@@ -73,7 +73,7 @@ func newClusterNodesWith(t *testing.T, storeOf func(name string) lease.Store, ym
 		cfg.ClientToken = testClientToken // the lease protocol's tests route through these nodes
 		n := New(cfg, mgr)
 		n.SetRules(mustParse(t, yml))
-		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward}); err != nil {
+		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward, SharedStore: true}); err != nil {
 			t.Fatal(err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
