@@ -149,6 +149,30 @@ e2e-rls-redis: e2e-deps build
 		if [ "$$keys" -gt 0 ] 2>/dev/null; then :; else echo "sluiced wrote no key to $$flavor-server: it did not run on the Redis store" >&2; exit 1; fi; \
 	done; done
 
+.PHONY: faults faults-deps
+
+## faults-deps: ip (iproute2) and iptables for the partition table (Debian packages; apt-get when root).
+faults-deps: deps
+	@missing=""; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (apt-get)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else \
+			echo "missing:$$missing — install it (Debian/Ubuntu: sudo apt-get install$$missing) and run make faults again" >&2; \
+			exit 1; \
+		fi; \
+	fi
+
+## faults: the partition table of docs/faults.md, as root: three sluiced, Redis and a client in network
+## namespaces on a bridge, nodes cut off with iptables under load, every answer checked (about 4 minutes;
+## everything it makes is removed, also on failure or Ctrl-C). SLUICE_NETNS_ROWS=name,... runs some rows.
+NETNS_ROWS ?=
+faults: faults-deps
+	SLUICE_NETNS_ROWS=$(NETNS_ROWS) $(GO) test -tags netns -count=1 -timeout 20m -v -run '^TestNetns$$' ./cmd/sluiced/
+
 ## bench-go: the Go micro-benchmarks of the hot paths.
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./lease/ ./node/... ./shard/

@@ -171,6 +171,7 @@ type Breaker struct {
 		sync.Mutex
 		failures  int         // consecutive failed round trips while closed
 		openedAt  time.Time   // when the breaker last opened
+		downSince time.Time   // when it opened from closed: the outage's start
 		probing   bool        // a half-open probe is in flight
 		cause     error       // the last counted failure
 		stopProbe func() bool // cancels the background probe set, if any
@@ -251,6 +252,9 @@ func (b *Breaker) admitLocked() (probe bool, ok bool) {
 // held.
 func (b *Breaker) open(why string) {
 	b.mu.openedAt = b.cfg.Now()
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		b.mu.downSince = b.mu.openedAt
+	}
 	b.openUntil.Store(b.mu.openedAt.Add(b.cfg.Cooldown).UnixNano())
 	b.setState(BreakerOpen, why)
 	b.schedule(b.cfg.Cooldown)
@@ -341,7 +345,12 @@ func (b *Breaker) setState(s BreakerState, why string) {
 	case s == BreakerOpen && old == BreakerClosed:
 		b.cfg.Logger.Warn("store breaker opened", attrs...)
 	case s == BreakerClosed:
-		b.cfg.Logger.Info("store breaker closed", append(attrs, "open_for", b.cfg.Now().Sub(b.mu.openedAt).String())...)
+		// open_for is the last open interval (a cool-down, when probes
+		// failed before); unavailable_for the whole outage, from when the
+		// breaker first opened.
+		now := b.cfg.Now()
+		b.cfg.Logger.Info("store breaker closed", append(attrs, "unavailable_for", now.Sub(b.mu.downSince).String(),
+			"open_for", now.Sub(b.mu.openedAt).String())...)
 		if b.cfg.OnClose != nil {
 			b.cfg.OnClose()
 		}

@@ -152,7 +152,9 @@ func TestBreakerCountsRoundTripsNotCalls(t *testing.T) {
 
 // TestBreakerLogsEachTransitionOnce: one log line per state change, with
 // its cause, and none for calls rejected while open (finding 5: an outage
-// with 1,040 rejected calls logged nothing).
+// with 1,040 rejected calls logged nothing); the closing line says how
+// long the Store was unavailable in all (2s: a failed probe between), not
+// only the last open interval (1s: what it said alone, issue 35).
 func TestBreakerLogsEachTransitionOnce(t *testing.T) {
 	clk := clocktest.New()
 	fs := newFaultStore(clk.Now)
@@ -172,7 +174,7 @@ func TestBreakerLogsEachTransitionOnce(t *testing.T) {
 		`msg="store breaker" from=open to=half-open cause="cool-down passed: probing the Store"`,
 		`msg="store breaker" from=half-open to=open cause="probe failed: injected failure"`,
 		`msg="store breaker" from=open to=half-open cause="cool-down passed: probing the Store"`,
-		`msg="store breaker closed" from=half-open to=closed cause="probe succeeded" open_for=1s`,
+		`msg="store breaker closed" from=half-open to=closed cause="probe succeeded" unavailable_for=2s open_for=1s`,
 	}
 	lines := logs.lines()
 	if len(lines) != len(want) {

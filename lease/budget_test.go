@@ -174,3 +174,36 @@ func budgetTake(t *testing.T, m *Manager, res chan<- Decision) func() {
 		res <- d
 	}
 }
+
+// A closed rule's check whose budget runs out while the Store still works
+// on its call is denied (429), not answered unavailable (503): the Store
+// is slow, not down (issue 35: closed rules answered 503 on a loaded
+// machine's first leases, though Redis answered every call). A closed
+// rule with the breaker open still answers unavailable.
+func TestCheckBudgetClosedRuleDeniesWhenSlow(t *testing.T) {
+	m, st, clk, cfg, _, release := stalledManager(t)
+	p := budgetPolicy
+	p.OnFailure = FailClosed
+	res := make(chan Decision, 1)
+	go func() {
+		d, err := m.Take("k", p, 1)
+		if err != nil {
+			t.Errorf("Take: %v", err)
+		}
+		res <- d
+	}()
+	<-st.entered
+	clocktest.Eventually(t, 10*time.Second, "the check's budget started", func() bool { return clk.Timers() == 1 })
+	clk.Advance(cfg.CheckBudget)
+	select {
+	case d := <-res:
+		if d.Allowed || d.Unavailable || d.RetryAfter <= 0 {
+			t.Fatalf("closed rule at its budget: %+v, want denied with a retry-after, not unavailable", d)
+		}
+	case <-time.After(10 * time.Second): // a guard, not a measure
+		t.Fatal("the check still waits after its budget ran out")
+	}
+	st.stall.Store(false)
+	release()
+	m.Settle()
+}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +27,13 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 	case FailOpen:
 		return Decision{Allowed: true, Limit: p.Limit, Remaining: remaining, Degraded: true}
 	case FailClosed:
-		return Decision{Limit: p.Limit, Remaining: remaining, RetryAfter: m.store.Config().Cooldown, Unavailable: true}
+		// Down (the breaker open, a call refused or failed): 503. Only
+		// slow (the check's budget ran out while the Store still works on
+		// it, or its call timed out): a denial, 429, as a closed rule
+		// denies what it cannot decide in time; the Store is no more
+		// unavailable than a busy owner is.
+		slow := errors.Is(err, errBudget) || errors.Is(err, errStoreSlow) || errors.Is(err, errTimedOut)
+		return Decision{Limit: p.Limit, Remaining: remaining, RetryAfter: m.store.Config().Cooldown, Unavailable: !slow}
 	}
 	// FailLocal: the same math in this node's memory. Not under the
 	// Store's deadline: a local decision never waits on the Store (the

@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/hot"
@@ -26,6 +27,13 @@ import (
 type Membership interface {
 	Ready() bool
 	View() []member.Member
+}
+
+// quorumer is what a Membership may tell too (*member.Cluster does): what
+// this node sees of the members it last knew. Without it a node is never
+// the minority.
+type quorumer interface {
+	Quorum() member.Quorum
 }
 
 // ErrClusterConfig means a ClusterConfig field is invalid; the wrapping
@@ -57,8 +65,8 @@ type ClusterConfig struct {
 	// its ClusterKey is set from ClusterKey. Zero fields mean
 	// forward.DefaultConfig's values (a 200µs flush, 256 items, a 50ms
 	// timeout stretching up to 100ms on a slow owner, after which the
-	// items are shed: see the package doc, "Cluster"; sluiced sets 50ms,
-	// above its 20ms check budget).
+	// items are decided here: see SharedStore; sluiced sets 50ms, above
+	// its 20ms check budget).
 	Forward forward.Config
 	// Hot configures hot-key detection and splitting (see node/hot); its
 	// Self is set from Self, a nil Threshold reads the rules' hot
@@ -78,11 +86,15 @@ type ClusterConfig struct {
 	// DemoteProbe is how often a demoted owner is sent a check again.
 	// Zero means engine.DefaultDemoteProbe (1s).
 	DemoteProbe time.Duration
-	// SharedStore says the members share one Store (Redis): a lease op
-	// (the lease protocol) whose owner does not answer is then applied
-	// here, where a member on its own memory store answers it with an
-	// error (engine.ClusterConfig.SharedStore). sluiced sets it with
-	// -redis.
+	// SharedStore says the nodes share one Store (Redis): a check whose
+	// owner does not answer is then decided here by leasing from it.
+	// False (each node on its own memory store): such a check follows its
+	// rule's on_store_failure within this node's share of the limit, and
+	// so does every check while this node is the minority (see
+	// node/engine's unanswered.go).
+	// A lease op (the lease protocol) whose owner does not answer is
+	// applied here on a shared Store, and answered with an error on
+	// memory stores.
 	SharedStore bool
 }
 
@@ -110,6 +122,11 @@ type cluster struct {
 	closeOnce sync.Once
 
 	hot *hotState // never nil once EnableCluster returned
+
+	// shares is the memory store of this node's shares of each limit
+	// (ClusterConfig.SharedStore false); nil on a shared Store.
+	shares   *lease.MemoryStore
+	quorumAt atomic.Pointer[quorumCache]
 
 	met clusterMetrics
 }
@@ -187,6 +204,9 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 	c.handler = forward.NewHandler(forward.HandlerConfig{ClusterKey: cfg.ClusterKey, Window: cfg.AuthWindow, Logger: n.log, Metrics: fcfg.Metrics},
 		newDecider(n.eng))
 	n.eng.SetRoutes(&engine.Routes{Self: cfg.Self, Ring: shard.NewRing([]string{cfg.Self}, cfg.Vnodes)})
+	if !cfg.SharedStore {
+		c.shares = lease.NewMemoryStore(lease.DefaultMemoryStoreConfig())
+	}
 	n.eng.EnableCluster(engine.ClusterConfig{
 		Forwarder:   newForwarder(c.fwd, time.Duration(timeout)),
 		Hot:         c.hot.h,
@@ -195,7 +215,9 @@ func (n *Node) EnableCluster(cfg ClusterConfig) error {
 		DemoteAfter: max(cfg.DemoteAfter, 0),
 		DemoteProbe: cfg.DemoteProbe,
 		Now:         fcfg.Now,
-		SharedStore: cfg.SharedStore,
+		Shares:      c.shares,
+		Quorum:      c.minority,
+		Logger:      n.log,
 	})
 	c.met.members.Store(1)
 	n.met.set.NewGauge(`sluice_members`, func() float64 { return float64(c.met.members.Load()) })
@@ -306,6 +328,9 @@ func (n *Node) CloseCluster() error {
 		<-c.done
 		c.hot.h.Close()
 		_ = c.fwd.Close()
+		if c.shares != nil {
+			_ = c.shares.Close()
+		}
 	})
 	return nil
 }
@@ -354,4 +379,60 @@ func (n *Node) clusterReady() bool {
 	}
 	b := c.membership.Load()
 	return b != nil && b.m.Ready()
+}
+
+// quorum is what n sees of the members it last knew; ok is false on a
+// single node or without a membership that tells.
+func (c *cluster) quorum() (q member.Quorum, ok bool) {
+	if c == nil {
+		return q, false
+	}
+	b := c.membership.Load()
+	if b == nil {
+		return q, false
+	}
+	qm, ok := b.m.(quorumer)
+	if !ok {
+		return q, false
+	}
+	return qm.Quorum(), true
+}
+
+// tellsReach reports whether c's membership tells which members answer
+// (a quorumer); without, every alive member counts as answering.
+func (c *cluster) tellsReach() bool {
+	if c == nil {
+		return false
+	}
+	b := c.membership.Load()
+	if b == nil {
+		return false
+	}
+	_, ok := b.m.(quorumer)
+	return ok
+}
+
+// minority is the engine's ClusterConfig.Quorum: membership's answer,
+// asked at most every quorumEvery (the engine asks per check).
+func (c *cluster) minority() (bool, int) {
+	now := time.Now().UnixNano()
+	if v := c.quorumAt.Load(); v != nil && now-v.at < int64(quorumEvery) {
+		return v.minority, v.known
+	}
+	v := &quorumCache{at: now, known: 1}
+	if q, ok := c.quorum(); ok {
+		v.minority, v.known = q.Minority, max(q.Known, 1)
+	}
+	c.quorumAt.Store(v)
+	return v.minority, v.known
+}
+
+// quorumEvery is how long the engine's view of the quorum may be old (the
+// pings that feed it run every 100ms).
+const quorumEvery = 50 * time.Millisecond
+
+type quorumCache struct {
+	at       int64 // unix ns
+	minority bool
+	known    int
 }

@@ -80,7 +80,7 @@ func newClusterNodesOpts(t *testing.T, storeOf func(name string) lease.Store, ym
 		cfg.ClientToken = testClientToken // the lease protocol's tests route through these nodes
 		n := New(cfg, mgr)
 		n.SetRules(mustParse(t, yml))
-		ccfg := ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward}
+		ccfg := ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward, SharedStore: true}
 		if opt != nil {
 			opt(&ccfg)
 		}

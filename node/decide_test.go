@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/engine"
-	"github.com/sluicehq/sluice/node/forward"
 )
 
 // TestDecideRequests: Decide decides each request of a Batch as one
@@ -140,20 +139,21 @@ rules:
     period: 1s
 `
 
-// TestShedRefundsTheRequest: a request with a shed item is denied, so the
-// hits its other items took here are given back. Fails (the local key's
-// one token stays spent: 429 after) when shed does not mark the request
-// denied.
-func TestShedRefundsTheRequest(t *testing.T) {
-	sn := newShedNode(t, forward.Config{}, busyPeer)
-	remote := keyOwnedBy(t, sn.n, "one", "r", "b")
+// TestUnansweredRefundsTheRequest: a request whose remote item is denied
+// because its owner does not answer (a closed rule on the memory store:
+// 429) is denied, so the hits its other items took here are given back.
+// Fails (the local key's one token stays spent: 429 after) when the
+// unanswered item does not mark the request denied.
+func TestUnansweredRefundsTheRequest(t *testing.T) {
+	sn := newShedNodeWith(t, ClusterConfig{Self: "a", Insecure: true}, busyPeer, nil)
+	remote := keyOwnedBy(t, sn.n, "two-closed", "r", "b")
 	local := keyOwnedBy(t, sn.n, "one", "l", "a")
 	var b engine.Batch
 	b.Add("one", local, 1)
-	b.Add("one", remote, 1)
+	b.Add("two-closed", remote, 1)
 	sn.n.Decide(context.Background(), &b)
-	if q := b.Requests[0]; q.Status != 503 || q.Err != nil {
-		t.Fatalf("request: status %d err %v, want 503 (its remote item shed)", q.Status, q.Err)
+	if q := b.Requests[0]; q.Status != 429 || q.Err != nil {
+		t.Fatalf("request: status %d err %v, want 429 (its remote item denied: closed, its owner silent)", q.Status, q.Err)
 	}
 	if r := sn.do("POST", "/v1/check", `{"rule":"one","key":"`+local+`"}`); r.status != 200 {
 		t.Errorf("the local key after: %d %s, want 200 (its hit refunded)", r.status, r.body)

@@ -90,6 +90,11 @@ func (n *Node) writeError(ctx *fasthttp.RequestCtx, err error) {
 // handleTransportError answers the errors fasthttp meets before a handler
 // runs: oversize bodies (413) and headers (431), timeouts, bad HTTP.
 func (n *Node) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	if isTLSHandshakeError(err) {
+		n.tlsFail.note(err) // no answer: the connection never spoke TLS
+		ctx.SetConnectionClose()
+		return
+	}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.As(err, &small):

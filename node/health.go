@@ -2,15 +2,22 @@ package node
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/node/member"
 )
 
 // readyz answers 200 once a rule set is loaded (503 before), with the rule
 // count, whether the last reload failed, and the state of the Store's
 // breaker. An open breaker does not make the node unready: checks are
-// still answered (local rules enforce from memory). /readyz is public:
+// still answered (local rules enforce from memory). A member that sees
+// fewer than a majority of the members it last knew (the minority of a
+// partition) is not ready, so that load balancers drain it; "quorum" and
+// "reason" say so. /readyz is public:
 // the reload error itself (it may name the rule file and rules) is shown
 // to admin callers only, others get readyzReloadFailed.
 func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
@@ -26,6 +33,10 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 			// rules follow on_store_failure) or half-open (probing).
 			State string `json:"state"`
 		} `json:"store"`
+		// Reason says why the node is not ready.
+		Reason string `json:"reason,omitempty"`
+		// Quorum is what a member sees of the members it last knew.
+		Quorum *member.Quorum `json:"quorum,omitempty"`
 		// Upstream is the global tier's state (sluiced -upstream): like
 		// the Store's, an unreachable upstream does not make the node
 		// unready (global rules decide from what the node holds, then by
@@ -53,6 +64,21 @@ func (n *Node) readyz(ctx *fasthttp.RequestCtx) {
 	n.reload.Unlock()
 	body.Joined = n.clusterReady()
 	body.Ready = t != nil && body.Joined
+	if q, ok := n.cl.quorum(); ok {
+		body.Quorum = &q
+		if q.Minority {
+			body.Ready = false
+		}
+	}
+	switch {
+	case t == nil:
+		body.Reason = "no rules loaded yet"
+	case !body.Joined:
+		body.Reason = "not joined to the cluster yet"
+	case body.Quorum != nil && body.Quorum.Minority:
+		body.Reason = fmt.Sprintf("sees %d of the %d members it last knew (missing: %s): the minority of a partition",
+			body.Quorum.Seen, body.Quorum.Known, strings.Join(body.Quorum.Missing, ", "))
+	}
 	if t != nil {
 		body.Rules = t.Len()
 	}

@@ -92,7 +92,7 @@ func newHotCluster(t *testing.T, noSplit bool, yml ...string) *hotCluster {
 			Reannounce: -1,
 			Now:        func() time.Time { return time.Unix(0, hc.clock.Load()) },
 		}
-		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Hot: &hcfg, HotNoSplit: noSplit, Forward: patientForward}); err != nil {
+		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Hot: &hcfg, HotNoSplit: noSplit, Forward: patientForward, SharedStore: true}); err != nil {
 			t.Fatal(err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -12,7 +12,7 @@ import (
 // membersBody is the body of GET /v1/members (node/client.MembersResponse
 // reads it):
 //
-//	{"self":"node-a","ready":true,"vnodes":8192,"members":[{"name":"node-a","http_addr":"127.0.0.1:8080","gossip_addr":"127.0.0.1:7946","state":"alive"}],"ring":["node-a"]}
+//	{"self":"node-a","ready":true,"vnodes":8192,"members":[{"name":"node-a","http_addr":"127.0.0.1:8080","gossip_addr":"127.0.0.1:7946","state":"alive","answering":true}],"ring":["node-a"]}
 //
 // Members are the live ones sorted by name, then those remembered as dead
 // or left, sorted by name. A single node lists itself alone. Ring is the
@@ -25,6 +25,9 @@ type membersBody struct {
 	Vnodes  int          `json:"vnodes"`
 	Members []memberBody `json:"members"`
 	Ring    []string     `json:"ring"`
+	// Quorum is what this member sees of the members it last knew
+	// (absent on a single node).
+	Quorum *member.Quorum `json:"quorum,omitempty"`
 }
 
 type memberBody struct {
@@ -32,6 +35,9 @@ type memberBody struct {
 	HTTPAddr   string `json:"http_addr"`
 	GossipAddr string `json:"gossip_addr"`
 	State      string `json:"state"`
+	// Answering: an alive member answered this node's pings lately (false
+	// while alive: cut off from this node, at least one way).
+	Answering bool `json:"answering"`
 }
 
 // singleName is a single node's name in /v1/members when Config.Name is
@@ -61,10 +67,14 @@ func (n *Node) members(ctx *fasthttp.RequestCtx) {
 		if state == "" {
 			state = member.StateAlive
 		}
-		body.Members = append(body.Members, memberBody{Name: m.Name, HTTPAddr: m.HTTPAddr, GossipAddr: m.GossipAddr, State: state})
+		body.Members = append(body.Members, memberBody{Name: m.Name, HTTPAddr: m.HTTPAddr, GossipAddr: m.GossipAddr, State: state,
+			Answering: m.Answering || (state == member.StateAlive && !n.cl.tellsReach())})
 	}
 	if len(body.Members) == 0 { // a single node, or membership not started yet
-		body.Members = append(body.Members, memberBody{Name: body.Self, State: member.StateAlive})
+		body.Members = append(body.Members, memberBody{Name: body.Self, State: member.StateAlive, Answering: true})
+	}
+	if q, ok := n.cl.quorum(); ok {
+		body.Quorum = &q
 	}
 	if body.Ring = n.Ring().Members(); body.Ring == nil {
 		body.Ring = []string{body.Self}

@@ -210,6 +210,8 @@ type Node struct {
 	// gw is the lease protocol's state (gateway.go); nil without
 	// Config.ClientToken.
 	gw *gateway
+	// tlsFail counts and logs failed TLS handshakes (tlslog.go).
+	tlsFail *tlsFailLog
 }
 
 // New returns a Node that decides with mgr. It serves nothing until Serve,
@@ -230,6 +232,7 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	}
 	n.eng = engine.New(ecfg)
 	n.stat = newStatsState(n)
+	n.tlsFail = newTLSFailLog(n, n.met.set)
 	n.gw = newGateway(cfg)
 	n.ui = ui.New()
 	n.states.New = func() any { return &reqState{n: n} }

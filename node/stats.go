@@ -47,7 +47,9 @@ import (
 // rule of the current set plus any rule with counts in the window (a rule
 // deleted a minute ago still shows its history). In a cluster (the
 // default scope) the node also asks every live peer for its ?scope=node
-// answer, at once, waiting at most StatsFanout, passing on the caller's
+// answer, at once, waiting at most StatsFanout (a member that is dead or
+// does not answer this node's pings is not asked but listed with its
+// error, and makes the answer partial), passing on the caller's
 // Authorization header (only in a cluster with a cluster key: without one
 // anyone may join and would be sent the admin token, so peers are asked
 // without it and answer only if they let this node in without a token);
@@ -332,24 +334,31 @@ func (n *Node) selfName() string {
 	return singleName
 }
 
-// statsPeers returns the live members other than self, with their HTTP
-// addresses; nil on a single node.
-func (n *Node) statsPeers() []member.Member {
+// statsPeers returns the live members other than self that answer, with
+// their HTTP addresses, and a line for each member of the cluster that is
+// dead (failed without leaving) or alive but not answering this node's
+// pings, which are not asked; nil on a single node.
+func (n *Node) statsPeers() (ask []member.Member, missing []statsNode) {
 	if n.cl == nil {
-		return nil
+		return nil, nil
 	}
 	b := n.cl.membership.Load()
 	if b == nil {
-		return nil
+		return nil, nil
 	}
-	var out []member.Member
+	reach := n.cl.tellsReach()
 	for _, m := range b.m.View() {
-		if m.Name == n.cl.self || (m.State != "" && m.State != member.StateAlive) {
-			continue
+		switch {
+		case m.Name == n.cl.self || m.State == member.StateLeft:
+		case m.State == member.StateDead:
+			missing = append(missing, statsNode{Name: m.Name, Error: "dead: failed without leaving (or cut off from this node)"})
+		case reach && !m.Answering:
+			missing = append(missing, statsNode{Name: m.Name, Error: "not answering this node's pings: cut off from it, at least one way"})
+		default:
+			ask = append(ask, m)
 		}
-		out = append(out, m)
 	}
-	return out
+	return ask, missing
 }
 
 // stats answers GET /v1/stats[?scope=node|cluster].
@@ -368,7 +377,12 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 		body.GatewayHolders, body.GatewayHoldersMore = n.eng.LeaseHolders(body.Self)
 	}
 	if scope != "node" {
-		if peers := n.statsPeers(); len(peers) > 0 {
+		peers, missing := n.statsPeers()
+		if len(missing) > 0 {
+			body.Partial = true
+			body.Nodes = append(body.Nodes, missing...)
+		}
+		if len(peers) > 0 {
 			// The caller's token goes only to members the cluster key
 			// authenticated: in an insecure cluster anyone may join.
 			var auth []byte

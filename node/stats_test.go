@@ -492,3 +492,37 @@ func TestStatsMergeHolders(t *testing.T) {
 		t.Fatalf("holders %+v (%d more), want h2 from b (7) then h1 from a (3), and b's 2 more", got, body.GatewayHoldersMore)
 	}
 }
+
+// TestStatsListsMissingMembers: /v1/stats lists every member of the
+// cluster that is dead or alive but not answering this node's pings, with
+// its error, and says partial, without asking them (no wait for a timeout);
+// a member that left gracefully is not listed. Fails before (issue 35):
+// dead members were dropped and partial was false.
+func TestStatsListsMissingMembers(t *testing.T) {
+	n := guardNode(t, Config{})
+	if err := n.EnableCluster(ClusterConfig{Self: "a", Insecure: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.CloseCluster() })
+	n.SetMembership(&quorumMembership{staticMembership: staticMembership{ready: true, view: []member.Member{
+		{Name: "a", State: member.StateAlive, Answering: true},
+		{Name: "b", HTTPAddr: "127.0.0.1:1", State: member.StateAlive}, // alive, not answering: not asked
+		{Name: "c", HTTPAddr: "127.0.0.1:2", State: member.StateDead},
+		{Name: "d", HTTPAddr: "127.0.0.1:3", State: member.StateLeft},
+	}}, q: member.Quorum{Seen: 1, Known: 3, Minority: true, Missing: []string{"b", "c"}}})
+	status, _, ctx := serveGuard(t, n, "GET", "/v1/stats", "", "127.0.0.1", "")
+	var b statsBody
+	if err := json.Unmarshal(ctx.Response.Body(), &b); status != 200 || err != nil {
+		t.Fatalf("GET /v1/stats: %d %v", status, err)
+	}
+	if !b.Partial {
+		t.Error("partial false with a dead and a silent member")
+	}
+	got := map[string]string{}
+	for _, nd := range b.Nodes {
+		got[nd.Name] = nd.Error
+	}
+	if len(b.Nodes) != 3 || !strings.Contains(got["b"], "not answering") || !strings.Contains(got["c"], "dead") {
+		t.Errorf("nodes %+v: want a, b (not answering) and c (dead), not d (left)", b.Nodes)
+	}
+}

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -226,5 +229,25 @@ func TestTimeout(t *testing.T) {
 	want := "sluice: no answer to GET " + addr + "/v1/members within -timeout 50ms\n"
 	if errOut.String() != want {
 		t.Errorf("stderr %q, want %q", errOut.String(), want)
+	}
+}
+
+// TestMembersShowsPartition: sluice members says which alive members do
+// not answer the asked node, and that the node is the minority of a
+// partition (issue 35: the table showed every member alive).
+func TestMembersShowsPartition(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"self":"n3","ready":false,"vnodes":8192,"members":[`+
+			`{"name":"n1","http_addr":"10.0.0.1:8080","gossip_addr":"10.0.0.1:7946","state":"alive","answering":false},`+
+			`{"name":"n2","http_addr":"10.0.0.2:8080","gossip_addr":"10.0.0.2:7946","state":"dead","answering":false},`+
+			`{"name":"n3","http_addr":"10.0.0.3:8080","gossip_addr":"10.0.0.3:7946","state":"alive","answering":true}],`+
+			`"ring":["n1","n3"],"quorum":{"seen":1,"known":3,"missing":["n1","n2"],"minority":true}}`)
+	}))
+	t.Cleanup(srv.Close)
+	r := sluice(map[string]string{"SLUICE_ADDR": srv.URL}, "members").ok(t)
+	for _, want := range []string{"alive, not answering", "n3 sees 1 of the 3 members it last knew (missing: n1, n2): the minority of a partition"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("members printed %q, want %q in it", r.stdout, want)
+		}
 	}
 }

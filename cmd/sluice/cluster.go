@@ -41,9 +41,17 @@ func (c *cli) members(args []string) error {
 		if name == m.Self {
 			name += " (self)"
 		}
-		rows = append(rows, []string{name, mb.State, dash(mb.HTTPAddr), dash(mb.GossipAddr)})
+		state := mb.State
+		if state == "alive" && mb.Answering != nil && !*mb.Answering {
+			state = "alive, not answering" // cut off from the asked node, at least one way
+		}
+		rows = append(rows, []string{name, state, dash(mb.HTTPAddr), dash(mb.GossipAddr)})
 	}
 	c.table("NAME\tSTATE\tHTTP\tGOSSIP", rows)
+	if q := m.Quorum; q != nil && q.Minority {
+		fmt.Fprintf(c.out, "%s sees %d of the %d members it last knew (missing: %s): the minority of a partition, not ready\n",
+			m.Self, q.Seen, q.Known, strings.Join(q.Missing, ", "))
+	}
 	return nil
 }
 

@@ -57,8 +57,10 @@ type options struct {
 	storeTimeout   time.Duration
 	checkBudget    time.Duration
 	forwardTimeout time.Duration
-	rulesPoll      time.Duration
-	logLevel       slog.Level
+	// clusterSize: the members a node counts as known (0: those it saw).
+	clusterSize int
+	rulesPoll   time.Duration
+	logLevel    slog.Level
 	// memoryLeases: on the in-memory store, lease into buckets as on
 	// Redis instead of deciding each check in the store
 	// (lease.Config.Direct).
@@ -269,7 +271,8 @@ func settings() []setting {
 			o.checkBudget = d
 			return nil
 		}},
-		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", "50ms", "timeout of one forwarding request to a key's owner (the least: it stretches up to 2× on an owner whose round trips are slower); past it the checks are shed (503 with Retry-After). It must be above -check-budget, plus a network hop: an owner answers within its check budget", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
+		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", "50ms", "timeout of one forwarding request to a key's owner (the least: it stretches up to 2× on an owner whose round trips are slower); past it the checks are decided here (with Redis, by leasing from it; on the memory store by on_store_failure, within this node's share of the limit). It must be above -check-budget, plus a network hop: an owner answers within its check budget", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
+		{"cluster-size", "SLUICE_CLUSTER_SIZE", "0", "how many members the cluster has: a member that sees fewer than a majority of them is the minority of a partition (not ready; on the memory store each limit cut to its share); 0: the members it saw within the last 5 min", boundedIntSetter(1024, func(o *options) *int { return &o.clusterSize })},
 		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
 		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
 			o.dataDir = v

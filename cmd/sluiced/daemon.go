@@ -24,10 +24,9 @@ import (
 )
 
 // demoteAfter is how many forwarding requests in a row an owner may leave
-// unanswered before a node with Redis routes around it: one could be a
-// pause of a few tens of ms; two in a row, half a second apart (the
-// forwarder's back-off), is a stopped owner, routed around in well under a
-// second.
+// unanswered before a node routes around it: one could be a pause of a few
+// tens of ms; two in a row, half a second apart (the forwarder's
+// back-off), is a stopped owner, routed around in well under a second.
 const demoteAfter = 2
 
 // Shutdown budgets.
@@ -207,12 +206,11 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		hcfg.CapacityShare = o.hotCapacityShare
 		ccfg := node.ClusterConfig{Self: d.name, ClusterKey: o.clusterKey, Insecure: o.insecureCluster, AuthWindow: o.internalWindow,
 			Forward: forward.DefaultConfig(), Hot: &hcfg, HotNoSplit: !o.hotSplit}
-		if o.redis != "" {
-			// One shared Store: a silent owner's keys may be decided by
-			// leasing from it (see node.ClusterConfig.DemoteAfter).
-			ccfg.DemoteAfter = demoteAfter
-			ccfg.SharedStore = true
-		}
+		// One shared Store (Redis): a silent owner's keys are decided by
+		// leasing from it; else by on_store_failure within this node's
+		// share (node.ClusterConfig.SharedStore).
+		ccfg.SharedStore = o.redis != ""
+		ccfg.DemoteAfter = demoteAfter
 		ccfg.Forward.TLS = peerTLS
 		if o.forwardTimeout > 0 {
 			ccfg.Forward.Timeout = o.forwardTimeout
@@ -242,6 +240,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		cfg.Transport = h.transport
 		cfg.Logger = log
 		cfg.OnMessage = d.node.GossipMessage
+		cfg.ClusterSize = o.clusterSize
 		if h.member != nil {
 			h.member(&cfg)
 		}

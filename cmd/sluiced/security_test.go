@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/member"
@@ -154,7 +155,9 @@ func TestForgedRefundsCannotRaiseALimit(t *testing.T) {
 	// rounds of 600 give back node-b's 10 hits once, nothing else.
 	key16, _ := member.ParseClusterKey(testClusterKey)
 	for _, self := range []string{"node-b", "node-c"} {
-		f := forward.New(forward.Config{ClusterKey: key16, Self: self})
+		// A timeout well above a request's: under -race on a loaded
+		// machine one took more than the default 50ms and failed the test.
+		f := forward.New(forward.Config{ClusterKey: key16, Self: self, Timeout: 5 * time.Second})
 		for range 20 {
 			if _, err := f.Forward(ctx, ownerAddr, refund); err != nil {
 				t.Fatalf("signed refund as %s: %v", self, err)

@@ -16,6 +16,20 @@ type Member struct {
 	// State is "alive", "dead" or "left" (nodes may add "suspect").
 	// Members that are dead or left own no keys.
 	State string `json:"state"`
+	// Answering is whether an alive member answers the asked node's
+	// pings (false: cut off from it, at least one way); nil from nodes
+	// that do not report it.
+	Answering *bool `json:"answering,omitempty"`
+}
+
+// Quorum is what the asked node sees of the members it last knew: it is
+// the minority of a partition (not ready) when it sees fewer than a
+// majority of them.
+type Quorum struct {
+	Seen     int      `json:"seen"`
+	Known    int      `json:"known"`
+	Missing  []string `json:"missing,omitempty"`
+	Minority bool     `json:"minority"`
 }
 
 // live reports whether m is on the ring: every state but dead and left,
@@ -34,6 +48,8 @@ type MembersResponse struct {
 	// Members a moment after a change. Empty from nodes that do not
 	// report it.
 	Ring []string `json:"ring"`
+	// Quorum is nil on a single node and from nodes that do not report it.
+	Quorum *Quorum `json:"quorum,omitempty"`
 }
 
 // maxMembersBody bounds a /v1/members body: thousands of members fit.

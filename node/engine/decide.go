@@ -78,6 +78,9 @@ func (e *Engine) decideSingle(r *Routes, b *Batch) bool {
 	if !it.peek && e.peer(r, it.ckey) != "" {
 		return false
 	}
+	if capped, _ := e.cl.capping(); capped {
+		return false // held to its share: the phase's path (unanswered.go)
+	}
 	if err := e.decideOne(b, it); err != nil {
 		q.Err, q.ErrItem = err, int(q.lo)
 		return true

@@ -31,8 +31,13 @@
 // owner counts nothing, the node that answered the client does), and
 // what a decision charged (so may be refunded) is said in one place
 // (Charged). Every key passes one validation before routing
-// (KeyProblem). An owner that stops answering while this node's Store is
-// up is routed around (demote.go).
+// (KeyProblem). An owner that does not answer is, for the checks waiting
+// on it, a Store that does not answer: never shed; decided here from the
+// shared Store (Redis), or by the rule's on_store_failure within this
+// node's share of the limit on the memory store, where a node in the
+// minority of a partition holds all its checks to their share
+// (unanswered.go, which says why this is safe); one that stops answering
+// altogether is routed around (demote.go).
 //
 // # Rooms and imports
 //

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +19,7 @@ var ErrNotReady = errors.New("no rules loaded yet")
 
 // ErrPeerBusy is wrapped by a Forwarder's error when the peer, still a
 // member, did not answer in time or said it is overloaded: its items are
-// shed (answered unavailable) rather than decided here.
+// decided as an unanswering owner's (unanswered.go).
 var ErrPeerBusy = errors.New("peer busy")
 
 // Config configures an Engine.
@@ -163,8 +164,9 @@ type PeerResult struct {
 // owners (node/forward's Forwarder, adapted by the node).
 type Forwarder interface {
 	// Forward has the peer at addr decide items and fills results (as
-	// long as items, zero on entry). An error wrapping ErrPeerBusy sheds
-	// the items; any other error has them decided here.
+	// long as items, zero on entry). An error wrapping ErrPeerBusy has
+	// the items decided as an unanswering owner's (unanswered.go); any
+	// other error has them decided here.
 	Forward(ctx context.Context, addr string, items []PeerItem, results []PeerResult) error
 	// Budget bounds one phase's forwarding (the Forwarder's own timeouts
 	// end every call sooner unless a peer's queue is backed up).
@@ -199,24 +201,37 @@ type ClusterConfig struct {
 	// splits (false: detect only).
 	Hot   Hot
 	Split bool
-	// ShedRetry is the retry-after of a shed item (the Forwarder's
-	// back-off, after which the owner is tried again).
+	// ShedRetry is the retry-after of an item denied because its owner
+	// does not answer (a closed rule on the memory store): the
+	// Forwarder's back-off, after which the owner is tried again.
 	ShedRetry time.Duration
 	// DemoteAfter is how many requests in a row to an owner must go
 	// unanswered (Forwarder.Unanswered) before this node routes around it
-	// while its Store is up (see demote.go). Zero never demotes: right
-	// when the nodes do not share a Store.
+	// (see demote.go): its items are then decided as unanswered.go says,
+	// without waiting for it. Zero never demotes.
 	DemoteAfter int
 	// DemoteProbe is how often a demoted owner is sent one phase's items
 	// to see whether it answers again. Zero means DefaultDemoteProbe.
 	DemoteProbe time.Duration
 	// Now is the demotion's clock. Nil means time.Now.
 	Now func() time.Time
-	// SharedStore says the members share one Store (Redis): a lease op
-	// whose owner does not answer is then applied here (whoever calls the
-	// shared Store for a holder keeps the contract), where a node on its
-	// own memory store answers it with an error.
-	SharedStore bool
+	// Shares, when not nil, holds the checks this node decides for an
+	// owner that does not answer, and all of them while it is the
+	// minority, to their share of each limit (unanswered.go): right when
+	// each node keeps its own memory store. Nil: the nodes share a Store
+	// (Redis), which keeps the contract whoever decides. The caller owns
+	// it (and closes it).
+	Shares *lease.MemoryStore
+	// Quorum reports whether this node sees fewer than a majority of the
+	// members it last knew, and how many it last knew (≥ 1). Nil: never
+	// the minority, one member.
+	Quorum func() (minority bool, known int)
+	// Logger receives the lines about owners that do not answer and are
+	// routed around (at most one a LogEvery while it lasts). Nil discards
+	// them.
+	Logger *slog.Logger
+	// LogEvery is the interval of those lines. Zero means 10s.
+	LogEvery time.Duration
 }
 
 // cluster is the engine's cluster state.
@@ -226,24 +241,26 @@ type cluster struct {
 	split     bool
 	shedRetry time.Duration
 	demote    *demoter // nil: never
-	// sharedStore: lease ops of an owner that does not answer are
-	// applied here (ClusterConfig.SharedStore).
-	sharedStore bool
-	met         clusterMetrics
+	shares    *shares  // nil: a shared Store
+	flog      *fallbackLog
+	met       clusterMetrics
 }
 
 // clusterMetrics count where routed items were decided.
 type clusterMetrics struct {
 	// forwarded: items answered by their owner; fallback: items this node
 	// decided because their owner could not be reached (or did not know
-	// the rule); shed: items answered 503 because their owner, alive, did
-	// not answer in time; local: items this node owns; refunds: refunds
+	// the rule); shed: none since issue 35 (the series stays, at 0, for
+	// dashboards that read it); local: items this node owns; refunds: refunds
 	// sent to owners; served: checks peers forwarded that this node
 	// decided.
 	forwarded, fallback, shed, local, refunds, served *metrics.Counter
 	// demoted: items decided here because their owner was demoted (it
-	// stopped answering; see demote.go).
-	demoted *metrics.Counter
+	// stopped answering; see demote.go); unanswered: items decided here
+	// (or by on_store_failure) because their owner did not answer, the
+	// demoted included; capped: items denied because this node's share
+	// of their limit was spent (unanswered.go).
+	demoted, unanswered, capped *metrics.Counter
 	// Lease ops (lease.go): sent to their owner and applied there;
 	// applied here because their owner did not answer; failed for that
 	// reason; applied here for peers.
@@ -261,29 +278,43 @@ func (e *Engine) EnableCluster(cfg ClusterConfig) {
 		split:     cfg.Split,
 		shedRetry: cfg.ShedRetry,
 		met: clusterMetrics{
-			forwarded: e.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),
-			fallback:  e.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
-			shed:      e.set.NewCounter(`sluice_routed_items_total{decided_by="none_shed"}`),
-			local:     e.set.NewCounter(`sluice_routed_items_total{decided_by="self"}`),
-			refunds:   e.set.NewCounter(`sluice_routed_refunds_total`),
-			served:    e.set.NewCounter(`sluice_routed_items_served_total`),
-			demoted:   e.set.NewCounter(`sluice_routed_items_total{decided_by="demoted_owner"}`),
+			forwarded:  e.set.NewCounter(`sluice_routed_items_total{decided_by="owner"}`),
+			fallback:   e.set.NewCounter(`sluice_routed_items_total{decided_by="fallback"}`),
+			shed:       e.set.NewCounter(`sluice_routed_items_total{decided_by="none_shed"}`),
+			local:      e.set.NewCounter(`sluice_routed_items_total{decided_by="self"}`),
+			refunds:    e.set.NewCounter(`sluice_routed_refunds_total`),
+			served:     e.set.NewCounter(`sluice_routed_items_served_total`),
+			demoted:    e.set.NewCounter(`sluice_routed_items_total{decided_by="demoted_owner"}`),
+			unanswered: e.set.NewCounter(`sluice_routed_items_total{decided_by="owner_unanswered"}`),
+			capped:     e.set.NewCounter(`sluice_share_denied_items_total`),
 
 			leasesForwarded: e.set.NewCounter(`sluice_routed_lease_ops_total{applied_by="owner"}`),
 			leasesFallback:  e.set.NewCounter(`sluice_routed_lease_ops_total{applied_by="fallback"}`),
 			leasesFailed:    e.set.NewCounter(`sluice_routed_lease_ops_total{applied_by="none_failed"}`),
 			leasesServed:    e.set.NewCounter(`sluice_routed_lease_ops_served_total`),
 		},
-		sharedStore: cfg.SharedStore,
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	every := cfg.LogEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	e.cl.flog = &fallbackLog{log: log, every: every, now: cfg.Now, peers: map[string]int64{},
+		after: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }}
+	if cfg.Shares != nil {
+		e.cl.shares = &shares{store: cfg.Shares, quorum: cfg.Quorum}
 	}
 	if cfg.DemoteAfter > 0 {
 		d := &demoter{after: cfg.DemoteAfter, probe: cfg.DemoteProbe, now: cfg.Now,
-			unanswered: cfg.Forwarder.Unanswered, storeUp: e.mgr.StoreHealthy}
+			unanswered: cfg.Forwarder.Unanswered, log: log}
 		if d.probe <= 0 {
 			d.probe = DefaultDemoteProbe
-		}
-		if d.now == nil {
-			d.now = time.Now
 		}
 		e.cl.demote = d
 	}

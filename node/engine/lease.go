@@ -102,7 +102,7 @@ type leaseOp struct {
 // lend (a global rule of a region's node: Config.Global) fails the whole
 // call with a *LeaseProblem, and nothing is applied. An op whose owner
 // does not answer is decided here when the cluster shares a Store
-// (ClusterConfig.SharedStore), else answered with Err (the holder treats
+// (ClusterConfig.Shares nil), else answered with Err (the holder treats
 // it as a failed Store call). ctx bounds forwarding.
 func (e *Engine) Lease(ctx context.Context, t *Table, ops []LeaseOp, results []LeaseResult) error {
 	if t == nil {
@@ -176,7 +176,7 @@ func (e *Engine) forwardLeases(ctx context.Context, addr string, ls []leaseOp, i
 		c.met.leasesForwarded.Add(len(idx))
 		return
 	}
-	if c.sharedStore {
+	if c.shares == nil { // a shared Store
 		// Whoever calls the shared Store for a holder keeps the
 		// contract: decided here, as the owner would.
 		c.met.leasesFallback.Add(len(idx))

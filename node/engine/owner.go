@@ -60,6 +60,7 @@ func (e *Engine) DecideOwned(b *Batch, items []PeerItem, results []PeerResult, p
 	}
 	if len(b.local) > 0 {
 		e.decideLocals(b)
+		e.capLocals(b)
 	}
 	qi := 0
 	for i := range items {

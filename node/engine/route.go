@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-
-	"github.com/sluicehq/sluice/lease"
 )
 
 // Routing: the step of the decision engine (decide.go) that says where
@@ -16,12 +14,13 @@ import (
 // holder of its hot-key split): items this node owns are decided by its
 // Manager while each peer's items go to that peer in one Forward call,
 // all peers concurrently, so a batch costs one forwarding round trip per
-// phase, not one per item. An item whose owner, still a member, does not
-// answer in time or says it is overloaded (ErrPeerBusy) is shed
-// (answered 503, see shed), unless the owner has stopped answering
-// altogether and is routed around (demote.go); one whose owner cannot be reached (refused the
-// connection, left the ring) or answers with an item error (a rule it does
-// not know yet) is decided here by leasing from the shared Store.
+// phase, not one per item. An item whose owner does not answer in time or
+// says it is overloaded (ErrPeerBusy), or has stopped answering
+// altogether and is routed around (demote.go), is decided as a Store
+// that does not answer would have it (unanswered.go: never shed); one
+// whose owner cannot be reached (refused the connection, left the ring)
+// or answers with an item error (a rule it does not know yet) is decided
+// here by leasing from the shared Store.
 // Hits charged to items of a denied request are refunded where they were
 // charged: here with Manager.Refund, at the owner with a refund item.
 
@@ -138,6 +137,7 @@ func (e *Engine) phase(ctx context.Context, r *Routes, b *Batch, leased bool) {
 	}
 	if len(b.local) > 0 {
 		e.decideLocals(b)
+		e.capLocals(b)
 	}
 	if e.cl != nil {
 		for _, i := range b.local {
@@ -152,36 +152,30 @@ func (e *Engine) phase(ctx context.Context, r *Routes, b *Batch, leased bool) {
 	// (Batch.noteDenied).
 }
 
-// collect records the peers' answers of a phase. The items of a peer that
-// membership still lists as alive and that did not answer in time or said
-// it is overloaded (ErrPeerBusy) are shed (see shed); those of a
+// collect records the peers' answers of a phase. The items of a peer
+// that did not answer in time, said it is overloaded (ErrPeerBusy) or is
+// routed around (demoted) are decided as unanswered.go says; those of a
 // peer that could not be reached (refused the connection, left the ring
 // meanwhile, answered an invalid reply) or that answered with an item
 // error are decided here.
 func (e *Engine) collect(b *Batch) {
 	c := e.cl
-	var r *Routes // loaded at the first failure
 	for gi := range b.groups {
 		g := &b.groups[gi]
 		if g.demoted {
 			// Its owner stopped answering: decided here, from the Store.
 			for _, i := range g.idx {
-				e.decideLocal(b, i)
+				e.unanswered(b, i, g.addr)
 				c.met.demoted.Inc()
 			}
+			c.demote.decided(g.addr, len(g.idx))
 			continue
 		}
-		shed := false
-		if g.err != nil && errors.Is(g.err, ErrPeerBusy) {
-			if r == nil {
-				r = e.routes.Load()
-			}
-			shed = r.alive(g.addr)
-		}
+		silent := g.err != nil && errors.Is(g.err, ErrPeerBusy)
 		for j, i := range g.idx {
 			res := &g.results[j]
-			if shed {
-				e.shed(b, i)
+			if silent {
+				e.unanswered(b, i, g.addr)
 				continue
 			}
 			if g.err != nil || res.Err != "" {
@@ -190,6 +184,13 @@ func (e *Engine) collect(b *Batch) {
 				continue
 			}
 			it := &b.Items[i]
+			if res.Decision.Unavailable && c.shares == nil {
+				// The owner's Store is down (a closed rule's 503); this
+				// node's, the same shared Store, may answer it.
+				e.decideShared(b, i)
+				c.met.fallback.Inc()
+				continue
+			}
 			it.Decision = res.Decision
 			b.record(it)
 			if it.charged {
@@ -199,23 +200,6 @@ func (e *Engine) collect(b *Batch) {
 			c.met.forwarded.Inc()
 		}
 	}
-}
-
-// shed answers item i as shed: denied and unavailable (503 with
-// Retry-After, as a closed rule with the Store down), retry after the
-// Forwarder's back-off. Nothing was charged here; the owner may have
-// charged it (a timed-out batch it decided late), which errs towards
-// admitting less.
-func (e *Engine) shed(b *Batch, i int32) {
-	it := &b.Items[i]
-	if b.Requests[it.req].Err != nil {
-		return
-	}
-	c := e.cl
-	it.Decision = lease.Decision{Limit: it.Policy.Limit, RetryAfter: c.shedRetry, Unavailable: true}
-	b.recordAs(it, DecShed)
-	b.noteDenied(it)
-	c.met.shed.Inc()
 }
 
 // send forwards every group of b, each from its own goroutine unless it

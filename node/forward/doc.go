@@ -27,11 +27,13 @@
 // of the batch fails with [ErrPeerUnavailable]. Failures that say the peer
 // is up but overloaded (a timeout, 503 or 429, a full queue, the caller's
 // deadline passing while queued) wrap [ErrPeerBusy] too: the owner may
-// still decide those items, so the node sheds them (503) rather than
-// decide them a second time. The others (connection refused or reset, an
+// still decide those items, which the node knows when it decides them
+// itself (with a shared Store that is safe; on each node's own memory
+// store within its share of the limit: node/engine's unanswered.go). The others (connection refused or reset, an
 // invalid reply) mean the owner is not deciding: the node decides the
 // items itself by leasing from the Store, so a dead peer never becomes an
-// error for the gateway. The peer is then marked down for [Config.Backoff]:
+// error for the gateway. The peer is then marked down for [Config.Backoff]
+// (not after a timeout: the engine routes around a silent owner itself):
 // items for it fail at once, without a request (with the error of the
 // failure that marked it down, busy or not), until the back-off ends
 // and the next batch probes it again. Requests are never retried: a batch

@@ -23,9 +23,9 @@ var (
 	// out (connecting included), the owner answered 503 or 429, the
 	// peer's queue is full or backed up past the caller's deadline, or
 	// the peer is backing off after such a failure. The owner may still
-	// be deciding its keys, so a caller that decided the items itself
-	// could admit them twice: it should shed them instead (node answers
-	// 503 with Retry-After). Failures without it (connection refused or
+	// be deciding its keys, so a caller that decides the items itself
+	// must not admit them twice (node/engine decides them from a shared
+	// Store, or within its share of the limit). Failures without it (connection refused or
 	// reset, a peer removed, a reply that is not valid) say the owner
 	// is not deciding: the caller may decide the items itself.
 	ErrPeerBusy = errors.New("peer busy")
@@ -112,6 +112,7 @@ func (f *Forwarder) Forward(ctx context.Context, addr string, it Item) (Result, 
 		return Result{}, err
 	}
 	w := f.waiters.Get().(*waiter)
+	w.state.Store(0)
 	w.enc = appendItem(w.enc[:0], &it)
 	w.n = 1
 	if err := p.enqueue(w); err != nil {
@@ -126,7 +127,10 @@ func (f *Forwarder) Forward(ctx context.Context, addr string, it Item) (Result, 
 		return r, err
 	case <-ctx.Done():
 		// w stays with the peer, which will answer it into the void: it
-		// is not reused.
+		// is not reused; what the owner allowed is refunded to it.
+		if !w.abandon() {
+			p.refundUnread(w, true)
+		}
 		return Result{}, busyCtxErr(addr, ctx.Err())
 	}
 }
@@ -167,6 +171,7 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 	for off := 0; off < len(items); off += f.cfg.MaxBatch {
 		end := min(off+f.cfg.MaxBatch, len(items))
 		w := f.waiters.Get().(*waiter)
+		w.state.Store(0)
 		w.enc = w.enc[:0]
 		for i := off; i < end; i++ {
 			w.enc = appendItem(w.enc, &items[i])
@@ -184,10 +189,22 @@ func (f *Forwarder) ForwardMany(ctx context.Context, addr string, items []Item, 
 		select {
 		case <-w.done:
 		case <-ctx.Done():
-			// The remaining waiters stay with the peer: not reused.
+			// The remaining waiters stay with the peer: not reused; what
+			// the owner allowed of them is refunded to it (the caller
+			// decides them all). So is what it allowed of those already
+			// answered.
+			for _, w := range ws[i:] {
+				if !w.abandon() {
+					p.refundUnread(w, true)
+				}
+			}
 			for _, w := range ws[:i] {
-				w.err = nil
-				f.waiters.Put(w)
+				if w.err == nil {
+					p.refundUnread(w, false) // not reused either
+				} else {
+					w.err = nil
+					f.waiters.Put(w)
+				}
 			}
 			return busyCtxErr(addr, ctx.Err())
 		}

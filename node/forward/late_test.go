@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,5 +207,60 @@ func TestForwardRefundsLateReplies(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second): // a hang bound, not a timing
 		t.Fatal("the late reply's allowed check was not refunded")
+	}
+}
+
+// TestForwardRefundsAbandonedCalls: when the caller's own deadline passes
+// before the owner answers (and before the Forwarder's timeout), the
+// caller decides the checks itself; when the owner's answer comes, what
+// it allowed is refunded to it, for Forward and ForwardMany alike. Before
+// (issue 35), those answers went into the void and the owner's charge
+// stayed: with the caller deciding too, a key on a shared Store admitted
+// over its limit (101 of 100 in the netns spray rows). No timing: the
+// owner answers only once the caller has had its error.
+func TestForwardRefundsAbandonedCalls(t *testing.T) {
+	d := &refundSignal{refunds: make(chan Item, 8)}
+	h := NewHandler(HandlerConfig{}, d)
+	release := make(chan struct{}, 8)
+	var armed atomic.Bool // the next request (a check, not the refund) waits for release
+	s := startServer(t, func(ctx *fasthttp.RequestCtx) {
+		if armed.CompareAndSwap(true, false) {
+			<-release
+		}
+		h(ctx)
+	})
+	f := newForwarder(t, Config{Timeout: time.Hour})
+	for _, many := range []bool{false, true} {
+		armed.Store(true)
+		s.requests.Store(0)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			it := Item{Op: OpCheck, Rule: "r", Key: "slow", Hits: 2}
+			var err error
+			if many {
+				err = f.ForwardMany(ctx, s.addr, []Item{it, it}, make([]Result, 2))
+			} else {
+				_, err = f.Forward(ctx, s.addr, it)
+			}
+			errc <- err
+		}()
+		clocktest.Eventually(t, 10*time.Second, "the request at the owner", func() bool { return s.requests.Load() > 0 })
+		cancel() // the caller's deadline
+		if err := <-errc; !isBusy(err) {
+			t.Fatalf("many %v: error %v, want ErrPeerBusy", many, err)
+		}
+		release <- struct{}{}
+		want := map[bool]int{false: 1, true: 2}[many]
+		for range want {
+			select {
+			case r := <-d.refunds:
+				if r.Key != "slow" || r.Hits != 2 {
+					t.Errorf("many %v: refund %+v, want 2 hits of key slow", many, r)
+				}
+			case <-time.After(10 * time.Second): // a hang bound, not a timing
+				t.Fatalf("many %v: the abandoned call's allowed checks were not refunded", many)
+			}
+		}
 	}
 }

@@ -21,7 +21,16 @@ type waiter struct {
 	res  []Result // their results, len ≥ n
 	err  error
 	done chan struct{} // cap 1
+	// state: 0 pending; 1 the owner's results delivered; 2 abandoned,
+	// the caller's deadline passed first (its checks are decided by the
+	// caller: what the owner allowed is refunded to it when it answers).
+	state atomic.Int32
 }
+
+// abandon marks w's results unread: the caller's deadline passed. It
+// reports false when the owner's results were delivered first: the
+// caller must then have them refunded (peer.refundUnread).
+func (w *waiter) abandon() bool { return w.state.CompareAndSwap(0, 2) }
 
 func (w *waiter) finish(err error) {
 	w.err = err

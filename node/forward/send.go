@@ -44,7 +44,7 @@ func (p *peer) send(b *batch) {
 		if finished.CompareAndSwap(false, true) {
 			p.observe(timeout)
 			p.unanswered.Add(1)
-			p.fail(b, true, fmt.Errorf("no answer within %s", timeout))
+			p.fail(b, true, false, fmt.Errorf("no answer within %s", timeout))
 		}
 	})
 	var plans []shard.Plan
@@ -72,7 +72,7 @@ func (p *peer) send(b *batch) {
 		if busy {
 			p.observe(timeout)
 		}
-		p.fail(b, busy, err)
+		p.fail(b, busy, !isTimeout(err), err)
 		p.putBatch(b)
 		return
 	}
@@ -86,8 +86,15 @@ func (p *peer) send(b *batch) {
 	p.met.items.Add(b.n)
 	off := 0
 	for _, w := range b.ws {
-		copy(w.res[:w.n], b.results[off:off+w.n])
+		res := b.results[off : off+w.n]
 		off += w.n
+		if !w.state.CompareAndSwap(0, 1) {
+			// Abandoned: its caller decides its checks itself, so what
+			// the owner allowed of them goes back to it.
+			p.refundItems(b, waiterBody(w), res)
+			continue
+		}
+		copy(w.res[:w.n], res)
 		w.finish(nil)
 	}
 	clear(b.results)
@@ -97,11 +104,17 @@ func (p *peer) send(b *batch) {
 	}
 }
 
-// fail marks the peer down (busy or not) and fails b's callers with err.
-// b stays the caller's.
-func (p *peer) fail(b *batch, busy bool, err error) {
-	p.busy.Store(busy)
-	p.down.Store(p.f.cfg.Now().Add(p.f.cfg.Backoff).UnixNano())
+// fail fails b's callers with err and, with backoff, marks the peer down
+// (busy or not) for Config.Backoff. b stays the caller's. A timeout does
+// not back the peer off: a stall of an owner (a GC pause, a stalled VM)
+// then costs the checks it held, not a back-off's worth of checks decided
+// without it (their senders decide those: node/engine's unanswered.go); a
+// peer that stays silent is routed around by the engine (demote.go).
+func (p *peer) fail(b *batch, busy, backoff bool, err error) {
+	if backoff {
+		p.busy.Store(busy)
+		p.down.Store(p.f.cfg.Now().Add(p.f.cfg.Backoff).UnixNano())
+	}
 	p.f.stats.failures.Add(1)
 	p.met.failures.Inc()
 	p.f.stats.failed.Add(uint64(b.n))

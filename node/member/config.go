@@ -144,6 +144,33 @@ type Config struct {
 	// ReconnectTimeout is how long a failed member is retried before it is
 	// forgotten. Default 1h.
 	ReconnectTimeout time.Duration
+
+	// ReachInterval is how often the Cluster pings every member itself
+	// (see Cluster.Quorum), one ping at a time per member. Default 100ms
+	// (a LAN ping takes well under 1ms: about ten small UDP packets a
+	// second per member). Negative disables the pings:
+	// every live member then counts as answering.
+	ReachInterval time.Duration
+
+	// ReachMisses is how many pings in a row a member must leave
+	// unanswered to count as not answering (each waits up to
+	// ProbeTimeout; one at a time per member). Default 2: with
+	// memberlist's 500ms ProbeTimeout a cut shows within about 1.2s
+	// (two timed-out pings and the ticks before them), a lost packet does
+	// not, nor a stall of this node itself.
+	ReachMisses int
+
+	// KnownWindow is how long a member that failed (without leaving)
+	// still counts among the members this node last knew. Default 5m: a
+	// partition that lasts longer makes each side count only what it
+	// sees. A graceful leave is forgotten at once.
+	KnownWindow time.Duration
+
+	// ClusterSize, when above zero, is the number of members the node
+	// counts as known whatever it saw (sluiced -cluster-size): with 5, a
+	// node that sees 2 is a minority even right after it started. Zero
+	// counts the members seen within KnownWindow.
+	ClusterSize int
 }
 
 // DefaultConfig returns the defaults, tuned for a LAN (one data centre or
@@ -165,6 +192,9 @@ func DefaultConfig() Config {
 		JoinRetryMax:        10 * time.Second,
 		ReconnectInterval:   5 * time.Second,
 		ReconnectTimeout:    time.Hour,
+		ReachInterval:       100 * time.Millisecond,
+		ReachMisses:         2,
+		KnownWindow:         5 * time.Minute,
 	}
 }
 
@@ -237,6 +267,11 @@ func (c Config) withDefaults() (Config, error) {
 	setDur(&c.JoinRetryMax, d.JoinRetryMax)
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)
 	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)
+	setDur(&c.ReachInterval, d.ReachInterval)
+	if c.ReachMisses == 0 {
+		c.ReachMisses = d.ReachMisses
+	}
+	setDur(&c.KnownWindow, d.KnownWindow)
 
 	bad := func(field, format string, args ...any) (Config, error) {
 		return c, fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
@@ -271,6 +306,12 @@ func (c Config) withDefaults() (Config, error) {
 	} else if !c.Insecure {
 		return bad("ClusterKey", "required: a cluster without a key can be joined by anyone who reaches the gossip port (set Insecure to allow it)")
 	}
+	if c.ReachMisses < 0 {
+		return bad("ReachMisses", "%d: must not be negative", c.ReachMisses)
+	}
+	if c.ClusterSize < 0 {
+		return bad("ClusterSize", "%d: must not be negative", c.ClusterSize)
+	}
 	if c.MessageQueue < 0 {
 		return bad("MessageQueue", "%d: must not be negative", c.MessageQueue)
 	}
@@ -285,7 +326,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"GossipInterval", c.GossipInterval}, {"PushPullInterval", c.PushPullInterval},
 		{"TCPTimeout", c.TCPTimeout}, {"DeadNodeReclaimTime", c.DeadNodeReclaimTime},
 		{"JoinRetryMin", c.JoinRetryMin}, {"JoinRetryMax", c.JoinRetryMax},
-		{"ReconnectTimeout", c.ReconnectTimeout},
+		{"ReconnectTimeout", c.ReconnectTimeout}, {"KnownWindow", c.KnownWindow},
 	} {
 		if f.v < 0 {
 			return bad(f.name, "%v: must not be negative", f.v)

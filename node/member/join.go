@@ -86,23 +86,13 @@ func (c *Cluster) startJoinLoop(first time.Duration) {
 // node is alone, so that healed partitions merge.
 func (c *Cluster) runReconnect() {
 	defer c.wg.Done()
-	if c.cfg.ReconnectInterval < 0 {
-		return
-	}
-	t := time.NewTicker(c.cfg.ReconnectInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		}
+	c.every(c.cfg.ReconnectInterval, func() {
 		if c.leaving.Load() || !c.ready.Load() {
-			continue
+			return
 		}
 		targets := c.reconnectTargets(time.Now())
 		if len(targets) == 0 {
-			continue
+			return
 		}
 		n, err := c.ml.Join(targets)
 		if n > 0 {
@@ -110,7 +100,7 @@ func (c *Cluster) runReconnect() {
 		} else {
 			c.log.Debug("cannot reconnect", "tried", len(targets), "err", err)
 		}
-	}
+	})
 }
 
 // reconnectTargets returns the gossip addresses of failed members still

@@ -35,8 +35,9 @@
 //
 // # Concurrency
 //
-// A Cluster is safe for concurrent use. It owns three goroutines (events,
-// messages, reconnect) and, while a join is being retried, a fourth; all
+// A Cluster is safe for concurrent use. It owns four goroutines (events,
+// messages, reconnect, reach), one per ping in flight and, while a join
+// is being retried, one more; all
 // stop on Close. onChange and Config.OnMessage are each called serially,
 // never concurrently with themselves, from a goroutine the Cluster owns;
 // they must not call Close. memberlist's own callbacks never block on
@@ -79,6 +80,11 @@ type Member struct {
 	GossipAddr string // memberlist address "ip:port"
 	HTTPAddr   string // HTTP API address from the node meta ("" if none or unreadable)
 	State      string // StateAlive, StateDead or StateLeft
+	// Answering (View only): a live member answers this node's pings
+	// (see Config.ReachMisses; always true of this node; false of dead
+	// and left members). An alive member that does not answer is cut
+	// off from this node, at least one way.
+	Answering bool
 }
 
 // Cluster is this node's membership in a Sluice cluster.
@@ -102,6 +108,7 @@ type Cluster struct {
 	selfLeave  selfLeave   // how far memberlist got with this node's leave
 	dropped    atomic.Uint64
 	joinActive atomic.Bool // a background join loop runs
+	reach      reach       // the pings' view (reach.go)
 
 	mu struct {
 		sync.Mutex
@@ -184,6 +191,11 @@ func Start(cfg Config, onChange func(members []Member)) (*Cluster, error) {
 		msgs:      make(chan []byte, cfg.MessageQueue),
 		stop:      make(chan struct{}),
 	}
+	c.reach.book = newReachBook(cfg.Name, cfg.ReachMisses, cfg.KnownWindow, cfg.ClusterSize)
+	c.reach.inflight, c.reach.joined, c.reach.silent = map[string]bool{}, map[string]time.Time{}, map[string]time.Time{}
+	if cfg.ReachInterval < 0 {
+		c.reach.book.misses = -1 // every live member answers
+	}
 	c.mu.departed = make(map[string]departure)
 	c.mu.live = make(map[string]Member)
 	c.setMeta(meta{httpAddr: httpAddr})
@@ -229,10 +241,11 @@ func Start(cfg Config, onChange func(members []Member)) (*Cluster, error) {
 	c.ml = ml
 	mlReady.Store(ml)
 
-	c.wg.Add(3)
+	c.wg.Add(4)
 	go c.runEvents()
 	go c.runMessages()
 	go c.runReconnect()
+	go c.runReach()
 
 	c.signal() // the first view: this node alone
 	if seeds := c.notSelf(cfg.Join); len(seeds) > 0 {

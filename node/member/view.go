@@ -35,6 +35,12 @@ func (c *Cluster) View() []Member {
 		return slices.ContainsFunc(live, func(m Member) bool { return m.Name == g.Name })
 	})
 	slices.SortFunc(gone, func(a, b Member) int { return cmpString(a.Name, b.Name) })
+	now := c.cfg.Now()
+	c.reach.Lock()
+	for i := range live {
+		live[i].Answering = c.reach.book.answering(live[i].Name, now)
+	}
+	c.reach.Unlock()
 	return append(live, gone...)
 }
 
@@ -120,6 +126,11 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	}
 	if n.Name == c.cfg.Name {
 		c.selfLeave.left.Store(true)
+	}
+	if m.State == StateLeft {
+		c.reach.Lock()
+		c.reach.book.left(n.Name) // a graceful leave shrinks what this node knows at once
+		c.reach.Unlock()
 	}
 	c.mu.Lock()
 	if len(c.mu.departed) >= maxDeparted {

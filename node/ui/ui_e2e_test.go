@@ -545,6 +545,7 @@ type sluiced struct {
 	base   string // http://addr
 	addr   string
 	client *http.Client
+	proc   *os.Process
 }
 
 // buildSluiced builds ./cmd/sluiced into a temporary directory.
@@ -636,7 +637,7 @@ func launch(t *testing.T, bin, token string, args ...string) *sluiced {
 			t.Logf("log of sluiced %v:\n%s", args, logs.String())
 		}
 	})
-	s := &sluiced{base: "http://" + addr, addr: addr, client: &http.Client{Timeout: 10 * time.Second}}
+	s := &sluiced{base: "http://" + addr, addr: addr, client: &http.Client{Timeout: 10 * time.Second}, proc: cmd.Process}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
@@ -880,6 +881,20 @@ func TestE2EDashboardCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	save(t, out, "dashboard-cluster.png", shot)
+
+	// A partition, as n1 sees it: n3 stopped (alive to gossip for a few
+	// seconds, answering nothing) shows as not answering and missing from
+	// the stats (issue 35: the dashboard showed the cluster whole).
+	if err := nodes[2].proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nodes[2].proc.Signal(syscall.SIGCONT) }) // before its SIGTERM
+	poll(t, ctx, "n3 not answering, and the stats partial without it",
+		`(() => { const s = document.getElementById('pill-silent'), p = document.getElementById('pill-partial'); `+
+			`return s !== null && s.textContent.includes('n3') && p !== null && p.textContent.includes('n3'); })()`)
+	if err := nodes[2].proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range console.errors() {
 		t.Errorf("browser console: %s", m)
 	}

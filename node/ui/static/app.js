@@ -257,12 +257,26 @@
       const cls = alive === ms.length ? 'ok' : 'warn';
       h.append(el('span', { class: 'pill' }, el('i', { class: 'dot ' + cls }),
         alive + ' of ' + ms.length + (ms.length === 1 ? ' member' : ' members') + ' alive'));
+      // A partition: members alive to gossip that do not answer this
+      // node's pings, and this node in the minority.
+      const silent = ms.filter((m) => m.state === 'alive' && m.answering === false).map((m) => m.name);
+      if (silent.length) {
+        h.append(el('span', { class: 'pill', id: 'pill-silent', title: 'alive to gossip, but not answering this node: cut off from it, at least one way' },
+          el('i', { class: 'dot warn' }), 'not answering: ' + silent.join(', ')));
+      }
+      const q = state.members.quorum;
+      if (q && q.minority) {
+        h.append(el('span', { class: 'pill', id: 'pill-minority', title: 'not ready: load balancers drain it; on the memory store each limit is cut to its share' },
+          el('i', { class: 'dot bad' }), 'minority: sees ' + q.seen + ' of ' + q.known + ' members'));
+      }
     }
     if (state.rules) {
       h.append(el('span', { class: 'pill' }, 'rules v' + state.rulesVersion + (state.rulesSource ? ' · ' + state.rulesSource : '')));
     }
     if (s && s.partial) {
-      h.append(el('span', { class: 'pill' }, el('i', { class: 'dot warn' }), 'partial: a peer did not answer'));
+      const missing = (s.nodes || []).filter((n) => !n.ok).map((n) => n.name);
+      h.append(el('span', { class: 'pill', id: 'pill-partial', title: (s.nodes || []).filter((n) => !n.ok).map((n) => n.name + ': ' + n.error).join('\n') || null },
+        el('i', { class: 'dot warn' }), 'partial: ' + (missing.length ? missing.join(', ') + ' missing' : 'a peer did not answer')));
     }
     $('node-name').textContent = s ? s.self : '';
   }
@@ -520,14 +534,15 @@
     for (const n of (state.stats && state.stats.nodes) || []) nodes[n.name] = n;
     const rows = (m.members || []).map((x) => {
       const n = nodes[x.name];
-      const cls = x.state === 'alive' ? 'ok' : (x.state === 'left' ? 'warn' : 'bad');
+      const silent = x.state === 'alive' && x.answering === false;
+      const cls = silent ? 'warn' : (x.state === 'alive' ? 'ok' : (x.state === 'left' ? 'warn' : 'bad'));
       let store = '–';
       if (n && n.ok && n.store) store = n.store.breaker;
       else if (n && !n.ok) store = 'no answer';
       return el('tr', null,
         el('td', { class: 'nowrap' }, x.name, x.name === m.self ? el('span', { class: 'muted', text: ' (here)' }) : null),
         el('td', { class: 'key', text: x.http_addr || '–' }),
-        el('td', null, el('span', { class: 'state' }, el('i', { class: 'dot ' + cls }), x.state)),
+        el('td', null, el('span', { class: 'state' }, el('i', { class: 'dot ' + cls }), silent ? 'alive, not answering' : x.state)),
         el('td', { text: store, title: n && n.error ? n.error : null }),
       );
     });
