@@ -394,6 +394,11 @@ type Grant struct {
 	// lessee's loan ends with the current window).
 	AheadTokens  int64
 	AheadWindows int64
+	// Crowded says that the call was crowded out (Lessee.MaxHolders): it
+	// was made as a call with no Lessee for exactly need tokens, so
+	// Granted is need or 0, spent at once (the check that asked is
+	// decided by it; nothing is left to hold), and Lent is 0.
+	Crowded bool
 }
 
 // Result is the answer of an exact check (sliding_log, concurrency).
@@ -503,7 +508,31 @@ type Lessee struct {
 	// that first for such a call, and falls back to its usual call when
 	// the key has state.
 	First bool
+	// MaxHolders bounds the holders of the key: a call of ID, which has
+	// no running loan of the key, when MaxHolders holders have one, is
+	// crowded out (see "Lent tokens" in the package doc): it lends
+	// nothing, and is made as a call with no ID for exactly need tokens,
+	// so that the check that asked is decided by the Store
+	// (Grant.Crowded). A holder with a running loan is never crowded
+	// out. 0: no bound; at most MaxKeyHolders. A node sets it for the
+	// holders of the lease protocol (a rule's max_holders), which a
+	// client controls; its own Managers need none (a key's nodes are
+	// few).
+	MaxHolders int
 }
+
+// MaxKeyHolders bounds Lessee.MaxHolders: a Store call costs time linear
+// in the key's loans, and Redis runs nothing else meanwhile.
+const MaxKeyHolders = 1024
+
+// DefaultMaxHolders is the bound on a key's holders a node sets for the
+// holders of the lease protocol unless a rule says otherwise
+// (Lessee.MaxHolders, a rule's max_holders): the largest round number
+// whose lease call, on a key with that many holders, costs at most 3×
+// one on a key with one holder, on Redis (its CPU per script call) and
+// on the MemoryStore (BenchmarkLeaseHolders in lease and lua; see
+// docs/performance.md).
+const DefaultMaxHolders = 64
 
 // MaxAheadWindows bounds Lessee.AheadWindows.
 const MaxAheadWindows = 1 << 16

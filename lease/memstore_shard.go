@@ -9,6 +9,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -65,9 +66,10 @@ type memLoan struct{ lent, expires, aux int64 }
 
 func memLoanOf(l Loan) memLoan { return memLoan{l.Lent, l.Expires, l.LastSpend + l.Share} }
 
-// loan is l as holder's Loan of a key of algorithm alg.
-func (l memLoan) loan(holder string, alg Algorithm) Loan {
-	x := Loan{Holder: holder, Lent: l.lent, Expires: l.expires}
+// loan is l as the Loan of holder (its index id in the shard's holder
+// table) of a key of algorithm alg.
+func (l memLoan) loan(holder string, id uint16, alg Algorithm) Loan {
+	x := Loan{Holder: holder, Lent: l.lent, Expires: l.expires, ref: id}
 	if alg == FixedWindow {
 		x.Share = l.aux
 	} else {
@@ -303,11 +305,14 @@ func (sh *memShard) state(alg Algorithm, slot uint32, ok bool) algoState {
 	}
 	r := &sh.recs[slot]
 	if r.flags&recLoan != 0 {
-		ls = append(ls, r.loan.loan(sh.holders.names[r.holder], alg))
+		ls = append(ls, r.loan.loan(sh.holders.names[r.holder], r.holder, alg))
 	}
 	if r.flags&recSpill != 0 {
-		for _, l := range sh.spill[slot].loans {
-			ls = append(ls, l.loan(sh.holders.names[l.holder], alg))
+		sp := sh.spill[slot].loans
+		n := len(ls)
+		ls = slices.Grow(ls, len(sp))[:n+len(sp)]
+		for i := range sp {
+			ls[n+i] = sp[i].loan(sh.holders.names[sp[i].holder], sp[i].holder, alg)
 		}
 	}
 	ps.unpack(*r, ls)
@@ -344,7 +349,12 @@ func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorit
 		ls = ps.lent()
 		sh.ids = sh.ids[:0]
 		for _, l := range ls {
-			id, ok := sh.holders.acquire(l.Holder)
+			id, ok := l.ref, true
+			if id != 0 {
+				sh.holders.refs[id]++ // read from this shard's record (state): no lookup
+			} else {
+				id, ok = sh.holders.acquire(l.Holder)
+			}
 			if !ok {
 				for _, id := range sh.ids {
 					sh.holders.release(id)
@@ -380,9 +390,10 @@ func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorit
 		sh.spill[slot] = sp
 		fallthrough
 	case len(ls) > 1:
-		sp.loans = sp.loans[:0]
-		for i, l := range ls[1:] {
-			sp.loans = append(sp.loans, spilledLoan{memLoanOf(l), sh.ids[i+1]})
+		sp.loans = slices.Grow(sp.loans[:0], len(ls)-1)[:len(ls)-1]
+		ids := sh.ids[1:len(ls)]
+		for i := range sp.loans {
+			sp.loans[i] = spilledLoan{memLoanOf(ls[i+1]), ids[i]}
 		}
 		r.flags |= recSpill
 	case sp != nil:
