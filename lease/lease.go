@@ -140,6 +140,25 @@
 //     (for windows, into the current window's count if the loan is of
 //     that window); a return can never add tokens the Store did not lend
 //     to h, and an empty holder ("") gets nothing back.
+//   - A bounded number of holders (Lessee.MaxHolders = M > 0): h's loan
+//     runs while the Store counts it: for token_bucket and gcra while
+//     exp_h > now (token_bucket: now, or the key's stored time if later);
+//     for the windows, a loan of the current window, a fixed_window share
+//     lent into it or into a later window included. A call of h with no
+//     running loan, when M holders have one, is crowded out: it lends
+//     nothing and settles nothing; it is made as a call with no Lessee
+//     for exactly need tokens (want is taken as need): need granted if
+//     avail ≥ need, spent at once (taken off the level as the loans' caps
+//     leave it, as any grant to no holder), else nothing, with need's
+//     Wait; Grant.Lent is 0 and Grant.Crowded true. So the check that
+//     asked is decided by the Store as a check, exactly, and a key has at
+//     most M holders' running loans (h's loan that ended counts as spent
+//     at its end, as any that expires). A holder with a running loan is
+//     never crowded out, whatever M; a new holder gets in once a loan
+//     ends (a return, its TTL, its window, a call that settles it to 0).
+//     M = 0 bounds nothing. A Store call costs time linear in the key's
+//     loans (a refilling key keeps them by expiry: A(E) of every loan is
+//     one running sum), so M bounds it.
 //
 // A holder (the Manager) spends a token only while the Store counts it as
 // lent: it dates a grant from when it sent the call, drops tokens at sent
