@@ -309,7 +309,7 @@ end
 -- sum by expiry. Those at or after now floor at now + ceil(A(x)*P/L),
 -- most at the last of them: one sum. Then each time before now, the
 -- parts' among them.
-local fl = 0
+local fl, total = 0, 0 -- total: what the loans lend
 do
   local a, b, m = 0, 0, #ls
   while b < m and ls[b + 3] >= now do
@@ -332,6 +332,7 @@ do
     local c = x + ceil(a * pf / lf)
     if c > fl then fl = c end
   end
+  total = a -- the effective loans lend what the loans do
 end
 local base = math.max(tat, now, fl)
 local d = base - now
@@ -381,29 +382,29 @@ if granted > 0 or (si and ls[si + 3] > now) then
     local lent, exp, last = keep + granted, now + ttl_us, now - idle_us
     if running and ls[si + 3] > exp then exp = ls[si + 3] end
     if running and lent > 0 then
+      total = total + lent - ls[si + 2]
       li = rise(ls, si, holder, lent, exp, last)
     elseif running then
+      total = total - ls[si + 2]
       remove(ls, si)
     elseif lent > 0 then
+      total = total + lent
       li = rise(ls, #ls, holder, lent, exp, last)
     end
   end
   -- retire and trim (see token_bucket_lease.lua): the oldest's floor is
   -- E + ceil(A(E)*P/L)
-  local w, s, n = 0, 0, 0 -- w: the base after the loans kept
-  for b = 0, #ls - 4, 4 do
-    local id, lent, x = ls[b + 1], ls[b + 2], ls[b + 3]
-    if id ~= '' and x <= now then id = '' end
-    s = s + lent
-    if id == '' and w > 0 and ls[w - 3] == '' and ls[w - 1] == x then
+  local f = #ls
+  while f > 0 and ls[f - 1] <= now do
+    f = f - 4
+  end
+  local w, s, n = f, total, 0 -- w: the base after the loans kept
+  for b = f, #ls - 4, 4 do
+    local lent, x = ls[b + 2], ls[b + 3]
+    if w > f and ls[w - 1] == x then
       ls[w - 2] = ls[w - 2] + lent
     else
-      if id == '' then
-        ls[w + 1], ls[w + 4], n = '', 0, n + 1
-      elseif w < b then
-        ls[w + 1], ls[w + 4] = id, ls[b + 4]
-      end
-      ls[w + 2], ls[w + 3] = lent, x
+      ls[w + 1], ls[w + 2], ls[w + 3], ls[w + 4], n = '', lent, x, 0, n + 1
       w = w + 4
     end
   end

@@ -296,7 +296,7 @@ if si then
   early_at = late_at
   if ls[si + 4] > 0 and ls[si + 4] < late_at then early_at = ls[si + 4] end
 end
-local tokens = raw
+local tokens, total = raw, 0 -- total: what the loans lend
 if lvl then
   -- effective: the caller's loan counts r; what it no longer holds and
   -- spent before e (its end, or t) counts as ended loans beside the
@@ -349,6 +349,7 @@ if lvl then
     local c = cf - a + (t - x) * lf / pf
     if c < tokens then tokens = c end
   end
+  total = a -- the effective loans lend what the loans do
 end
 local avail = math.floor(tokens)
 
@@ -400,33 +401,35 @@ if granted > 0 or (si and ls[si + 3] > t) then
     local lent, exp, last = keep + granted, t + ttl_us, t - idle_us
     if running and ls[si + 3] > exp then exp = ls[si + 3] end
     if running and lent > 0 then
+      total = total + lent - ls[si + 2]
       li = rise(ls, si, holder, lent, exp, last)
     elseif running then
+      total = total - ls[si + 2]
       remove(ls, si)
     elseif lent > 0 then
+      total = total + lent
       li = rise(ls, #ls, holder, lent, exp, last)
     end
   end
   -- retire and trim: the holders' loans that ended by t are ended loans;
   -- merge the ended loans of one time, then drop (or past max_ended bake
   -- into stored) the oldest while it caps nothing: its cap at t is C -
-  -- A(E) + (t - E)*L/P. By expiry, every ended loan comes after every
-  -- holder's: those of one time are neighbours, the oldest is the last,
-  -- its A(E) all the loans lend.
-  local w, a, n = 0, 0, 0 -- w: the base after the loans kept
-  for b = 0, #ls - 4, 4 do
-    local id, lent, x = ls[b + 1], ls[b + 2], ls[b + 3]
-    if id ~= '' and x <= t then id = '' end
-    a = a + lent
-    if id == '' and w > 0 and ls[w - 3] == '' and ls[w - 1] == x then
+  -- A(E) + (t - E)*L/P. By expiry, the loans that ended by t are the last
+  -- ones, from f (only those change): those of one time are neighbours,
+  -- the oldest is the last, and its A(E) is total, what all the loans
+  -- lend (settling split the caller's loan, settle changed it by what
+  -- total counts).
+  local f = #ls
+  while f > 0 and ls[f - 1] <= t do
+    f = f - 4
+  end
+  local w, a, n = f, total, 0 -- w: the base after the loans kept
+  for b = f, #ls - 4, 4 do
+    local lent, x = ls[b + 2], ls[b + 3]
+    if w > f and ls[w - 1] == x then
       ls[w - 2] = ls[w - 2] + lent
     else
-      if id == '' then
-        ls[w + 1], ls[w + 4], n = '', 0, n + 1
-      elseif w < b then
-        ls[w + 1], ls[w + 4] = id, ls[b + 4]
-      end
-      ls[w + 2], ls[w + 3] = lent, x
+      ls[w + 1], ls[w + 2], ls[w + 3], ls[w + 4], n = '', lent, x, 0, n + 1
       w = w + 4
     end
   end

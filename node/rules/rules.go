@@ -18,7 +18,7 @@
 //	    on_store_failure: local    # local | open | closed
 //	    on_missing_key: skip       # skip | deny | key sources to fall back to (forward-auth)
 //	    shadow: false              # decide and count, but always allow
-//	    max_holders: 64            # leased: gateways/regions holding a key at once (1-1024; 0: 64)
+//	    max_holders: 16            # leased: gateways/regions holding a key at once (1-1024; 0: 16)
 //	    hot: {threshold: 20000, split: 0}
 //	    overrides:                 # first matching glob wins
 //	      - {key: "ent-*", limit: 10000, burst: 20000, period: 1m}
