@@ -269,7 +269,9 @@
 //     (the policy bounds that are its own, such as gcra's exactness
 //     bound), newState (its memory-store state: a type with Lease and
 //     Return, Check, or Acquire and Release, and expiry, the pure math
-//     under the numeric rules of algo.go), and for a leased algorithm the
+//     under the numeric rules of algo.go; a leased algorithm's Lease
+//     crowds a call out as loans.crowd says, Lessee.MaxHolders, and keeps
+//     its cost linear in the key's loans), and for a leased algorithm the
 //     Manager's view of the Store's answers (expiry, level, coverAt,
 //     projected: embed refillView or windowView where it has their shape);
 //     an exact one embeds exactCode.
