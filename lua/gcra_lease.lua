@@ -225,13 +225,6 @@ until true
 
 -- The general path: lease/loans.go operation for operation, with the
 -- loan helpers written out inline (see token_bucket_lease.lua).
-local function remove(l, b)
-  local m = #l
-  for k = b + 1, m - 4 do
-    l[k] = l[k + 4]
-  end
-  l[m], l[m - 1], l[m - 2], l[m - 3] = nil, nil, nil, nil
-end
 local function rise(l, b, id, lent, exp, last)
   while b > 0 and l[b - 1] < exp do
     l[b + 1], l[b + 2], l[b + 3], l[b + 4] = l[b - 3], l[b - 2], l[b - 1], l[b]
@@ -242,7 +235,7 @@ local function rise(l, b, id, lent, exp, last)
 end
 
 -- read: the loans, the caller's (si) and how many holders' loans run (nh)
-local read_loans, pack_loans = refill()
+local read_loans, write_loans = refill()
 local ls, tat, last_c, last_g, si, nh = {}, 0, 0, 0, nil, 0
 if v then
   local h, pos
@@ -347,7 +340,7 @@ elseif a >= need then
 else
   wait = d - (bf - need) * pf / lf
 end
-local li = nil -- the caller's loan after the call
+local lent = 0 -- what the caller is lent after the call
 if granted > 0 or (si and ls[si + 3] > now) then
   -- Every call of a holder with a loan settles it. The stored TAT is the
   -- grants' (see token_bucket_lease.lua): the loans' floors apply when
@@ -378,19 +371,12 @@ if granted > 0 or (si and ls[si + 3] > now) then
     end
   end
   -- settle (see token_bucket_lease.lua)
+  local skip, vl, vx, vlast = nil, 0, 0, 0
   if holder ~= '' then
     local lent, exp, last = keep + granted, now + ttl_us, now - idle_us
     if running and ls[si + 3] > exp then exp = ls[si + 3] end
-    if running and lent > 0 then
-      total = total + lent - ls[si + 2]
-      li = rise(ls, si, holder, lent, exp, last)
-    elseif running then
-      total = total - ls[si + 2]
-      remove(ls, si)
-    elseif lent > 0 then
-      total = total + lent
-      li = rise(ls, #ls, holder, lent, exp, last)
-    end
+    if running then skip, total = si, total - ls[si + 2] end
+    if lent > 0 then vl, vx, vlast, total = lent, exp, last, total + lent end
   end
   -- retire and trim (see token_bucket_lease.lua): the oldest's floor is
   -- E + ceil(A(E)*P/L)
@@ -424,26 +410,13 @@ if granted > 0 or (si and ls[si + 3] > now) then
   end
   d = base + cost - now
   -- The key expires at the later of the TAT and each loan's expiry plus
-  -- its tokens' worth (spent_by), a running sum by expiry; and write.
-  local e = tat
-  local b = 0
-  s = 0
-  while b < w do
-    local x = ls[b + 3]
-    repeat
-      s = s + ls[b + 2]
-      b = b + 4
-    until b >= w or ls[b + 3] ~= x
-    local c = x + ceil(s * pf / lf)
-    if c > e then e = c end
-  end
+  -- its tokens' worth (spent_by), a running sum by expiry, as the loans
+  -- are written.
   local parts = {head('gc', tat, last_of(call, granted, last_c, last_g))}
-  pack_loans(parts, 1, ls, w, tat)
+  local e = write_loans(parts, ls, w, skip, holder, vl, vx, vlast, tat, now, 'gc', tat)
   redis.call('SET', key, table.concat(parts), 'PX', ttl(e - now))
-elseif si then
-  li = si -- nothing written: its loan as it is
+  lent = vl -- expiring after now
+elseif si and ls[si + 3] > now then
+  lent = ls[si + 2] -- nothing written: its loan as it is
 end
--- lent_to
-local lent = 0
-if li and ls[li + 3] > now then lent = ls[li + 2] end
 return {granted, avail(d), ms(wait), ms(d), lent, crowded}

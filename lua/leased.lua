@@ -114,7 +114,7 @@ local function last_of(call, g, pc, pg)
   return 0, 0
 end
 
--- refill returns read_loans and pack_loans, the general paths' decoding
+-- refill returns read_loans and write_loans, the general paths' decoding
 -- and encoding of a token_bucket or gcra key's loans: created only when a
 -- fast path does not answer (a closure costs Redis more than a fast
 -- path's arithmetic).
@@ -131,8 +131,8 @@ end
 -- loan is one struct.unpack, which also reads the next loan's kind byte:
 -- a C call costs Redis about as much as the loan's arithmetic.
 --
--- pack_loans(parts, n, ls, w, ref) packs the loans of ls up to base w
--- against ref (as pack_loan does) into parts after its first n entries.
+-- write_loans(parts, ...) packs a key's loans into parts and says when
+-- they are all past (see write below).
 local function refill()
   local function by_expiry(ls)
     local idx = {}
@@ -151,7 +151,7 @@ local function refill()
     return out
   end
   local function read(v, pos, ref, t)
-    local ls, m, si, nh, sorted, size = {}, 0, nil, 0, true, #v
+    local ls, m, si, nh, sorted, size, prev = {}, 0, nil, 0, true, #v, math.huge
     if pos > size then return ls, nil, 0 end
     -- by kind byte: the format with the next loan's kind, the last
     -- loan's, the bytes after the kind
@@ -172,14 +172,14 @@ local function refill()
         f = '<' .. g .. 'B'
         F[k], L[k], S[k] = f, '<' .. g, n
       end
-      local id, lent, d1, d2 = '', 0, 0, nil
+      local id, lent, d1, d2
       if pos + S[k] <= size then -- another loan follows
         if k >= 128 then
           id, lent, d1, d2, kind, pos = sunpack(f, v, pos)
         elseif k >= 64 then
           id, lent, d1, kind, pos = sunpack(f, v, pos)
         else
-          lent, d1, kind, pos = sunpack(f, v, pos)
+          id, lent, d1, kind, pos = '', sunpack(f, v, pos)
         end
       else
         f, kind = L[k], nil
@@ -188,16 +188,21 @@ local function refill()
         elseif k >= 64 then
           id, lent, d1, pos = sunpack(f, v, pos)
         else
-          lent, d1, pos = sunpack(f, v, pos)
+          id, lent, d1, pos = '', sunpack(f, v, pos)
         end
       end
-      local last = 0 -- unzz written out
-      if d2 then
-        if d2 % 2 == 0 then last = ref - d2 / 2 else last = ref + (d2 + 1) / 2 end
+      -- unzz written out; d2 the last spend (0: none)
+      if not d2 then
+        d2 = 0
+      elseif d2 % 2 == 0 then
+        d2 = ref - d2 / 2
+      else
+        d2 = ref + (d2 + 1) / 2
       end
       if d1 % 2 == 0 then d1 = ref + d1 / 2 else d1 = ref - (d1 + 1) / 2 end
-      if m > 0 and d1 > ls[m - 1] then sorted = false end
-      ls[m + 1], ls[m + 2], ls[m + 3], ls[m + 4] = id, lent, d1, last
+      if d1 > prev then sorted = false end
+      prev = d1
+      ls[m + 1], ls[m + 2], ls[m + 3], ls[m + 4] = id, lent, d1, d2
       if id ~= '' then
         if d1 > t then nh = nh + 1 end
         if id == holder then si = m end
@@ -212,50 +217,83 @@ local function refill()
     end
     return ls, si, nh
   end
-  local function pack(parts, n, ls, w, ref)
+  -- write packs the loans of ls up to base w (but the one at base skip)
+  -- and, where its expiry puts it (after the loans expiring at or after
+  -- it), the loan v (vid, vlent, vx, vlast; vlent 0: none) against ref
+  -- (as pack_loan does) into parts, and returns when the key is all past:
+  -- for alg 'tb' the latest of z and (E - t) + A(E)*P/L over the loans
+  -- (full_in, µs after t), for 'gc' of z and E + ceil(A(E)*P/L)
+  -- (spent_by): A(E) a running sum, one pass. (The caller's loan, which
+  -- a call moves to a later expiry, is written so, not moved in ls.)
+  local function write(parts, ls, w, skip, vid, vlent, vx, vlast, ref, t, alg, z)
     local F = {} -- the formats by kind byte
-    for b = 0, w - 4, 4 do
-      local id, lent, last = ls[b + 1], ls[b + 2], ls[b + 4]
-      local d1 = ls[b + 3] - ref -- pack_loan written out
-      if d1 >= 0 then d1 = 2 * d1 else d1 = -2 * d1 - 1 end
-      local cl, c1 = 3, 3
-      if lent < 256 then cl = 0 elseif lent < 65536 then cl = 1 elseif lent < 4294967296 then cl = 2 end
-      if d1 < 256 then c1 = 0 elseif d1 < 65536 then c1 = 1 elseif d1 < 4294967296 then c1 = 2 end
-      local kind, f
-      n = n + 1
-      if id == '' then
-        kind = cl + 4 * c1
-        f = F[kind]
-        if not f then
-          f = '<B' .. W[cl] .. W[c1]
-          F[kind] = f
-        end
-        parts[n] = spack(f, kind, lent, d1)
-      elseif last > 0 then
-        local d2 = ref - last
-        if d2 >= 0 then d2 = 2 * d2 else d2 = -2 * d2 - 1 end
-        local c2 = 3
-        if d2 < 256 then c2 = 0 elseif d2 < 65536 then c2 = 1 elseif d2 < 4294967296 then c2 = 2 end
-        kind = 192 + cl + 4 * c1 + 16 * c2
-        f = F[kind]
-        if not f then
-          f = '<Bc8' .. W[cl] .. W[c1] .. W[c2]
-          F[kind] = f
-        end
-        parts[n] = spack(f, kind, id, lent, d1, d2)
+    local n, b, a, px = #parts, 0, 0, nil
+    while true do
+      local id, lent, x, last
+      if vlent > 0 and (b >= w or ls[b + 3] < vx) then
+        id, lent, x, last, vlent = vid, vlent, vx, vlast, 0
+      elseif b >= w then
+        break
+      elseif b == skip then
+        b = b + 4
       else
-        kind = 64 + cl + 4 * c1
-        f = F[kind]
-        if not f then
-          f = '<Bc8' .. W[cl] .. W[c1]
-          F[kind] = f
+        id, lent, x, last = ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4]
+        b = b + 4
+      end
+      if id then
+        if px and x ~= px then -- the time before: all its loans counted
+          local c
+          if alg == 'tb' then c = (px - t) + a * pf / lf else c = px + math.ceil(a * pf / lf) end
+          if c > z then z = c end
         end
-        parts[n] = spack(f, kind, id, lent, d1)
+        a, px = a + lent, x
+        local d1 = x - ref -- pack_loan written out
+        if d1 >= 0 then d1 = 2 * d1 else d1 = -2 * d1 - 1 end
+        local cl, c1 = 3, 3
+        if lent < 256 then cl = 0 elseif lent < 65536 then cl = 1 elseif lent < 4294967296 then cl = 2 end
+        if d1 < 256 then c1 = 0 elseif d1 < 65536 then c1 = 1 elseif d1 < 4294967296 then c1 = 2 end
+        local kind, f
+        n = n + 1
+        if id == '' then
+          kind = cl + 4 * c1
+          f = F[kind]
+          if not f then
+            f = '<B' .. W[cl] .. W[c1]
+            F[kind] = f
+          end
+          parts[n] = spack(f, kind, lent, d1)
+        elseif last > 0 then
+          local d2 = ref - last
+          if d2 >= 0 then d2 = 2 * d2 else d2 = -2 * d2 - 1 end
+          local c2 = 3
+          if d2 < 256 then c2 = 0 elseif d2 < 65536 then c2 = 1 elseif d2 < 4294967296 then c2 = 2 end
+          kind = 192 + cl + 4 * c1 + 16 * c2
+          f = F[kind]
+          if not f then
+            f = '<Bc8' .. W[cl] .. W[c1] .. W[c2]
+            F[kind] = f
+          end
+          parts[n] = spack(f, kind, id, lent, d1, d2)
+        else
+          kind = 64 + cl + 4 * c1
+          f = F[kind]
+          if not f then
+            f = '<Bc8' .. W[cl] .. W[c1]
+            F[kind] = f
+          end
+          parts[n] = spack(f, kind, id, lent, d1)
+        end
       end
     end
-    return n
+    if px then
+      local c
+      if alg == 'tb' then c = (px - t) + a * pf / lf else c = px + math.ceil(a * pf / lf) end
+      if c > z then z = c end
+    end
+    return z
   end
-  return read, pack
+  return read, write
+
 end
 
 -- loans returns the general path's helpers (H.read, H.trim, ...): a
@@ -331,7 +369,7 @@ local function loans()
       end
     else
       local _, pack = refill()
-      pack(parts, 1, ls, #ls, ref)
+      pack(parts, ls, #ls, nil, '', 0, 0, 0, ref, 0, 'tb', 0)
     end
     local v = table.concat(parts)
     if ttl_ms then

@@ -230,16 +230,8 @@ until true
 -- costs Redis a closure per call, more than its loops. Every pass over
 -- the loans is one: A(E) of a loan is a running sum by expiry (a call
 -- costs Redis about as much per loan of the key as per the rest of it).
--- remove and rise change a list as loans.remove and place do: rise moves
--- the loan at b (or a new one, at #l) to the front while the loan before
--- it expires earlier.
-local function remove(l, b)
-  local m = #l
-  for k = b + 1, m - 4 do
-    l[k] = l[k + 4]
-  end
-  l[m], l[m - 1], l[m - 2], l[m - 3] = nil, nil, nil, nil
-end
+-- rise inserts a loan as loans.insert does: from the end (base b, #l) to
+-- the front while the loan before it expires earlier.
 local function rise(l, b, id, lent, exp, last)
   while b > 0 and l[b - 1] < exp do
     l[b + 1], l[b + 2], l[b + 3], l[b + 4] = l[b - 3], l[b - 2], l[b - 1], l[b]
@@ -250,7 +242,7 @@ local function rise(l, b, id, lent, exp, last)
 end
 
 -- read: the loans, the caller's (si) and how many holders' loans run (nh)
-local read_loans, pack_loans = refill()
+local read_loans, write_loans = refill()
 local ls, lvl, updated, last_c, last_g = {}, nil, 0, 0, 0
 local raw, t, si, nh = cf, now, nil, 0
 if v then
@@ -362,7 +354,7 @@ elseif avail >= need then
 else
   wait = (need - tokens) * pf / lf
 end
-local li = nil -- the caller's loan after the call
+local lent = 0 -- what the caller is lent after the call
 if granted > 0 or (si and ls[si + 3] > t) then
   -- Every call of a holder with a loan settles it. The stored level is
   -- the refill less the grants: the running loans cap it when read, the
@@ -394,22 +386,16 @@ if granted > 0 or (si and ls[si + 3] > t) then
       ls[si + 2] = ls[si + 2] + late -- kept lent
     end
   end
-  -- settle: the caller's running loan moves up to its new expiry, or
-  -- goes; a new one goes where its expiry puts it (one that ended is
-  -- retired below)
+  -- settle: the caller's running loan takes a later expiry, or goes; a
+  -- new one comes (one that ended is retired below). Either is written
+  -- where its expiry puts it (write_loans), and the running one skipped:
+  -- no loan moves in ls.
+  local skip, vl, vx, vlast = nil, 0, 0, 0
   if holder ~= '' then
     local lent, exp, last = keep + granted, t + ttl_us, t - idle_us
     if running and ls[si + 3] > exp then exp = ls[si + 3] end
-    if running and lent > 0 then
-      total = total + lent - ls[si + 2]
-      li = rise(ls, si, holder, lent, exp, last)
-    elseif running then
-      total = total - ls[si + 2]
-      remove(ls, si)
-    elseif lent > 0 then
-      total = total + lent
-      li = rise(ls, #ls, holder, lent, exp, last)
-    end
+    if running then skip, total = si, total - ls[si + 2] end
+    if lent > 0 then vl, vx, vlast, total = lent, exp, last, total + lent end
   end
   -- retire and trim: the holders' loans that ended by t are ended loans;
   -- merge the ended loans of one time, then drop (or past max_ended bake
@@ -447,26 +433,13 @@ if granted > 0 or (si and ls[si + 3] > t) then
     ls[b + 4], ls[b + 3], ls[b + 2], ls[b + 1] = nil, nil, nil, nil
     w, n = b, n - 1
   end
-  -- full_in: (E - t) + A(E)*P/L, a running sum by expiry; and write
-  local d = (cf - stored) * pf / lf
-  local b = 0
-  a = 0
-  while b < w do
-    local x = ls[b + 3]
-    repeat
-      a = a + ls[b + 2]
-      b = b + 4
-    until b >= w or ls[b + 3] ~= x
-    local c = (x - t) + a * pf / lf
-    if c > d then d = c end
-  end
+  -- full_in: (E - t) + A(E)*P/L, a running sum by expiry, as the loans
+  -- are written
   local parts = {head('tb', stored, t, last_of(call, granted, last_c, last_g))}
-  pack_loans(parts, 1, ls, w, t)
+  local d = write_loans(parts, ls, w, skip, holder, vl, vx, vlast, t, t, 'tb', (cf - stored) * pf / lf)
   redis.call('SET', key, table.concat(parts), 'PX', ttl(t - now + d))
-elseif si then
-  li = si -- nothing written: its loan as it is
+  lent = vl -- expiring after t
+elseif si and ls[si + 3] > now then
+  lent = ls[si + 2] -- nothing written: its loan as it is
 end
--- lent_to
-local lent = 0
-if li and ls[li + 3] > now then lent = ls[li + 2] end
 return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent, crowded}
