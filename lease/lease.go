@@ -551,11 +551,10 @@ const MaxKeyHolders = 1024
 // (Lessee.MaxHolders, a rule's max_holders): the largest round number
 // whose lease call, on a key with that many holders, costs at most 3×
 // one on a key with one holder, on Redis (its time per script call) and
-// on the MemoryStore (its CPU per call). Measured by BenchmarkLeaseHolders
-// in lease and lua (docs/performance.md): with 16 holders a call costs
-// Redis about 2.6× (32: 3.4–3.8×; each loan costs a script about as much
-// as a sixth of a one-holder call), the MemoryStore about 1.9× (32:
-// 2.6×, 64: 4.4×).
+// on the MemoryStore. Measured by BenchmarkLeaseHolders in lease and lua
+// (docs/performance.md): with 16 holders a call costs Redis 2.6× (20:
+// 3.2×, 32: 3.7×; each loan costs a script about a tenth of a one-holder
+// call), the MemoryStore 2.0× (32: 3.0×).
 const DefaultMaxHolders = 16
 
 // MaxAheadWindows bounds Lessee.AheadWindows.
