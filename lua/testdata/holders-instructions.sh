@@ -9,7 +9,8 @@
 # renews in turn, reporting its token spent (held 0) and asking for one
 # more, as BenchmarkLeaseHolders does: 1000 calls, then 2000 counted
 # (whole rounds). Prints
-# instructions per call, and the ratio to N=1. ALG=gcra counts gcra's.
+# instructions per call, and the ratio to N=1. ALG=gcra counts gcra's;
+# KEEP=FILE keeps the last count's callgrind output there.
 # Needs valgrind, redis-cli.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
