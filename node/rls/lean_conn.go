@@ -3,6 +3,7 @@ package rls
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -15,11 +16,13 @@ import (
 
 // leanConn is one HTTP/2 connection. Its reader goroutine (serve) reads
 // and answers frames; workers append their responses to wbuf, and
-// whoever finds nobody writing writes (see flushLocked).
+// whoever finds nobody writing writes (see flushLocked). A request's
+// stream is touched under wmu only until it has arrived whole (the reader
+// adds to it; its deadline may reset it meanwhile, from a timer).
 type leanConn struct {
 	l      *leanServer
 	s      *Server
-	nc     net.Conn
+	nc     net.Conn // a *tls.Conn with ServerConfig.TLS
 	br     *bufio.Reader
 	fr     *http2.Framer
 	dec    *hpack.Decoder
@@ -38,7 +41,9 @@ type leanConn struct {
 	hdrBytes   int    // encoded bytes of the block so far
 	hdrFrames  int    // its frames so far
 	hdrSelfDep bool   // its HEADERS made the stream depend on itself
-	control    int    // PING and SETTINGS answered since a stream opened
+	control    int    // PINGs answered since a request arrived whole
+	settings   int    // SETTINGS parameters since a request arrived whole
+	raises     int    // of which raises of SETTINGS_INITIAL_WINDOW_SIZE
 
 	wmu   sync.Mutex
 	wcond sync.Cond // on wmu: writing turned false
@@ -54,24 +59,18 @@ type leanConn struct {
 	closed      bool   // nothing more is written
 	goingAway   bool   // GOAWAY sent
 	lingering   bool   // GOAWAY sent, calls done, write side shut: waiting for the peer to close
-	sendWin     int64  // the peer's connection window
-	peerWin     int64  // the peer's SETTINGS_INITIAL_WINDOW_SIZE
 	peerFrame   int    // the peer's SETTINGS_MAX_FRAME_SIZE
 	hpackPrefix []byte // put before each header block (a dynamic table size update)
 	recvAvail   int64  // what the peer may still send
 	unacked     int64  // bytes consumed, not yet given back to the peer
-	blocked     []*leanStream
-	// The idle timeout (ServerConfig.IdleTimeout; nil: none): idle fires
-	// every so often, and says GOAWAY once the connection has had no
-	// stream since idleSince for the timeout.
-	idle      *time.Timer
-	idleSince time.Time
+	flow        leanFlow
+	bounds      leanBounds
 }
 
 func newLeanConn(l *leanServer, nc net.Conn) *leanConn {
 	c := &leanConn{l: l, s: l.s, nc: nc, streams: map[uint32]*leanStream{},
-		sendWin: defaultWindow, peerWin: defaultWindow, peerFrame: 16384, recvAvail: leanConnWindow,
-		writeTimeout: leanWriteTimeout, release: func() {}}
+		peerFrame: 16384, recvAvail: leanConnWindow, writeTimeout: leanWriteTimeout, release: func() {}}
+	c.flow.init()
 	c.wcond.L = &c.wmu
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.br = bufio.NewReaderSize(nc, 16<<10)
@@ -91,10 +90,25 @@ type connError struct {
 
 func (e connError) Error() string { return "http2: " + e.code.String() + ": " + e.reason }
 
-// serve reads the connection's frames until it ends.
+// serve reads the connection's frames until it ends. With TLS, the
+// handshake comes first (ALPN h2, and the client's certificate when the
+// config requires one); handshake and preface have handshakeTimeout.
 func (c *leanConn) serve() {
 	defer c.shutdown()
-	c.nc.SetReadDeadline(time.Now().Add(leanPrefaceTimeout))
+	deadline := time.Now().Add(handshakeTimeout)
+	c.nc.SetReadDeadline(deadline)
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		tc.SetWriteDeadline(deadline)
+		if err := tc.HandshakeContext(c.ctx); err != nil {
+			c.s.log.Debug("rls: TLS handshake", "remote", c.nc.RemoteAddr().String(), "err", err)
+			return
+		}
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+			c.s.log.Debug("rls: TLS without ALPN h2", "remote", c.nc.RemoteAddr().String(), "alpn", p)
+			return
+		}
+		c.nc.SetWriteDeadline(time.Time{})
+	}
 	var preface [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
 		return
@@ -105,10 +119,7 @@ func (c *leanConn) serve() {
 		return
 	}
 	c.started = true
-	if d := c.s.cfg.IdleTimeout; d > 0 {
-		c.idleSince = time.Now()
-		c.idle = time.AfterFunc(d, c.idleCheck)
-	}
+	c.startIdleLocked()
 	c.wbuf = appendSettings(c.wbuf)
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, leanConnWindow-defaultWindow)
 	c.flushLocked(true)
@@ -121,6 +132,7 @@ func (c *leanConn) serve() {
 				first = false
 				c.nc.SetReadDeadline(time.Time{})
 			}
+			c.flushRead()
 			continue
 		}
 		var se http2.StreamError
@@ -128,6 +140,7 @@ func (c *leanConn) serve() {
 		switch {
 		case errors.As(err, &se):
 			c.resetStream(se.StreamID, se.Code)
+			c.flushRead()
 			continue
 		case errors.As(err, &ce):
 			c.s.log.Debug("rls: connection error", "remote", c.nc.RemoteAddr().String(), "err", err)
@@ -176,7 +189,7 @@ func (c *leanConn) readFrame(first bool) error {
 		}
 		c.hdrID, c.hdrEnd, c.hdrBytes, c.hdrFrames = f.StreamID, f.StreamEnded(), 0, 0
 		c.hdrSelfDep = f.HasPriority() && f.Priority.StreamDep == f.StreamID
-		c.hs = headerState{trailers: f.StreamID <= c.maxID, contentLength: -1}
+		c.hs = headerState{trailers: f.StreamID <= c.maxID, contentLength: -1} // maxID: the reader's writes
 		return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
 	case *http2.ContinuationFrame: // the Framer checks that it continues c.hdrID's block
 		return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
@@ -186,13 +199,13 @@ func (c *leanConn) readFrame(first bool) error {
 		if f.IsAck() {
 			return nil
 		}
-		if err := c.countControl(); err != nil {
-			return err
+		c.control++
+		if c.control > leanMaxControl {
+			return connError{http2.ErrCodeEnhanceYourCalm, "too many PING frames"}
 		}
 		c.wmu.Lock()
 		c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, http2.FlagPingAck, 0)
 		c.wbuf = append(c.wbuf, f.Data[:]...)
-		c.flushLocked(true)
 		c.wmu.Unlock()
 		return nil
 	case *http2.WindowUpdateFrame:
@@ -205,7 +218,6 @@ func (c *leanConn) readFrame(first bool) error {
 		}
 		if st := c.streams[f.StreamID]; st != nil {
 			c.forgetLocked(st)
-			c.flushLocked(true)
 		}
 		return nil
 	case *http2.PriorityFrame:
@@ -219,21 +231,18 @@ func (c *leanConn) readFrame(first bool) error {
 	return nil // GOAWAY (the peer opens no more streams: nothing to do) and unknown frames
 }
 
-// countControl counts a PING or SETTINGS to answer.
-func (c *leanConn) countControl() error {
-	c.control++
-	if c.control > leanMaxControl {
-		return connError{http2.ErrCodeEnhanceYourCalm, "too many PING or SETTINGS frames"}
-	}
-	return nil
-}
-
+// onSettings applies the peer's SETTINGS, each parameter in constant time
+// (a new SETTINGS_INITIAL_WINDOW_SIZE touches no stream: see leanFlow),
+// and acknowledges them. A connection may send maxSettings parameters
+// between two requests it sends whole, maxWindowRaises of them raises of
+// SETTINGS_INITIAL_WINDOW_SIZE.
 func (c *leanConn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
-	if err := c.countControl(); err != nil {
-		return err
+	c.settings += max(f.NumSettings(), 1)
+	if c.settings > maxSettings {
+		return connError{http2.ErrCodeEnhanceYourCalm, "too many SETTINGS parameters"}
 	}
 	if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
 		var ce http2.ConnectionError
@@ -254,13 +263,13 @@ func (c *leanConn) onSettings(f *http2.SettingsFrame) error {
 				c.hpackPrefix = []byte{0x20}
 			}
 		case http2.SettingInitialWindowSize:
-			delta := int64(s.Val) - c.peerWin
-			c.peerWin = int64(s.Val)
-			for _, st := range c.streams {
-				st.sendWin += delta
-				if st.sendWin > maxWindow {
-					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
+			if int64(s.Val) > c.flow.peerWin {
+				if c.raises++; c.raises > maxWindowRaises {
+					return connError{http2.ErrCodeEnhanceYourCalm, "too many raises of SETTINGS_INITIAL_WINDOW_SIZE"}
 				}
+			}
+			if !c.flow.setInitialWindow(int64(s.Val)) {
+				return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
 			}
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = int(s.Val)
@@ -271,8 +280,7 @@ func (c *leanConn) onSettings(f *http2.SettingsFrame) error {
 		return err
 	}
 	c.wbuf = appendFrameHeader(c.wbuf, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
-	c.unblockLocked()
-	c.flushLocked(true)
+	c.drainLocked()
 	return nil
 }
 
@@ -296,19 +304,10 @@ func (c *leanConn) shutdown() {
 	c.closed = true
 	c.wbuf = nil
 	c.nc.Close()
-	for id, st := range c.streams {
-		delete(c.streams, id)
-		if st.state == streamDeciding {
-			st.state = streamOrphan
-			c.orphans++
-			continue
-		}
-		c.l.release(st)
+	for _, st := range c.streams {
+		c.forgetLocked(st)
 	}
-	c.blocked = nil
-	if c.idle != nil {
-		c.idle.Stop()
-	}
+	c.stopTimersLocked()
 	c.wmu.Unlock()
 	c.l.mu.Lock()
 	delete(c.l.conns, c)

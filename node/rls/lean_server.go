@@ -2,24 +2,22 @@ package rls
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
 	"time"
 )
 
-// TransportLean: its bounds and its server (connections, the workers that
+// TransportLean: its bounds, its server (connections, the workers that
 // run calls, graceful shutdown). A connection's frames are read in
 // lean_conn.go, its streams in lean_stream.go and lean_headers.go, flow
-// control in lean_flow.go, writes in lean_write.go, its idle timeout in
-// lean_bounds.go; the calls themselves in lean_call.go.
+// control in lean_flow.go, writes in lean_write.go, the bounds on
+// unfinished requests and idle connections in lean_bounds.go; the calls
+// themselves in lean_call.go.
 
 // Bounds of a TransportLean connection.
 const (
-	// leanMaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS advertised:
-	// a stream past it, counting calls whose stream the peer reset but
-	// whose worker has not finished, is refused (REFUSED_STREAM).
-	leanMaxStreams = 1024
 	// leanStreamWindow is the SETTINGS_INITIAL_WINDOW_SIZE advertised,
 	// larger than a request may be, so that no stream needs a
 	// WINDOW_UPDATE.
@@ -41,14 +39,14 @@ const (
 	// meanwhile is disconnected, so that no writer (a worker) stays
 	// blocked on it.
 	leanWriteTimeout = 10 * time.Second
-	// leanPrefaceTimeout is how long a new connection has to send the
-	// client preface and its SETTINGS.
-	leanPrefaceTimeout = 10 * time.Second
-	// leanMaxControl is the most PING and SETTINGS frames answered
-	// without a stream opened in between: past it, ENHANCE_YOUR_CALM.
+	// leanMaxControl is the most PING frames answered between two
+	// requests received whole: past it, ENHANCE_YOUR_CALM.
 	leanMaxControl = 10000
-	// leanMaxBuffer is the largest buffer a pooled stream keeps.
-	leanMaxBuffer = 64 << 10
+	// leanMaxBuffer is the largest response buffer a pooled stream keeps;
+	// leanMaxInBuffer its largest request buffer (an unfinished request
+	// is charged its buffer's capacity: see lean_bounds.go).
+	leanMaxBuffer   = 64 << 10
+	leanMaxInBuffer = 4 << 10
 	// maxWindow is the largest flow-control window (RFC 9113 6.9.1).
 	maxWindow = 1<<31 - 1
 	// defaultWindow is HTTP/2's initial window, stream and connection.
@@ -63,6 +61,8 @@ const (
 // and graceful shutdown.
 type leanServer struct {
 	s       *Server
+	tls     *tls.Config      // nil: cleartext
+	budget  *budget          // the server's, for unfinished requests
 	work    chan *leanStream // to an idle worker
 	quit    chan struct{}    // closed once the server has stopped: workers end
 	stop    chan struct{}    // closed once close begins: accept loops end
@@ -78,7 +78,8 @@ type leanServer struct {
 }
 
 func newLeanServer(s *Server) *leanServer {
-	l := &leanServer{s: s, work: make(chan *leanStream), quit: make(chan struct{}), stop: make(chan struct{}),
+	l := &leanServer{s: s, tls: serverTLS(s.cfg.TLS), budget: s.budget,
+		work: make(chan *leanStream), quit: make(chan struct{}), stop: make(chan struct{}),
 		lns: map[net.Listener]struct{}{}, conns: map[*leanConn]struct{}{}}
 	l.streams.New = func() any { return &leanStream{} }
 	return l
@@ -87,7 +88,8 @@ func newLeanServer(s *Server) *leanServer {
 // serve accepts connections on ln until close. With ServerConfig.MaxConns
 // it holds a slot of sem per connection served, from before its Accept to
 // the connection's end, as netutil.LimitListener does: past the limit, new
-// connections wait in ln's backlog.
+// connections wait in ln's backlog. With ServerConfig.TLS, a connection's
+// handshake runs on its own goroutine (see leanConn.serve).
 func (l *leanServer) serve(ln net.Listener) error {
 	l.mu.Lock()
 	if l.closing {
@@ -134,6 +136,9 @@ func (l *leanServer) serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
+		if l.tls != nil {
+			nc = tls.Server(nc, l.tls)
+		}
 		l.mu.Lock()
 		if l.closing {
 			l.mu.Unlock()

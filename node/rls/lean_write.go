@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"runtime"
 	"time"
@@ -50,6 +51,21 @@ func (c *leanConn) flushLocked(async bool) {
 		return
 	}
 	c.writeLocked()
+}
+
+// flushRead gets written what the reader's frames appended (SETTINGS and
+// PING ACKs, resets, window updates, early answers), once the reader is
+// about to wait for input: not while the next frame is read in whole
+// already, so that the answers to a run of frames go out in one write.
+func (c *leanConn) flushRead() {
+	if n := c.br.Buffered(); n >= 9 {
+		if h, err := c.br.Peek(9); err == nil && n >= 9+(int(h[0])<<16|int(h[1])<<8|int(h[2])) {
+			return
+		}
+	}
+	c.wmu.Lock()
+	c.flushLocked(true)
+	c.wmu.Unlock()
 }
 
 func (c *leanConn) writeLocked() {
@@ -122,6 +138,17 @@ func (c *leanConn) lingerIfDoneLocked() {
 	}
 	c.lingering = true
 	c.closed = true // nothing more to write
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		// close_notify is a write, which a peer that does not read holds
+		// up (5 s at most): not under wmu.
+		go func() {
+			if tc.CloseWrite() != nil {
+				tc.Close()
+			}
+			tc.SetReadDeadline(time.Now().Add(leanGracefulLinger))
+		}()
+		return
+	}
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 		c.nc.SetReadDeadline(time.Now().Add(leanGracefulLinger))
 		return
@@ -149,7 +176,7 @@ func appendFrameHeader(b []byte, length int, typ http2.FrameType, flags http2.Fl
 
 func appendSettings(b []byte) []byte {
 	settings := [...]http2.Setting{
-		{ID: http2.SettingMaxConcurrentStreams, Val: leanMaxStreams},
+		{ID: http2.SettingMaxConcurrentStreams, Val: maxConcurrentStreams},
 		{ID: http2.SettingInitialWindowSize, Val: leanStreamWindow},
 		{ID: http2.SettingMaxHeaderListSize, Val: leanMaxHeaderList},
 	}
