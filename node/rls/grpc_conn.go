@@ -26,7 +26,7 @@ func (g *grpcGuard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInf
 			return nil, nil, err
 		}
 	}
-	gc := &guardConn{Conn: conn, g: g, preface: len(http2.ClientPreface), window: defaultWindow}
+	gc := &guardConn{Conn: conn, raw: raw, g: g, preface: len(http2.ClientPreface), window: defaultWindow}
 	gc.mu.open = map[uint32]openRequest{}
 	gc.touch()
 	g.mu.Lock()
@@ -78,6 +78,7 @@ var (
 // through scan, on grpc-go's reader goroutine.
 type guardConn struct {
 	net.Conn
+	raw        net.Conn // the TCP connection, under TLS
 	g          *grpcGuard
 	calls      atomic.Int32 // calls in flight
 	lastActive atomic.Int64 // when a request last arrived whole or a call ended (Unix ns)
@@ -122,11 +123,18 @@ func (c *guardConn) Read(b []byte) (int, error) {
 	if n > 0 {
 		if serr := c.scan(b[:n]); serr != nil {
 			c.g.s.log.Debug("rls: connection closed", "remote", c.RemoteAddr().String(), "err", serr)
-			c.Close()
+			c.abort()
 			return 0, serr
 		}
 	}
 	return n, err
+}
+
+// abort closes the TCP connection at once (a TLS close_notify is a
+// write, which a peer that does not read would hold up): grpc-go then
+// closes the connection.
+func (c *guardConn) abort() {
+	c.raw.Close()
 }
 
 // Close closes the connection and takes back its charges.

@@ -136,7 +136,7 @@ func (g *grpcGuard) tap(ctx context.Context, _ *tap.Info) (context.Context, erro
 		}
 	}
 	if gc != nil && gc.idle(g.s.cfg.IdleTimeout) {
-		gc.Close()
+		gc.abort()
 		return nil, status.Error(codes.Unavailable, "the connection has been idle for "+g.s.cfg.IdleTimeout.String())
 	}
 	cctx, cancel := context.WithCancel(ctx)

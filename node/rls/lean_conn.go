@@ -303,7 +303,7 @@ func (c *leanConn) shutdown() {
 	}
 	c.closed = true
 	c.wbuf = nil
-	c.nc.Close()
+	c.closeNet()
 	for _, st := range c.streams {
 		c.forgetLocked(st)
 	}

@@ -179,7 +179,7 @@ func (l *leanServer) close(ctx context.Context) {
 	case <-ctx.Done():
 		l.mu.Lock()
 		for c := range l.conns {
-			c.nc.Close()
+			c.closeNet()
 		}
 		l.mu.Unlock()
 		<-done

@@ -102,7 +102,18 @@ func (c *leanConn) writeLocked() {
 func (c *leanConn) closeLocked() {
 	c.closed = true
 	c.wbuf = nil
-	c.nc.Close()
+	c.closeNet()
+}
+
+// closeNet closes the connection at once: with TLS, its TCP connection
+// (a tls.Conn's Close writes close_notify, which a peer that does not
+// read, or a write under way, would hold up).
+func (c *leanConn) closeNet() {
+	nc := c.nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	nc.Close()
 }
 
 // goAway starts a graceful close: GOAWAY(NO_ERROR) naming the last
@@ -143,7 +154,7 @@ func (c *leanConn) lingerIfDoneLocked() {
 		// up (5 s at most): not under wmu.
 		go func() {
 			if tc.CloseWrite() != nil {
-				tc.Close()
+				tc.NetConn().Close()
 			}
 			tc.SetReadDeadline(time.Now().Add(leanGracefulLinger))
 		}()
