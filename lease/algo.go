@@ -102,6 +102,8 @@ func CheckLease(p Policy, want, need int64, to Lessee) error {
 		return &FieldError{Field: "ahead_windows", Msg: fmt.Sprintf("must span at most %v (%d periods of %v), got %d", MaxLeaseTTL, int64(MaxLeaseTTL/p.Period), p.Period, to.AheadWindows)}
 	case to.AheadTokens < 0 || to.AheadTokens > MaxHits:
 		return &FieldError{Field: "ahead_tokens", Msg: fmt.Sprintf("must be between 0 and %d, got %d", int64(MaxHits), to.AheadTokens)}
+	case to.MaxHolders < 0 || to.MaxHolders > MaxKeyHolders:
+		return &FieldError{Field: "max_holders", Msg: fmt.Sprintf("must be between 0 and %d, got %d", MaxKeyHolders, to.MaxHolders)}
 	}
 	return nil
 }

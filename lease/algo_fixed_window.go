@@ -91,6 +91,7 @@ func (s *FixedWindowState) Lease(p Policy, now time.Time, want, need int64, to L
 	t, pu := unixMicros(now), periodMicros(p)
 	was := *s
 	s.roll(t, pu)
+	to, want, crowded := s.Loans.crowd(to, want, need, -1) // every loan of the window runs
 	ws, count := s.Start, s.Count
 	end := float64(ws + pu - t)
 	avail := max(0, p.Limit-count)
@@ -113,6 +114,7 @@ func (s *FixedWindowState) Lease(p Policy, now time.Time, want, need int64, to L
 		changed = s.setAhead(p, to, ws, pu, &g) || changed
 	}
 	g.Lent = s.Loans.lentTo(to.ID, -1)
+	g.Crowded = crowded
 	if !changed {
 		*s = was
 	}

@@ -67,11 +67,7 @@ func gcraAvail(d int64, bf, lf, pf float64) int64 {
 // with its loans: the TAT, or a loan's expiry plus its tokens' worth
 // (A(E)·P/L), if later.
 func (s *GCRAState) reset(t int64, pf, lf float64) int64 {
-	end := s.TAT
-	for _, l := range s.Loans {
-		end = max(end, l.Expires+int64(math.Ceil(float64(s.Loans.after(l.Expires))*pf/lf)))
-	}
-	return max(end-t, 0)
+	return max(s.Loans.spentBy(s.TAT, pf, lf)-t, 0)
 }
 
 // Lease runs one lease call at now (see the package doc). With base =
@@ -86,6 +82,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	b := p.Capacity()
 	bf := float64(b)
+	to, want, crowded := s.Loans.crowd(to, want, need, t)
 	if back := s.Loans.unanswered(to, t, s.Last); back > 0 {
 		// Granted by a call whose answer to never got: the TAT moves
 		// back as Return moves it.
@@ -120,7 +117,10 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 			s.TAT = max(s.TAT, t) + cost
 		}
 		s.Loans = s.Loans.settling(to, t, g.Granted > 0).retire(t).settle(to, keep, g.Granted, t, false)
-		lent := s.Loans.after(t)
+		var lent int64 // lent when a grant to no holder bakes the caps in
+		if baked {
+			lent = s.Loans.after(t)
+		}
 		if to.ID != "" { // see TokenBucketState.Lease
 			s.Last = lastCallOf(to, g.Granted)
 		}
@@ -131,6 +131,7 @@ func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) 
 		d = base + cost - t
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
+	g.Crowded = crowded
 	g.Remaining = gcraAvail(d, bf, lf, pf)
 	g.Reset = ceilMillis(float64(d))
 	return g

@@ -99,6 +99,11 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64, to
 	t, pu := unixMicros(now), periodMicros(p)
 	pf := float64(pu)
 	ws, prev, cur := s.current(t, pu)
+	var running loans // the loans of the current window
+	if s.Start == ws {
+		running = s.Loans
+	}
+	to, want, crowded := running.crowd(to, want, need, -1)
 	e := max(0, t-ws)
 	pe := float64(pu - e)
 	avail := slidingAvail(p.Limit, prev, cur, pe, pf)
@@ -128,6 +133,7 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64, to
 	if s.Start == ws {
 		g.Lent = s.Loans.lentTo(to.ID, -1)
 	}
+	g.Crowded = crowded
 	g.Remaining = slidingAvail(p.Limit, prev, cur, pe, pf)
 	switch {
 	case cur > 0:

@@ -67,6 +67,7 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 	pf, lf := float64(periodMicros(p)), float64(p.Limit)
 	c := p.Capacity()
 	cf := float64(c)
+	to, want, crowded := s.Loans.crowd(to, want, need, max(s.Updated, t))
 	if back := s.Loans.unanswered(to, max(s.Updated, t), s.Last); back > 0 {
 		// Granted by a call whose answer to never got: back to the
 		// level, as Return gives them (at most C).
@@ -109,7 +110,10 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		}
 		s.Updated = u
 		s.Loans = s.Loans.settling(to, u, g.Granted > 0).retire(u).settle(to, keep, g.Granted, u, false)
-		lent := s.Loans.after(u)
+		var lent int64 // lent when a grant to no holder bakes the caps in
+		if baked {
+			lent = s.Loans.after(u)
+		}
 		if to.ID != "" {
 			// A call without a Lessee ID settles no loan: the last call
 			// that did stays the one an unanswered call is told by.
@@ -123,6 +127,7 @@ func (s *TokenBucketState) Lease(p Policy, now time.Time, want, need int64, to L
 		}
 	}
 	g.Lent = s.Loans.lentTo(to.ID, t)
+	g.Crowded = crowded
 	g.Remaining = int64(math.Floor(tokens))
 	g.Reset = ceilMillis((cf - tokens) * pf / lf)
 	return g

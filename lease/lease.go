@@ -140,6 +140,25 @@
 //     (for windows, into the current window's count if the loan is of
 //     that window); a return can never add tokens the Store did not lend
 //     to h, and an empty holder ("") gets nothing back.
+//   - A bounded number of holders (Lessee.MaxHolders = M > 0): h's loan
+//     runs while the Store counts it: for token_bucket and gcra while
+//     exp_h > now (token_bucket: now, or the key's stored time if later);
+//     for the windows, a loan of the current window, a fixed_window share
+//     lent into it or into a later window included. A call of h with no
+//     running loan, when M holders have one, is crowded out: it lends
+//     nothing and settles nothing; it is made as a call with no Lessee
+//     for exactly need tokens (want is taken as need): need granted if
+//     avail ≥ need, spent at once (taken off the level as the loans' caps
+//     leave it, as any grant to no holder), else nothing, with need's
+//     Wait; Grant.Lent is 0 and Grant.Crowded true. So the check that
+//     asked is decided by the Store as a check, exactly, and a key has at
+//     most M holders' running loans (h's loan that ended counts as spent
+//     at its end, as any that expires). A holder with a running loan is
+//     never crowded out, whatever M; a new holder gets in once a loan
+//     ends (a return, its TTL, its window, a call that settles it to 0).
+//     M = 0 bounds nothing. A Store call costs time linear in the key's
+//     loans (a refilling key keeps them by expiry: A(E) of every loan is
+//     one running sum), so M bounds it.
 //
 // A holder (the Manager) spends a token only while the Store counts it as
 // lent: it dates a grant from when it sent the call, drops tokens at sent
@@ -250,7 +269,9 @@
 //     (the policy bounds that are its own, such as gcra's exactness
 //     bound), newState (its memory-store state: a type with Lease and
 //     Return, Check, or Acquire and Release, and expiry, the pure math
-//     under the numeric rules of algo.go), and for a leased algorithm the
+//     under the numeric rules of algo.go; a leased algorithm's Lease
+//     crowds a call out as loans.crowd says, Lessee.MaxHolders, and keeps
+//     its cost linear in the key's loans), and for a leased algorithm the
 //     Manager's view of the Store's answers (expiry, level, coverAt,
 //     projected: embed refillView or windowView where it has their shape);
 //     an exact one embeds exactCode.
@@ -394,9 +415,18 @@ type Grant struct {
 	// lessee's loan ends with the current window).
 	AheadTokens  int64
 	AheadWindows int64
-	// Crowded: the key had Lessee.MaxHolders holders, none of them the
-	// call's: nothing was lent (the grant, if any, is spent at once).
+	// Crowded says that the call was crowded out (Lessee.MaxHolders): it
+	// was made as a call with no Lessee for exactly need tokens, so
+	// Granted is need or 0, spent at once (the check that asked is
+	// decided by it; nothing is left to hold), and Lent is 0.
 	Crowded bool
+	// Checked says that a tier between the holder and the Store decided
+	// the call as a check: the lease protocol's owner does for a need
+	// over what the holder may hold (a rule's gateway_share). The
+	// holder's loan was renewed and settled, lending nothing (Lent is the
+	// loan after), and need was granted to no holder: Granted is need or
+	// 0, spent at once by the check that asked. A Store never sets it.
+	Checked bool
 }
 
 // Result is the answer of an exact check (sliding_log, concurrency).
@@ -506,11 +536,33 @@ type Lessee struct {
 	// that first for such a call, and falls back to its usual call when
 	// the key has state.
 	First bool
-	// MaxHolders, when > 0, bounds the holders of the key: a call of an ID
-	// without a running loan of the key, when the key has MaxHolders
-	// running loans, lends nothing (Grant.Crowded).
+	// MaxHolders bounds the holders of the key: a call of ID, which has
+	// no running loan of the key, when MaxHolders holders have one, is
+	// crowded out (see "Lent tokens" in the package doc): it lends
+	// nothing, and is made as a call with no ID for exactly need tokens,
+	// so that the check that asked is decided by the Store
+	// (Grant.Crowded). A holder with a running loan is never crowded
+	// out. 0: no bound; at most MaxKeyHolders. A node sets it for the
+	// holders of the lease protocol (a rule's max_holders), which a
+	// client controls; its own Managers need none (a key's nodes are
+	// few).
 	MaxHolders int
 }
+
+// MaxKeyHolders bounds Lessee.MaxHolders: a Store call costs time linear
+// in the key's loans, and Redis runs nothing else meanwhile.
+const MaxKeyHolders = 1024
+
+// DefaultMaxHolders is the bound on a key's holders a node sets for the
+// holders of the lease protocol unless a rule says otherwise
+// (Lessee.MaxHolders, a rule's max_holders): the largest round number
+// whose lease call, on a key with that many holders, costs at most 3×
+// one on a key with one holder, on Redis (its time per script call) and
+// on the MemoryStore. Measured by BenchmarkLeaseHolders in lease and lua
+// (docs/performance.md): with 16 holders a call costs Redis 2.6× (20:
+// 3.2×, 32: 3.7×; each loan costs a script about a tenth of a one-holder
+// call), the MemoryStore 2.0× (32: 3.0×).
+const DefaultMaxHolders = 16
 
 // MaxAheadWindows bounds Lessee.AheadWindows.
 const MaxAheadWindows = 1 << 16

@@ -1,6 +1,10 @@
 package lease
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // Loan is what a Store lent to one holder of a key and still counts
 // against the key's capacity (see "Lent tokens" in the package doc).
@@ -25,20 +29,96 @@ type Loan struct {
 	// a window starts, Lent becomes Share and the window's count starts
 	// at the sum of the shares. 0 otherwise.
 	Share int64
+
+	// ref is the MemoryStore's index of Holder in its shard's table of
+	// holder IDs, for a loan it read from a key's record (0: none): the
+	// record is written back with no lookup of the ID.
+	ref uint16
 }
 
-// loans is a key's loans, one per holder, in no particular order. Not
-// safe for concurrent use.
+// loans is a key's loans, one per holder, and for token_bucket and gcra
+// the ended loans (no Holder) that still cap the level. A refilling key
+// keeps them by Expires, latest first, the loans of one time in the order
+// they came (byExpiry; the operations below keep that order), so that
+// A(E) of every loan is one running sum (capLevel, fullIn, floorTAT,
+// trim): a call costs time linear in the key's loans. The windows' are in
+// no particular order. Not safe for concurrent use.
 type loans []Loan
 
-// find returns the index of holder's loan, or -1.
+// byExpiry returns ls by Expires, latest first (ls itself, sorted in
+// place): one pass when it already is, as a refilling key's loans are
+// (a state from elsewhere is sorted once).
+func (ls loans) byExpiry() loans {
+	for i := 1; i < len(ls); i++ {
+		if ls[i].Expires > ls[i-1].Expires {
+			slices.SortStableFunc(ls, func(a, b Loan) int { return cmp.Compare(b.Expires, a.Expires) })
+			break
+		}
+	}
+	return ls
+}
+
+// place moves ls[i], whose Expires changed, to where the order by
+// Expires puts it: after the other loans of its time. It returns its new
+// index.
+func (ls loans) place(i int) int {
+	l := ls[i]
+	for ; i > 0 && ls[i-1].Expires < l.Expires; i-- {
+		ls[i] = ls[i-1]
+	}
+	for ; i+1 < len(ls) && ls[i+1].Expires >= l.Expires; i++ {
+		ls[i] = ls[i+1]
+	}
+	ls[i] = l
+	return i
+}
+
+// insert adds l where the order by Expires puts it.
+func (ls loans) insert(l Loan) loans {
+	ls = append(ls, l)
+	ls.place(len(ls) - 1)
+	return ls
+}
+
+// find returns the index of holder's loan, or -1. It looks from the
+// oldest: a holder renewing its loan in turn with others has the one
+// renewed longest ago (by expiry, at the end but for the ended loans).
 func (ls loans) find(holder string) int {
-	for i := range ls {
+	for i := len(ls) - 1; i >= 0; i-- {
 		if ls[i].Holder == holder {
 			return i
 		}
 	}
 	return -1
+}
+
+// holders is how many holders ls lends to at t (loans with a Holder
+// expiring after t; windowed loans, expiring 0 or with a share ahead,
+// are asked with t < 0: every holder's loan of the window), and whether
+// holder is one of them.
+func (ls loans) holders(holder string, t int64) (n int, has bool) {
+	for i := range ls {
+		if ls[i].Holder != "" && (t < 0 || ls[i].Expires > t) {
+			n++
+		}
+	}
+	i := ls.find(holder)
+	return n, i >= 0 && (t < 0 || ls[i].Expires > t)
+}
+
+// crowd is the call a Store makes of a call of to wanting want, needing
+// need, of a key whose loans are ls at t (see holders): the call itself,
+// or, when to is crowded out (Lessee.MaxHolders: to has no loan of the
+// key and MaxHolders holders have one), a call with no Lessee for
+// exactly need tokens (crowded true).
+func (ls loans) crowd(to Lessee, want, need, t int64) (_ Lessee, _ int64, crowded bool) {
+	if to.ID == "" || to.MaxHolders <= 0 {
+		return to, want, false
+	}
+	if n, has := ls.holders(to.ID, t); has || n < to.MaxHolders {
+		return to, want, false
+	}
+	return Lessee{}, need, true
 }
 
 // lentTo is what ls lends holder at t (loans expiring at or before t
@@ -77,10 +157,11 @@ func (ls loans) after(e int64) int64 {
 
 // settle records a call of to at t that granted g: the holder's loan
 // becomes keep + g (keep: what it keeps of the loan before, see split),
-// expiring at max(its expiry, t + TTL) (windowed: 0), and LastSpend
-// becomes t − Idle (the refilling algorithms). The caller has pruned the
-// expired loans. A zero loan is dropped. A new loan keeps to.ID itself:
-// the caller owns it (MemoryStore.Lease passes its shard's copy).
+// expiring at max(its expiry, t + TTL) (windowed: 0, the loan's share
+// ahead kept), and LastSpend becomes t − Idle (the refilling
+// algorithms). The caller has pruned the expired loans. A zero loan is
+// dropped. A new loan keeps to.ID itself: the caller owns it
+// (MemoryStore.Lease passes its shard's copy).
 func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
 	if to.ID == "" {
 		return ls
@@ -97,12 +178,15 @@ func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
 	switch {
 	case i >= 0 && lent > 0:
 		ls[i].Lent, ls[i].Expires, ls[i].LastSpend = lent, exp, last
+		if !windowed {
+			ls.place(i)
+		}
 	case i >= 0:
-		ls[i] = ls[len(ls)-1]
-		ls[len(ls)-1] = Loan{}
-		ls = ls[:len(ls)-1]
+		ls = ls.remove(i)
+	case lent > 0 && windowed:
+		ls = append(ls, Loan{Holder: to.ID, Lent: lent})
 	case lent > 0:
-		ls = append(ls, Loan{Holder: to.ID, Lent: lent, Expires: exp, LastSpend: last})
+		ls = ls.insert(Loan{Holder: to.ID, Lent: lent, Expires: exp, LastSpend: last})
 	}
 	return ls
 }
@@ -159,11 +243,10 @@ func (ls loans) end(holder string, n, t int64) (_ loans, back int64) {
 	back = min(n, ls[i].Lent)
 	if rest := ls[i].Lent - back; rest > 0 {
 		ls[i] = Loan{Lent: rest, Expires: min(ls[i].Expires, t)}
+		ls.place(i)
 		return ls, back
 	}
-	ls[i] = ls[len(ls)-1]
-	ls[len(ls)-1] = Loan{}
-	return ls[:len(ls)-1], back
+	return ls.remove(i), back
 }
 
 // take removes holder's loan and returns min(n, its lent): what a return
@@ -174,9 +257,7 @@ func (ls loans) take(holder string, n int64) (loans, int64) {
 		return ls, 0
 	}
 	back := min(n, ls[i].Lent)
-	ls[i] = ls[len(ls)-1]
-	ls[len(ls)-1] = Loan{}
-	return ls[:len(ls)-1], back
+	return ls.remove(i), back
 }
 
 // split is how a call of to at t (token_bucket, gcra) sees to's loan:
@@ -227,56 +308,104 @@ func (sp split) keep(ls loans, t, g int64) int64 {
 	return sp.run + sp.late
 }
 
+// view is a refilling key's loans as a call sees them: ls by expiry,
+// with loan i counting lent instead of its Lent, and parts, ended loans
+// beside ls, latest first (Lent 0: none). See effective.
+type view struct {
+	ls    loans
+	i     int
+	lent  int64
+	parts [2]Loan
+}
+
+// viewOf is ls by expiry as it is.
+func viewOf(ls loans) view { return view{ls: ls.byExpiry(), i: -1} }
+
 // effective is ls as the caller to's call sees it at t: the tokens of its
 // loan it no longer holds (see split) count from when they were spent
-// like loans that ended then (or at the loan's end, if earlier). ls itself
-// is not changed.
-func (ls loans) effective(to Lessee, t int64) loans {
-	sp := ls.split(to, t)
+// like loans that ended then (or at the loan's end, if earlier). ls
+// itself is not changed (but for its order, see byExpiry).
+func (ls loans) effective(to Lessee, t int64) view {
+	v := viewOf(ls)
+	sp := v.ls.split(to, t)
 	if sp.i < 0 || sp.run == ls[sp.i].Lent {
-		return ls
+		return v
 	}
 	end := min(ls[sp.i].Expires, t)
-	out := make(loans, len(ls), len(ls)+2)
-	copy(out, ls)
-	out[sp.i].Lent = sp.run
-	for _, part := range [2]Loan{{Lent: sp.early, Expires: sp.earlyAt}, {Lent: sp.late, Expires: sp.lateAt}} {
+	v.i, v.lent = sp.i, sp.run
+	n := 0
+	// Latest first: earlyAt ≤ lateAt.
+	for _, part := range [2]Loan{{Lent: sp.late, Expires: sp.lateAt}, {Lent: sp.early, Expires: sp.earlyAt}} {
 		switch {
 		case part.Lent == 0:
 		case part.Expires < end:
-			out = append(out, part)
+			v.parts[n] = part
+			n++
 		default: // spent now or after the loan ended: no earlier than the loan
-			out[sp.i].Lent += part.Lent
+			v.lent += part.Lent
 		}
 	}
-	return out
+	return v
+}
+
+// walk goes through a view's times, latest first: each next is a time E
+// of its loans and A(E), what the loans expiring at or after E lend (all
+// of which still counted just before E). One pass: the view is by expiry.
+type walk struct {
+	v    *view
+	i, p int
+	a    int64
+}
+
+func (w *walk) next() (e, a int64, ok bool) {
+	ls, parts := w.v.ls, &w.v.parts
+	more, part := w.i < len(ls), w.p < len(parts) && parts[w.p].Lent > 0
+	switch {
+	case more && part:
+		e = max(ls[w.i].Expires, parts[w.p].Expires)
+	case more:
+		e = ls[w.i].Expires
+	case part:
+		e = parts[w.p].Expires
+	default:
+		return 0, 0, false
+	}
+	for ; w.i < len(ls) && ls[w.i].Expires == e; w.i++ {
+		if w.i == w.v.i {
+			w.a += w.v.lent
+		} else {
+			w.a += ls[w.i].Lent
+		}
+	}
+	for ; w.p < len(parts) && parts[w.p].Lent > 0 && parts[w.p].Expires == e; w.p++ {
+		w.a += parts[w.p].Lent
+	}
+	return e, w.a, true
 }
 
 // settling is ls as a write at t that settles to's loan (see split)
-// leaves it: the part the loan keeps runs until its expiry; the parts it
-// settles (early, and late after a grant) become ended loans (no Holder),
-// spent when they were, at t at the latest, or at the loan's expiry if
-// earlier. ls itself is not changed.
+// leaves it, changed in place: the part the loan keeps runs until its
+// expiry; the parts it settles (early, and late after a grant) become
+// ended loans (no Holder), spent when they were, at t at the latest, or
+// at the loan's expiry if earlier.
 func (ls loans) settling(to Lessee, t int64, granted bool) loans {
 	sp := ls.split(to, t)
 	if sp.i < 0 || sp.run == ls[sp.i].Lent {
 		return ls
 	}
 	end := min(ls[sp.i].Expires, t)
-	out := make(loans, len(ls), len(ls)+2)
-	copy(out, ls)
-	out[sp.i].Lent = sp.run
+	ls[sp.i].Lent = sp.run
 	if sp.early > 0 {
-		out = append(out, Loan{Lent: sp.early, Expires: min(sp.earlyAt, end)})
+		ls = ls.insert(Loan{Lent: sp.early, Expires: min(sp.earlyAt, end)})
 	}
 	switch {
 	case sp.late == 0:
 	case granted || !sp.running(ls, t):
-		out = append(out, Loan{Lent: sp.late, Expires: min(sp.lateAt, end)})
+		ls = ls.insert(Loan{Lent: sp.late, Expires: min(sp.lateAt, end)})
 	default:
-		out[sp.i].Lent += sp.late // kept lent
+		ls[sp.i].Lent += sp.late // kept lent
 	}
-	return out
+	return ls
 }
 
 // maxEnded bounds the ended loans a key keeps (see trim).
@@ -295,46 +424,79 @@ func (ls loans) retire(t int64) loans {
 }
 
 // trim drops the ended loans (no Holder) that no longer cap anything at
-// t, oldest first (the smaller first among equal times, so that the order
-// of ls does not matter): binding(l, A(E)) false, so that they never will
-// (the stored level refills past them: see the package doc). It merges
-// the ended loans of the same time (they cap the same), and while more than
+// t, oldest first: binding(l, A(E)) false, so that they never will (the
+// stored level refills past them: see the package doc). It merges the
+// ended loans of the same time (they cap the same), and while more than
 // maxEnded remain, hands the oldest to bake, which applies its cap to the
-// stored level (or TAT) for good, and drops it.
+// stored level (or TAT) for good, and drops it. By expiry (byExpiry), the
+// loans of one time are neighbours, and A(E) of a loan is what the loans
+// up to the last of its time lend: one pass from the oldest. (After
+// retire, as Lease and Return call it, the ended loans are the last ones,
+// and those dropped the very last.)
 func (ls loans) trim(t int64, binding func(l Loan, a int64) bool, bake func(l Loan, a int64)) loans {
-	for i := 0; i < len(ls); i++ {
-		for j := i + 1; j < len(ls); j++ {
-			if ls[i].Holder == "" && ls[j].Holder == "" && ls[i].Expires == ls[j].Expires {
-				ls[i].Lent += ls[j].Lent
-				ls = ls.remove(j)
-				j--
+	ls = ls.byExpiry()
+	// Merge each time's ended loans into the first of them, in place (w:
+	// where the next loan kept goes).
+	var total int64
+	w, ended := 0, 0
+	for i := 0; i < len(ls); {
+		e, first := ls[i].Expires, -1
+		for ; i < len(ls) && ls[i].Expires == e; i++ {
+			total += ls[i].Lent
+			switch {
+			case ls[i].Holder != "":
+			case first >= 0:
+				ls[first].Lent += ls[i].Lent
+				continue
+			default:
+				first = w
+				ended++
 			}
+			if w != i {
+				ls[w] = ls[i]
+			}
+			w++
 		}
 	}
-	for {
-		oldest, n := -1, 0
-		for i, l := range ls {
-			if l.Holder == "" {
-				n++
-				if oldest < 0 || l.Expires < ls[oldest].Expires {
-					oldest = i
-				}
+	clear(ls[w:])
+	ls = ls[:w]
+	// From the oldest: below is what the loans after a time lend (its
+	// A(E) is the rest); a dropped loan is marked Lent −1, its tokens
+	// still below the later times.
+	drop, below := len(ls), int64(0) // drop: the first loan dropped
+	for i := len(ls) - 1; i >= 0 && ended > 0; {
+		e, sum, at := ls[i].Expires, int64(0), -1
+		for ; i >= 0 && ls[i].Expires == e; i-- {
+			sum += ls[i].Lent
+			if ls[i].Holder == "" {
+				at = i
 			}
 		}
-		if oldest < 0 {
-			return ls
+		below += sum
+		if at < 0 {
+			continue
 		}
-		l := ls[oldest]
-		a := ls.after(l.Expires)
+		l, a := ls[at], total-below+sum
 		switch {
 		case !binding(l, a):
-		case n > maxEnded:
+		case ended > maxEnded:
 			bake(l, a)
 		default:
-			return ls
+			ended = 0 // the oldest binds, and at most maxEnded remain: done
+			continue
 		}
-		ls = ls.remove(oldest)
+		ls[at].Lent, drop = -1, at
+		ended--
 	}
+	w = drop
+	for i := drop; i < len(ls); i++ {
+		if ls[i].Lent >= 0 {
+			ls[w] = ls[i]
+			w++
+		}
+	}
+	clear(ls[w:])
+	return ls[:w]
 }
 
 // bakeFunc is told that trim baked the ended loan that ended at end (unix
@@ -347,25 +509,35 @@ func (f bakeFunc) report(l Loan, a int64) {
 	}
 }
 
-// remove removes ls[i] (the last loan takes its place).
-func (ls loans) remove(i int) loans {
-	ls[i] = ls[len(ls)-1]
-	ls[len(ls)-1] = Loan{}
-	return ls[:len(ls)-1]
-}
+// remove removes ls[i]; the others keep their order.
+func (ls loans) remove(i int) loans { return slices.Delete(ls, i, i+1) }
 
 // capLevel caps a refilled level at t by the loans of a token_bucket key
-// (fractional tokens; rate = lf/pf per µs, capacity cf). Before its
-// expiry E a loan is out of the bucket; at E it counts as spent and the
-// refill goes on from there: the level at t is at most C − A(E) + (t −
-// min(E, t))·rate for every loan, which for the loans still running is
-// C − their sum.
-func (ls loans) capLevel(level float64, t int64, pf, lf, cf float64) float64 {
-	for _, l := range ls {
-		s := min(l.Expires, t)
-		level = math.Min(level, cf-float64(ls.after(l.Expires))+float64(t-s)*lf/pf)
+// as a call sees them (fractional tokens; rate = lf/pf per µs, capacity
+// cf). Before its expiry E a loan is out of the bucket; at E it counts as
+// spent and the refill goes on from there: the level at t is at most C −
+// A(E) + (t − min(E, t))·rate for every loan, which for the loans still
+// running is C − their sum.
+func (v view) capLevel(level float64, t int64, pf, lf, cf float64) float64 {
+	w := walk{v: &v}
+	for e, a, ok := w.next(); ok; e, a, ok = w.next() {
+		if c := cf - float64(a) + float64(t-min(e, t))*lf/pf; c < level {
+			level = c
+		}
 	}
 	return level
+}
+
+// floorTAT is the lowest TAT a gcra key's loans, as a call sees them,
+// allow at t: the gcra form of capLevel, with a loan's tokens A(E) worth
+// ceil(A(E)·P/L) µs.
+func (v view) floorTAT(t int64, pf, lf float64) int64 {
+	var f int64
+	w := walk{v: &v}
+	for e, a, ok := w.next(); ok; e, a, ok = w.next() {
+		f = max(f, min(e, t)+int64(math.Ceil(float64(a)*pf/lf)))
+	}
+	return f
 }
 
 // fullIn is how long after t (µs) a token_bucket or gcra key whose level
@@ -373,19 +545,32 @@ func (ls loans) capLevel(level float64, t int64, pf, lf, cf float64) float64 {
 // running loan must expire and its tokens refill after it, and every
 // ended one stop capping the level.
 func (ls loans) fullIn(d float64, t int64, pf, lf float64) float64 {
-	for _, l := range ls {
-		d = math.Max(d, float64(l.Expires-t)+float64(ls.after(l.Expires))*pf/lf)
+	ls = ls.byExpiry()
+	var a int64
+	for i := 0; i < len(ls); {
+		e := ls[i].Expires
+		for ; i < len(ls) && ls[i].Expires == e; i++ {
+			a += ls[i].Lent
+		}
+		if c := float64(e-t) + float64(a)*pf/lf; c > d {
+			d = c
+		}
 	}
 	return d
 }
 
-// floorTAT is the lowest TAT a gcra key's loans allow at t: the gcra form
-// of capLevel, with a loan's tokens A(E) worth ceil(A(E)·P/L) µs.
-func (ls loans) floorTAT(t int64, pf, lf float64) int64 {
-	var f int64
-	for _, l := range ls {
-		s := min(l.Expires, t)
-		f = max(f, s+int64(math.Ceil(float64(ls.after(l.Expires))*pf/lf)))
+// spentBy is the latest of e and every loan's expiry plus its tokens'
+// worth (E + ceil(A(E)·P/L)): when a gcra key's TAT (e) and loans are all
+// past.
+func (ls loans) spentBy(e int64, pf, lf float64) int64 {
+	ls = ls.byExpiry()
+	var a int64
+	for i := 0; i < len(ls); {
+		x := ls[i].Expires
+		for ; i < len(ls) && ls[i].Expires == x; i++ {
+			a += ls[i].Lent
+		}
+		e = max(e, x+int64(math.Ceil(float64(a)*pf/lf)))
 	}
-	return f
+	return e
 }

@@ -59,7 +59,9 @@ const envAll = "SLUICE_MODEL_ALL"
 
 // TestModel runs the model-based harness (lease/modeltest) on the
 // MemoryStore with a fake clock: every leased algorithm with one holder and
-// with three sharing the Store, the exact ones, and all mixed. The long
+// with three sharing the Store, the exact ones, and all mixed; and each
+// leased algorithm and all mixed with each key's holders bounded, up to
+// twice as many Managers joining and leaving (Options.MaxHolders). The long
 // form: SLUICE_MODEL_TIME=10m (make fuzz); a failing seed prints its
 // replay command.
 func TestModel(t *testing.T) {
@@ -75,6 +77,9 @@ func TestModel(t *testing.T) {
 		// (Config.Direct): "all", or "m0" beside Managers that lease
 		// (a node on the memory store, gateways leasing from it).
 		direct string
+		// maxHolders bounds each key's holders (Options.MaxHolders):
+		// up to twice as many Managers join and leave.
+		maxHolders int
 	}
 	var runs []run
 	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
@@ -88,6 +93,10 @@ func TestModel(t *testing.T) {
 		run{name: "mixed/windows", algs: []lease.Algorithm{lease.FixedWindow, lease.SlidingWindow, lease.SlidingLog, lease.Concurrency}},
 	)
 	runs = append(runs, run{name: "direct", direct: "all"}, run{name: "direct/beside-leases", direct: "m0", holders: 3})
+	for _, a := range []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow} {
+		runs = append(runs, run{name: fmt.Sprintf("%s/max_holders=2", a), algs: []lease.Algorithm{a}, maxHolders: 2})
+	}
+	runs = append(runs, run{name: "mixed/max_holders=3", maxHolders: 3})
 	total := modeltest.Summary{}
 	for i, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
@@ -99,7 +108,7 @@ func TestModel(t *testing.T) {
 			}
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: uint64(i) * 1_000_000, Seeds: 100, Steps: 250, Holders: r.holders, Algorithms: r.algs,
-				SafetyOnly: r.safety, Ahead: true,
+				SafetyOnly: r.safety, Ahead: true, MaxHolders: r.maxHolders,
 			})
 			h := memoryHarness()
 			switch r.direct {
@@ -112,9 +121,13 @@ func TestModel(t *testing.T) {
 			total.Seeds += s.Seeds
 			total.Steps += s.Steps
 			total.Checks += s.Checks
+			total.Crowded += s.Crowded
+			if r.maxHolders > 0 && s.Crowded < s.Seeds {
+				t.Errorf("%d calls crowded out in %d seeds: too few to check the bound on a key's holders", s.Crowded, s.Seeds)
+			}
 		})
 	}
-	t.Logf("model: %d seeds, %d steps, %d decisions checked", total.Seeds, total.Steps, total.Checks)
+	t.Logf("model: %d seeds, %d steps, %d decisions checked, %d lease calls crowded out", total.Seeds, total.Steps, total.Checks, total.Crowded)
 }
 
 // TestModelFoundSeeds replays seeds whose failures the long form found,

@@ -104,7 +104,7 @@ func scriptCost(b *testing.B, srv *redistest.Server, s *Store, a lease.Algorithm
 }
 
 // infoField reads one numeric field of INFO section.
-func infoField(b *testing.B, srv *redistest.Server, section, field string) float64 {
+func infoField(b testing.TB, srv *redistest.Server, section, field string) float64 {
 	for _, line := range strings.Split(srv.Do("INFO", section), "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -120,7 +120,7 @@ func infoField(b *testing.B, srv *redistest.Server, section, field string) float
 
 // evalStats is the calls and µs of the script commands (EVALSHA, and EVAL
 // when a script was not loaded yet) since the last CONFIG RESETSTAT.
-func evalStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64) {
+func evalStats(b testing.TB, srv *redistest.Server) (calls int64, usec float64) {
 	for _, line := range strings.Split(srv.Do("INFO", "commandstats"), "\n") {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {

@@ -64,7 +64,7 @@ func matchesMemoryStore(t *testing.T, batched bool) {
 	// lease TTLs, idle times and spent-before counts (the lent
 	// accounting), and for fixed_window shares ahead.
 	holders := []string{"", "node-a", "node-b/7f3a", "node-c"}
-	var ahead int
+	var ahead, crowded int
 	for i := 0; i < 400; i++ {
 		alg := lease.Algorithm(1 + r.IntN(4))
 		p := lease.Policy{Algorithm: alg, Limit: randLimit(), Period: randPeriod()}
@@ -92,6 +92,7 @@ func matchesMemoryStore(t *testing.T, batched bool) {
 				to.TTL = time.Duration(pick(1, 100, 1000, 60_000, 3_600_000)) * time.Millisecond
 				to.Idle = time.Duration(pick(0, 0, 1, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
 				to.SpentBefore = min(pick(0, 0, 1, capacity/2, r.Int64N(capacity)+1), lease.MaxHits)
+				to.MaxHolders = int(pick(0, 0, 1, 2))
 				if alg == lease.FixedWindow {
 					maxW := min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
 					to.AheadWindows = min(pick(0, 1, 2, 3, maxW, r.Int64N(maxW+1)), maxW)
@@ -100,6 +101,9 @@ func matchesMemoryStore(t *testing.T, batched bool) {
 			}
 			g1, e1 := rs.Lease(ctx, key, p, want, need, to)
 			g2, e2 := ms.Lease(ctx, key, p, want, need, to)
+			if g1.Crowded {
+				crowded++
+			}
 			if (e1 == nil) != (e2 == nil) || g1 != g2 {
 				t.Fatalf("%+v, step %d at %v: Lease(want=%d, need=%d, %+v):\n  redis:  %+v %v\n  memory: %+v %v",
 					p, step, clock.Now().Format(time.RFC3339Nano), want, need, to, g1, e1, g2, e2)
@@ -158,8 +162,8 @@ func matchesMemoryStore(t *testing.T, batched bool) {
 			}
 		}
 	}
-	t.Logf("identical answers: %d leases granted, %d denied with a wait, %d lending shares ahead; sliding_log %d allowed, %d denied; %d acquires", grants, denials, ahead, logAllowed, logDenied, acquired)
-	if grants < 500 || denials < 500 || ahead < 150 || logDenied < 200 || logAllowed < 200 {
+	t.Logf("identical answers: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out; sliding_log %d allowed, %d denied; %d acquires", grants, denials, ahead, crowded, logAllowed, logDenied, acquired)
+	if grants < 500 || denials < 500 || ahead < 150 || crowded < 100 || logDenied < 200 || logAllowed < 200 {
 		t.Errorf("the random sequences exercised too few grants or denials to compare")
 	}
 }

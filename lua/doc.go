@@ -17,10 +17,11 @@
 // up. Each script's header comment lists its KEYS, ARGV and return value.
 //
 //	file                       KEYS[1]                           ARGV                                           returns
-//	<leased>_lease.lua         string: fields and loans          limit, period_us, capacity, holder, want,      {granted, remaining, wait_ms, reset_ms, lent}
-//	                           (see leased.lua)                  need, held, ttl_us, idle_us, spent_before,     (fixed_window: and ahead_tokens, ahead_windows)
-//	                                                             call, unanswered (fixed_window: and
-//	                                                             ahead_windows, ahead_tokens)
+//	<leased>_lease.lua         string: fields and loans          limit, period_us, capacity, holder, want,      {granted, remaining, wait_ms, reset_ms, lent,
+//	                           (see leased.lua)                  need, held, ttl_us, idle_us, spent_before,     (fixed_window: ahead_tokens, ahead_windows,)
+//	                                                             call, unanswered, max_holders                  crowded}
+//	                                                             (fixed_window: and ahead_windows,
+//	                                                             ahead_tokens)
 //	<leased>_return.lua        (same)                            limit, period_us, capacity, holder, tokens     the tokens given back
 //	first_undo.lua             (same)                            the bytes a first touch wrote                  1 if the key still held them and was deleted
 //	sliding_log.lua            zset member→stamp µs              limit, period_us, min_interval_us, hits        {allowed, remaining, retry_ms, reset_ms}
@@ -52,7 +53,16 @@
 // token_bucket or gcra key, another holder's loan, or the caller's after
 // an ended one; in a fixed_window key, another holder's share ahead, or a
 // caller asking one beside other holders' loans) takes the general path,
-// which mirrors lease/loans.go and lease.FixedWindowState. sliding_log cleans up, counts, checks min_interval
+// which mirrors lease/loans.go and lease.FixedWindowState. Every path
+// costs time linear in the key's loans: a token_bucket or gcra key keeps
+// its loans by expiry, latest first (an older release's write, in
+// another order, is sorted once when read: TestPreviousReleaseSameKeys),
+// so that what each loan caps, A(E), is one running sum; each loan costs
+// a script about as much as the rest of the call does (BenchmarkLeaseHolders,
+// lua/testdata/holders-instructions.sh), and max_holders
+// (lease.Lessee.MaxHolders) bounds the holders a key takes: a holder past
+// it is crowded out, its call made with no holder for exactly need
+// (crowded 1). sliding_log cleans up, counts, checks min_interval
 // against the newest stamp, inserts one member per hit ("<stamp>-<n>",
 // added with NX so none is ever overwritten) and sets the expiry in one
 // script; a check records at most [MaxLogHits] hits.
@@ -76,7 +86,10 @@
 // run the script. TestFirstTouchMatchesScript requires the same
 // answer, bytes and expiry as the script for random calls of every leased
 // algorithm, so nodes of the previous release (the same format and keys)
-// read what a first touch writes.
+// read what a first touch writes. A first touch writes only a key that
+// has no state, so no loan there can crowd its caller out
+// (Lessee.MaxHolders): where a key has loans, SET NX writes nothing and
+// the script decides.
 //
 // # Keys
 //

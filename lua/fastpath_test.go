@@ -39,7 +39,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	pick := func(vals ...int64) int64 { return vals[r.IntN(len(vals))] }
 	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
-	var calls, empty, ownOnly, spent, spentEnded, returned, returnedEnded, other, withShare, shareRolled int
+	var calls, empty, ownOnly, spent, spentEnded, returned, returnedEnded, other, withShare, shareRolled, crowded int
 	for i := 0; i < 400; i++ {
 		// Half the keys: one holder renewing its key, mostly
 		// reporting tokens spent (the steady state of a key one node
@@ -135,6 +135,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					to.SpentBefore = min(pick(0, 0, 0, 1, lent[h], r.Int64N(capacity)+1), lease.MaxHits)
 					to.TTL = time.Duration(pick(1, 100, 60_000, 300_000, 3_600_000)) * time.Millisecond
 					to.Idle = time.Duration(pick(0, 0, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
+					to.MaxHolders = int(pick(0, 0, 0, 1, 2))
 					to.Call = uint32(r.Uint64())
 					if r.IntN(8) == 0 {
 						to.Call = 0
@@ -166,6 +167,9 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 				}
 				g1, e1 := fast.Lease(ctx, key, p, want, need, to)
 				g2, e2 := slow.Lease(ctx, key, p, want, need, to)
+				if g1.Crowded {
+					crowded++
+				}
 				if e1 != nil || e2 != nil || g1 != g2 {
 					t.Fatalf("%+v step %d, state %x: Lease(want=%d, need=%d, %+v):\n  fast:    %+v %v\n  general: %+v %v", p, step, before, want, need, to, g1, e1, g2, e2)
 				}
@@ -181,8 +185,8 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others; %d fixed_window calls on the caller's loan with a share ahead, %d of them in a later window it covers", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other, withShare, shareRolled)
-	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || returned < 200 || returnedEnded < 40 || other < 500 || withShare < 300 || shareRolled < 70 {
+	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others; %d fixed_window calls on the caller's loan with a share ahead, %d of them in a later window it covers; %d crowded out", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other, withShare, shareRolled, crowded)
+	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || returned < 200 || returnedEnded < 40 || other < 500 || withShare < 300 || shareRolled < 70 || crowded < 100 {
 		t.Errorf("too few calls in each kind of state to compare the paths")
 	}
 }

@@ -50,7 +50,10 @@ import (
 // call's send and its answer (the Manager dates windows from that:
 // lease/manager_ahead.go). A call without a holder (Lessee.ID "") runs
 // the script: no loan of its own caps what others see of the key while
-// its SET is on the way.
+// its SET is on the way. A first touch never finds loans (SET NX writes
+// only a key without state), so the bound on a key's holders
+// (Lessee.MaxHolders) never crowds it out: where a key has loans, the
+// script decides.
 //
 // A step of Redis's clock since the sample (or a Sentinel failover to a
 // master whose clock reads otherwise) shows in the TIME read after the

@@ -9,9 +9,9 @@
 --          of each later window (see leased.lua)
 -- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us,
 --          idle_us, spent_before, call, unanswered (ttl to unanswered
---          unused), ahead_windows, ahead_tokens
+--          unused), max_holders, ahead_windows, ahead_tokens
 -- returns  {granted, remaining, wait_ms, reset_ms, lent, ahead_tokens,
---          ahead_windows}
+--          ahead_windows, crowded}
 --
 -- A later window than the stored one starts with the shares lent into it
 -- (its count their sum, each such holder's loan its share), the other
@@ -20,12 +20,15 @@
 -- L - the other holders' shares ahead) in each of the next ahead_windows
 -- windows (none when 0). The key is written only when tokens are granted
 -- or a share changes, and expires two windows after its window began or
--- a window after the last share's window ends, whichever is later.
+-- a window after the last share's window ends, whichever is later. A
+-- holder without a loan in the window, when max_holders (> 0) holders
+-- have one, a share ahead included, is crowded out (see
+-- token_bucket_lease.lua).
 local limit, pu = lf, pf
 local want, need = ARGV[5] + 0, ARGV[6] + 0
-local held = ARGV[7] + 0
+local held, maxh = ARGV[7] + 0, ARGV[13] + 0
 local aw, at = 0, 0 -- most calls ask none: '0' is not converted
-if ARGV[13] ~= '0' then aw, at = ARGV[13] + 0, ARGV[14] + 0 end
+if ARGV[14] ~= '0' then aw, at = ARGV[14] + 0, ARGV[15] + 0 end
 
 local fast = true -- false: loans always through the general helpers (tests)
 local v = redis.call('GET', key)
@@ -118,6 +121,20 @@ if general then
   ls = H.roll(st, ls, now)
   ws, count = st.w, st.c
 end
+-- crowd: every loan of the window runs (the caller's: have, oi, or in
+-- ls)
+local crowded = 0
+if holder ~= '' and maxh > 0 then
+  local nh, mine = 0, have
+  if ls then
+    nh, mine = #ls / 4, H.find(ls, holder) ~= nil
+  elseif ol then
+    nh, mine = n, oi > 0
+  elseif have then
+    nh = 1
+  end
+  if nh >= maxh and not mine then crowded, holder, want = 1, '', need end
+end
 local left = ws + pu - now
 
 local granted, wait = 0, 0
@@ -128,7 +145,7 @@ elseif math.max(0, limit - count) >= need then
   if granted > 0 then
     count = count + granted
     if ls then
-      ls = H.settle(ls, H.held_of(ls, held), granted, now, 0, 0, true)
+      ls = H.settle(ls, H.held_of(ls, held), granted)
     elseif holder == '' then
       -- no loan
     elseif ol then
@@ -181,11 +198,11 @@ if changed then
   if ls then
     H.write(head('fw', ws, count), ls, ws, true, ttl(H.fw_expiry(ws, ls) - now))
   elseif ol then
-    local lb = '' -- the loans' bytes
-    for k = 2, 2 * n, 2 do
-      lb = lb .. pack_loan(ol[k - 1], ol[k], 0, 0, 0, true)
+    local parts = {head('fw', ws, count)}
+    for k = 1, n do
+      parts[k + 1] = pack_loan(ol[2 * k - 1], ol[2 * k], 0, 0, 0, true)
     end
-    redis.call('SET', key, head('fw', ws, count) .. lb, 'PX', ttl(ws + 2 * pu - now))
+    redis.call('SET', key, table.concat(parts), 'PX', ttl(ws + 2 * pu - now))
   else
     local lb, e = '', ws + 2 * pu
     if have then
@@ -197,4 +214,4 @@ if changed then
 end
 local lent = own -- 0 without a loan
 if ls then lent = H.lent_to(ls, holder, -1) end
-return {granted, math.max(0, limit - count), ms(wait), ms(left), lent, tokens, windows}
+return {granted, math.max(0, limit - count), ms(wait), ms(left), lent, tokens, windows, crowded}

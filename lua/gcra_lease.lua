@@ -10,17 +10,20 @@
 -- KEYS[1]  string: 't' = TAT in unix µs (an integer), '#' and '$' = the
 --          last call and its grant, loans (see leased.lua)
 -- ARGV     limit, period_us, capacity (burst), holder, want, need, held, ttl_us, idle_us,
---          spent_before, call, unanswered
--- returns  {granted, remaining, wait_ms, reset_ms, lent}
+--          spent_before, call, unanswered, max_holders
+-- returns  {granted, remaining, wait_ms, reset_ms, lent, crowded}
 --
 -- An absent key (or a TAT not after now, with no loans) is a full bucket.
 -- The key is written when tokens are granted, or when the holder has a
 -- running loan (every call settles it, see split), and expires when the
--- TAT and every loan's tokens are past.
+-- TAT and every loan's tokens are past. A holder without a running loan,
+-- when max_holders (> 0) holders have one, is crowded out (see
+-- token_bucket_lease.lua).
 local want, need = ARGV[5] + 0, ARGV[6] + 0
 local held, ttl_us, idle_us = ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0
 local spent_before, call, unans = ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0
-local bf = cf
+local maxh = ARGV[13] + 0
+local bf, ceil = cf, math.ceil
 
 local function avail(d)
   local a = math.floor(bf - d * lf / pf)
@@ -33,8 +36,8 @@ local v = redis.call('GET', key)
 
 -- The fast path answers the states with no other holder: no state, or
 -- state whose running loans are the caller's alone, its loan first and
--- any ended loans after it (see token_bucket_lease.lua). It is the
--- general path below, operation for operation, for those states, and
+-- any ended loans after it, by expiry (see token_bucket_lease.lua). It is
+-- the general path below, operation for operation, for those states, and
 -- writes the same bytes; any other state breaks out to the general path.
 repeat -- the fast path (break: the general path)
   if not fast then break end
@@ -67,6 +70,10 @@ repeat -- the fast path (break: the general path)
         local a, x
         a, x, pos = struct.unpack('<' .. W[kind % 4] .. W[(kind - kind % 4) / 4 % 4], v, pos + 1)
         if x % 2 == 0 then x = tat + x / 2 else x = tat - (x + 1) / 2 end
+        if n > 0 and x > el[2 * n] then
+          pos = 0 -- not by expiry (an older release wrote it): the general path sorts them
+          break
+        end
         el[2 * n + 1], el[2 * n + 2] = a, x
         n = n + 1
       end
@@ -150,144 +157,96 @@ repeat -- the fast path (break: the general path)
     if lent then
       nl = run + granted
       if exp > ne then ne = exp end
-      if early > 0 then
-        if not el then el = {0, 0, 0, 0} end
-        if early_at > now then early_at = now end
-        el[2 * n + 1], el[2 * n + 2] = early, early_at
-        n = n + 1
-      end
-      if late == 0 then
-        -- nothing
-      elseif granted > 0 then
-        if not el then el = {0, 0, 0, 0} end
-        if late_at > now then late_at = now end
-        el[2 * n + 1], el[2 * n + 2] = late, late_at
-        n = n + 1
-      else
-        nl = nl + late -- kept lent
-      end
-      if nl == 0 and n > 0 then break end -- the loan goes, the last ended takes its place
-    end
-    -- trim: merge the ended loans of one time, then drop (or past
-    -- max_ended bake into the TAT) the oldest while it floors nothing
-    local i = 2
-    while i < 2 * n do
-      local j = i + 2
-      while j <= 2 * n do
-        if el[i] == el[j] then
-          el[i - 1] = el[i - 1] + el[j - 1]
-          el[j - 1], el[j] = el[2 * n - 1], el[2 * n]
-          n = n - 1
-        else
-          j = j + 2
+      local a2 = 0 -- late, after a grant
+      if late > 0 and granted > 0 then a2 = late elseif late > 0 then nl = nl + late end
+      for i = 1, 2 do
+        local p, x = early, early_at
+        if i == 2 then p, x = a2, late_at end
+        if p > 0 then
+          if x > now then x = now end
+          if not el then el = {0, 0, 0, 0} end
+          local j = n -- insert: after the ended loans of its time
+          while j > 0 and el[2 * j] < x do
+            el[2 * j + 1], el[2 * j + 2] = el[2 * j - 1], el[2 * j]
+            j = j - 1
+          end
+          el[2 * j + 1], el[2 * j + 2] = p, x
+          n = n + 1
         end
       end
-      i = i + 2
+      if nl == 0 and n > 0 then break end -- the loan goes
     end
+    -- trim: merge the ended loans of one time (neighbours), then drop (or
+    -- past max_ended bake into the TAT) the oldest, the last, while it
+    -- floors nothing; its A(E) is what all the loans lend
+    local m, s = 0, nl
+    for k = 1, n do
+      if m > 0 and el[2 * m] == el[2 * k] then
+        el[2 * m - 1] = el[2 * m - 1] + el[2 * k - 1]
+      else
+        m = m + 1
+        el[2 * m - 1], el[2 * m] = el[2 * k - 1], el[2 * k]
+      end
+      s = s + el[2 * k - 1]
+    end
+    n = m
     while n > 0 do
-      local o = 2
-      for k = 4, 2 * n, 2 do
-        if el[k] < el[o] then o = k end
-      end
-      local x = el[o]
-      local s = 0
-      if ne >= x then s = nl end
-      for k = 2, 2 * n, 2 do
-        if el[k] >= x then s = s + el[k - 1] end
-      end
-      local c = x + math.ceil(s * pf / lf)
+      local c = el[2 * n] + math.ceil(s * pf / lf)
       if c > now then
         if n <= max_ended then break end
         tat = math.max(tat, c)
       end
-      el[o - 1], el[o] = el[2 * n - 1], el[2 * n]
+      s = s - el[2 * n - 1]
       n = n - 1
     end
     d = base + cost - now
-    -- spent_by and write
-    local e, loans = tat, ''
+    -- spent_by, a running sum by expiry, and write
+    local e = tat
+    local parts = {head('gc', tat, last_of(call, granted, lc, lg))}
+    s = 0
     if holder ~= '' and nl > 0 then
-      local s = nl
-      for k = 2, 2 * n, 2 do
-        if el[k] >= ne then s = s + el[k - 1] end
-      end
+      s = nl
       local c = ne + math.ceil(s * pf / lf)
       if c > e then e = c end
-      loans = pack_loan(holder, nl, ne, now - idle_us, tat, false)
+      parts[2] = pack_loan(holder, nl, ne, now - idle_us, tat, false)
       if ne > now then lent_now = nl end
     end
-    for k = 2, 2 * n, 2 do
-      local x = el[k]
-      local s = 0
-      if ne >= x then s = nl end
-      for m = 2, 2 * n, 2 do
-        if el[m] >= x then s = s + el[m - 1] end
-      end
+    for k = 1, n do
+      local x = el[2 * k]
+      s = s + el[2 * k - 1]
       local c = x + math.ceil(s * pf / lf)
       if c > e then e = c end
-      loans = loans .. pack_loan('', el[k - 1], x, 0, tat, false)
+      parts[#parts + 1] = pack_loan('', el[2 * k - 1], x, 0, tat, false)
     end
-    redis.call('SET', key, head('gc', tat, last_of(call, granted, lc, lg)) .. loans, 'PX', ttl(e - now))
+    redis.call('SET', key, table.concat(parts), 'PX', ttl(e - now))
   end
-  return {granted, avail(d), ms(wait), ms(d), lent_now}
+  return {granted, avail(d), ms(wait), ms(d), lent_now, 0}
 until true
 
 -- The general path: lease/loans.go operation for operation, with the
 -- loan helpers written out inline (see token_bucket_lease.lua).
-local function after(l, x)
-  local a = 0
-  for b = 0, #l - 4, 4 do
-    if l[b + 3] >= x then a = a + l[b + 2] end
+local function rise(l, b, id, lent, exp, last)
+  while b > 0 and l[b - 1] < exp do
+    l[b + 1], l[b + 2], l[b + 3], l[b + 4] = l[b - 3], l[b - 2], l[b - 1], l[b]
+    b = b - 4
   end
-  return a
-end
-local function remove(l, b)
-  local m = #l
-  l[b + 1], l[b + 2], l[b + 3], l[b + 4] = l[m - 3], l[m - 2], l[m - 1], l[m]
-  l[m], l[m - 1], l[m - 2], l[m - 3] = nil, nil, nil, nil
-end
-local function append(l, id, lent, exp, last)
-  local m = #l
-  l[m + 1], l[m + 2], l[m + 3], l[m + 4] = id, lent, exp, last
+  l[b + 1], l[b + 2], l[b + 3], l[b + 4] = id, lent, exp, last
+  return b
 end
 
--- read
-local ls, tat, last_c, last_g = {}, 0, 0, 0
+-- read: the loans, the caller's (si) and how many holders' loans run (nh)
+local read_loans, write_loans = refill()
+local ls, tat, last_c, last_g, si, nh = {}, 0, 0, 0, nil, 0
 if v then
   local h, pos
   h, tat, pos = struct.unpack('<BI7', v)
   if h % 2 == 1 then last_c, last_g, pos = struct.unpack('<I4' .. W[(h - h % 2) / 2 % 4], v, pos) end
-  local size, m = #v, 0
-  while pos <= size do
-    local kind = string.byte(v, pos)
-    local id, lent, d1, d2 = '', 0, 0, nil
-    local k4 = (kind - kind % 4) / 4 -- the width codes, without math.floor
-    local f = W[kind % 4] .. W[k4 % 4]
-    if kind >= 128 then
-      id, lent, d1, d2, pos = struct.unpack('<c8' .. f .. W[(k4 - k4 % 4) / 4 % 4], v, pos + 1)
-    elseif kind >= 64 then
-      id, lent, d1, pos = struct.unpack('<c8' .. f, v, pos + 1)
-    else
-      lent, d1, pos = struct.unpack('<' .. f, v, pos + 1)
-    end
-    local last = 0 -- unzz written out
-    if d2 then
-      if d2 % 2 == 0 then last = tat - d2 / 2 else last = tat + (d2 + 1) / 2 end
-    end
-    if d1 % 2 == 0 then d1 = d1 / 2 else d1 = -(d1 + 1) / 2 end
-    ls[m + 1], ls[m + 2], ls[m + 3], ls[m + 4] = id, lent, tat + d1, last
-    m = m + 4
-  end
+  ls, si, nh = read_loans(v, pos, tat, now)
 end
--- find: the caller's loan, at si
-local si = nil
-if holder ~= '' then
-  for b = 0, #ls - 4, 4 do
-    if ls[b + 1] == holder then
-      si = b
-      break
-    end
-  end
+-- crowd (see token_bucket_lease.lua)
+local crowded = 0
+if holder ~= '' and maxh > 0 and nh >= maxh and not (si and ls[si + 3] > now) then
+  crowded, holder, si, want = 1, '', nil, need
 end
 -- unanswered
 if unans ~= 0 and si and last_c == unans and ls[si + 3] > now then
@@ -315,39 +274,58 @@ if si then
   early_at = late_at
   if ls[si + 4] > 0 and ls[si + 4] < late_at then early_at = ls[si + 4] end
 end
--- effective
-local eff = ls
-if si and run ~= ls[si + 2] then
-  local e = ls[si + 3]
-  if now < e then e = now end
-  eff = {}
-  for k = 1, #ls do
-    eff[k] = ls[k]
-  end
-  eff[si + 2] = run
-  if early == 0 then
-    -- nothing
-  elseif early_at < e then
-    append(eff, '', early, early_at, 0)
-  else
-    eff[si + 2] = eff[si + 2] + early
-  end
-  if late == 0 then
-    -- nothing
-  elseif late_at < e then
-    append(eff, '', late, late_at, 0)
-  else
-    eff[si + 2] = eff[si + 2] + late
+-- effective (see token_bucket_lease.lua)
+local r, a1, x1, a2, x2 = 0, 0, 0, 0, 0
+if si then
+  r = ls[si + 2]
+  if run ~= r then
+    local e = ls[si + 3]
+    if now < e then e = now end
+    r = run
+    if early == 0 then
+      -- nothing
+    elseif early_at < e then
+      a2, x2 = early, early_at
+    else
+      r = r + early
+    end
+    if late == 0 then
+      -- nothing
+    elseif late_at < e then
+      a1, x1 = late, late_at
+    else
+      r = r + late
+    end
   end
 end
--- floor_tat
-local fl = 0
-for b = 0, #eff - 4, 4 do
-  local x = eff[b + 3]
-  local s = x
-  if now < s then s = now end
-  local c = s + math.ceil(after(eff, x) * pf / lf)
-  if c > fl then fl = c end
+-- floor_tat: min(x, now) + ceil(A(x)*P/L) at each time x, A(x) a running
+-- sum by expiry. Those at or after now floor at now + ceil(A(x)*P/L),
+-- most at the last of them: one sum. Then each time before now, the
+-- parts' among them.
+local fl, total = 0, 0 -- total: what the loans lend
+do
+  local a, b, m = 0, 0, #ls
+  while b < m and ls[b + 3] >= now do
+    if b == si then a = a + r else a = a + ls[b + 2] end
+    b = b + 4
+  end
+  if b > 0 then fl = now + ceil(a * pf / lf) end
+  while true do
+    local x = nil
+    if b < m then x = ls[b + 3] end
+    if a1 > 0 and (not x or x1 > x) then x = x1 end
+    if a2 > 0 and (not x or x2 > x) then x = x2 end
+    if not x then break end
+    while b < m and ls[b + 3] == x do
+      if b == si then a = a + r else a = a + ls[b + 2] end
+      b = b + 4
+    end
+    if a1 > 0 and x1 == x then a, a1 = a + a1, 0 end
+    if a2 > 0 and x2 == x then a, a2 = a + a2, 0 end
+    local c = x + ceil(a * pf / lf)
+    if c > fl then fl = c end
+  end
+  total = a -- the effective loans lend what the loans do
 end
 local base = math.max(tat, now, fl)
 local d = base - now
@@ -362,114 +340,83 @@ elseif a >= need then
 else
   wait = d - (bf - need) * pf / lf
 end
+local lent = 0 -- what the caller is lent after the call
 if granted > 0 or (si and ls[si + 3] > now) then
   -- Every call of a holder with a loan settles it. The stored TAT is the
   -- grants' (see token_bucket_lease.lua): the loans' floors apply when
   -- read.
   -- keep
+  local running = si and ls[si + 3] > now
   local keep = 0
-  if si and ls[si + 3] > now then
+  if running then
     if granted > 0 then keep = run else keep = run + late end
   end
   local cost = math.ceil(granted * pf / lf)
   -- A grant without a holder lends nothing: it moves the TAT on from
   -- the floor (see lease.GCRAState.Lease).
   if holder ~= '' then tat = math.max(tat, now) + cost else tat = base + cost end
-  -- settling
+  -- settling (see token_bucket_lease.lua)
   if si and run ~= ls[si + 2] then
     local exp = ls[si + 3]
     local e = exp
     if now < e then e = now end
     ls[si + 2] = run
-    if early > 0 then append(ls, '', early, math.min(early_at, e), 0) end
+    if early > 0 then rise(ls, #ls, '', early, math.min(early_at, e), 0) end
     if late == 0 then
       -- nothing
     elseif granted > 0 or exp <= now then
-      append(ls, '', late, math.min(late_at, e), 0)
+      rise(ls, #ls, '', late, math.min(late_at, e), 0)
     else
       ls[si + 2] = ls[si + 2] + late -- kept lent
     end
   end
-  -- retire
-  for b = 0, #ls - 4, 4 do
-    if ls[b + 1] ~= '' and ls[b + 3] <= now then ls[b + 1], ls[b + 4] = '', 0 end
-  end
-  -- settle
+  -- settle (see token_bucket_lease.lua)
+  local skip, vl, vx, vlast = nil, 0, 0, 0
   if holder ~= '' then
-    local i = nil
-    for b = 0, #ls - 4, 4 do
-      if ls[b + 1] == holder then
-        i = b
-        break
-      end
-    end
     local lent, exp, last = keep + granted, now + ttl_us, now - idle_us
-    if i and ls[i + 3] > exp then exp = ls[i + 3] end
-    if i and lent > 0 then
-      ls[i + 2], ls[i + 3], ls[i + 4] = lent, exp, last
-    elseif i then
-      remove(ls, i)
-    elseif lent > 0 then
-      append(ls, holder, lent, exp, last)
+    if running and ls[si + 3] > exp then exp = ls[si + 3] end
+    if running then skip, total = si, total - ls[si + 2] end
+    if lent > 0 then vl, vx, vlast, total = lent, exp, last, total + lent end
+  end
+  -- retire and trim (see token_bucket_lease.lua): the oldest's floor is
+  -- E + ceil(A(E)*P/L)
+  local f = #ls
+  while f > 0 and ls[f - 1] <= now do
+    f = f - 4
+  end
+  local w, s, n = f, total, 0 -- w: the base after the loans kept
+  for b = f, #ls - 4, 4 do
+    local lent, x = ls[b + 2], ls[b + 3]
+    if w > f and ls[w - 1] == x then
+      ls[w - 2] = ls[w - 2] + lent
+    else
+      ls[w + 1], ls[w + 2], ls[w + 3], ls[w + 4], n = '', lent, x, 0, n + 1
+      w = w + 4
     end
   end
-  -- trim: merge the ended loans of one time, then drop (or past
-  -- max_ended bake into the TAT) the oldest while it floors nothing: its
-  -- floor is E + ceil(A(E)*P/L).
-  local i = 0
-  while i < #ls do
-    local j = i + 4
-    while j < #ls do
-      if ls[i + 1] == '' and ls[j + 1] == '' and ls[i + 3] == ls[j + 3] then
-        ls[i + 2] = ls[i + 2] + ls[j + 2]
-        remove(ls, j)
-      else
-        j = j + 4
-      end
-    end
-    i = i + 4
+  for k = #ls, w + 1, -1 do
+    ls[k] = nil
   end
-  while true do
-    local oldest, n = nil, 0
-    for b = 0, #ls - 4, 4 do
-      if ls[b + 1] == '' then
-        n = n + 1
-        if not oldest or ls[b + 3] < ls[oldest + 3] then oldest = b end
-      end
-    end
-    if not oldest then break end
-    local x = ls[oldest + 3]
-    local c = x + math.ceil(after(ls, x) * pf / lf)
+  while n > 0 do
+    local b = w - 4
+    local c = ls[b + 3] + ceil(s * pf / lf)
     if c > now then
       if n <= max_ended then break end
       tat = math.max(tat, c)
     end
-    remove(ls, oldest)
+    s = s - ls[b + 2]
+    ls[b + 4], ls[b + 3], ls[b + 2], ls[b + 1] = nil, nil, nil, nil
+    w, n = b, n - 1
   end
   d = base + cost - now
   -- The key expires at the later of the TAT and each loan's expiry plus
-  -- its tokens' worth (spent_by).
-  local e = tat
-  for b = 0, #ls - 4, 4 do
-    local x = ls[b + 3]
-    local c = x + math.ceil(after(ls, x) * pf / lf)
-    if c > e then e = c end
-  end
-  -- write
+  -- its tokens' worth (spent_by), a running sum by expiry, as the loans
+  -- are written.
   local parts = {head('gc', tat, last_of(call, granted, last_c, last_g))}
-  for b = 0, #ls - 4, 4 do
-    parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], tat, false)
-  end
+  local e = write_loans(parts, ls, w, skip, holder, vl, vx, vlast, tat, now, 'gc', tat)
   redis.call('SET', key, table.concat(parts), 'PX', ttl(e - now))
+  lent = vl -- expiring after now
+elseif si and ls[si + 3] > now then
+  lent = ls[si + 2] -- nothing written: its loan as it is
 end
--- lent_to
-local lent = 0
-if holder ~= '' then
-  for b = 0, #ls - 4, 4 do
-    if ls[b + 1] == holder then
-      if ls[b + 3] > now then lent = ls[b + 2] end
-      break
-    end
-  end
-end
-return {granted, avail(d), ms(wait), ms(d), lent}
+return {granted, avail(d), ms(wait), ms(d), lent, crowded}

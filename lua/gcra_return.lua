@@ -38,6 +38,10 @@ repeat -- the fast path (break: the general path)
     local a, x
     a, x, pos = struct.unpack('<' .. W[kind % 4] .. W[(kind - kind % 4) / 4 % 4], v, pos + 1)
     if x % 2 == 0 then x = tat + x / 2 else x = tat - (x + 1) / 2 end
+    if m > 1 and x > el[2 * m] then
+      pos = 0 -- not by expiry (an older release wrote it): the general path sorts them
+      break
+    end
     el[2 * m + 1], el[2 * m + 2] = a, x
     m = m + 1
   end
@@ -46,65 +50,51 @@ repeat -- the fast path (break: the general path)
   -- end_loan (see token_bucket_return.lua)
   local back = lent
   if n < back then back = n end
+  local f = 1 -- the first pair in el
   if lent > back then
     el[1], el[2] = lent - back, math.min(exp, now)
   else
-    m = m - 1
-    el[1], el[2] = el[2 * m + 1], el[2 * m + 2]
+    f = 2
   end
   -- tat_back
   local base = math.max(tat, now)
   tat = base - math.min(math.floor(back * pf / lf), base - now)
-  -- trim (see gcra_lease.lua)
-  local i = 2
-  while i < 2 * m do
-    local j = i + 2
-    while j <= 2 * m do
-      if el[i] == el[j] then
-        el[i - 1] = el[i - 1] + el[j - 1]
-        el[j - 1], el[j] = el[2 * m - 1], el[2 * m]
-        m = m - 1
-      else
-        j = j + 2
-      end
+  -- trim (see token_bucket_return.lua)
+  local k, a = 0, 0 -- k: the pairs kept
+  for i = f, m do
+    if k > 0 and el[2 * k] == el[2 * i] then
+      el[2 * k - 1] = el[2 * k - 1] + el[2 * i - 1]
+    else
+      k = k + 1
+      el[2 * k - 1], el[2 * k] = el[2 * i - 1], el[2 * i]
     end
-    i = i + 2
+    a = a + el[2 * i - 1]
   end
+  m = k
   while m > 0 do
-    local o = 2
-    for k = 4, 2 * m, 2 do
-      if el[k] < el[o] then o = k end
-    end
-    local x = el[o]
-    local a = 0
-    for k = 2, 2 * m, 2 do
-      if el[k] >= x then a = a + el[k - 1] end
-    end
-    local c = x + math.ceil(a * pf / lf)
+    local c = el[2 * m] + math.ceil(a * pf / lf)
     if c > now then
       if m <= max_ended then break end
       tat = math.max(tat, c)
     end
-    el[o - 1], el[o] = el[2 * m - 1], el[2 * m]
+    a = a - el[2 * m - 1]
     m = m - 1
   end
   if tat <= now and m == 0 then
     redis.call('DEL', key) -- full and nothing lent: the same as no state
     return back
   end
-  -- spent_by and write
-  local e, s = tat, head('gc', tat, 0, 0)
-  for k = 2, 2 * m, 2 do
-    local x = el[k]
-    local a = 0
-    for j = 2, 2 * m, 2 do
-      if el[j] >= x then a = a + el[j - 1] end
-    end
+  -- spent_by, a running sum by expiry, and write
+  local e, parts = tat, {head('gc', tat, 0, 0)}
+  a = 0
+  for i = 1, m do
+    local x = el[2 * i]
+    a = a + el[2 * i - 1]
     local c = x + math.ceil(a * pf / lf)
     if c > e then e = c end
-    s = s .. pack_loan('', el[k - 1], x, 0, tat, false)
+    parts[i + 1] = pack_loan('', el[2 * i - 1], x, 0, tat, false)
   end
-  redis.call('SET', key, s, 'PX', ttl(e - now))
+  redis.call('SET', key, table.concat(parts), 'PX', ttl(e - now))
   return back
 until true
 

@@ -38,6 +38,9 @@ local holder = ARGV[4]
 -- keeps only the shares that cover it); 5 bytes more for a per-second
 -- window's share of a few tokens a few windows ahead.
 local W = {[0] = 'I1', 'I2', 'I4', 'I7', 1, 2, 4, 7} -- and W[4 + code]: the bytes
+-- A global costs Redis a lookup in its protected table of globals at
+-- every use: the struct library's functions as locals.
+local spack, sunpack = struct.pack, struct.unpack
 
 -- head is the packed fields of algorithm alg, each integer's width code
 -- c (0-3: < 2^8, < 2^16, < 2^32, else) in the header byte. token_bucket
@@ -71,32 +74,34 @@ end
 -- holder and lent, and for fixed_window a share ahead (last > 0: the
 -- share, exp its end) with its end as µs after ref (the window start); a
 -- token_bucket or gcra loan adds its expiry, and its last spend when
--- known (> 0), as zigzag distances from ref.
+-- known (> 0), as zigzag distances from ref. F, when given, keeps the
+-- formats by kind byte, for a call that packs many loans (a format built
+-- costs Redis more than a table lookup).
 local function pack_loan(id, lent, exp, last, ref, windowed)
   -- wc and zz written out: a function call costs more than the compares
   local cl = 3
   if lent < 256 then cl = 0 elseif lent < 65536 then cl = 1 elseif lent < 4294967296 then cl = 2 end
   if windowed then
-    if last == 0 then return struct.pack('<Bc8' .. W[cl], 64 + cl, id, lent) end
+    if last == 0 then return spack('<Bc8' .. W[cl], 64 + cl, id, lent) end
     local d = exp - ref
     local cs, ce = 3, 3
     if last < 256 then cs = 0 elseif last < 65536 then cs = 1 elseif last < 4294967296 then cs = 2 end
     if d < 256 then ce = 0 elseif d < 65536 then ce = 1 elseif d < 4294967296 then ce = 2 end
-    return struct.pack('<Bc8' .. W[cl] .. W[cs] .. W[ce], 192 + cl + 4 * cs + 16 * ce, id, lent, last, d)
+    return spack('<Bc8' .. W[cl] .. W[cs] .. W[ce], 192 + cl + 4 * cs + 16 * ce, id, lent, last, d)
   end
   local d1 = exp - ref
   if d1 >= 0 then d1 = 2 * d1 else d1 = -2 * d1 - 1 end
   local c1 = 3
   if d1 < 256 then c1 = 0 elseif d1 < 65536 then c1 = 1 elseif d1 < 4294967296 then c1 = 2 end
-  if id == '' then return struct.pack('<B' .. W[cl] .. W[c1], cl + 4 * c1, lent, d1) end
+  if id == '' then return spack('<B' .. W[cl] .. W[c1], cl + 4 * c1, lent, d1) end
   if last > 0 then
     local d2 = ref - last
     if d2 >= 0 then d2 = 2 * d2 else d2 = -2 * d2 - 1 end
     local c2 = 3
     if d2 < 256 then c2 = 0 elseif d2 < 65536 then c2 = 1 elseif d2 < 4294967296 then c2 = 2 end
-    return struct.pack('<Bc8' .. W[cl] .. W[c1] .. W[c2], 192 + cl + 4 * c1 + 16 * c2, id, lent, d1, d2)
+    return spack('<Bc8' .. W[cl] .. W[c1] .. W[c2], 192 + cl + 4 * c1 + 16 * c2, id, lent, d1, d2)
   end
-  return struct.pack('<Bc8' .. W[cl] .. W[c1], 64 + cl + 4 * c1, id, lent, d1)
+  return spack('<Bc8' .. W[cl] .. W[c1], 64 + cl + 4 * c1, id, lent, d1)
 end
 
 -- last_of is the last call ('#') and grant ('$') a call of holder that
@@ -107,6 +112,188 @@ local function last_of(call, g, pc, pg)
   if holder == '' then return pc, pg end
   if call ~= 0 then return call, g end
   return 0, 0
+end
+
+-- refill returns read_loans and write_loans, the general paths' decoding
+-- and encoding of a token_bucket or gcra key's loans: created only when a
+-- fast path does not answer (a closure costs Redis more than a fast
+-- path's arithmetic).
+--
+-- read_loans(v, pos, ref, t) decodes the loans of value v from pos to its
+-- end, their times zigzag distances from ref, into a list (see loans
+-- below) by expiry, latest first, the loans of one time in their order:
+-- the order a token_bucket or gcra key keeps them in (lease/loans.go's
+-- byExpiry), so that A(E), what the loans expiring at or after E lend, is
+-- one running sum over them. The scripts write them so; a key an older
+-- release wrote (which appended, and moved the last loan into a removed
+-- one's place) is sorted once when read. It returns the list, the base of
+-- holder's loan (nil without), and how many holders' loans run at t. Each
+-- loan is one struct.unpack, which also reads the next loan's kind byte:
+-- a C call costs Redis about as much as the loan's arithmetic.
+--
+-- write_loans(parts, ...) packs a key's loans into parts and says when
+-- they are all past (see write below).
+local function refill()
+  local function by_expiry(ls)
+    local idx = {}
+    for b = 0, #ls - 4, 4 do
+      idx[#idx + 1] = b
+    end
+    table.sort(idx, function(p, q)
+      if ls[p + 3] ~= ls[q + 3] then return ls[p + 3] > ls[q + 3] end
+      return p < q
+    end)
+    local out = {}
+    for i = 1, #idx do
+      local b, o = idx[i], 4 * (i - 1)
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4]
+    end
+    return out
+  end
+  local function read(v, pos, ref, t)
+    local ls, m, si, nh, sorted, size, prev = {}, 0, nil, 0, true, #v, math.huge
+    if pos > size then return ls, nil, 0 end
+    -- by kind byte: the format with the next loan's kind, the last
+    -- loan's, the bytes after the kind
+    local F, L, S = {}, {}, {}
+    local kind = string.byte(v, pos)
+    pos = pos + 1
+    while kind do
+      local k, f = kind, F[kind]
+      if not f then
+        local k4 = (k - k % 4) / 4 -- the width codes, without math.floor
+        local c, c1, c2 = k % 4, k4 % 4, (k4 - k4 % 4) / 4 % 4
+        local g, n = W[c] .. W[c1], W[4 + c] + W[4 + c1]
+        if k >= 128 then
+          g, n = 'c8' .. g .. W[c2], n + 8 + W[4 + c2]
+        elseif k >= 64 then
+          g, n = 'c8' .. g, n + 8
+        end
+        f = '<' .. g .. 'B'
+        F[k], L[k], S[k] = f, '<' .. g, n
+      end
+      local id, lent, d1, d2
+      if pos + S[k] <= size then -- another loan follows
+        if k >= 128 then
+          id, lent, d1, d2, kind, pos = sunpack(f, v, pos)
+        elseif k >= 64 then
+          id, lent, d1, kind, pos = sunpack(f, v, pos)
+        else
+          id, lent, d1, kind, pos = '', sunpack(f, v, pos)
+        end
+      else
+        f, kind = L[k], nil
+        if k >= 128 then
+          id, lent, d1, d2, pos = sunpack(f, v, pos)
+        elseif k >= 64 then
+          id, lent, d1, pos = sunpack(f, v, pos)
+        else
+          id, lent, d1, pos = '', sunpack(f, v, pos)
+        end
+      end
+      -- unzz written out; d2 the last spend (0: none)
+      if not d2 then
+        d2 = 0
+      elseif d2 % 2 == 0 then
+        d2 = ref - d2 / 2
+      else
+        d2 = ref + (d2 + 1) / 2
+      end
+      if d1 % 2 == 0 then d1 = ref + d1 / 2 else d1 = ref - (d1 + 1) / 2 end
+      if d1 > prev then sorted = false end
+      prev = d1
+      ls[m + 1], ls[m + 2], ls[m + 3], ls[m + 4] = id, lent, d1, d2
+      if id ~= '' then
+        if d1 > t then nh = nh + 1 end
+        if id == holder then si = m end
+      end
+      m = m + 4
+    end
+    if not sorted then
+      ls, si = by_expiry(ls), nil
+      for b = 0, #ls - 4, 4 do
+        if holder ~= '' and ls[b + 1] == holder then si = b end
+      end
+    end
+    return ls, si, nh
+  end
+  -- write packs the loans of ls up to base w (but the one at base skip)
+  -- and, where its expiry puts it (after the loans expiring at or after
+  -- it), the loan v (vid, vlent, vx, vlast; vlent 0: none) against ref
+  -- (as pack_loan does) into parts, and returns when the key is all past:
+  -- for alg 'tb' the latest of z and (E - t) + A(E)*P/L over the loans
+  -- (full_in, µs after t), for 'gc' of z and E + ceil(A(E)*P/L)
+  -- (spent_by): A(E) a running sum, one pass. (The caller's loan, which
+  -- a call moves to a later expiry, is written so, not moved in ls.)
+  local function write(parts, ls, w, skip, vid, vlent, vx, vlast, ref, t, alg, z)
+    local F = {} -- the formats by kind byte
+    local n, b, a, px = #parts, 0, 0, nil
+    while true do
+      local id, lent, x, last
+      if vlent > 0 and (b >= w or ls[b + 3] < vx) then
+        id, lent, x, last, vlent = vid, vlent, vx, vlast, 0
+      elseif b >= w then
+        break
+      elseif b == skip then
+        b = b + 4
+      else
+        id, lent, x, last = ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4]
+        b = b + 4
+      end
+      if id then
+        if px and x ~= px then -- the time before: all its loans counted
+          local c
+          if alg == 'tb' then c = (px - t) + a * pf / lf else c = px + math.ceil(a * pf / lf) end
+          if c > z then z = c end
+        end
+        a, px = a + lent, x
+        local d1 = x - ref -- pack_loan written out
+        if d1 >= 0 then d1 = 2 * d1 else d1 = -2 * d1 - 1 end
+        local cl, c1 = 3, 3
+        if lent < 256 then cl = 0 elseif lent < 65536 then cl = 1 elseif lent < 4294967296 then cl = 2 end
+        if d1 < 256 then c1 = 0 elseif d1 < 65536 then c1 = 1 elseif d1 < 4294967296 then c1 = 2 end
+        local kind, f
+        n = n + 1
+        if id == '' then
+          kind = cl + 4 * c1
+          f = F[kind]
+          if not f then
+            f = '<B' .. W[cl] .. W[c1]
+            F[kind] = f
+          end
+          parts[n] = spack(f, kind, lent, d1)
+        elseif last > 0 then
+          local d2 = ref - last
+          if d2 >= 0 then d2 = 2 * d2 else d2 = -2 * d2 - 1 end
+          local c2 = 3
+          if d2 < 256 then c2 = 0 elseif d2 < 65536 then c2 = 1 elseif d2 < 4294967296 then c2 = 2 end
+          kind = 192 + cl + 4 * c1 + 16 * c2
+          f = F[kind]
+          if not f then
+            f = '<Bc8' .. W[cl] .. W[c1] .. W[c2]
+            F[kind] = f
+          end
+          parts[n] = spack(f, kind, id, lent, d1, d2)
+        else
+          kind = 64 + cl + 4 * c1
+          f = F[kind]
+          if not f then
+            f = '<Bc8' .. W[cl] .. W[c1]
+            F[kind] = f
+          end
+          parts[n] = spack(f, kind, id, lent, d1)
+        end
+      end
+    end
+    if px then
+      local c
+      if alg == 'tb' then c = (px - t) + a * pf / lf else c = px + math.ceil(a * pf / lf) end
+      if c > z then z = c end
+    end
+    return z
+  end
+  return read, write
+
 end
 
 -- loans returns the general path's helpers (H.read, H.trim, ...): a
@@ -120,28 +307,32 @@ end
 -- lent, ls[b+3] the expiry, ls[b+4] the last spend (token_bucket, gcra)
 -- or the share ahead (fixed_window; ls[b+3] its end, 0 without a share):
 -- no table per loan.
--- A loan is named by its base; its order in the list is lease/loans.go's
--- (appended at the end, removed by moving the last loan into its place).
+-- A loan is named by its base; a token_bucket or gcra key's are by
+-- expiry (see by_expiry), the windows' in the order they came; a loan
+-- removed leaves the others in their order (lease/loans.go's).
 local max_ended = 3 -- the ended loans a key keeps (lease's maxEnded)
 local function loans()
-  local function unzz(z)
-    if z % 2 == 0 then return z / 2 end
-    return -(z + 1) / 2
-  end
-
   -- read decodes v (the key's value; false or nil: no state) of
   -- algorithm alg ('tb', 'gc', 'fw', 'sw'): its fields as a table of
-  -- numbers by name ('t', 'u', '#', '$', 'w', 'c', 'p'), and its loans.
+  -- numbers by name ('t', 'u', '#', '$', 'w', 'c', 'p'), and its loans
+  -- (token_bucket's and gcra's by expiry).
   local function read(v, alg)
     local st, ls = {}, {}
     if not v then return st, ls end
     local h, pos, ref
-    if alg == 'tb' then
-      h, st.t, st.u, pos = struct.unpack('<BdI7', v)
-      ref = st.u
-    elseif alg == 'gc' then
-      h, st.t, pos = struct.unpack('<BI7', v)
-      ref = st.t
+    if alg == 'tb' or alg == 'gc' then
+      if alg == 'tb' then
+        h, st.t, st.u, pos = struct.unpack('<BdI7', v)
+        ref = st.u
+      else
+        h, st.t, pos = struct.unpack('<BI7', v)
+        ref = st.t
+      end
+      if h % 2 == 1 then
+        st['#'], st['$'], pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos)
+      end
+      ls = refill()(v, pos, ref, ref)
+      return st, ls
     elseif alg == 'fw' then
       h, st.w, pos = struct.unpack('<BI7', v)
       st.c, pos = struct.unpack('<' .. W[h % 4], v, pos)
@@ -150,34 +341,17 @@ local function loans()
       h, st.w, pos = struct.unpack('<BI7', v)
       st.c, st.p, pos = struct.unpack('<' .. W[h % 4] .. W[math.floor(h / 4) % 4], v, pos)
     end
-    if (alg == 'tb' or alg == 'gc') and h % 2 == 1 then
-      st['#'], st['$'], pos = struct.unpack('<I4' .. W[math.floor(h / 2) % 4], v, pos)
-    end
-    local windowed = alg == 'fw' or alg == 'sw'
     local size, n = #v, 0
     while pos <= size do
       local kind = string.byte(v, pos)
-      local id, lent, d1, d2 = '', 0, nil, nil
+      local id, lent, exp, last = '', 0, 0, 0
       local wl, w1 = W[kind % 4], W[math.floor(kind / 4) % 4]
-      if kind >= 128 and windowed then -- a fixed_window share ahead
-        local share, d
-        id, lent, share, d, pos = struct.unpack('<c8' .. wl .. w1 .. W[math.floor(kind / 16) % 4], v, pos + 1)
-        d1, d2 = ref + d, share
-      elseif windowed then
+      if kind >= 128 then -- a fixed_window share ahead
+        local d
+        id, lent, last, d, pos = struct.unpack('<c8' .. wl .. w1 .. W[math.floor(kind / 16) % 4], v, pos + 1)
+        exp = ref + d
+      else
         id, lent, pos = struct.unpack('<c8' .. wl, v, pos + 1)
-      elseif kind >= 128 then
-        id, lent, d1, d2, pos = struct.unpack('<c8' .. wl .. w1 .. W[math.floor(kind / 16) % 4], v, pos + 1)
-      elseif kind >= 64 then
-        id, lent, d1, pos = struct.unpack('<c8' .. wl .. w1, v, pos + 1)
-      else
-        lent, d1, pos = struct.unpack('<' .. wl .. w1, v, pos + 1)
-      end
-      local exp, last = 0, 0
-      if windowed then
-        if d1 then exp, last = d1, d2 end
-      else
-        if d1 then exp = ref + unzz(d1) end
-        if d2 then last = ref - unzz(d2) end
       end
       ls[n + 1], ls[n + 2], ls[n + 3], ls[n + 4] = id, lent, exp, last
       n = n + 4
@@ -189,8 +363,13 @@ local function loans()
   -- (packed against ref), expiring in ttl_ms (nil: keeping its expiry).
   local function write(head, ls, ref, windowed, ttl_ms)
     local parts = {head}
-    for b = 0, #ls - 4, 4 do
-      parts[#parts + 1] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], ref, windowed)
+    if windowed then
+      for b = 0, #ls - 4, 4 do
+        parts[b / 4 + 2] = pack_loan(ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4], ref, true)
+      end
+    else
+      local _, pack = refill()
+      pack(parts, ls, #ls, nil, '', 0, 0, 0, ref, 0, 'tb', 0)
     end
     local v = table.concat(parts)
     if ttl_ms then
@@ -200,21 +379,13 @@ local function loans()
     end
   end
 
-  -- find is the base of id's loan, or nil.
+  -- find is the base of id's loan, or nil (from the oldest, as
+  -- loans.find).
   local function find(ls, id)
-    for b = 0, #ls - 4, 4 do
+    for b = #ls - 4, 0, -4 do
       if ls[b + 1] == id then return b end
     end
     return nil
-  end
-
-  -- after is A(e): the tokens of the loans expiring at or after e.
-  local function after(ls, e)
-    local a = 0
-    for b = 0, #ls - 4, 4 do
-      if ls[b + 3] >= e then a = a + ls[b + 2] end
-    end
-    return a
   end
 
   -- lent_to is what ls lends id at t (t < 0 for windowed loans).
@@ -225,10 +396,12 @@ local function loans()
     return 0
   end
 
-  -- remove removes the loan at b (the last loan takes its place).
+  -- remove removes the loan at b; the others keep their order.
   local function remove(ls, b)
     local n = #ls
-    ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4] = ls[n - 3], ls[n - 2], ls[n - 1], ls[n]
+    for k = b + 1, n - 4 do
+      ls[k] = ls[k + 4]
+    end
     ls[n], ls[n - 1], ls[n - 2], ls[n - 3] = nil, nil, nil, nil
   end
 
@@ -238,50 +411,37 @@ local function loans()
     ls[n + 1], ls[n + 2], ls[n + 3], ls[n + 4] = id, lent, exp, last
   end
 
-  -- settle records a call of holder at t that granted g: its loan becomes
-  -- keep + g, expiring at max(its expiry, t + ttl), its last spend t -
-  -- idle_us (windowed: expiry 0, and a fixed_window share kept for
-  -- set_ahead to set). Mirrors loans.settle.
-  local function settle(ls, keep, g, t, ttl_us, idle_us, windowed)
+  -- place moves the loan at b, whose expiry changed, to where the order
+  -- by expiry puts it: after the loans of its time. Mirrors loans.place.
+  local function place(ls, b)
+    local id, lent, exp, last = ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4]
+    while b > 0 and ls[b - 1] < exp do
+      ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4] = ls[b - 3], ls[b - 2], ls[b - 1], ls[b]
+      b = b - 4
+    end
+    local n = #ls
+    while b + 4 < n and ls[b + 7] >= exp do
+      ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4] = ls[b + 5], ls[b + 6], ls[b + 7], ls[b + 8]
+      b = b + 4
+    end
+    ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4] = id, lent, exp, last
+  end
+
+  -- settle records a windowed call of holder that granted g: its loan
+  -- becomes keep + g, expiry 0 (a fixed_window share kept for set_ahead
+  -- to set, with its end). Mirrors loans.settle (windowed).
+  local function settle(ls, keep, g)
     if holder == '' then return ls end
     local b = find(ls, holder)
     local lent = keep + g
-    local exp, last = 0, 0
-    if not windowed then
-      exp, last = t + ttl_us, t - idle_us
-      if b then exp = math.max(exp, ls[b + 3]) end
-    elseif b then
-      last = ls[b + 4]
-    end
     if b and lent > 0 then
-      ls[b + 2], ls[b + 3], ls[b + 4] = lent, exp, last
+      ls[b + 2], ls[b + 3] = lent, 0
     elseif b then
       remove(ls, b)
     elseif lent > 0 then
-      append(ls, holder, lent, exp, last)
+      append(ls, holder, lent, 0, 0)
     end
     return ls
-  end
-
-  -- last_call reads a token_bucket or gcra key's '#' and '$' fields: the
-  -- Lessee.Call of the last call that settled a loan and what it granted
-  -- (absent: 0, 0). Mirrors lease's lastCall.
-  local function last_call(st)
-    return st['#'] or 0, st['$'] or 0
-  end
-
-  -- unanswered handles a call of holder at t that names its previous call
-  -- unans as unanswered (0: none): if that call is the key's last call
-  -- (last_c, granting last_g), its grant never reached the holder. It
-  -- takes that off holder's loan and returns it: what the key gets back.
-  -- The loan runs on, even at 0. Mirrors loans.unanswered.
-  local function unanswered(ls, unans, last_c, last_g, t)
-    if unans == 0 or holder == '' or last_c ~= unans then return 0 end
-    local b = find(ls, holder)
-    if not b or ls[b + 3] <= t then return 0 end
-    local back = math.min(last_g, ls[b + 2])
-    ls[b + 2] = ls[b + 2] - back
-    return back
   end
 
   -- tat_back is a gcra TAT after n tokens come back at t (a return, or an
@@ -310,6 +470,7 @@ local function loans()
     local rest = ls[b + 2] - back
     if rest > 0 then
       ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4] = '', rest, math.min(ls[b + 3], t), 0
+      place(ls, b)
       return ls, back
     end
     remove(ls, b)
@@ -337,115 +498,39 @@ local function loans()
     return ls, back
   end
 
-  -- split is how the caller (holding held, idle for idle_us, reporting
-  -- spent_before) sees its loan at t: its base (nil without a loan), run,
-  -- early, late, early_at, late_at. Mirrors loans.split.
-  local function split(ls, held, idle_us, spent_before, t)
-    local b = nil
-    if holder ~= '' then b = find(ls, holder) end
-    if not b then return nil, 0, 0, 0, 0, 0 end
-    local lent = ls[b + 2]
-    local run = math.min(lent, held)
-    local early = math.min(spent_before, lent - run)
-    local late_at = t - idle_us
-    local early_at = late_at
-    if ls[b + 4] > 0 then early_at = math.min(ls[b + 4], late_at) end
-    return b, run, early, lent - run - early, early_at, late_at
-  end
-
-  -- keep_of is what a call at t that granted g keeps of the split loan
-  -- at b (settle): nothing of one that ended; run after a grant; run +
-  -- late otherwise. Mirrors split.keep.
-  local function keep_of(ls, b, run, late, t, g)
-    if not b or ls[b + 3] <= t then return 0 end
-    if g > 0 then return run end
-    return run + late
-  end
-
-  -- effective is a copy of ls as the caller sees it at t: the tokens of
-  -- its loan (at b, split into run, early, late) it no longer holds count
-  -- from when they were spent like loans that ended then, or at the
-  -- loan's end if earlier. ls itself (returned when nothing differs) is
-  -- not changed. Mirrors loans.effective.
-  local function effective(ls, b, run, early, late, early_at, late_at, t)
-    if not b or run == ls[b + 2] then return ls end
-    local e = math.min(ls[b + 3], t)
-    local out = {}
-    for k = 1, #ls do
-      out[k] = ls[k]
-    end
-    out[b + 2] = run
-    if early == 0 then
-      -- nothing
-    elseif early_at < e then
-      append(out, '', early, early_at, 0)
-    else
-      out[b + 2] = out[b + 2] + early
-    end
-    if late == 0 then
-      -- nothing
-    elseif late_at < e then
-      append(out, '', late, late_at, 0)
-    else
-      out[b + 2] = out[b + 2] + late
-    end
-    return out
-  end
-
-  -- settling changes ls as a write at t that settles holder's split loan
-  -- (at b) leaves it: the kept part runs until its expiry, the settled
-  -- parts (early, and late after a grant) become ended loans. Mirrors
-  -- loans.settling (in place: the caller's ls is the settled one).
-  local function settling(ls, b, run, early, late, early_at, late_at, t, granted)
-    if not b or run == ls[b + 2] then return ls end
-    local exp = ls[b + 3]
-    local e = math.min(exp, t)
-    ls[b + 2] = run
-    if early > 0 then
-      append(ls, '', early, math.min(early_at, e), 0)
-    end
-    if late == 0 then
-      -- nothing
-    elseif granted or exp <= t then
-      append(ls, '', late, math.min(late_at, e), 0)
-    else
-      ls[b + 2] = ls[b + 2] + late -- kept lent
-    end
-    return ls
-  end
-
   -- trim drops the ended loans that no longer cap anything at t, oldest
   -- first; merges the ended loans of the same time; and while more than
   -- max_ended remain bakes the oldest's cap into x and drops it. x is the
   -- stored level (alg 'tb': a loan's cap at t is C - A(E) + (t - E)*L/P,
   -- binding below C, baked as min) or the TAT (alg 'gc': E + ceil(A(E)*P/L),
-  -- binding after t, baked as max); trim returns ls and x. Mirrors
+  -- binding after t, baked as max); trim returns ls and x. The holders'
+  -- loans that ended are retired (retire), so by expiry every ended loan
+  -- comes after every holder's: those of one time are neighbours, the
+  -- oldest is the last, and its A(E) all the loans lend. Mirrors
   -- loans.trim.
   local function trim(ls, t, alg, x)
-    local i = 0
-    while i < #ls do
-      local j = i + 4
-      while j < #ls do
-        if ls[i + 1] == '' and ls[j + 1] == '' and ls[i + 3] == ls[j + 3] then
-          ls[i + 2] = ls[i + 2] + ls[j + 2]
-          remove(ls, j)
-        else
-          j = j + 4
+    local w = 0 -- merge, in place: w is the base after the loans kept
+    for b = 0, #ls - 4, 4 do
+      if w > 0 and ls[b + 1] == '' and ls[w - 3] == '' and ls[w - 1] == ls[b + 3] then
+        ls[w - 2] = ls[w - 2] + ls[b + 2]
+      else
+        if w < b then
+          ls[w + 1], ls[w + 2], ls[w + 3], ls[w + 4] = ls[b + 1], ls[b + 2], ls[b + 3], ls[b + 4]
         end
+        w = w + 4
       end
-      i = i + 4
     end
-    while true do
-      local oldest, n = nil, 0
-      for b = 0, #ls - 4, 4 do
-        if ls[b + 1] == '' then
-          n = n + 1
-          if not oldest or ls[b + 3] < ls[oldest + 3] then oldest = b end
-        end
-      end
-      if not oldest then return ls, x end
-      local e = ls[oldest + 3]
-      local a = after(ls, e)
+    for k = #ls, w + 1, -1 do
+      ls[k] = nil
+    end
+    local a, n = 0, 0
+    for b = 0, #ls - 4, 4 do
+      a = a + ls[b + 2]
+      if ls[b + 1] == '' then n = n + 1 end
+    end
+    while n > 0 do
+      local b = #ls - 4
+      local e = ls[b + 3]
       local c, binding
       if alg == 'tb' then
         c = cf - a + (t - e) * lf / pf
@@ -458,54 +543,42 @@ local function loans()
         if n <= max_ended then return ls, x end
         if alg == 'tb' then x = math.min(x, c) else x = math.max(x, c) end
       end
-      remove(ls, oldest)
+      a = a - ls[b + 2]
+      ls[b + 4], ls[b + 3], ls[b + 2], ls[b + 1] = nil, nil, nil, nil
+      n = n - 1
     end
-  end
-
-  -- cap_level caps a token_bucket level at t by the loans: at most
-  -- C - A(E) + (t - min(E, t))*L/P for every loan.
-  local function cap_level(ls, level, t)
-    for b = 0, #ls - 4, 4 do
-      local e = ls[b + 3]
-      local s = e -- min(e, t), min(level, c): without a C call each
-      if t < s then s = t end
-      local c = cf - after(ls, e) + (t - s) * lf / pf
-      if c < level then level = c end
-    end
-    return level
+    return ls, x
   end
 
   -- full_in is how long after t a token_bucket full in d µs by refill
-  -- alone is full with its loans counted (running and ended).
+  -- alone is full with its loans counted (running and ended): the latest
+  -- of d and (E - t) + A(E)*P/L, one running sum by expiry.
   local function full_in(ls, d, t)
-    for b = 0, #ls - 4, 4 do
+    local a, b, n = 0, 0, #ls
+    while b < n do
       local e = ls[b + 3]
-      local c = (e - t) + after(ls, e) * pf / lf
+      repeat
+        a = a + ls[b + 2]
+        b = b + 4
+      until b >= n or ls[b + 3] ~= e
+      local c = (e - t) + a * pf / lf
       if c > d then d = c end
     end
     return d
-  end
-
-  -- floor_tat is the lowest TAT a gcra key's loans allow at t.
-  local function floor_tat(ls, t)
-    local f = 0
-    for b = 0, #ls - 4, 4 do
-      local e = ls[b + 3]
-      local s = e
-      if t < s then s = t end
-      local c = s + math.ceil(after(ls, e) * pf / lf)
-      if c > f then f = c end
-    end
-    return f
   end
 
   -- spent_by is the later of e and every loan's expiry plus what its
   -- tokens A(E) are worth at the key's rate: when a gcra key's TAT (e)
   -- and loans are all past.
   local function spent_by(ls, e)
-    for b = 0, #ls - 4, 4 do
+    local a, b, n = 0, 0, #ls
+    while b < n do
       local x = ls[b + 3]
-      local c = x + math.ceil(after(ls, x) * pf / lf)
+      repeat
+        a = a + ls[b + 2]
+        b = b + 4
+      until b >= n or ls[b + 3] ~= x
+      local c = x + math.ceil(a * pf / lf)
       if c > e then e = c end
     end
     return e
@@ -575,5 +648,5 @@ local function loans()
     end
     return e
   end
-  return {roll = roll, set_ahead = set_ahead, fw_expiry = fw_expiry, read = read, write = write, find = find, after = after, lent_to = lent_to, remove = remove, append = append, settle = settle, last_call = last_call, unanswered = unanswered, tat_back = tat_back, held_of = held_of, end_loan = end_loan, retire = retire, take = take, split = split, keep_of = keep_of, effective = effective, settling = settling, trim = trim, cap_level = cap_level, full_in = full_in, floor_tat = floor_tat, spent_by = spent_by}
+  return {roll = roll, set_ahead = set_ahead, fw_expiry = fw_expiry, read = read, write = write, find = find, lent_to = lent_to, settle = settle, tat_back = tat_back, held_of = held_of, end_loan = end_loan, retire = retire, take = take, trim = trim, full_in = full_in, spent_by = spent_by}
 end

@@ -12,14 +12,18 @@
 -- KEYS[1]  string: 'w' = start of the current window, unix µs, 'c' =
 --          cur, 'p' = prev, loans: what the current window lent each
 --          holder (see leased.lua)
--- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us, idle_us (ttl and idle unused)
--- returns  {granted, remaining, wait_ms, reset_ms, lent}
+-- ARGV     limit, period_us, capacity, holder, want, need, held, ttl_us,
+--          idle_us, spent_before, call, unanswered (ttl to unanswered
+--          unused), max_holders
+-- returns  {granted, remaining, wait_ms, reset_ms, lent, crowded}
 --
 -- The key is written only when tokens are granted, and expires two
--- windows after its window began, when both counts have rolled out.
+-- windows after its window began, when both counts have rolled out. A
+-- holder without a loan in the current window, when max_holders (> 0)
+-- holders have one, is crowded out (see token_bucket_lease.lua).
 local limit = lf
 local want, need = ARGV[5] + 0, ARGV[6] + 0
-local held = ARGV[7] + 0
+local held, maxh = ARGV[7] + 0, ARGV[13] + 0
 
 local fast = true -- false: loans always through the general helpers (tests)
 local v = redis.call('GET', key)
@@ -61,6 +65,20 @@ if v then
     prev = c
   end
 end
+-- crowd: the loans of the current window run (the caller's: own alone,
+-- oi, or in ls)
+local crowded = 0
+if holder ~= '' and maxh > 0 and current then
+  local nh, mine = 0, false
+  if ls then
+    nh, mine = #ls / 4, H.find(ls, holder) ~= nil
+  elseif ol then
+    nh, mine = n, oi > 0
+  elseif v and own > 0 then
+    nh, mine = 1, true
+  end
+  if nh >= maxh and not mine then crowded, holder, want = 1, '', need end
+end
 local e = math.max(0, now - ws)
 local pe = pf - e
 local function avail(c)
@@ -77,14 +95,14 @@ elseif a >= need then
     cur = cur + granted
     current = true
     if ls then
-      ls = H.settle(ls, H.held_of(ls, held), granted, now, 0, 0, true)
+      ls = H.settle(ls, H.held_of(ls, held), granted)
       H.write(head('sw', ws, cur, prev), ls, 0, true, ttl(ws + 2 * pf - now))
     else
-      local lb = '' -- the loans' bytes
+      local parts = {head('sw', ws, cur, prev)}
       if holder ~= '' then
         own = math.min(own, held) + granted
         if not ol then
-          lb = pack_loan(holder, own, 0, 0, 0, true)
+          parts[2] = pack_loan(holder, own, 0, 0, 0, true)
         elseif oi > 0 then
           ol[2 * oi] = own
         else
@@ -92,10 +110,10 @@ elseif a >= need then
           n = n + 1
         end
       end
-      for k = 2, 2 * n, 2 do
-        lb = lb .. pack_loan(ol[k - 1], ol[k], 0, 0, 0, true)
+      for k = 1, n do
+        parts[#parts + 1] = pack_loan(ol[2 * k - 1], ol[2 * k], 0, 0, 0, true)
       end
-      redis.call('SET', key, head('sw', ws, cur, prev) .. lb, 'PX', ttl(ws + 2 * pf - now))
+      redis.call('SET', key, table.concat(parts), 'PX', ttl(ws + 2 * pf - now))
     end
   end
 else
@@ -121,4 +139,4 @@ if ls then
 elseif current and holder ~= '' then
   lent = own
 end
-return {granted, avail(cur), ms(wait), ms(reset), lent}
+return {granted, avail(cur), ms(wait), ms(reset), lent, crowded}

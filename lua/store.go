@@ -260,11 +260,11 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	}
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
-		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
-	n := 5
+		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10), strconv.Itoa(to.MaxHolders)}
+	n := 6
 	if p.Algorithm == lease.FixedWindow {
 		args = append(args, itoa(to.AheadWindows), itoa(to.AheadTokens))
-		n = 7
+		n = 8
 	}
 	var m rueidis.RedisMessage
 	var err error
@@ -283,8 +283,8 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 	if err != nil {
 		return lease.Grant{}, err
 	}
-	g := lease.Grant{Granted: v[0], Remaining: v[1], Wait: millis(v[2]), Reset: millis(v[3]), Lent: v[4]}
-	if n == 7 {
+	g := lease.Grant{Granted: v[0], Remaining: v[1], Wait: millis(v[2]), Reset: millis(v[3]), Lent: v[4], Crowded: v[n-1] == 1}
+	if n == 8 {
 		g.AheadTokens, g.AheadWindows = v[5], v[6]
 	}
 	return g, nil

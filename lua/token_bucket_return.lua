@@ -12,9 +12,9 @@ local fast = true -- false: every call takes the general path (tests)
 local v = redis.call('GET', key)
 
 -- The fast path answers the states the lease script's fast path leaves:
--- no state, or the caller's loan first and only ended loans after it
--- (el: their lent and expiry, two entries each, from the second pair on;
--- the first is for what the caller's loan leaves). It is the general path
+-- no state, or the caller's loan first and only ended loans after it, by
+-- expiry (el: their lent and expiry, two entries each, from the second
+-- pair on; the first is for what the caller's loan leaves). It is the general path
 -- below, operation for operation, for those states, and writes the same
 -- bytes; any other state breaks out to the general path.
 repeat -- the fast path (break: the general path)
@@ -40,6 +40,10 @@ repeat -- the fast path (break: the general path)
     local a, x
     a, x, pos = struct.unpack('<' .. W[kind % 4] .. W[(kind - kind % 4) / 4 % 4], v, pos + 1)
     if x % 2 == 0 then x = u + x / 2 else x = u - (x + 1) / 2 end
+    if m > 1 and x > el[2 * m] then
+      pos = 0 -- not by expiry (an older release wrote it): the general path sorts them
+      break
+    end
     el[2 * m + 1], el[2 * m + 2] = a, x
     m = m + 1
   end
@@ -51,67 +55,55 @@ repeat -- the fast path (break: the general path)
   if elapsed < 0 then elapsed = 0 end
   local raw = math.min(cf, lvl + elapsed * lf / pf)
   -- end_loan: min(n, lent) comes back, the rest ends at t in the loan's
-  -- place; without a rest the last loan takes its place
+  -- place (t: no earlier than the ended loans); without a rest the loan
+  -- goes
   local back = lent
   if n < back then back = n end
+  local f = 1 -- the first pair in el
   if lent > back then
     el[1], el[2] = lent - back, math.min(exp, t)
   else
-    m = m - 1
-    el[1], el[2] = el[2 * m + 1], el[2 * m + 2]
+    f = 2
   end
   local tokens = math.min(cf, raw + back)
-  -- trim (see token_bucket_lease.lua)
-  local i = 2
-  while i < 2 * m do
-    local j = i + 2
-    while j <= 2 * m do
-      if el[i] == el[j] then
-        el[i - 1] = el[i - 1] + el[j - 1]
-        el[j - 1], el[j] = el[2 * m - 1], el[2 * m]
-        m = m - 1
-      else
-        j = j + 2
-      end
+  -- trim (see token_bucket_lease.lua): merge the loans of one time
+  -- (neighbours), then drop the oldest, the last, while it caps nothing
+  local k, a = 0, 0 -- k: the pairs kept
+  for i = f, m do
+    if k > 0 and el[2 * k] == el[2 * i] then
+      el[2 * k - 1] = el[2 * k - 1] + el[2 * i - 1]
+    else
+      k = k + 1
+      el[2 * k - 1], el[2 * k] = el[2 * i - 1], el[2 * i]
     end
-    i = i + 2
+    a = a + el[2 * i - 1]
   end
+  m = k
   while m > 0 do
-    local o = 2
-    for k = 4, 2 * m, 2 do
-      if el[k] < el[o] then o = k end
-    end
-    local x = el[o]
-    local a = 0
-    for k = 2, 2 * m, 2 do
-      if el[k] >= x then a = a + el[k - 1] end
-    end
-    local c = cf - a + (t - x) * lf / pf
+    local c = cf - a + (t - el[2 * m]) * lf / pf
     if c < cf then
       if m <= max_ended then break end
       tokens = math.min(tokens, c)
     end
-    el[o - 1], el[o] = el[2 * m - 1], el[2 * m]
+    a = a - el[2 * m - 1]
     m = m - 1
   end
   if tokens >= cf and m == 0 then
     redis.call('DEL', key) -- full and nothing lent: the same as no state
     return back
   end
-  -- full_in and write
+  -- full_in, a running sum by expiry, and write
   local d = (cf - tokens) * pf / lf
-  local s = head('tb', tokens, t, 0, 0)
-  for k = 2, 2 * m, 2 do
-    local x = el[k]
-    local a = 0
-    for j = 2, 2 * m, 2 do
-      if el[j] >= x then a = a + el[j - 1] end
-    end
+  local parts = {head('tb', tokens, t, 0, 0)}
+  a = 0
+  for i = 1, m do
+    local x = el[2 * i]
+    a = a + el[2 * i - 1]
     local c = (x - t) + a * pf / lf
     if c > d then d = c end
-    s = s .. pack_loan('', el[k - 1], x, 0, t, false)
+    parts[i + 1] = pack_loan('', el[2 * i - 1], x, 0, t, false)
   end
-  redis.call('SET', key, s, 'PX', ttl(t - now + d))
+  redis.call('SET', key, table.concat(parts), 'PX', ttl(t - now + d))
   return back
 until true
 

@@ -91,6 +91,9 @@ type options struct {
 	// never).
 	rlsMaxConns    int
 	rlsIdleTimeout time.Duration
+	// rlsClientCA: the CA file that the rate limit service's clients'
+	// certificates must chain to (mTLS; "" = no client certificate).
+	rlsClientCA string
 	// upstream: the global tier's nodes (docs/regions.md); upstreamToken
 	// its client token; region this node's region name there;
 	// upstreamRTT the round trip to size its leases for (0: measured).
@@ -216,7 +219,7 @@ func settings() []setting {
 			return nil
 		}},
 		{"insecure-cluster", "SLUICE_INSECURE_CLUSTER", "false", "allow a cluster without -cluster-key: gossip in clear and an unauthenticated internal endpoint (anyone who reaches a node can join, forge refunds and raise limits); a warning is logged at start", boolSetter(func(o *options) *bool { return &o.insecureCluster })},
-		{"tls-cert", "SLUICE_TLS_CERT", "", "PEM certificate (chain) file: serve the HTTP API and the internal endpoint over TLS, and forward to peers over TLS (every node of a cluster must use TLS); with -tls-key", func(o *options, v string) error {
+		{"tls-cert", "SLUICE_TLS_CERT", "", "PEM certificate (chain) file: serve the HTTP API, the internal endpoint and the rate limit service over TLS, and forward to peers over TLS (every node of a cluster must use TLS); with -tls-key", func(o *options, v string) error {
 			o.tlsCert = v
 			return nil
 		}},
@@ -296,6 +299,10 @@ func settings() []setting {
 		}},
 		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", "10000", "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", boundedIntSetter(maxRLSConns, func(o *options) *int { return &o.rlsMaxConns })},
 		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", "5m", "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", boundedDurationSetter(maxRLSIdleTimeout, func(o *options) *time.Duration { return &o.rlsIdleTimeout })},
+		{"rls-client-ca", "SLUICE_RLS_CLIENT_CA", "", "PEM CA file: the rate limit service (TLS with -tls-cert) requires a client certificate signed by it (mTLS) and refuses any other at the handshake; empty: no client certificate", func(o *options, v string) error {
+			o.rlsClientCA = v
+			return nil
+		}},
 		{"rls-headers", "SLUICE_RLS_HEADERS", "false", "add RateLimit-Limit/-Remaining/-Reset and RateLimit-Policy/RateLimit to the rate limit service's response_headers_to_add", boolSetter(func(o *options) *bool { return &o.rlsHeaders })},
 		{"rls-dynamic-metadata", "SLUICE_RLS_DYNAMIC_METADATA", "false", "fill the rate limit service's dynamic_metadata as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain, the descriptors, and the metadata of the matched descriptors not over their limit", boolSetter(func(o *options) *bool { return &o.rlsMetadata })},
 		{"accept-unsigned-rules", "SLUICE_ACCEPT_UNSIGNED_RULES", "false", "install a rule set from Redis that is not signed with the cluster key (written by a node of a release that did not sign): for an upgrade, until the next rules write signs it; a badly signed set is refused all the same", boolSetter(func(o *options) *bool { return &o.acceptUnsignedRules })},
@@ -515,6 +522,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	}
 	if o.tlsCA != "" && o.tlsCert == "" {
 		return o, errors.New("-tls-ca (SLUICE_TLS_CA) needs -tls-cert and -tls-key")
+	}
+	if o.rlsClientCA != "" && (o.tlsCert == "" || o.rlsListen == "") {
+		return o, errors.New("-rls-client-ca (SLUICE_RLS_CLIENT_CA) needs -rls-listen, -tls-cert and -tls-key: client certificates are asked for in the rate limit service's TLS handshake")
 	}
 	if len(o.upstream) > 0 && o.upstreamToken == "" {
 		return o, errors.New("-upstream (SLUICE_UPSTREAM) needs the global tier's client token: SLUICE_UPSTREAM_TOKEN (-upstream-token)")

@@ -31,7 +31,9 @@
 //
 // With -tls-cert and -tls-key the HTTP API (internal endpoint included)
 // answers HTTPS only, and checks are forwarded to peers over TLS, verified
-// against -tls-ca (a cluster CA) or the system roots.
+// against -tls-ca (a cluster CA) or the system roots. The rate limit
+// service (-rls-listen) serves TLS with the same certificate, and with
+// -rls-client-ca requires client certificates that CA signed (mTLS).
 //
 // # Shutdown
 //

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/sluicehq/sluice/node/rls"
@@ -27,6 +30,10 @@ func (d *daemon) startRLS(o options) error {
 		}
 		return nil
 	}
+	tlsConf, err := rlsTLS(o)
+	if err != nil {
+		return err
+	}
 	srv := rls.NewServer(rls.ServerConfig{
 		Engine:          d.node,
 		Metrics:         d.node.MetricsSet(),
@@ -36,6 +43,7 @@ func (d *daemon) startRLS(o options) error {
 		Transport:       o.rlsTransport,
 		MaxConns:        noneIfZero(o.rlsMaxConns),
 		IdleTimeout:     noneIfZero(o.rlsIdleTimeout),
+		TLS:             tlsConf,
 	})
 	r := &rlsDaemon{srv: srv, served: make(chan error, 1)}
 	if o.rlsConfig != "" {
@@ -52,9 +60,32 @@ func (d *daemon) startRLS(o options) error {
 	}
 	r.ln = ln
 	d.rls = r
-	d.log.Info("envoy rate limit service listening", "addr", ln.Addr().String(), "config", o.rlsConfig)
+	d.log.Info("envoy rate limit service listening", "addr", ln.Addr().String(), "config", o.rlsConfig,
+		"tls", tlsConf != nil, "client_ca", o.rlsClientCA)
 	go func() { r.served <- srv.Serve(ln) }()
 	return nil
+}
+
+// rlsTLS is the rate limit service's TLS configuration: nil without
+// -tls-cert; the node's certificate (read at start, as the HTTP API's),
+// and with -rls-client-ca a required client certificate that chains to it.
+func rlsTLS(o options) (*tls.Config, error) {
+	srv, _, err := loadTLS(o)
+	if srv == nil || err != nil {
+		return nil, err
+	}
+	if o.rlsClientCA != "" {
+		pem, err := os.ReadFile(o.rlsClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read -rls-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-rls-client-ca %s: no PEM certificate in it", o.rlsClientCA)
+		}
+		srv.ClientCAs, srv.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return srv, nil
 }
 
 // noneIfZero maps a flag's 0 (none) to rls.ServerConfig's -1 (its 0 is

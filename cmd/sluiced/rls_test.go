@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,20 +28,8 @@ func TestRLSDaemon(t *testing.T) {
 }
 
 func testRLSDaemon(t *testing.T, transport string) {
-	o, err := parseOptions([]string{"-listen", "127.0.0.1:0", "-rls-listen", "127.0.0.1:0", "-rls-transport", transport,
-		"-rls-config", filepath.Join("..", "..", "deploy", "gateways", "ratelimit-config.yaml"), "-rls-headers"}, env(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := start(o, slog.New(slog.NewTextHandler(io.Discard, nil)), hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(true); err != nil {
-			t.Error(err)
-		}
-	})
+	d := startRLSDaemon(t, "-listen", "127.0.0.1:0", "-rls-listen", "127.0.0.1:0", "-rls-transport", transport,
+		"-rls-config", filepath.Join("..", "..", "deploy", "gateways", "ratelimit-config.yaml"), "-rls-headers")
 	conn, err := grpc.NewClient(d.rls.ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

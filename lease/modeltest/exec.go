@@ -27,7 +27,9 @@ type result struct {
 	fail   *failure
 	steps  int
 	checks int
-	trace  []string
+	// crowded: the crowded calls (Options.MaxHolders)
+	crowded int
+	trace   []string
 }
 
 // newRunID makes the keys of one exec unique, so that execs can share a
@@ -68,6 +70,7 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 	md := newModel(sc, prefix, slots)
 	md.safetyOnly = sc.safetyOnly
 	md.tracing = trace
+	_, md.bakesKnown = store.(BakingStore)
 	md.setNow(h.Now())
 	r := &run{h: h, md: md, store: store, slot: make([]int, sc.holders), next: sc.holders}
 	for i := range sc.holders {
@@ -98,11 +101,11 @@ func (h Harness) exec(t testing.TB, sc *scenario, ops []op, trace bool) result {
 		}
 		if err != "" {
 			res.fail = &failure{step: step, msg: err}
-			res.checks = md.checks
+			res.checks, res.crowded = md.checks, md.crowdedCalls
 			return res
 		}
 	}
-	res.checks = md.checks
+	res.checks, res.crowded = md.checks, md.crowdedCalls
 	return res
 }
 
@@ -319,6 +322,9 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 			to.AheadWindows, to.AheadTokens = w, tokens
 		}
 	}
+	if r.md.sc.maxHolders > 0 && to.ID != "" {
+		to.MaxHolders = r.md.sc.maxHolders // as a node sets it for its lease protocol's holders
+	}
 	g, err := r.Store.Lease(ctx, key, p, want, need, to)
 	shared := ""
 	if ss, ok := r.Store.(SharedStore); ok && err == nil && g.Granted == 0 && want > 0 && ss.ShareWait(key, to.ID) {
@@ -332,13 +338,25 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 		}
 		ahead = fmt.Sprintf(", %d ahead in %d windows asked%s: lent %d ahead in %d", to.AheadTokens, to.AheadWindows, by, g.AheadTokens, g.AheadWindows)
 	}
-	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, reset %v, lent %d, err %v%s%s",
-		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Reset, g.Lent, err, ahead, shared)
+	crowded := ""
+	if g.Crowded {
+		crowded = fmt.Sprintf(" (crowded out: %d holders at most)", to.MaxHolders)
+	}
+	room := int64(-1)
+	if cs, ok := r.Store.(CheckingStore); ok {
+		room = cs.Room(p, to.Held)
+	}
+	if g.Checked {
+		crowded = fmt.Sprintf(" (checked: %d more it may hold)", room)
+	}
+	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, reset %v, lent %d, err %v%s%s%s",
+		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Reset, g.Lent, err, ahead, shared, crowded)
 	if err == nil && (want > 0 || to.ID != "") {
 		l := loan{lent: -1, direct: need > 0 && need == want}
 		if to.ID != "" {
 			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need,
-				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: !injected}
+				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: !injected, maxHolders: to.MaxHolders,
+				room: room}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
 	}

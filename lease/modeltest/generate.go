@@ -28,6 +28,9 @@ type scenario struct {
 	// ahead: the harness asks for shares ahead in the Managers' place
 	// (Options.Ahead, see inject).
 	ahead bool
+	// maxHolders: the harness bounds each key's holders in the Managers'
+	// lease calls (Options.MaxHolders, lease.Lessee.MaxHolders).
+	maxHolders int
 }
 
 type opKind uint8
@@ -103,10 +106,15 @@ func (o op) String() string {
 // generate builds seed's scenario.
 func generate(seed uint64, o Options) *scenario {
 	r := rand.New(rand.NewPCG(seed, 0x5111ce))
-	sc := &scenario{seed: seed, holders: o.Holders, safetyOnly: o.SafetyOnly}
+	sc := &scenario{seed: seed, holders: o.Holders, safetyOnly: o.SafetyOnly, maxHolders: o.MaxHolders}
 	// Drawn apart, so that a seed's ops are the same with Ahead or without.
 	sc.ahead = o.Ahead && rand.New(rand.NewPCG(seed, 0xa4ead)).IntN(2) == 0
-	if sc.holders < 1 || sc.holders > 3 {
+	switch most := MaxHolders(o.MaxHolders); {
+	case sc.holders >= 1 && sc.holders <= most:
+	case o.MaxHolders > 0:
+		// Up to twice the bound: holders past it on every key.
+		sc.holders = 1 + r.IntN(most)
+	default:
 		sc.holders = 1 + r.IntN(3)
 	}
 	algs := o.Algorithms
@@ -199,6 +207,15 @@ func (sc *scenario) randItem(r *rand.Rand) item {
 
 func (sc *scenario) randOp(r *rand.Rand) op {
 	m := r.IntN(sc.holders)
+	if sc.maxHolders > 0 && r.IntN(8) == 0 {
+		// Churn past the bound: a holder leaves every key (and comes
+		// back at its next check), or vanishes (a new one takes its
+		// place).
+		if r.IntN(3) == 0 {
+			return op{kind: opCrash, m: m}
+		}
+		return op{kind: opReturnKeys, m: m}
+	}
 	switch n := r.IntN(100); {
 	case n < 48:
 		it := sc.randItem(r)

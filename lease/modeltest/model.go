@@ -31,6 +31,11 @@ type model struct {
 	tracing bool
 	notes   []string // the Store calls of the op, when tracing
 	checks  int
+	// crowdedCalls counts the calls crowded out (Lessee.MaxHolders);
+	// checkedCalls those a tier decided as checks (CheckingStore).
+	crowdedCalls, checkedCalls int
+	// bakesKnown: the Store reports its bakes (BakingStore).
+	bakesKnown bool
 }
 
 type event struct {
@@ -38,6 +43,7 @@ type event struct {
 	m        int
 	orig     int64 // hits before a refund
 	refunded bool
+	crowd    bool // lost: a crowded call's grant (see crowded)
 }
 
 // snapshot is what a holder knew after its last lease call for a key,
@@ -115,6 +121,12 @@ type keyModel struct {
 	// rolled is the last window whose shares ahead were counted: the
 	// window of the latest time the model saw (fixed_window).
 	rolled int64
+	// crowd is, per holder, what its crowded calls (Lessee.MaxHolders)
+	// granted during the op and no check admitted yet: spent at once by
+	// the Store (lost, for token_bucket and gcra; counted, for the
+	// windows), the grant of the check that asked, which the Manager
+	// does not keep (Grant.Lent 0).
+	crowd []int64
 }
 
 func newModel(sc *scenario, prefix string, slots int) *model {
@@ -148,6 +160,7 @@ func newModel(sc *scenario, prefix string, slots int) *model {
 			rolled:     math.MinInt64,
 			ids:        make(map[string]int64),
 			owned:      make([][]string, slots),
+			crowd:      make([]int64, slots),
 		}
 		md.keys = append(md.keys, k)
 	}
@@ -299,6 +312,102 @@ func (k *keyModel) heldOthers(m int, t int64) int64 {
 	return n
 }
 
+// runs reports whether holder m has a loan of k that the Store counts at
+// t, for the bound on a key's holders (lease.Lessee.MaxHolders):
+// token_bucket and gcra, lent and not expired; the windows, lent in t's
+// window or, for fixed_window, a share ahead covering it or a later one.
+func (k *keyModel) runs(m int, t int64) bool {
+	k.heldNow(m, t) // the loan's end, the window's roll
+	switch {
+	case !k.windowed():
+		return k.lent[m] > 0 && t < k.heldExp[m]
+	case k.lent[m] > 0:
+		return true
+	}
+	a := k.ahead[m]
+	return k.p.Algorithm == lease.FixedWindow && a.tokens > 0 && a.to >= k.win(t)
+}
+
+// crowded checks holder m's lease call of k at t, answered g, against
+// the bound on the key's holders (the call's Lessee.MaxHolders): the
+// Store must crowd it out exactly when m has no running loan and that
+// many holders have one (see runs), and a crowded call lends nothing and
+// grants exactly its need or nothing. "" if it holds.
+func (k *keyModel) crowded(m int, t int64, g lease.Grant, l loan) string {
+	if g.Checked {
+		if g.Crowded {
+			return fmt.Sprintf("m%d's call was answered both crowded out and checked", m)
+		}
+		return ""
+	}
+	if l.lent < 0 || l.maxHolders <= 0 {
+		if g.Crowded {
+			return fmt.Sprintf("the Store crowded out m%d's call, which set no bound on the key's holders", m)
+		}
+		return ""
+	}
+	n := 0
+	for j := range k.lent {
+		if j != m && k.runs(j, t) {
+			n++
+		}
+	}
+	out := !k.runs(m, t) && n >= l.maxHolders
+	switch {
+	case out && !g.Crowded:
+		return fmt.Sprintf("the Store made m%d's call as a holder's (granted %d, lent %d, not crowded out), but m%d had no loan of the key while %d holders had one, the bound %d (bound broken)", m, g.Granted, g.Lent, m, n, l.maxHolders)
+	case !out && g.Crowded:
+		mine := "no loan"
+		if k.runs(m, t) {
+			mine = "a loan"
+		}
+		return fmt.Sprintf("the Store crowded out m%d's call, with %s of its own and %d other holders' loans running, the bound %d", m, mine, n, l.maxHolders)
+	case g.Crowded && (g.Lent != 0 || g.AheadTokens != 0 || g.AheadWindows != 0 || (g.Granted != 0 && g.Granted != l.need)):
+		return fmt.Sprintf("m%d's crowded call (need %d) was granted %d, lent %d, %d ahead in %d windows: a crowded call lends nothing and grants exactly its need or nothing", m, l.need, g.Granted, g.Lent, g.AheadTokens, g.AheadWindows)
+	}
+	return ""
+}
+
+// checked checks holder m's lease call, answered g, against the tier's
+// bound on what one holder may hold (l.room, CheckingStore; -1: none): a
+// call whose need is more than that room must be decided as a check
+// (Grant.Checked: its need granted to no holder, or nothing; the loan
+// renewed, lending nothing), and one that is not must be granted no more
+// than the room (at least its need). "" if it holds.
+func (k *keyModel) checked(m int, g lease.Grant, l loan) string {
+	if l.room < 0 || l.lent < 0 || g.Crowded {
+		if g.Checked && l.room < 0 {
+			return fmt.Sprintf("m%d's call was decided as a check by a tier that bounds no holder's share", m)
+		}
+		return ""
+	}
+	over := l.need > l.room
+	switch {
+	case over && !g.Checked:
+		return fmt.Sprintf("m%d's call needing %d, with %d more it may hold, was lent %d (granted %d), not decided as a check (share bound broken)", m, l.need, l.room, g.Lent, g.Granted)
+	case !over && g.Checked:
+		return fmt.Sprintf("m%d's call needing %d was decided as a check, with %d more it may hold", m, l.need, l.room)
+	case g.Checked && (g.AheadTokens != 0 || g.AheadWindows != 0 || (g.Granted != 0 && g.Granted != l.need)):
+		return fmt.Sprintf("m%d's checked call (need %d) was granted %d, %d ahead in %d windows: a check grants exactly its need or nothing, and lends nothing", m, l.need, g.Granted, g.AheadTokens, g.AheadWindows)
+	case !g.Checked && g.Granted > max(l.room, l.need):
+		return fmt.Sprintf("m%d was granted %d, with %d more it may hold (share bound broken)", m, g.Granted, l.room)
+	}
+	return ""
+}
+
+// unlose takes n of holder m's crowded grant at t (the last lost event:
+// nothing is lost later) back from what the Store lost: a check admitted
+// them.
+func (k *keyModel) unlose(t, n int64, m int) {
+	for i := len(k.lost) - 1; i >= 0 && n > 0 && k.lost[i].t >= t; i-- {
+		if e := &k.lost[i]; e.crowd && e.m == m && e.t == t {
+			x := min(n, e.hits)
+			e.hits -= x
+			n -= x
+		}
+	}
+}
+
 // bake is an ended loan whose cap the Store applied to the key's stored
 // level for good (the package doc's "more than 3 ended loans"): it counts
 // the tokens lent at its time as spent then, at most those. end is when
@@ -360,6 +469,19 @@ func (md *model) baked(key string, end time.Time, lent int64, t time.Time) {
 	for m := range b.budget {
 		k.heldNow(m, now)
 		b.budget[m] = k.settled[m]
+	}
+	k.bakes = append(k.bakes, b)
+}
+
+// bakeAll records a bake at t of the caps of every loan then (what a
+// grant to no holder does while a cap holds the level: see BakingStore),
+// of the Store that does not report its bakes.
+func (k *keyModel) bakeAll(t int64) {
+	b := &bake{end: t, budget: make([]int64, len(k.settled))}
+	for m := range b.budget {
+		k.heldNow(m, t)
+		b.budget[m] = k.settled[m]
+		b.left += k.settled[m]
 	}
 	k.bakes = append(k.bakes, b)
 }
@@ -432,6 +554,11 @@ type loan struct {
 	// direct: a call without a Lessee that needs what it wants, a check
 	// decided in the Store (lease.Config.Direct), not a charge (need 0)
 	direct bool
+	// maxHolders: the call's Lessee.MaxHolders (0: none)
+	maxHolders int
+	// room: what the holder may still be lent of the key by its tier's
+	// bound (CheckingStore.Room), -1 without one
+	room int64
 }
 
 // leased records a lease call's answer to holder m.
@@ -455,11 +582,46 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		return
 	}
 	k.shareAt[m] = 0 // a Store's answer (shareWait sets it again after a share's)
+	if v := k.crowded(m, now, g, l); v != "" {
+		md.fail("%s (%s): %s at %s", k.name, describe(k.p), v, md.at(now))
+	}
+	if v := k.checked(m, g, l); v != "" {
+		md.fail("%s (%s): %s at %s", k.name, describe(k.p), v, md.at(now))
+	}
+	// A crowded call, or the check part of a checked one: a grant of
+	// exactly its need to no holder, spent at once. A checked call's
+	// loan is renewed and settled as by a call that grants nothing.
+	crowd := g.Crowded || g.Checked
+	loanGrant := g.Granted
+	if g.Crowded {
+		// A call with no Lessee for exactly its need: nothing lent.
+		l = loan{lent: -1, need: l.need}
+		md.crowdedCalls++
+	}
+	if g.Checked {
+		loanGrant = 0
+		md.checkedCalls++
+	}
 	own := k.heldNow(m, now)
 	if l.lent >= 0 && k.callSpan(m, now, g) {
 		own, k.held[m] = 0, 0
 	}
-	if g.Granted > 0 {
+	switch {
+	case g.Granted == 0:
+	case crowd:
+		k.crowd[m] += g.Granted
+		if k.windowed() {
+			k.counted[k.win(now)] += g.Granted
+			break
+		}
+		k.lost = append(k.lost, event{t: now, hits: g.Granted, m: m, crowd: true}) // now: the latest
+		if !md.bakesKnown {
+			// A grant to no holder while a loan's cap holds the level
+			// bakes the caps in (the contract's clause (b)); the Store
+			// does not say whether one held: as if one did.
+			k.bakeAll(now)
+		}
+	default:
 		k.held[m] = own + g.Granted
 		if k.windowed() {
 			k.counted[k.win(now)] += g.Granted
@@ -473,8 +635,8 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		k.lent[m] = l.lent
 		k.credit[m] = nil
 		if k.windowed() {
-			if g.Granted > 0 {
-				k.settled[m] = min(k.settled[m], l.held) + g.Granted
+			if loanGrant > 0 {
+				k.settled[m] = min(k.settled[m], l.held) + loanGrant
 			}
 		} else {
 			// The Store's view (contract clause (b)): the loan counts
@@ -498,8 +660,8 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 					k.lose(e.t, e.hits, m)
 				}
 			}
-			k.settled[m] = run + late + g.Granted
-			if g.Granted > 0 && late > 0 {
+			k.settled[m] = run + late + loanGrant
+			if loanGrant > 0 && late > 0 {
 				for _, e := range k.dated(spent, late, m, true) {
 					k.lose(e.t, e.hits, m)
 				}
@@ -540,6 +702,14 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		s.oth = float64(k.heldOthers(m, now))
+		if g.Checked {
+			// A checked call's need is granted to no holder, from what
+			// the Store has beside every loan: the holder's own too,
+			// which the call renewed without a grant (its tokens spent
+			// since the last grant count until one settles them: clause
+			// (b), itself included).
+			s.oth += float64(g.Lent)
+		}
 		s.avail = k.levelWith(now, k.credit[m]...) - s.oth
 	case lease.FixedWindow, lease.SlidingWindow:
 		s.c0, s.c1 = k.counted[s.win-1], k.counted[s.win]
@@ -556,6 +726,7 @@ func (md *model) beginOp() {
 		for m := range k.opSnaps {
 			k.opSnaps[m] = append(k.opSnaps[m][:0], k.snap[m])
 		}
+		clear(k.crowd) // what no check took stays spent
 	}
 }
 
@@ -649,8 +820,15 @@ func (md *model) decided(m int, it item, d lease.Decision, id string) string {
 	if !d.Allowed {
 		return ""
 	}
-	if h := k.heldNow(m, now); h < it.hits {
-		return fmt.Sprintf("%s: m%d admitted %d hits at %s but held only %d tokens the Store lent it", k.name, m, it.hits, md.at(now), h)
+	if h := k.heldNow(m, now); h+k.crowd[m] < it.hits {
+		return fmt.Sprintf("%s: m%d admitted %d hits at %s but held only %d tokens the Store lent it (and %d a crowded call granted it)", k.name, m, it.hits, md.at(now), h, k.crowd[m])
+	}
+	if x := min(it.hits, k.crowd[m]); x > 0 {
+		// The hits of the check a crowded call was made for: the grant's
+		// (spent then: the admission, not a loss).
+		k.crowd[m] -= x
+		k.unlose(now, x, m)
+		k.held[m] += x
 	}
 	k.held[m] -= it.hits
 	k.netAdm[m] += it.hits

@@ -147,6 +147,18 @@ type SharedStore interface {
 	ShareWait(key, holder string) bool
 }
 
+// CheckingStore is implemented by a Store under test whose tier bounds
+// what one holder may hold of a key: the lease protocol's owner, by a
+// rule's gateway_share. Room is what a holder that says it holds held
+// may still be lent of a key of policy p. A call that needs more than
+// that is decided as a check (lease.Grant.Checked: the need granted to no
+// holder, spent at once, the loan renewed, nothing lent), and one that
+// needs no more is granted no more: the model checks both.
+type CheckingStore interface {
+	lease.Store
+	Room(p lease.Policy, held int64) int64
+}
+
 // BakingStore is implemented by a Store under test that reports its
 // bakes: a token_bucket or gcra key keeps at most 3 ended loans capping
 // its level, and beyond, applies the oldest one's cap to the stored level
@@ -181,8 +193,8 @@ type Options struct {
 	Seeds int
 	// Steps is the number of ops per seed.
 	Steps int
-	// Holders is the number of Managers sharing the Store, 1 to 3; 0
-	// picks 1 to 3 per seed.
+	// Holders is the number of Managers sharing the Store, 1 to 3 (to
+	// MaxHolders(MaxHolders)); 0 picks 1 to 3 per seed.
 	Holders int
 	// Algorithms are the algorithms the keys use; nil means all of
 	// lease.Algorithms().
@@ -200,6 +212,25 @@ type Options struct {
 	// Duration, when positive, runs seeds from Seed on until this much
 	// wall time has passed (at least Seeds of them): the long form.
 	Duration time.Duration
+	// MaxHolders, when positive, bounds each key's holders: the harness
+	// sets lease.Lessee.MaxHolders in the Managers' lease calls (as a
+	// node does for the holders of the lease protocol), runs up to twice
+	// as many holders (Holders 0: 1 to 2×MaxHolders, at most 8), and adds
+	// holders leaving every key and vanishing to the ops. The model
+	// counts each key's holders with a running loan: a call of a holder
+	// without one, when MaxHolders hold one, must be crowded out
+	// (Grant.Crowded: lent nothing, granted exactly its need or nothing),
+	// and is a spend with no holder; any other must not be.
+	MaxHolders int
+}
+
+// MaxHolders is the most Managers a run with Options.MaxHolders m has:
+// twice m, at most 8; 3 without a bound.
+func MaxHolders(m int) int {
+	if m <= 0 {
+		return 3
+	}
+	return min(2*m, 8)
 }
 
 // The environment variables that override Options, so that a failure can
@@ -266,6 +297,9 @@ type Summary struct {
 	Seeds, Steps int
 	// Checks is the number of decisions checked against the model.
 	Checks int
+	// Crowded is the number of lease calls crowded out
+	// (Options.MaxHolders).
+	Crowded int
 }
 
 // Run runs o.Seeds seeds (or seeds for o.Duration) of o.Steps ops each
@@ -297,6 +331,7 @@ func Run(t testing.TB, h Harness, o Options) Summary {
 		sum.Seeds++
 		sum.Steps += res.steps
 		sum.Checks += res.checks
+		sum.Crowded += res.crowded
 		if res.fail != nil {
 			msg, replays := h.report(t, sc, res)
 			if !replays && o.Duration <= 0 && !strictReplay() {
@@ -342,6 +377,9 @@ func (h Harness) report(t testing.TB, sc *scenario, first result) (msg string, r
 	fmt.Fprintf(&b, "minimal reproduction: %d holder(s) sharing one Store, Idle %v, the clock moved only by the ops\n", sc.holders, idle)
 	if sc.ahead {
 		fmt.Fprintf(&b, "  (the harness asks for shares ahead in the Managers' fixed_window lease calls: Options.Ahead)\n")
+	}
+	if sc.maxHolders > 0 {
+		fmt.Fprintf(&b, "  (the harness bounds each key's holders to %d in the Managers' lease calls: Options.MaxHolders)\n", sc.maxHolders)
 	}
 	used := make(map[int]bool)
 	for _, o := range ops {

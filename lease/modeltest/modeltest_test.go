@@ -87,6 +87,26 @@ func (s hiddenShares) Lease(ctx context.Context, key string, p lease.Policy, wan
 	return g, err
 }
 
+// unbounded ignores the bound on a key's holders (Lessee.MaxHolders): it
+// lends to holders it should crowd out.
+type unbounded struct{ lease.Store }
+
+func (s unbounded) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	to.MaxHolders = 0
+	return s.Store.Lease(ctx, key, p, want, need, to)
+}
+
+// overbounded crowds out one holder more than the bound: a holder with a
+// loan, or a call the bound leaves room for.
+type overbounded struct{ lease.Store }
+
+func (s overbounded) Lease(ctx context.Context, key string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
+	if to.MaxHolders > 1 {
+		to.MaxHolders--
+	}
+	return s.Store.Lease(ctx, key, p, want, need, to)
+}
+
 func TestHarnessFailsOnBrokenStores(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -94,17 +114,22 @@ func TestHarnessFailsOnBrokenStores(t *testing.T) {
 		algs  []lease.Algorithm
 		safe  bool
 		wants string
+		// holders, maxHolders: Options.Holders (0: 1), MaxHolders
+		holders, maxHolders int
 	}{
-		{"over-grant", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.TokenBucket}, true, "more than burst"},
-		{"over-grant/window", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.FixedWindow}, true, "more than the limit"},
-		{"stingy", func(s lease.Store) lease.Store { return stingy{s} }, []lease.Algorithm{lease.GCRA}, false, "denial unjustified"},
-		{"hidden-shares", func(s lease.Store) lease.Store { return hiddenShares{s} }, []lease.Algorithm{lease.FixedWindow}, false, "denial unjustified"},
-		{"lenient-log", func(s lease.Store) lease.Store { return lenientLog{s} }, []lease.Algorithm{lease.SlidingLog}, true, "over the limit"},
+		{"over-grant", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.TokenBucket}, true, "more than burst", 0, 0},
+		{"over-grant/window", func(s lease.Store) lease.Store { return overGrant{s} }, []lease.Algorithm{lease.FixedWindow}, true, "more than the limit", 0, 0},
+		{"stingy", func(s lease.Store) lease.Store { return stingy{s} }, []lease.Algorithm{lease.GCRA}, false, "denial unjustified", 0, 0},
+		{"hidden-shares", func(s lease.Store) lease.Store { return hiddenShares{s} }, []lease.Algorithm{lease.FixedWindow}, false, "denial unjustified", 0, 0},
+		{"lenient-log", func(s lease.Store) lease.Store { return lenientLog{s} }, []lease.Algorithm{lease.SlidingLog}, true, "over the limit", 0, 0},
+		{"unbounded", func(s lease.Store) lease.Store { return unbounded{s} }, []lease.Algorithm{lease.TokenBucket}, true, "bound broken", 4, 2},
+		{"unbounded/window", func(s lease.Store) lease.Store { return unbounded{s} }, []lease.Algorithm{lease.FixedWindow}, true, "bound broken", 4, 2},
+		{"overbounded", func(s lease.Store) lease.Store { return overbounded{s} }, []lease.Algorithm{lease.GCRA}, true, "crowded out m0", 4, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ct := &capture{T: t}
-			Run(ct, harness(c.wrap), Options{Seeds: 30, Steps: 150, Holders: 1, Algorithms: c.algs, SafetyOnly: c.safe})
+			Run(ct, harness(c.wrap), Options{Seeds: 30, Steps: 150, Holders: max(c.holders, 1), Algorithms: c.algs, SafetyOnly: c.safe, MaxHolders: c.maxHolders})
 			if len(ct.errs) != 1 {
 				t.Fatalf("Run reported %d failures on a broken Store, want 1", len(ct.errs))
 			}

@@ -12,7 +12,7 @@
 // whole-token or window boundary at least 70ms of accumulated drift away
 // from where the suite looks. Time-derived values are compared within
 // Harness.Slack; 20ms is enough on an idle machine, 50ms survives a loaded
-// one (and -race). The whole suite sleeps for about 3.5s with a real
+// one (and -race). The whole suite sleeps for about 6.5s with a real
 // clock.
 //
 // Subtests run one after another (never in parallel: with a real clock,
@@ -57,7 +57,7 @@ func Run(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	run := "storetest:" + hex.EncodeToString(b[:]) + ":"
-	for _, c := range cases {
+	for _, c := range append(cases[:len(cases):len(cases)], holderCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			e := &env{t: t, h: h, s: h.New(t), ctx: context.Background(), prefix: run + c.name + ":"}
 			c.fn(e)
@@ -675,6 +675,10 @@ func invalidArguments(e *env) {
 	_, err = e.s.Acquire(e.ctx, k, conc, "a", 2)
 	check("Acquire(hits=2)", "hits", err)
 	check(`Release(id="")`, "id", e.s.Release(e.ctx, k, conc, ""))
+	_, err = e.s.Lease(e.ctx, k, tb, 1, 1, lease.Lessee{ID: "h", TTL: time.Hour, MaxHolders: -1})
+	check("Lease(max_holders=-1)", "max_holders", err)
+	_, err = e.s.Lease(e.ctx, k, tb, 1, 1, lease.Lessee{ID: "h", TTL: time.Hour, MaxHolders: lease.MaxKeyHolders + 1})
+	check("Lease(max_holders=MaxKeyHolders+1)", "max_holders", err)
 	// None of these may have touched the key.
 	e.lease(k, tb, 0, 0, grantExp{0, 3, 0, 0}, "invalid calls must not change any state")
 }

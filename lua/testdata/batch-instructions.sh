@@ -19,7 +19,7 @@ valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" redis-server --port
 vg=$!
 trap 'kill "$vg" 2>/dev/null; wait "$vg" 2>/dev/null; rm -rf "$tmp"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 1; done
-args="1000 3600000000 1000 AbCdEfGh 10 1 3 300000000 0 7 12345 0"
+args="1000 3600000000 1000 AbCdEfGh 10 1 3 300000000 0 7 12345 0 0"
 ir() { # script keys-per-call (0: alone) -> instructions per lease call
   redis-cli -p "$port" script flush >/dev/null
   local sha n=$2 cmd

@@ -53,8 +53,8 @@ ir() { # script-file holder case [holder2] -> instructions per call
   renew) args="100 1000000 100 $2 10 1 3 300000000 2000000 7 12345 0 0 0" ;;
   held) args="1000 3600000000 1000 $2 10 1 1000000 300000000 0 0 12345 0 0 0" ;;
   new) args="1000 3600000000 1000 $2 10 1 0 300000000 0 0 12345 0 0 0" keys=100000000 ;;
-  roll) args="100 1000 100 $2 10 1 3 300000000 0 0 12345 0 65536 20" ;;
-  sharedroll) args="100 1000 100 $2 10 1 3 300000000 0 0 12345 0 65536 20" args2=${args/$2/$4} ;;
+  roll) args="100 1000 100 $2 10 1 3 300000000 0 0 12345 0 0 65536 20" ;;
+  sharedroll) args="100 1000 100 $2 10 1 3 300000000 0 0 12345 0 0 65536 20" args2=${args/$2/$4} ;;
   esac
   calls() { # n: n calls of the case (shared: n/2 of each holder at once)
     if [ -z "$args2" ]; then

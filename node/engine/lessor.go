@@ -131,7 +131,8 @@ func (l *lessor) apply(store lease.Store, lo *leaseOp) LeaseResult {
 		return LeaseResult{Err: err.Error()}
 	}
 	if wait != nil {
-		gr = lease.Grant{Lent: gr.Lent, Remaining: min(gr.Remaining, wait.Remaining), Wait: wait.Wait, Reset: wait.Reset}
+		gr = lease.Grant{Lent: gr.Lent, Remaining: min(gr.Remaining, wait.Remaining), Wait: wait.Wait, Reset: wait.Reset,
+			Crowded: gr.Crowded}
 	}
 	if region {
 		l.split.granted(lo.ckey, op.Holder, gr.Granted)
@@ -157,6 +158,6 @@ func (l *lessor) check(ctx context.Context, store lease.Store, lo *leaseOp, to l
 	rm.checked.Inc()
 	l.book.lent(lo.op.Holder, lo.op.Region != "", lo.ckey, rm, to, renew, lo.p)
 	rm.granted.AddInt64(gr.Granted)
-	return LeaseResult{Grant: lease.Grant{Granted: gr.Granted, Remaining: gr.Remaining, Wait: gr.Wait, Reset: gr.Reset, Lent: renew.Lent},
-		Checked: true}
+	return LeaseResult{Grant: lease.Grant{Granted: gr.Granted, Remaining: gr.Remaining, Wait: gr.Wait, Reset: gr.Reset, Lent: renew.Lent,
+		Checked: true}, Checked: true}
 }

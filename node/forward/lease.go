@@ -314,7 +314,8 @@ func DecodeLeaseReply(results []engine.LeaseResult, body []byte) error {
 		}
 		r.Checked, r.Crowded = flags&leaseFlagChecked != 0, flags&leaseFlagCrowded != 0
 		r.Grant = lease.Grant{Granted: f[0], Remaining: f[1], Wait: time.Duration(f[2]) * time.Millisecond,
-			Reset: time.Duration(f[3]) * time.Millisecond, Lent: f[4], AheadTokens: f[5], AheadWindows: f[6], Crowded: r.Crowded}
+			Reset: time.Duration(f[3]) * time.Millisecond, Lent: f[4], AheadTokens: f[5], AheadWindows: f[6], Crowded: r.Crowded,
+			Checked: r.Checked}
 	}
 	if len(d.b) != 0 {
 		return malformed("body: %d bytes after the last result", len(d.b))

@@ -30,7 +30,7 @@ func leaseWant(op engine.LeaseOp) engine.LeaseResult {
 	r := engine.LeaseResult{Checked: op.Key == "checked", Crowded: op.Key == "crowded",
 		Grant: lease.Grant{Granted: op.Want, Lent: op.To.Held + op.Want, Remaining: op.Need,
 			Wait: time.Duration(op.Tokens) * time.Millisecond, Reset: op.To.TTL, AheadTokens: op.To.AheadTokens, AheadWindows: op.To.AheadWindows}}
-	r.Grant.Crowded = r.Crowded
+	r.Grant.Crowded, r.Grant.Checked = r.Crowded, r.Checked
 	return r
 }
 

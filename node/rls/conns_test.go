@@ -35,28 +35,9 @@ func TestTransportMaxConns(t *testing.T) {
 		c2 := dialH2(t, r.addr)
 		c2.call(1, "b", 2)
 
-		// The third connection, on a goroutine of its own (the TCP
-		// connection is made: it waits in the listener's backlog).
-		c3 := dialRaw(t, r.addr)
-		c3.mute = true // read's answers to the server must not fail the test off its goroutine
-		msg := grpcMsg(t, rlsReq("c", 3))
-		sent := make(chan struct{})
-		answered := make(chan error, 1)
-		go func() {
-			_, err := io.WriteString(c3.conn, http2.ClientPreface)
-			if err == nil {
-				err = c3.fr.WriteSettings()
-			}
-			if err == nil {
-				c3.send(1, pathRLS, msg, shape{})
-			}
-			close(sent)
-			for err == nil && !c3.stream(1).ended && !c3.stream(1).rst {
-				_, err = c3.read()
-			}
-			answered <- err
-		}()
-		<-sent
+		// The third connection: made (it waits in the listener's backlog),
+		// its call sent from a goroutine of its own.
+		c3, answered := callInBacklog(t, r.addr)
 		waitForSlot(t)
 		c1.call(3, "d", 4)
 		c2.call(3, "e", 5)
@@ -152,4 +133,31 @@ func waitForSlot(t *testing.T) {
 		}
 		return false, "the accept loops:\n" + strings.Join(loops, "\n\n")
 	})
+}
+
+// callInBacklog connects to addr (a connection the server may not serve
+// yet) and makes a ShouldRateLimit call of hits 3 on stream 1 from a
+// goroutine of its own, which sends the call's result on answered.
+func callInBacklog(t *testing.T, addr string) (c *h2client, answered <-chan error) {
+	c = dialRaw(t, addr)
+	c.mute = true // read's answers to the server must not fail the test off its goroutine
+	msg := grpcMsg(t, rlsReq("c", 3))
+	sent := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(c.conn, http2.ClientPreface)
+		if err == nil {
+			err = c.fr.WriteSettings()
+		}
+		if err == nil {
+			c.send(1, pathRLS, msg, shape{})
+		}
+		close(sent)
+		for err == nil && !c.stream(1).ended && !c.stream(1).rst {
+			_, err = c.read()
+		}
+		done <- err
+	}()
+	<-sent
+	return c, done
 }

@@ -121,52 +121,90 @@
 // ServerConfig.Transport chooses the HTTP/2 server that carries the calls.
 // TransportLean, the default, is Sluice's own, for the service's unary
 // calls only, at a fraction of the CPU per call of TransportGRPC, grpc-go's
-// server: gRPC over cleartext HTTP/2 with prior knowledge (what Envoy's
-// gRPC client and grpc-go's client speak), its frames read with
-// golang.org/x/net/http2's Framer and its header blocks decoded with
-// golang.org/x/net/http2/hpack. A connection has one reader goroutine,
-// which parses frames and assembles each stream's request. A finished
-// request goes to a long-lived worker (a pool of 128 shared by the server;
-// a goroutine of its own when all are busy), since a decision may block on
-// the Store or on a forward to the key's owner. The worker decodes the
-// request into pooled messages, answers, and appends its response's frames
-// to the connection's write buffer; their header blocks are constant bytes
-// encoded once (HPACK literals that never touch the peer's dynamic table,
-// valid on every connection). The worker that finds nobody writing writes,
-// outside the lock, until the buffer is empty: no writer goroutine, about
-// one write per batch of responses. Flow control: a stream's window (1 MiB)
-// holds any request, so streams need no WINDOW_UPDATE; the connection's
-// (4 MiB) is given back as calls decode their requests; responses go out
-// as the peer's windows allow, the rest once it sends WINDOW_UPDATE.
+// server. Both speak gRPC over HTTP/2 with prior knowledge (what Envoy's
+// gRPC client and grpc-go's client speak): cleartext, or TLS with
+// ServerConfig.TLS, ALPN h2 (a client that negotiates none is refused) and
+// the client certificates its ClientAuth and ClientCAs ask for (with
+// tls.RequireAndVerifyClientCert, a client without one, or with one that
+// another CA signed, is refused in the handshake, before any HTTP/2 frame).
 //
-// Bounds on a TransportLean connection: 1024 concurrent streams (a call
-// whose stream the peer reset counts until its worker finishes, so that
-// resets pile up no work; streams past it are refused with
-// REFUSED_STREAM), a 16 KiB header list, 16 KiB frames, 256 KiB messages
-// (RESOURCE_EXHAUSTED), 4 MiB of responses the peer has not read and 10 s
-// for a write to go out (past either, the connection is closed), 10000
-// PING or SETTINGS frames without a stream opened in between
-// (ENHANCE_YOUR_CALM), 10 s to send the preface, and
-// ServerConfig.IdleTimeout (5 min by default) with no call in flight and
-// no new stream, after which it is closed as Close closes it (GOAWAY,
-// then close once written). A protocol error closes
+// TransportLean reads frames with golang.org/x/net/http2's Framer and
+// decodes header blocks with golang.org/x/net/http2/hpack. A connection
+// has one reader goroutine, which parses frames and assembles each
+// stream's request. A finished request goes to a long-lived worker (a pool
+// of 128 shared by the server; a goroutine of its own when all are busy),
+// since a decision may block on the Store or on a forward to the key's
+// owner. The worker decodes the request into pooled messages, answers, and
+// appends its response's frames to the connection's write buffer; their
+// header blocks are constant bytes encoded once (HPACK literals that never
+// touch the peer's dynamic table, valid on every connection). The worker
+// that finds nobody writing writes, outside the lock, until the buffer is
+// empty: no writer goroutine, about one write per batch of responses; the
+// reader's own frames (SETTINGS and PING ACKs, resets) go out once it has
+// read the input it holds. Flow control: a stream's window (1 MiB) holds
+// any request, so streams need no WINDOW_UPDATE; the connection's (4 MiB)
+// is given back as calls decode their requests; responses go out as the
+// peer's windows allow, the rest once it sends WINDOW_UPDATE or raises
+// SETTINGS_INITIAL_WINDOW_SIZE, either of which costs the same whatever the
+// number of streams (a new initial window moves every stream's window at
+// once; held-back responses wait in a heap whose top says whether any may
+// send).
+//
+// Bounds, on both transports:
+//
+//   - connections: ServerConfig.MaxConns (10000 by default) served at once
+//     from a listener, past which new connections wait in the listener's
+//     accept backlog until a served one closes (TransportGRPC:
+//     golang.org/x/net/netutil.LimitListener; TransportLean the same in its
+//     accept loop, keeping the TCP connection's CloseWrite for its graceful
+//     close); 10 s for the TLS handshake, the preface and the client's
+//     SETTINGS; ServerConfig.IdleTimeout (5 min by default) with no call in
+//     flight and no request received whole, after which a connection is
+//     closed as Close closes it (GOAWAY, then close once its streams are
+//     done). A request still arriving keeps no connection busy
+//     (TransportGRPC: grpc-go's MaxConnectionIdle, which counts any stream,
+//     and a connection found idle so when it opens a stream is closed).
+//   - streams: 1024 at once on a connection, past which they are refused
+//     (REFUSED_STREAM; on TransportLean a call whose stream the peer reset
+//     counts until its worker finishes, so that resets pile up no work).
+//   - SETTINGS: 64 parameters between two requests a connection sends
+//     whole, 4 of them raises of SETTINGS_INITIAL_WINDOW_SIZE; past either
+//     the connection is closed (TransportLean: GOAWAY(ENHANCE_YOUR_CALM)).
+//     TransportLean applies each in constant time; grpc-go queues each
+//     SETTINGS for its writer, which walks every stream for each raise.
+//   - requests that have not arrived whole (from HEADERS to END_STREAM):
+//     ServerConfig.RequestTimeout each (10 s by default), past which the
+//     stream is reset and its buffers freed (TransportLean answers
+//     DEADLINE_EXCEEDED, TransportGRPC CANCELLED); ServerConfig.MaxPendingBytes
+//     (64 MiB by default) of them across the server's connections, beyond
+//     16 KiB that each connection holds of its own, each charged its bytes
+//     and a share for its stream (1 KiB on TransportLean, 8 KiB with its
+//     handler's goroutine on TransportGRPC): a request past it is refused
+//     (TransportLean: RST_STREAM(REFUSED_STREAM)), or its connection closed
+//     (TransportGRPC: grpc-go lets no stream be reset from outside but
+//     through its context). A request sent whole in one go (HEADERS, then
+//     DATA with END_STREAM, as Envoy and gRPC clients send) is never
+//     charged. A node holds at most MaxConns × 16 KiB plus MaxPendingBytes
+//     of them; sluice_rls_pending_bytes is what they draw on the budget,
+//     sluice_rls_unfinished_reset_total{reason} counts those reset (timeout,
+//     budget).
+//   - messages: 256 KiB (RESOURCE_EXHAUSTED).
+//
+// TransportLean's own bounds: a 16 KiB header list, 16 KiB frames, 4 MiB of
+// responses the peer has not read and 10 s for a write to go out (past
+// either, the connection is closed), 10000 PING frames between two
+// requests received whole (ENHANCE_YOUR_CALM). A protocol error closes
 // that connection only (GOAWAY); a malformed request (RFC 9113 8.1.1: a
 // content-length its DATA does not match, say) resets its stream; a
 // request its headers refuse (an unknown method, a method other than POST,
 // another content-type) is answered once it ends. Close says
 // GOAWAY(NO_ERROR) on every connection, refuses new streams, and closes
 // each once its calls are answered, or when Close's context ends.
+// TransportGRPC's stream windows are fixed at 64 KiB (no BDP growth), its
+// PINGs bounded by grpc-go's keepalive enforcement.
 //
-// On both transports, ServerConfig.MaxConns (10000 by default) bounds the
-// connections served at once from a listener: past it, new connections
-// wait in the listener's accept backlog until a served one closes
-// (TransportGRPC: golang.org/x/net/netutil.LimitListener; TransportLean
-// does the same in its accept loop, keeping the TCP connection's
-// CloseWrite for its graceful close). TransportGRPC's idle timeout is
-// grpc-go's MaxConnectionIdle.
-//
-// Not served by TransportLean: TLS, HTTP/1.1's upgrade to h2c, streaming
-// calls (the health service's Watch, which grpc-go's transport serves, is
+// Not served by TransportLean: HTTP/1.1's upgrade to h2c, streaming calls
+// (the health service's Watch, which grpc-go's transport serves, is
 // answered UNIMPLEMENTED, as is any method other than ShouldRateLimit and
 // the health service's Check), compressed messages (UNIMPLEMENTED) and
 // grpc-timeout: a call's deadline is the engine's own bounds (the Store's

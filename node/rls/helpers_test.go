@@ -69,7 +69,7 @@ func newRig(t testing.TB, yml string, opts ...func(*rls.ServerConfig)) *rig {
 	mgr := lease.NewManager(store, mcfg)
 	n := node.New(node.DefaultConfig(), mgr)
 	n.SetRules(nil)
-	cfg := rls.ServerConfig{Engine: n, Metrics: n.MetricsSet(), Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := rls.ServerConfig{Engine: n, Metrics: n.MetricsSet(), Now: clk.Now, AfterFunc: clk.AfterFunc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -407,9 +407,9 @@ func (n *interopNode) metric(t *testing.T, series string) int {
 }
 
 // startInteropNode starts sluiced on the memory store with interopYAML
-// (and -rls-headers) on loopback ports, with -rls-transport transport, and
-// stops it at cleanup.
-func startInteropNode(t *testing.T, bin, transport string) *interopNode {
+// (and -rls-headers) on loopback ports, with -rls-transport transport and
+// the flags extra, and stops it at cleanup.
+func startInteropNode(t *testing.T, bin, transport string, extra ...string) *interopNode {
 	t.Helper()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "ratelimit.yaml")
@@ -417,8 +417,8 @@ func startInteropNode(t *testing.T, bin, transport string) *interopNode {
 		t.Fatal(err)
 	}
 	n := &interopNode{rls: interopFreeAddr(t), http: interopFreeAddr(t)}
-	args := []string{"-listen", n.http, "-rls-listen", n.rls, "-rls-config", conf, "-rls-transport", transport,
-		"-rls-headers", "-log-level", "warn"}
+	args := append([]string{"-listen", n.http, "-rls-listen", n.rls, "-rls-config", conf, "-rls-transport", transport,
+		"-rls-headers", "-log-level", "warn"}, extra...)
 	logPath := filepath.Join(dir, "sluiced.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -543,6 +543,16 @@ func interopPython(t *testing.T) string {
 type interopPlan struct {
 	Target string        `json:"target"`
 	Calls  []interopCall `json:"calls"`
+	TLS    *interopTLS   `json:"tls,omitempty"`
+	NoWait bool          `json:"no_wait,omitempty"` // call at once: a refused handshake fails the calls
+}
+
+// interopTLS is the client's TLS: the CA it verifies the server with, and
+// its certificate and key (PEM) for mTLS.
+type interopTLS struct {
+	CA   string `json:"ca"`
+	Cert string `json:"cert,omitempty"`
+	Key  string `json:"key,omitempty"`
 }
 
 type interopCall struct {

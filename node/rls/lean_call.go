@@ -191,7 +191,7 @@ func (st *leanStream) setMessage(m proto.Message) error {
 // release returns st to the pool.
 func (l *leanServer) release(st *leanStream) {
 	in, out := st.in[:0], st.out[:0]
-	if cap(in) > leanMaxBuffer {
+	if cap(in) > leanMaxInBuffer {
 		in = nil
 	}
 	if cap(out) > leanMaxBuffer {

@@ -66,7 +66,7 @@ func TestLeanHeaderBlocks(t *testing.T) {
 
 // testConn is a TransportLean connection whose frames the test feeds from
 // in and whose writes stay in wbuf (as though someone were writing).
-func testConn(t *testing.T, in *bytes.Buffer, opts ...func(*ServerConfig)) *leanConn {
+func testConn(t testing.TB, in *bytes.Buffer, opts ...func(*ServerConfig)) *leanConn {
 	cfg := ServerConfig{Transport: TransportLean}
 	for _, o := range opts {
 		o(&cfg)
@@ -81,7 +81,7 @@ func testConn(t *testing.T, in *bytes.Buffer, opts ...func(*ServerConfig)) *lean
 }
 
 // frames lists the frames in c.wbuf, and empties it.
-func frames(t *testing.T, c *leanConn) string {
+func frames(t testing.TB, c *leanConn) string {
 	t.Helper()
 	fr := http2.NewFramer(io.Discard, bytes.NewReader(c.wbuf))
 	var out []string
@@ -123,7 +123,7 @@ func sending(c *leanConn, id uint32, n int) *leanStream {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.maxID = id
-	st.state, st.sendWin = streamSending, c.peerWin
+	st.state = streamSending
 	c.streams[id] = st
 	c.pushLocked(st)
 	return st
@@ -158,8 +158,8 @@ func TestLeanFlowControl(t *testing.T) {
 	step("DATA 1 15")
 	peer.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 20}) // +10 on every stream
 	step("SETTINGS ack, DATA 1 5, HEADERS 1 end size0")
-	if len(c.streams) != 0 || len(c.blocked) != 0 {
-		t.Errorf("a finished stream is left: %v %v", c.streams, c.blocked)
+	if len(c.streams) != 0 || len(c.flow.blocked.s) != 0 {
+		t.Errorf("a finished stream is left: %v %v", c.streams, c.flow.blocked.s)
 	}
 
 	// The connection window: 65535 - 30 left.
@@ -263,7 +263,7 @@ func (e *heldEngine) Decide(_ context.Context, b *engine.Batch) {
 
 // TestLeanRapidReset: calls whose streams the peer resets while they are
 // deciding count against the connection's streams until their worker
-// finishes, so that resets pile up no work: past leanMaxStreams, a new
+// finishes, so that resets pile up no work: past maxConcurrentStreams, a new
 // stream is refused (REFUSED_STREAM), and accepted again once they finish.
 func TestLeanRapidReset(t *testing.T) {
 	e := &heldEngine{release: make(chan struct{})}
@@ -297,7 +297,7 @@ func TestLeanRapidReset(t *testing.T) {
 		return c.readFrame(false)
 	}
 	id := uint32(1)
-	for range leanMaxStreams {
+	for range maxConcurrentStreams {
 		if err := open(id); err != nil {
 			t.Fatal(err)
 		}
@@ -313,12 +313,12 @@ func TestLeanRapidReset(t *testing.T) {
 	c.wmu.Lock()
 	streams, orphans := len(c.streams), c.orphans
 	c.wmu.Unlock()
-	if streams != 0 || orphans != leanMaxStreams {
-		t.Fatalf("%d streams and %d orphans, want 0 and %d", streams, orphans, leanMaxStreams)
+	if streams != 0 || orphans != maxConcurrentStreams {
+		t.Fatalf("%d streams and %d orphans, want 0 and %d", streams, orphans, maxConcurrentStreams)
 	}
 	var se http2.StreamError
 	if err := open(id); !errors.As(err, &se) || se.Code != http2.ErrCodeRefusedStream {
-		t.Errorf("a stream past %d reset calls still deciding: %v, want REFUSED_STREAM", leanMaxStreams, err)
+		t.Errorf("a stream past %d reset calls still deciding: %v, want REFUSED_STREAM", maxConcurrentStreams, err)
 	}
 	id += 2
 	close(e.release)
@@ -398,5 +398,117 @@ func TestLeanAcceptRetries(t *testing.T) {
 	s.Close(context.Background())
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// blockedConn is a testConn with n responses of size bytes held back by a
+// stream window of 0 (SETTINGS_INITIAL_WINDOW_SIZE 0), and peer, the
+// framer that feeds it.
+func blockedConn(t testing.TB, n, size int) (*leanConn, *http2.Framer) {
+	var in bytes.Buffer
+	peer := http2.NewFramer(&in, nil)
+	c := testConn(t, &in)
+	peer.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	if err := c.readFrame(false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		sending(c, uint32(2*i+1), size)
+	}
+	c.wbuf = c.wbuf[:0]
+	if len(c.flow.blocked.s) != n {
+		t.Fatalf("%d responses held back, want %d", len(c.flow.blocked.s), n)
+	}
+	return c, peer
+}
+
+// TestLeanFlowWork: with 1000 responses held back by their stream
+// windows, a WINDOW_UPDATE or SETTINGS that lets none of them send
+// touches none of them (it used to try each one: 31 µs a frame), one on a
+// stream touches that stream alone, and a SETTINGS_INITIAL_WINDOW_SIZE
+// that opens every window pops each stream once, each sending its byte.
+func TestLeanFlowWork(t *testing.T) {
+	const n = 1000
+	c, peer := blockedConn(t, n, 100)
+	read := func() {
+		t.Helper()
+		if err := c.readFrame(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 * n {
+		peer.WriteWindowUpdate(0, 1) // the connection's window: the streams' stay at 0
+		read()
+	}
+	for range maxSettings - 2 {
+		peer.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		read()
+	}
+	if c.flow.pops != 0 || frames(t, c) != strings.Repeat("SETTINGS ack, ", maxSettings-3)+"SETTINGS ack" {
+		t.Fatalf("%d streams popped by frames that let none send", c.flow.pops)
+	}
+	peer.WriteWindowUpdate(7, 3)
+	read()
+	if got := frames(t, c); c.flow.pops != 1 || got != "DATA 7 3" {
+		t.Fatalf("a WINDOW_UPDATE on stream 7: %d streams popped, frames %q", c.flow.pops, got)
+	}
+	c.settings = 0 // as after a request
+	peer.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1})
+	read()
+	if got := frames(t, c); c.flow.pops != 1+n || strings.Count(got, "DATA") != n {
+		t.Fatalf("SETTINGS_INITIAL_WINDOW_SIZE 1: %d streams popped (want %d), %d DATA frames", c.flow.pops, 1+n, strings.Count(got, "DATA"))
+	}
+}
+
+// TestLeanWindowOverflow: a SETTINGS_INITIAL_WINDOW_SIZE that would take
+// a stream's window past 2^31-1 is a connection error (RFC 9113 6.9.2),
+// found at the top of the granted heap whichever stream it is; one that
+// takes it to 2^31-1 is fine.
+func TestLeanWindowOverflow(t *testing.T) {
+	c, peer := blockedConn(t, 3, 1<<17)    // more than the connection's window
+	peer.WriteWindowUpdate(3, maxWindow/2) // stream 3 sends the connection's window, then waits for more
+	peer.WriteWindowUpdate(5, 50)
+	for range 2 {
+		if err := c.readFrame(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := c.streams[3].winDelta
+	if d != maxWindow/2-defaultWindow {
+		t.Fatalf("stream 3's window %d, want %d", d, maxWindow/2-defaultWindow)
+	}
+	peer.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(maxWindow - d + 1)})
+	var ce connError
+	if err := c.readFrame(false); !errors.As(err, &ce) || ce.code != http2.ErrCodeFlowControl {
+		t.Fatalf("a setting that takes stream 3's window past 2^31-1: %v, want FLOW_CONTROL_ERROR", err)
+	}
+	peer.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(maxWindow - d)})
+	if err := c.readFrame(false); err != nil {
+		t.Fatalf("a setting that takes stream 3's window to 2^31-1: %v", err)
+	}
+}
+
+// BenchmarkLeanFlowFrame: the server's time for a frame that lets no held
+// back response send, with 1 or 1000 of them held back.
+func BenchmarkLeanFlowFrame(b *testing.B) {
+	for _, n := range []int{1, 1000} {
+		for _, kind := range []string{"window_update", "settings"} {
+			b.Run(fmt.Sprintf("%s/blocked=%d", kind, n), func(b *testing.B) {
+				c, peer := blockedConn(b, n, 100)
+				b.ReportAllocs()
+				for b.Loop() {
+					if kind == "settings" {
+						c.settings = 0
+						peer.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+					} else {
+						peer.WriteWindowUpdate(0, 1)
+					}
+					if err := c.readFrame(false); err != nil {
+						b.Fatal(err)
+					}
+					c.wbuf = c.wbuf[:0]
+				}
+			})
+		}
 	}
 }

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,7 +21,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/lease"
@@ -75,9 +75,13 @@ type ServerConfig struct {
 	// near_limit. Zero means 0.8, envoyproxy/ratelimit's default.
 	NearLimitRatio float64
 	// Now is the clock of duration_until_reset (envoyproxy/ratelimit's
-	// whole seconds to the end of the unit's window, on its own clock).
+	// whole seconds to the end of the unit's window, on its own clock)
+	// and, with AfterFunc, of RequestTimeout.
 	// Nil means time.Now.
 	Now func() time.Time
+	// AfterFunc runs f once d has passed on Now's clock; stop cancels it.
+	// Nil means time.AfterFunc.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Transport is how the server speaks gRPC: "" means TransportLean.
 	Transport Transport
 	// MaxConns bounds the connections served at once from each listener
@@ -86,9 +90,25 @@ type ServerConfig struct {
 	// DefaultMaxConns; negative means no limit.
 	MaxConns int
 	// IdleTimeout closes a connection gracefully (GOAWAY, then close)
-	// once it has had no call in flight and no new stream for this long.
+	// once it has had no call in flight and no request received whole for
+	// this long (a request still arriving keeps no connection busy).
 	// Zero means DefaultIdleTimeout; negative means never.
 	IdleTimeout time.Duration
+	// TLS, when set, is the TLS configuration of every connection (both
+	// transports): ALPN h2 (a client that negotiates none is refused),
+	// and the client certificate its ClientAuth and ClientCAs ask for.
+	// Nil means cleartext HTTP/2 with prior knowledge.
+	TLS *tls.Config
+	// RequestTimeout bounds how long a request may take to arrive whole,
+	// from its HEADERS to its END_STREAM: past it, its stream is reset
+	// and its buffers freed. Zero means DefaultRequestTimeout; negative
+	// means none.
+	RequestTimeout time.Duration
+	// MaxPendingBytes bounds the bytes held, across the server's
+	// connections, by requests that have not arrived whole: past it, a
+	// new one is refused (see the package doc, Transports). Zero means
+	// DefaultMaxPendingBytes; negative means no bound.
+	MaxPendingBytes int64
 }
 
 // The defaults of ServerConfig's connection bounds.
@@ -117,7 +137,9 @@ type Server struct {
 	log      *slog.Logger
 	conf     atomic.Pointer[Config]
 	grpc     *grpc.Server // TransportGRPC
+	guard    *grpcGuard   // TransportGRPC's bounds
 	lean     *leanServer  // TransportLean
+	budget   *budget      // of unfinished requests
 	health   *health.Server
 	met      *statsSet
 	states   sync.Pool // of *callState
@@ -142,13 +164,22 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.AfterFunc == nil {
+		cfg.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, met: newStatsSet(cfg.Metrics)}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.MaxPendingBytes == 0 {
+		cfg.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, met: newStatsSet(cfg.Metrics), budget: newBudget(cfg.MaxPendingBytes, cfg.Metrics)}
 	s.states.New = func() any { return &callState{} }
 	s.replies.New = func() any { return &reply{pool: &s.replies} }
 	s.requests.New = func() any { return &request{} }
@@ -158,19 +189,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	switch cfg.Transport {
 	case TransportGRPC:
-		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.ForceServerCodecV2(newCodec()),
-			// Calls run on long-lived goroutines (up to this many at a
-			// time; more get one each): a goroutine per call grew its
-			// stack on every call, a fifth of the server's CPU.
-			grpc.NumStreamWorkers(streamWorkers),
-			// A connection that has not finished its handshake by then is
-			// closed (grpc-go's default is 120 s, and its Stop waits for
-			// such connections: a silent client held up Close that long).
-			grpc.ConnectionTimeout(leanPrefaceTimeout),
-			// MaxConnectionIdle 0 is grpc-go's "never".
-			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: max(cfg.IdleTimeout, 0)}))
-		s.grpc.RegisterService(&serviceDesc, s)
-		healthpb.RegisterHealthServer(s.grpc, s.health)
+		s.grpc, s.guard = newGRPCServer(s)
 	case "", TransportLean:
 		s.lean = newLeanServer(s)
 	}
@@ -213,8 +232,8 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // Close stops serving: calls in flight may finish until ctx ends, then
 // connections are closed. It is idempotent. On TransportGRPC a connection
-// still in its handshake holds it up to 10 s past ctx (grpc-go's Stop
-// waits for it; the handshake's own timeout ends it).
+// still in its handshake (TLS, preface) holds it up to 10 s past ctx
+// (grpc-go's Stop waits for it; the handshake's own timeout ends it).
 func (s *Server) Close(ctx context.Context) {
 	s.closeOnce.Do(func() {
 		s.health.Shutdown()
@@ -225,6 +244,7 @@ func (s *Server) Close(ctx context.Context) {
 		if s.grpc == nil {
 			return
 		}
+		defer s.guard.close()
 		done := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(done) }()
 		select {

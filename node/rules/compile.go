@@ -88,6 +88,17 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 		return nil, fail("gateway_share", "must be in (0, 1]: the share of a key's capacity one gateway may hold")
 	}
 
+	switch n := spec.MaxHolders; {
+	case n != 0 && !alg.Leased():
+		return nil, fail("max_holders", "only for a leased algorithm (token_bucket, gcra, fixed_window, sliding_window): "+alg.String()+" leases nothing, every check is a Store call")
+	case n == 0:
+		r.MaxHolders = lease.DefaultMaxHolders
+	case n > 0 && n <= lease.MaxKeyHolders:
+		r.MaxHolders = n
+	default:
+		return nil, fail("max_holders", "must be between 1 and "+strconv.Itoa(lease.MaxKeyHolders)+" (0 or absent: "+strconv.Itoa(lease.DefaultMaxHolders)+"): the most gateways and regions holding loans of one key at once")
+	}
+
 	switch strings.TrimSpace(spec.Scope) {
 	case "", "region":
 		spec.Scope = ""

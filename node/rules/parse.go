@@ -6,6 +6,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/internal/yamlnode"
 )
 
@@ -209,6 +210,16 @@ func decodeSpec(n *yaml.Node, idx int) (Spec, fieldLines, *Error) {
 			if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") || v.Decode(&spec.GatewayShare) != nil {
 				return fail(key, "must be a number", v.Line)
 			}
+			return nil
+		case "max_holders":
+			var n int64
+			if e := integer(key, v, &n); e != nil {
+				return e
+			}
+			if n < 0 || n > lease.MaxKeyHolders {
+				return fail(key, "must be between 1 and "+strconv.Itoa(lease.MaxKeyHolders)+" (0 or absent: "+strconv.Itoa(lease.DefaultMaxHolders)+")", v.Line)
+			}
+			spec.MaxHolders = int(n)
 			return nil
 		case "scope":
 			return str(key, v, &spec.Scope)

@@ -18,6 +18,7 @@
 //	    on_store_failure: local    # local | open | closed
 //	    on_missing_key: skip       # skip | deny | key sources to fall back to (forward-auth)
 //	    shadow: false              # decide and count, but always allow
+//	    max_holders: 16            # leased: gateways/regions holding a key at once (1-1024; 0: 16)
 //	    hot: {threshold: 20000, split: 0}
 //	    overrides:                 # first matching glob wins
 //	      - {key: "ent-*", limit: 10000, burst: 20000, period: 1m}
@@ -316,13 +317,17 @@ type Rule struct {
 	// key's values gets (on_missing_key).
 	OnMissingKey MissingKey
 	Shadow       bool
-	// MaxHolders bounds the holders outside the cluster of one key
-	// (lease.Lessee.MaxHolders); 0: unbounded.
-	MaxHolders int
 	// GatewayShare is the most one gateway holder may hold of a key, as
 	// a fraction of its capacity (gateway_share; DefaultGatewayShare
 	// when not given).
 	GatewayShare float64
+	// MaxHolders is the most holders of the lease protocol (gateways,
+	// regions) that may hold loans of one of the rule's keys at a time
+	// (max_holders; lease.DefaultMaxHolders when not given): the node
+	// passes it as lease.Lessee.MaxHolders, so that a holder past it is
+	// crowded out and its checks are decided by the Store, and a key's
+	// Store calls stay cheap (they cost time linear in its holders).
+	MaxHolders int
 	// Global: the rule's keys are counted by the global tier, a Sluice
 	// cluster this node leases from as a holder (scope: global; sluiced
 	// -upstream, docs/regions.md). False (scope: region, the default):
@@ -377,6 +382,7 @@ type Spec struct {
 	OnMissingKey   string         `yaml:"on_missing_key,omitempty" json:"on_missing_key,omitempty"`
 	Shadow         bool           `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	GatewayShare   float64        `yaml:"gateway_share,omitempty" json:"gateway_share,omitempty"`
+	MaxHolders     int            `yaml:"max_holders,omitempty" json:"max_holders,omitempty"`
 	Scope          string         `yaml:"scope,omitempty" json:"scope,omitempty"`
 	RegionalFloor  float64        `yaml:"regional_floor,omitempty" json:"regional_floor,omitempty"`
 	Hot            *HotSpec       `yaml:"hot,omitempty" json:"hot,omitempty"`

@@ -13,6 +13,12 @@ entry["timeout"] seconds as the deadline when set, entry["metadata"]
 "deflate") as the call's compression. Each result is {"code": StatusCode name,
 "response": base64} or {"code", "details"} on an error, in request order.
 
+With plan["tls"] ({"ca": PEM, and for mTLS "cert" and "key": PEM}) the
+channel is a secure one, verifying the server against ca. With
+plan["no_wait"] the client does not wait for the channel to be ready before
+its calls: a call on a channel that cannot connect (a refused handshake)
+fails at once, UNAVAILABLE.
+
     {"target": "127.0.0.1:9000",
      "calls": [{"name": "rls", "method": "/pkg.Svc/Method",
                 "requests": ["base64", ...], "timeout": 5}]}
@@ -28,9 +34,20 @@ import grpc
 def main():
     plan = json.load(sys.stdin)
     out = []
-    with grpc.insecure_channel(plan["target"]) as channel:
-        # A bound on the connection, not a measurement.
-        grpc.channel_ready_future(channel).result(timeout=30)
+    tls = plan.get("tls")
+    if tls:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=tls["ca"].encode(),
+            private_key=tls["key"].encode() if tls.get("key") else None,
+            certificate_chain=tls["cert"].encode() if tls.get("cert") else None,
+        )
+        channel = grpc.secure_channel(plan["target"], creds)
+    else:
+        channel = grpc.insecure_channel(plan["target"])
+    with channel:
+        if not plan.get("no_wait"):
+            # A bound on the connection, not a measurement.
+            grpc.channel_ready_future(channel).result(timeout=30)
         for entry in plan["calls"]:
             call = channel.unary_unary(entry["method"])
             metadata = [tuple(kv) for kv in entry.get("metadata", [])] or None
