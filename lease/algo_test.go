@@ -56,20 +56,20 @@ func runLeaseSteps(t *testing.T, st leasedMath, p Policy, steps []leaseStep) {
 func TestBucketMath(t *testing.T) {
 	// 10/s, capacity 5: one token per 100ms.
 	steps := []leaseStep{
-		{0, 0, 0, 0, Grant{0, 5, 0, 0, 0, 0, 0, false}, "no state is a full bucket; peek"},
-		{0, 0, 3, 3, Grant{3, 2, 0, msd(300), 0, 0, 0, false}, "grant 3 of 5; full again in 3 × 100ms"},
-		{0, 0, 5, 3, Grant{0, 2, msd(100), msd(300), 0, 0, 0, false}, "2 < need 3: wait for 1 token"},
-		{msd(50), 0, 0, 0, Grant{0, 2, 0, msd(250), 0, 0, 0, false}, "2.5 tokens: 2 whole"},
-		{msd(50), 0, 6, 6, Grant{0, 2, time.Second, msd(250), 0, 0, 0, false}, "need 6 > capacity 5: wait one period"},
-		{msd(150), 0, 5, 3, Grant{3, 0, 0, msd(450), 0, 0, 0, false}, "3.5 tokens: grant min(5, 3); 0.5 left"},
-		{msd(150), 0, 1, 1, Grant{0, 0, msd(50), msd(450), 0, 0, 0, false}, "0.5 < 1: wait 50ms"},
-		{msd(150.5), 0, 1, 1, Grant{0, 0, msd(50), msd(450), 0, 0, 0, false}, "0.505 tokens: wait 49.5ms, rounded up to 50ms; reset 449.5 → 450ms"},
-		{msd(150.5), 0, 4, 0, Grant{0, 0, 0, msd(450), 0, 0, 0, false}, "need 0 always met: grant min(want 4, 0 available) = 0"},
-		{5 * time.Second, 2, 0, 0, Grant{0, 5, 0, 0, 0, 0, 0, false}, "refill stops at capacity; a return never exceeds it"},
-		{5 * time.Second, 0, 5, 5, Grant{5, 0, 0, msd(500), 0, 0, 0, false}, "take all"},
-		{5 * time.Second, 2, 0, 0, Grant{0, 0, 0, msd(500), 0, 0, 0, false}, "a return of tokens never lent to the holder gives nothing back"},
-		{msd(5200), 0, 4, 4, Grant{0, 2, msd(200), msd(300), 0, 0, 0, false}, "2 refilled < 4"},
-		{msd(5200), 100, 0, 0, Grant{0, 2, 0, msd(300), 0, 0, 0, false}, "still nothing lent to give back"},
+		{0, 0, 0, 0, Grant{0, 5, 0, 0, 0, 0, 0, false, false}, "no state is a full bucket; peek"},
+		{0, 0, 3, 3, Grant{3, 2, 0, msd(300), 0, 0, 0, false, false}, "grant 3 of 5; full again in 3 × 100ms"},
+		{0, 0, 5, 3, Grant{0, 2, msd(100), msd(300), 0, 0, 0, false, false}, "2 < need 3: wait for 1 token"},
+		{msd(50), 0, 0, 0, Grant{0, 2, 0, msd(250), 0, 0, 0, false, false}, "2.5 tokens: 2 whole"},
+		{msd(50), 0, 6, 6, Grant{0, 2, time.Second, msd(250), 0, 0, 0, false, false}, "need 6 > capacity 5: wait one period"},
+		{msd(150), 0, 5, 3, Grant{3, 0, 0, msd(450), 0, 0, 0, false, false}, "3.5 tokens: grant min(5, 3); 0.5 left"},
+		{msd(150), 0, 1, 1, Grant{0, 0, msd(50), msd(450), 0, 0, 0, false, false}, "0.5 < 1: wait 50ms"},
+		{msd(150.5), 0, 1, 1, Grant{0, 0, msd(50), msd(450), 0, 0, 0, false, false}, "0.505 tokens: wait 49.5ms, rounded up to 50ms; reset 449.5 → 450ms"},
+		{msd(150.5), 0, 4, 0, Grant{0, 0, 0, msd(450), 0, 0, 0, false, false}, "need 0 always met: grant min(want 4, 0 available) = 0"},
+		{5 * time.Second, 2, 0, 0, Grant{0, 5, 0, 0, 0, 0, 0, false, false}, "refill stops at capacity; a return never exceeds it"},
+		{5 * time.Second, 0, 5, 5, Grant{5, 0, 0, msd(500), 0, 0, 0, false, false}, "take all"},
+		{5 * time.Second, 2, 0, 0, Grant{0, 0, 0, msd(500), 0, 0, 0, false, false}, "a return of tokens never lent to the holder gives nothing back"},
+		{msd(5200), 0, 4, 4, Grant{0, 2, msd(200), msd(300), 0, 0, 0, false, false}, "2 refilled < 4"},
+		{msd(5200), 100, 0, 0, Grant{0, 2, 0, msd(300), 0, 0, 0, false, false}, "still nothing lent to give back"},
 	}
 	for _, alg := range []Algorithm{TokenBucket, GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -139,36 +139,36 @@ func TestBucketWritesOnlyOnGrant(t *testing.T) {
 func TestFixedWindowMath(t *testing.T) {
 	p := Policy{Algorithm: FixedWindow, Limit: 5, Period: time.Second}
 	runLeaseSteps(t, &FixedWindowState{}, p, []leaseStep{
-		{msd(200), 0, 0, 0, Grant{0, 5, 0, msd(800), 0, 0, 0, false}, "peek: reset is the end of the window even when unused"},
-		{msd(200), 0, 3, 3, Grant{3, 2, 0, msd(800), 0, 0, 0, false}, "grant 3"},
-		{msd(500), 0, 3, 3, Grant{0, 2, msd(500), msd(500), 0, 0, 0, false}, "2 < 3: wait for the window's end"},
-		{msd(500), 0, 3, 2, Grant{2, 0, 0, msd(500), 0, 0, 0, false}, "grant min(3, 2)"},
-		{msd(999.9), 0, 1, 1, Grant{0, 0, msd(1), msd(1), 0, 0, 0, false}, "0.1ms left rounds up to 1ms"},
-		{time.Second, 0, 5, 5, Grant{5, 0, 0, time.Second, 0, 0, 0, false}, "at the boundary a new window starts at 0"},
-		{time.Second, 2, 0, 0, Grant{0, 2, 0, time.Second, 0, 0, 0, false}, "a return lowers the count"},
-		{time.Second, 10, 0, 0, Grant{0, 2, 0, time.Second, 0, 0, 0, false}, "the holder's loan ended with its first return: nothing more comes back"},
-		{time.Second, 0, 6, 6, Grant{0, 2, time.Second, time.Second, 0, 0, 0, false}, "need 6 > limit 5: one period"},
-		{msd(1500), 0, 2, 2, Grant{2, 0, 0, msd(500), 0, 0, 0, false}, "take 2"},
-		{msd(2100), 3, 0, 0, Grant{0, 5, 0, msd(900), 0, 0, 0, false}, "a return does not reach into a past window's count"},
+		{msd(200), 0, 0, 0, Grant{0, 5, 0, msd(800), 0, 0, 0, false, false}, "peek: reset is the end of the window even when unused"},
+		{msd(200), 0, 3, 3, Grant{3, 2, 0, msd(800), 0, 0, 0, false, false}, "grant 3"},
+		{msd(500), 0, 3, 3, Grant{0, 2, msd(500), msd(500), 0, 0, 0, false, false}, "2 < 3: wait for the window's end"},
+		{msd(500), 0, 3, 2, Grant{2, 0, 0, msd(500), 0, 0, 0, false, false}, "grant min(3, 2)"},
+		{msd(999.9), 0, 1, 1, Grant{0, 0, msd(1), msd(1), 0, 0, 0, false, false}, "0.1ms left rounds up to 1ms"},
+		{time.Second, 0, 5, 5, Grant{5, 0, 0, time.Second, 0, 0, 0, false, false}, "at the boundary a new window starts at 0"},
+		{time.Second, 2, 0, 0, Grant{0, 2, 0, time.Second, 0, 0, 0, false, false}, "a return lowers the count"},
+		{time.Second, 10, 0, 0, Grant{0, 2, 0, time.Second, 0, 0, 0, false, false}, "the holder's loan ended with its first return: nothing more comes back"},
+		{time.Second, 0, 6, 6, Grant{0, 2, time.Second, time.Second, 0, 0, 0, false, false}, "need 6 > limit 5: one period"},
+		{msd(1500), 0, 2, 2, Grant{2, 0, 0, msd(500), 0, 0, 0, false, false}, "take 2"},
+		{msd(2100), 3, 0, 0, Grant{0, 5, 0, msd(900), 0, 0, 0, false, false}, "a return does not reach into a past window's count"},
 	})
 }
 
 func TestSlidingWindowMath(t *testing.T) {
 	p := Policy{Algorithm: SlidingWindow, Limit: 10, Period: time.Second}
 	runLeaseSteps(t, &SlidingWindowState{}, p, []leaseStep{
-		{0, 0, 0, 0, Grant{0, 10, 0, 0, 0, 0, 0, false}, "no state: reset 0"},
-		{0, 0, 6, 6, Grant{6, 4, 0, 2 * time.Second, 0, 0, 0, false}, "cur 6: reset end of next window"},
-		{time.Second, 0, 0, 0, Grant{0, 4, 0, time.Second, 0, 0, 0, false}, "prev 6 weighs 6 at e=0; only prev: reset end of this window"},
-		{msd(1250), 0, 0, 0, Grant{0, 5, 0, msd(750), 0, 0, 0, false}, "prev weighs 6×0.75 = 4.5, rounded up: 5 available"},
-		{msd(1250), 0, 8, 7, Grant{0, 5, msd(250), msd(750), 0, 0, 0, false}, "need 7: prev must weigh ≤ 3: e ≥ 1 - 3/6 = 0.5s: wait 250ms"},
-		{msd(1500), 0, 8, 7, Grant{7, 0, 0, msd(1500), 0, 0, 0, false}, "prev weighs 3: grant 7"},
-		{msd(1500), 0, 1, 1, Grant{0, 0, msd(167), msd(1500), 0, 0, 0, false}, "room 2: e ≥ 1 - 2/6: 166.67ms → 167ms"},
-		{msd(1500), 0, 4, 4, Grant{0, 0, msd(643), msd(1500), 0, 0, 0, false}, "cur 7 + 4 > 10: next window, prev=7 must weigh ≤ 6: 500 + 1000×(1 - 6/7) = 642.86ms → 643ms"},
-		{msd(1500), 0, 3, 3, Grant{0, 0, msd(500), msd(1500), 0, 0, 0, false}, "room 0: at the window's end prev=7 weighs 7 and 7 + 3 ≤ 10"},
-		{msd(1500), 2, 0, 0, Grant{0, 2, 0, msd(1500), 0, 0, 0, false}, "return 2: cur 5"},
-		{msd(1500), 20, 0, 0, Grant{0, 2, 0, msd(1500), 0, 0, 0, false}, "the holder's loan ended with its first return: nothing more comes back"},
-		{3 * time.Second, 0, 0, 0, Grant{0, 10, 0, 0, 0, 0, 0, false}, "two windows later: nothing weighs"},
-		{3 * time.Second, 0, 11, 11, Grant{0, 10, time.Second, 0, 0, 0, 0, false}, "need 11 > limit: one period"},
+		{0, 0, 0, 0, Grant{0, 10, 0, 0, 0, 0, 0, false, false}, "no state: reset 0"},
+		{0, 0, 6, 6, Grant{6, 4, 0, 2 * time.Second, 0, 0, 0, false, false}, "cur 6: reset end of next window"},
+		{time.Second, 0, 0, 0, Grant{0, 4, 0, time.Second, 0, 0, 0, false, false}, "prev 6 weighs 6 at e=0; only prev: reset end of this window"},
+		{msd(1250), 0, 0, 0, Grant{0, 5, 0, msd(750), 0, 0, 0, false, false}, "prev weighs 6×0.75 = 4.5, rounded up: 5 available"},
+		{msd(1250), 0, 8, 7, Grant{0, 5, msd(250), msd(750), 0, 0, 0, false, false}, "need 7: prev must weigh ≤ 3: e ≥ 1 - 3/6 = 0.5s: wait 250ms"},
+		{msd(1500), 0, 8, 7, Grant{7, 0, 0, msd(1500), 0, 0, 0, false, false}, "prev weighs 3: grant 7"},
+		{msd(1500), 0, 1, 1, Grant{0, 0, msd(167), msd(1500), 0, 0, 0, false, false}, "room 2: e ≥ 1 - 2/6: 166.67ms → 167ms"},
+		{msd(1500), 0, 4, 4, Grant{0, 0, msd(643), msd(1500), 0, 0, 0, false, false}, "cur 7 + 4 > 10: next window, prev=7 must weigh ≤ 6: 500 + 1000×(1 - 6/7) = 642.86ms → 643ms"},
+		{msd(1500), 0, 3, 3, Grant{0, 0, msd(500), msd(1500), 0, 0, 0, false, false}, "room 0: at the window's end prev=7 weighs 7 and 7 + 3 ≤ 10"},
+		{msd(1500), 2, 0, 0, Grant{0, 2, 0, msd(1500), 0, 0, 0, false, false}, "return 2: cur 5"},
+		{msd(1500), 20, 0, 0, Grant{0, 2, 0, msd(1500), 0, 0, 0, false, false}, "the holder's loan ended with its first return: nothing more comes back"},
+		{3 * time.Second, 0, 0, 0, Grant{0, 10, 0, 0, 0, 0, 0, false, false}, "two windows later: nothing weighs"},
+		{3 * time.Second, 0, 11, 11, Grant{0, 10, time.Second, 0, 0, 0, 0, false, false}, "need 11 > limit: one period"},
 	})
 }
 

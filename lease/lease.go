@@ -420,6 +420,13 @@ type Grant struct {
 	// Granted is need or 0, spent at once (the check that asked is
 	// decided by it; nothing is left to hold), and Lent is 0.
 	Crowded bool
+	// Checked says that a tier between the holder and the Store decided
+	// the call as a check: the lease protocol's owner does for a need
+	// over what the holder may hold (a rule's gateway_share). The
+	// holder's loan was renewed and settled, lending nothing (Lent is the
+	// loan after), and need was granted to no holder: Granted is need or
+	// 0, spent at once by the check that asked. A Store never sets it.
+	Checked bool
 }
 
 // Result is the answer of an exact check (sliding_log, concurrency).

@@ -354,3 +354,35 @@ func (m *Manager) Store() *Breaker { return m.store }
 
 // StoreHealthy reports whether the Store's breaker is closed.
 func (m *Manager) StoreHealthy() bool { return m.store.State() == BreakerClosed }
+
+// Holding is what a Manager holds of a group of keys (Manager.Holdings).
+type Holding struct {
+	// Keys is how many of the group's keys it holds; Lent what the Store
+	// lends it of them as of each key's last answer (its tokens on hand
+	// at most); Store the Store's remaining of them as of the same
+	// answers.
+	Keys, Lent, Store int64
+}
+
+// Holdings sums what the Manager holds by group(key) (a rule's name, say;
+// "" leaves the key out). It walks every key held: for a stats page, not
+// a hot path. A Manager that decides in the Store (Config.Direct) holds
+// nothing.
+func (m *Manager) Holdings(group func(key string) string) map[string]Holding {
+	out := map[string]Holding{}
+	m.buckets.rangeAll(func(b *bucket) {
+		if b.denyUntil.Load() == evicted {
+			return
+		}
+		g := group(b.key())
+		if g == "" {
+			return
+		}
+		h := out[g]
+		h.Keys++
+		h.Lent += b.basis.Load()
+		h.Store += b.remaining.Load()
+		out[g] = h
+	})
+	return out
+}

@@ -385,6 +385,12 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.settle(b, g.Lent)
 		low := m.lowFor(b, got, g.Lent)
+		if g.Crowded || g.Checked {
+			// Lent nothing: the key's holders are at its bound, or this
+			// holder at its share. A prefetch would be answered the same
+			// way, and spend its need.
+			low = 0
+		}
 		if w := m.dryWait(p, g, need); w > 0 {
 			if n, lately := m.deniedLately(b, after); lately {
 				// The grant left the Store less than a batch, and the

@@ -92,6 +92,9 @@ type ClusterConfig struct {
 	// rule's on_store_failure within this node's share of the limit, and
 	// so does every check while this node is the minority (see
 	// node/engine's unanswered.go).
+	// A lease op (the lease protocol) whose owner does not answer is
+	// applied here on a shared Store, and answered with an error on
+	// memory stores.
 	SharedStore bool
 }
 

@@ -65,6 +65,13 @@ func newClusterNodes(t *testing.T, store lease.Store, ymls map[string]string) ma
 // given by storeOf(name).
 func newClusterNodesWith(t *testing.T, storeOf func(name string) lease.Store, ymls map[string]string) map[string]*clusterNode {
 	t.Helper()
+	return newClusterNodesOpts(t, storeOf, ymls, nil)
+}
+
+// newClusterNodesOpts is newClusterNodesWith with each node's
+// ClusterConfig changed by opt (nil: none).
+func newClusterNodesOpts(t *testing.T, storeOf func(name string) lease.Store, ymls map[string]string, opt func(*ClusterConfig)) map[string]*clusterNode {
+	t.Helper()
 	nodes := map[string]*clusterNode{}
 	var ms []member.Member
 	for name, yml := range ymls {
@@ -73,7 +80,11 @@ func newClusterNodesWith(t *testing.T, storeOf func(name string) lease.Store, ym
 		cfg.ClientToken = testClientToken // the lease protocol's tests route through these nodes
 		n := New(cfg, mgr)
 		n.SetRules(mustParse(t, yml))
-		if err := n.EnableCluster(ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward, SharedStore: true}); err != nil {
+		ccfg := ClusterConfig{Self: name, ClusterKey: []byte("0123456789abcdef"), Forward: patientForward, SharedStore: true}
+		if opt != nil {
+			opt(&ccfg)
+		}
+		if err := n.EnableCluster(ccfg); err != nil {
 			t.Fatal(err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,11 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
@@ -30,11 +27,6 @@ const (
 	LeasePath = "/v1/lease"
 	// LeaseRulesPath serves the rules a gateway decides with (GET).
 	LeaseRulesPath = "/v1/lease/rules"
-	// LeaseHopHeader marks a lease request a node forwarded to the owner
-	// of its keys: the owner serves it with its Store and forwards
-	// nothing further (so that nodes whose rings disagree for a moment
-	// cannot bounce a request between them).
-	LeaseHopHeader = "X-Sluice-Lease-Hop"
 	// DefaultClientRate is the lease requests per second one client token
 	// may send to one node (and its burst), unless Config.ClientRate says
 	// otherwise: a Limiter sends about one request per node per flush
@@ -49,29 +41,21 @@ var ErrLeaseOff = errors.New("not found: the lease protocol is off (start sluice
 // errClientToken answers a lease request with a wrong client token.
 var errClientToken = errors.New("forbidden: not the client token")
 
-// gateway is the lease protocol's state; nil without Config.ClientToken.
+// gateway is the lease protocol's front end state; nil without
+// Config.ClientToken.
 type gateway struct {
 	token *[sha256.Size]byte
-	// ns prefixes every holder id: "gw." and a short hash of the client
-	// token, so that a gateway's holder can never name a node's (a node's
-	// holder ids never start with "gw.").
+	// ns prefixes every holder's Store id: "gw." and a short hash of the
+	// client token, so that a gateway's holder can never name a node's (a
+	// node's holder ids never start with "gw."). The id is the namespace
+	// and the public id of the holder's secret (api.HolderPublicID).
 	ns string
 
 	flood       *lease.MemoryStore
 	floodPolicy lease.Policy
 
-	client *fasthttp.Client
-	book   loanBook
-	// split shares saturated keys among regional holders by demand
-	// (regionsplit.go).
-	split *regionSplit
-
 	// rules caches the /v1/lease/rules body of the last table served.
 	rules atomic.Pointer[leaseRules]
-
-	set    *metrics.Set
-	mu     sync.Mutex
-	byRule map[string]*gatewayRuleMetrics
 }
 
 type leaseRules struct {
@@ -80,16 +64,7 @@ type leaseRules struct {
 	etag  string
 }
 
-// gatewayRuleMetrics are one rule's gateway counters.
-type gatewayRuleMetrics struct {
-	name     string
-	granted  *metrics.Counter // tokens granted to gateways
-	returned *metrics.Counter // tokens gateways returned
-	spent    *metrics.Counter // tokens gateways reported spent (SpentBefore)
-	lent     atomic.Int64     // tokens lent to gateways, not yet reported (loanBook)
-}
-
-func newGateway(cfg Config, set *metrics.Set) *gateway {
+func newGateway(cfg Config) *gateway {
 	if cfg.ClientToken == "" {
 		return nil
 	}
@@ -98,184 +73,23 @@ func newGateway(cfg Config, set *metrics.Set) *gateway {
 	if rate <= 0 {
 		rate = DefaultClientRate
 	}
-	g := &gateway{
+	return &gateway{
 		token: &d,
 		ns:    "gw." + hex.EncodeToString(d[:4]) + ".",
 		// One key, never expired: no janitor goroutine to stop.
 		flood:       lease.NewMemoryStore(lease.MemoryStoreConfig{SweepInterval: -1}),
 		floodPolicy: lease.Policy{Algorithm: lease.TokenBucket, Limit: int64(rate), Period: time.Second},
-		client: &fasthttp.Client{
-			ReadTimeout: time.Second, WriteTimeout: time.Second,
-			MaxIdleConnDuration: 30 * time.Second, NoDefaultUserAgentHeader: true,
-		},
-		set:    set,
-		byRule: map[string]*gatewayRuleMetrics{},
-		split:  newRegionSplit(cfg.Now),
 	}
-	g.book.m = map[string]loanEntry{}
-	return g
 }
 
-// ruleMetrics returns (creating) rule's gateway counters.
-func (g *gateway) ruleMetrics(rule string) *gatewayRuleMetrics {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	m := g.byRule[rule]
-	if m == nil {
-		l := `{rule="` + rule + `"}` // rule names are [A-Za-z0-9_.-]
-		m = &gatewayRuleMetrics{
-			name:     rule,
-			granted:  g.set.GetOrCreateCounter("sluice_gateway_tokens_granted_total" + l),
-			returned: g.set.GetOrCreateCounter("sluice_gateway_tokens_returned_total" + l),
-			spent:    g.set.GetOrCreateCounter("sluice_gateway_decisions_reported_total" + l),
-		}
-		g.set.GetOrCreateGauge("sluice_gateway_tokens_lent"+l, func() float64 {
-			g.book.sweep(time.Now(), g)
-			return float64(m.lent.Load())
-		})
-		g.byRule[rule] = m
+// holderID is the Store id of the holder whose secret is secret (of a
+// region's node when region is set).
+func (g *gateway) holderID(secret, region string) string {
+	id := api.HolderPublicID(secret)
+	if region != "" {
+		return g.ns + "r." + region + "." + id
 	}
-	return m
-}
-
-// GatewayRuleStats is one rule's gateway figures in /v1/stats.
-type GatewayRuleStats struct {
-	// Lent is the tokens lent to gateways and not yet reported spent or
-	// returned (nor expired).
-	Lent int64 `json:"lent"`
-	// Granted, Returned and Reported are totals since the node started:
-	// tokens granted to gateways, returned by them, and reported spent
-	// (the decisions gateways made with them).
-	Granted  uint64 `json:"granted"`
-	Returned uint64 `json:"returned"`
-	Reported uint64 `json:"reported"`
-}
-
-// stats returns the gateway figures by rule.
-func (g *gateway) stats() map[string]GatewayRuleStats {
-	g.book.sweep(time.Now(), g)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make(map[string]GatewayRuleStats, len(g.byRule))
-	for name, m := range g.byRule {
-		out[name] = GatewayRuleStats{Lent: m.lent.Load(), Granted: m.granted.Get(), Returned: m.returned.Get(), Reported: m.spent.Get()}
-	}
-	return out
-}
-
-// GatewayHolderStats is one gateway holder's loans from a node, in
-// /v1/stats.
-type GatewayHolderStats struct {
-	// Holder is the id the gateway sends (client.Limiter.Holder); Node
-	// the node that lends to it.
-	Holder string `json:"holder"`
-	Node   string `json:"node"`
-	// Lent is what the Store lends the holder as of its last lease call
-	// of each key (not yet reported spent, returned, nor expired), in
-	// total and by rule; Keys how many keys it holds.
-	Lent  int64            `json:"lent"`
-	Rules map[string]int64 `json:"rules"`
-	Keys  int              `json:"keys"`
-	// UntilMS is when its last loan ends unless renewed (Unix ms).
-	UntilMS int64 `json:"until_ms"`
-}
-
-// MaxStatsHolders bounds the holders /v1/stats lists (the most lent
-// first); the rest are counted in gateway_holders_more.
-const MaxStatsHolders = 100
-
-// holders lists the holders this node lends to, the most lent first,
-// at most MaxStatsHolders, and how many more there are.
-func (g *gateway) holders(node string) ([]GatewayHolderStats, int) {
-	now := time.Now()
-	g.book.sweep(now, g)
-	by := map[string]*GatewayHolderStats{}
-	g.book.mu.Lock()
-	for k, e := range g.book.m {
-		if now.After(e.until) {
-			continue
-		}
-		holder, _, _ := strings.Cut(k, "\x00")
-		h := by[holder]
-		if h == nil {
-			h = &GatewayHolderStats{Holder: strings.TrimPrefix(holder, g.ns), Node: node, Rules: map[string]int64{}}
-			by[holder] = h
-		}
-		h.Lent += e.lent
-		h.Rules[e.rule.name] += e.lent
-		h.Keys++
-		h.UntilMS = max(h.UntilMS, e.until.UnixMilli())
-	}
-	g.book.mu.Unlock()
-	out := make([]GatewayHolderStats, 0, len(by))
-	for _, h := range by {
-		out = append(out, *h)
-	}
-	return topHolders(out)
-}
-
-// topHolders sorts hs, the most lent first, and keeps MaxStatsHolders.
-func topHolders(hs []GatewayHolderStats) ([]GatewayHolderStats, int) {
-	slices.SortFunc(hs, func(a, b GatewayHolderStats) int {
-		return cmp.Or(cmp.Compare(b.Lent, a.Lent), cmp.Compare(a.Holder, b.Holder), cmp.Compare(a.Node, b.Node))
-	})
-	if len(hs) > MaxStatsHolders {
-		return hs[:MaxStatsHolders], len(hs) - MaxStatsHolders
-	}
-	return hs, 0
-}
-
-// loanBook tracks, per holder and counter key, what the Store said it
-// lends the holder (Grant.Lent) until the loan's TTL: the sum by rule is
-// the tokens lent to gateways and not yet reported. It is bounded
-// (maxLoanBook entries; loans beyond it go uncounted).
-type loanBook struct {
-	mu   sync.Mutex
-	m    map[string]loanEntry // holder + "\x00" + counter key
-	next time.Time            // next sweep
-}
-
-type loanEntry struct {
-	rule  *gatewayRuleMetrics
-	lent  int64
-	until time.Time
-}
-
-const maxLoanBook = 1 << 20
-
-func (b *loanBook) set(holder, ckey string, rm *gatewayRuleMetrics, lent int64, until time.Time) {
-	k := holder + "\x00" + ckey
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	old, had := b.m[k]
-	if had {
-		old.rule.lent.Add(-old.lent)
-	}
-	if lent <= 0 {
-		delete(b.m, k)
-		return
-	}
-	if !had && len(b.m) >= maxLoanBook {
-		return
-	}
-	b.m[k] = loanEntry{rule: rm, lent: lent, until: until}
-	rm.lent.Add(lent)
-}
-
-// sweep drops the loans whose TTL ended (at most once a second).
-func (b *loanBook) sweep(now time.Time, _ *gateway) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if now.Before(b.next) {
-		return
-	}
-	b.next = now.Add(time.Second)
-	for k, e := range b.m {
-		if now.After(e.until) {
-			e.rule.lent.Add(-e.lent)
-			delete(b.m, k)
-		}
-	}
+	return g.ns + id
 }
 
 // leaseAuth checks the client token; false means answered.
@@ -325,217 +139,61 @@ func (n *Node) leaseFlood(ctx *fasthttp.RequestCtx) bool {
 	return false
 }
 
-// leaseOp is one resolved op of a lease request.
-type leaseOp struct {
-	op   *api.LeaseOp
-	ckey string
-	p    lease.Policy
-	rm   *gatewayRuleMetrics
-	peer string // the owner's address; "" decides here
-	// region: the holder is a region's node (LeaseRequest.Region), split
-	// by demand rather than bound by gateway_share (regionsplit.go).
-	region bool
-	share  float64 // the rule's gateway_share
-}
+// leaseKinds maps the wire's op kinds to the engine's.
+var leaseKinds = [...]engine.LeaseKind{api.OpLease: engine.LeaseLend, api.OpReturn: engine.LeaseReturn, api.OpPeek: engine.LeasePeek}
 
-// lease serves POST /v1/lease.
+// lease serves POST /v1/lease: it decodes the request, names the holder
+// by the public id of its secret, and has the engine apply the ops where
+// their keys are decided (engine.Engine.Lease).
 func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 	if !n.leaseAuth(ctx) || !n.leaseFlood(ctx) {
 		return
 	}
-	g := n.gw
 	var req api.LeaseRequest
 	if err := api.DecodeLease(ctx.PostBody(), &req); err != nil {
 		n.writeError(ctx, err)
 		return
 	}
-	t := n.eng.Table()
-	if t == nil {
-		n.writeError(ctx, ErrNotReady)
-		return
-	}
-	hop := len(ctx.Request.Header.Peek(LeaseHopHeader)) > 0
-	routes := n.eng.Routes()
-	ops := make([]leaseOp, len(req.Ops))
-	// Validate every op before applying any.
+	holder := n.gw.holderID(req.Holder, req.Region)
+	ops := make([]engine.LeaseOp, len(req.Ops))
 	for i := range req.Ops {
 		op := &req.Ops[i]
-		r := t.Get(op.Rule)
-		if r == nil {
-			n.writeError(ctx, fieldError("ops["+strconv.Itoa(i)+"].rule", "unknown rule "+strconv.Quote(op.Rule)))
-			return
-		}
-		if msg := engine.KeyProblem(op.Key); msg != "" {
-			n.writeError(ctx, fieldError("ops["+strconv.Itoa(i)+"].key", msg))
-			return
-		}
-		p := r.Rule().PolicyFor(op.Key)
-		if r.Rule().Global && n.cfg.Upstream != nil {
-			n.writeError(ctx, fieldError("ops["+strconv.Itoa(i)+"].rule",
-				"rule "+strconv.Quote(op.Rule)+" is global: this node leases it from the global tier; gateways send its checks (/v1/check)"))
-			return
-		}
-		if !p.Algorithm.Leased() {
-			n.writeError(ctx, fieldError("ops["+strconv.Itoa(i)+"].rule",
-				"rule "+strconv.Quote(op.Rule)+" is exact ("+p.Algorithm.String()+"): exact: send checks (/v1/checks), it cannot be leased"))
-			return
-		}
-		ckey := op.Rule + ":" + op.Key
-		lo := leaseOp{op: op, ckey: ckey, p: p, region: req.Region != "", share: r.Rule().GatewayShare}
-		if !hop {
-			lo.peer = routes.OwnerAddr(ckey)
-		}
-		if op.Op == api.OpLease && !lo.region {
-			clampLease(op, p, lo.share)
-		}
-		ops[i] = lo
-	}
-	results := make([]api.LeaseResult, len(ops))
-	holder := g.ns + req.Holder
-	if req.Region != "" {
-		holder = g.ns + "r." + req.Region + "." + req.Holder
-	}
-	var wg sync.WaitGroup
-	byPeer := map[string][]int{}
-	for i := range ops {
-		if ops[i].peer != "" {
-			byPeer[ops[i].peer] = append(byPeer[ops[i].peer], i)
+		ops[i] = engine.LeaseOp{
+			Kind: leaseKinds[op.Op], Rule: op.Rule, Key: op.Key, Holder: holder, Region: req.Region,
+			Want: op.Want, Need: op.Need, Tokens: op.Tokens, Demand: op.Demand,
+			To: lease.Lessee{
+				Held: op.Held, TTL: time.Duration(op.TTLMS) * time.Millisecond, SpentBefore: op.SpentBefore,
+				Idle: time.Duration(op.IdleMS) * time.Millisecond, Call: op.Call, Unanswered: op.Unanswered,
+				AheadWindows: op.AheadWindows, AheadTokens: op.AheadTokens, First: op.First,
+			},
 		}
 	}
-	auth := string(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
-	for addr, idx := range byPeer {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.forward(addr, auth, req.Holder, req.Region, ops, idx, results)
-		}()
+	results := make([]engine.LeaseResult, len(ops))
+	if err := n.eng.Lease(ctx, n.eng.Table(), ops, results); err != nil {
+		var lp *engine.LeaseProblem
+		if errors.As(err, &lp) {
+			err = fieldError("ops["+strconv.Itoa(lp.Index)+"]."+lp.Field, lp.Msg)
+		}
+		n.writeError(ctx, err)
+		return
 	}
-	// The ops this node owns: its Store, a few at once.
-	store := n.mgr.Store()
-	sem := make(chan struct{}, 32)
-	for i := range ops {
-		if ops[i].peer != "" {
+	out := make([]api.LeaseResult, len(results))
+	for i := range results {
+		r := &results[i]
+		if r.Err != "" {
+			out[i] = api.LeaseResult{Error: r.Err}
 			continue
 		}
-		lo := &ops[i]
-		lo.rm = g.ruleMetrics(lo.op.Rule)
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			results[i] = g.apply(store, holder, lo)
-		}()
+		g := &r.Grant
+		out[i] = api.LeaseResult{
+			Granted: g.Granted, Remaining: g.Remaining, Lent: g.Lent,
+			WaitMS: ceilMS(g.Wait), ResetMS: ceilMS(g.Reset),
+			AheadTokens: g.AheadTokens, AheadWindows: g.AheadWindows,
+			Checked: r.Checked, Crowded: r.Crowded,
+		}
 	}
-	wg.Wait()
 	ctx.SetContentTypeBytes(contentTypeJSON)
-	ctx.SetBody(api.AppendLeaseResults(nil, results))
-}
-
-// clampLease bounds what one holder may hold of a key: want is at most
-// the rule's gateway_share of the capacity less what the holder says it
-// holds (at least 1: a holder asking more than the bound gets what it
-// allows, never an error), but never below need. Need is what the check
-// that asked must have at once, and the Store grants at least need or
-// nothing: a grant below it would leave the holder with tokens no check
-// of its asked for, which it could not account for.
-func clampLease(op *api.LeaseOp, p lease.Policy, share float64) {
-	most := shareOf(p, share)
-	room := max(most-min(op.Held, most), 1)
-	op.Want = max(min(op.Want, room), op.Need)
-}
-
-// apply runs one op on this node's Store.
-func (g *gateway) apply(store lease.Store, holder string, lo *leaseOp) api.LeaseResult {
-	op := lo.op
-	ctx := context.Background()
-	if op.Op == api.OpReturn {
-		if err := store.Return(ctx, lo.ckey, lo.p, op.Tokens, holder); err != nil {
-			return api.LeaseResult{Error: err.Error()}
-		}
-		lo.rm.returned.Add(int(op.Tokens))
-		g.book.set(holder, lo.ckey, lo.rm, 0, time.Time{})
-		if lo.region {
-			g.split.drop(lo.ckey, holder)
-		}
-		return api.LeaseResult{}
-	}
-	if op.Op == api.OpPeek {
-		// A peek lends nothing: no holder named, so that no loan of the
-		// holder's is settled by it.
-		gr, err := store.Lease(ctx, lo.ckey, lo.p, 0, 0, lease.Lessee{})
-		if err != nil {
-			return api.LeaseResult{Error: err.Error()}
-		}
-		return api.LeaseResult{Remaining: gr.Remaining, WaitMS: ceilMS(gr.Wait), ResetMS: ceilMS(gr.Reset)}
-	}
-	var share *api.LeaseResult // the split's wait: the Store only renews the loan
-	if lo.region {
-		res, deny, ok := g.split.clamp(lo.ckey, holder, lo.p, op)
-		switch {
-		case !ok:
-			clampLease(op, lo.p, lo.share)
-		case deny:
-			// The holder takes any answer for its loan's renewal and
-			// settlement (its TTL, Lent): the Store makes them, granting
-			// nothing.
-			share, op.Want, op.Need = &res, 0, 0
-		}
-	}
-	ttl := time.Duration(op.TTLMS) * time.Millisecond
-	to := lease.Lessee{
-		ID: holder, Held: op.Held, TTL: ttl, SpentBefore: op.SpentBefore,
-		Idle: time.Duration(op.IdleMS) * time.Millisecond, Call: op.Call, Unanswered: op.Unanswered,
-		First: op.First,
-	}
-	if !lo.region && lo.p.Algorithm == lease.FixedWindow {
-		to.AheadWindows, to.AheadTokens = aheadOf(op, lo.p, lo.share)
-	}
-	gr, err := store.Lease(ctx, lo.ckey, lo.p, op.Want, op.Need, to)
-	if err != nil {
-		return api.LeaseResult{Error: err.Error()}
-	}
-	if share != nil {
-		gr = lease.Grant{Lent: gr.Lent, Remaining: min(gr.Remaining, share.Remaining), Wait: time.Duration(share.WaitMS) * time.Millisecond,
-			Reset: time.Duration(share.ResetMS) * time.Millisecond}
-	}
-	if lo.region {
-		g.split.granted(lo.ckey, holder, gr.Granted)
-	}
-	lo.rm.granted.Add(int(gr.Granted))
-	lo.rm.spent.Add(int(op.SpentBefore))
-	until := time.Now().Add(ttl)
-	if gr.AheadWindows > 0 { // its shares run to the end of the last window they cover
-		until = time.Now().Add(max(ttl, gr.Reset+time.Duration(gr.AheadWindows)*lo.p.Period))
-	}
-	g.book.set(holder, lo.ckey, lo.rm, gr.Lent, until)
-	return api.LeaseResult{
-		Granted: gr.Granted, Remaining: gr.Remaining, Lent: gr.Lent,
-		WaitMS: ceilMS(gr.Wait), ResetMS: ceilMS(gr.Reset),
-		AheadTokens: gr.AheadTokens, AheadWindows: gr.AheadWindows,
-	}
-}
-
-// shareOf is the most a gateway may hold of p's capacity with
-// gateway_share share (at least one token).
-func shareOf(p lease.Policy, share float64) int64 {
-	return max(int64(float64(p.Capacity())*share), 1)
-}
-
-// aheadOf is the shares ahead a gateway's fixed_window lease op may ask:
-// each window's share within the gateway's share of the limit, as its
-// grants are (clampLease), and no further ahead than the longest lease
-// TTL a gateway may ask (api.MaxLeaseTTLMS), so that a gateway that
-// crashes strands its shares no longer than its tokens.
-func aheadOf(op *api.LeaseOp, p lease.Policy, share float64) (windows, tokens int64) {
-	if op.AheadWindows <= 0 || op.AheadTokens <= 0 || p.Period <= 0 {
-		return 0, 0
-	}
-	windows = min(op.AheadWindows, int64(time.Duration(api.MaxLeaseTTLMS)*time.Millisecond/p.Period))
-	tokens = min(op.AheadTokens, shareOf(p, share))
-	if windows <= 0 {
-		return 0, 0
-	}
-	return windows, tokens
+	ctx.SetBody(api.AppendLeaseResults(nil, out))
 }
 
 func ceilMS(d time.Duration) int64 {
@@ -543,50 +201,6 @@ func ceilMS(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// forward sends ops idx to their owner at addr as one lease request
-// (marked as a hop, with the client's own credentials), filling results;
-// an op the owner did not answer is answered with an error, which the
-// gateway treats as a failed Store call.
-func (g *gateway) forward(addr, auth, holder, region string, ops []leaseOp, idx []int, results []api.LeaseResult) {
-	fail := func(msg string) {
-		for _, i := range idx {
-			results[i] = api.LeaseResult{Error: msg}
-		}
-	}
-	sub := api.LeaseRequest{Holder: holder, Region: region, Ops: make([]api.LeaseOp, len(idx))}
-	for j, i := range idx {
-		sub.Ops[j] = *ops[i].op
-	}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	req.SetRequestURI(addr + LeasePath)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.Set(fasthttp.HeaderAuthorization, auth)
-	req.Header.Set(LeaseHopHeader, "1")
-	req.Header.SetContentType("application/json")
-	req.SetBody(api.AppendLeaseRequest(nil, &sub))
-	if err := g.client.DoTimeout(req, resp, time.Second); err != nil {
-		fail("owner " + addr + " unreachable")
-		return
-	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		fail("owner " + addr + " answered " + strconv.Itoa(resp.StatusCode()) + ": " + string(resp.Body()[:min(len(resp.Body()), 200)]))
-		return
-	}
-	got, err := api.DecodeLeaseResults(resp.Body(), nil, len(idx))
-	if err != nil {
-		fail("owner " + addr + ": bad reply: " + err.Error())
-		return
-	}
-	for j, i := range idx {
-		results[i] = got[j]
-	}
 }
 
 // leaseRulesBody is the JSON of GET /v1/lease/rules.

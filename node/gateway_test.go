@@ -59,6 +59,7 @@ type leaseReply struct {
 	Results []struct {
 		Granted, Remaining, Lent int64
 		WaitMS                   int64 `json:"wait_ms"`
+		Checked, Crowded         int
 		Error                    string
 	}
 }
@@ -134,11 +135,13 @@ func TestLeaseCountsAgainstCapacityWithShareBound(t *testing.T) {
 	if g := lr.Results[0]; g.Granted != 25 || g.Lent != 25 || g.Remaining != 75 || g.Error != "" {
 		t.Fatalf("first lease: %+v, want 25 granted (the share), 25 lent, 75 remaining", g)
 	}
-	// Holding its share, the holder gets at most one more token a call.
+	// Holding its share, the holder is lent no more: the check that
+	// asked is decided as a check (its token spent at once), and the
+	// loan stays at the share.
 	lr = decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
 		`{"op":"lease","rule":"per-key","key":"k","want":50,"need":1,"held":25,"ttl_ms":10000}`), clientAuth))
-	if g := lr.Results[0]; g.Granted != 1 || g.Lent != 26 {
-		t.Fatalf("lease while holding the share: %+v, want 1 granted", g)
+	if g := lr.Results[0]; g.Granted != 1 || g.Lent != 25 || g.Checked != 1 {
+		t.Fatalf("lease while holding the share: %+v, want 1 granted as a check, 25 lent", g)
 	}
 	// A rule's gateway_share sets the bound.
 	lr = decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("half", "k", 1000)), clientAuth))
@@ -147,27 +150,10 @@ func TestLeaseCountsAgainstCapacityWithShareBound(t *testing.T) {
 	}
 	// The node's own checks see only what the gateway does not hold.
 	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"k","hits":75}`); !strings.Contains(r.body, `"allowed":false`) {
-		t.Fatalf("a check of 75 while a gateway holds 26 of 100: %s, want denied", r.body)
+		t.Fatalf("a check of 75 while a gateway holds 25 of 100 and spent 1: %s, want denied", r.body)
 	}
 	if r := tn.do("POST", "/v1/check", `{"rule":"per-key","key":"k","hits":74}`); !strings.Contains(r.body, `"allowed":true`) {
 		t.Fatalf("a check of the 74 left: %s, want allowed", r.body)
-	}
-}
-
-// The share bound never cuts a lease below its need: a check of more hits
-// than the share is granted what it needs or nothing (as a Store grants),
-// never a part of it.
-func TestLeaseShareBoundKeepsNeed(t *testing.T) {
-	tn, _ := newGatewayNode(t)
-	lr := decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
-		`{"op":"lease","rule":"per-key","key":"k","want":60,"need":40,"ttl_ms":10000}`), clientAuth))
-	if g := lr.Results[0]; g.Granted != 40 || g.Lent != 40 || g.Remaining != 60 {
-		t.Fatalf("a lease needing 40 of a share of 25: %+v, want 40 granted (the need), 60 remaining", g)
-	}
-	lr = decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderB,
-		`{"op":"lease","rule":"per-key","key":"k","want":70,"need":70,"ttl_ms":10000}`), clientAuth))
-	if g := lr.Results[0]; g.Granted != 0 || g.Remaining != 60 {
-		t.Fatalf("a lease needing 70 of the 60 left: %+v, want nothing granted", g)
 	}
 }
 
@@ -227,7 +213,7 @@ func TestLeaseBadInput(t *testing.T) {
 		{leaseBody(holderA, leaseOpJSON("per-key", "k", 0)), "ops[0].need", "must be ≤ want"},
 		{leaseBody("nothex", leaseOpJSON("per-key", "k", 1)), "holder", ""},
 		{leaseBody(holderA, leaseOpJSON("per-key", "k", 1), leaseOpJSON("nope", "k", 1)), "ops[1].rule", "unknown rule"},
-		{leaseBody(holderA, leaseOpJSON("logged", "k", 1)), "ops[0].rule", "exact: send checks"},
+		{leaseBody(holderA, leaseOpJSON("logged", "k", 1)), "ops[0].rule", "is exact (sliding_log): send its checks"},
 		{leaseBody(holderA, `{"op":"lease","rule":"per-key","key":"k","want":1,"ttl_ms":600000}`), "ops[0].ttl_ms", ""},
 	} {
 		r := tn.do("POST", LeasePath, c.body, clientAuth)
@@ -288,8 +274,8 @@ func TestLeaseStatsAndMetrics(t *testing.T) {
 	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "k", 10)), clientAuth))
 	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
 		`{"op":"lease","rule":"per-key","key":"k","want":5,"need":1,"held":4,"spent_before":6,"ttl_ms":10000}`), clientAuth))
-	st := tn.n.gw.stats()["per-key"]
-	if st.Granted != 15 || st.Reported != 6 || st.Lent != 9 {
+	st := tn.n.eng.LeaseStats()["per-key"]
+	if st.Granted != 15 || st.Reported != 6 || st.Gateways != 9 {
 		t.Fatalf("gateway stats %+v, want 15 granted, 6 reported, 9 lent (4 held + 5)", st)
 	}
 	r := tn.do("GET", "/metrics", "")
@@ -298,7 +284,7 @@ func TestLeaseStatsAndMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	if r := tn.do("GET", "/v1/stats?scope=node", "", "Authorization: Bearer "+testAdminToken); !strings.Contains(r.body, `"gateway":{"per-key":{"lent":9`) {
+	if r := tn.do("GET", "/v1/stats?scope=node", "", "Authorization: Bearer "+testAdminToken); !strings.Contains(r.body, `"gateway":{"per-key":{"gateways":9`) {
 		t.Errorf("/v1/stats: %s", r.body)
 	}
 }
@@ -324,15 +310,15 @@ func TestLeaseStatsListHolders(t *testing.T) {
 		t.Fatalf("holders %+v, want A and B", b.GatewayHolders)
 	}
 	a, bh := b.GatewayHolders[0], b.GatewayHolders[1]
-	if a.Holder != holderA || a.Lent != 35 || a.Keys != 3 || a.Rules["per-key"] != 15 || a.Rules["half"] != 20 || a.Node != b.Self || a.UntilMS <= 0 {
+	if a.Holder != api.HolderPublicID(holderA) || a.Lent != 35 || a.Keys != 3 || a.Rules["per-key"] != 15 || a.Rules["half"] != 20 || a.Node != b.Self || a.UntilMS <= 0 {
 		t.Errorf("first holder %+v, want A: 35 lent on 3 keys, per-key 15, half 20, lent by %s", a, b.Self)
 	}
-	if bh.Holder != holderB || bh.Lent != 3 || bh.Rules["per-key"] != 3 {
+	if bh.Holder != api.HolderPublicID(holderB) || bh.Lent != 3 || bh.Rules["per-key"] != 3 {
 		t.Errorf("second holder %+v, want B: 3 lent of per-key", bh)
 	}
 	decodeLeaseReply(t, tn.do("POST", LeasePath, leaseBody(holderA,
 		returnOpJSON("per-key", "k1", 10), returnOpJSON("per-key", "k2", 5), returnOpJSON("half", "k1", 20)), clientAuth))
-	if b := holders(); len(b.GatewayHolders) != 1 || b.GatewayHolders[0].Holder != holderB {
+	if b := holders(); len(b.GatewayHolders) != 1 || b.GatewayHolders[0].Holder != api.HolderPublicID(holderB) {
 		t.Errorf("holders after A returned all: %+v, want B alone", b.GatewayHolders)
 	}
 }

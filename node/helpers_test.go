@@ -48,7 +48,13 @@ func newTestNodeStore(t *testing.T, yml string, store lease.Store, clock *clockt
 // newTestNodeConfig is newTestNodeStore with the node's Config.
 func newTestNodeConfig(t *testing.T, yml string, store lease.Store, clock *clocktest.Clock, cfg Config) *testNode {
 	t.Helper()
-	mcfg := lease.DefaultConfig()
+	return newTestNodeManager(t, yml, store, clock, cfg, lease.DefaultConfig())
+}
+
+// newTestNodeManager is newTestNodeConfig with the Manager's Config (its
+// clock is set to clock).
+func newTestNodeManager(t *testing.T, yml string, store lease.Store, clock *clocktest.Clock, cfg Config, mcfg lease.Config) *testNode {
+	t.Helper()
 	mcfg.Now = clock.Now
 	mgr := lease.NewManager(store, mcfg)
 	n := New(cfg, mgr)

@@ -144,17 +144,15 @@ func init() {
 // nodeMetricsHelp is the text of the node's own families.
 func nodeMetricsHelp() map[string]string {
 	return map[string]string{
-		"sluice_check_duration_seconds":           "Time to decide a check, in seconds: one check in 16 is timed, a batch is one observation of its mean per check.",
-		"sluice_http_requests_total":              "HTTP requests answered, by endpoint (path) and status code.",
-		"sluice_rules":                            "Rules in the installed rule set.",
-		"sluice_rules_reload_errors_total":        "Rule sets refused on load or reload (a bad file, a stored set that does not validate or is refused): the node keeps its last good set.",
-		"sluice_rules_store_refused_total":        "Stored rule sets this node refused, by reason: unsigned, bad_signature, rollback (a signed set of the past), version_range.",
-		"sluice_members":                          "Members on this node's ring (the live members it sees), itself included.",
-		"sluice_handoffs_total":                   "Ring changes after which this node returned the leases of keys it no longer owns or holds.",
-		"sluice_gateway_tokens_lent":              "Tokens lent to gateways (the lease protocol) and not yet reported spent, returned or expired, by rule.",
-		"sluice_gateway_tokens_granted_total":     "Tokens granted to gateways (the lease protocol), by rule.",
-		"sluice_gateway_tokens_returned_total":    "Tokens gateways gave back, by rule.",
-		"sluice_gateway_decisions_reported_total": "Tokens gateways reported spent (the hits of the decisions they made from their leases), by rule.",
+		"sluice_check_duration_seconds":    "Time to decide a check, in seconds: one check in 16 is timed, a batch is one observation of its mean per check.",
+		"sluice_http_requests_total":       "HTTP requests answered, by endpoint (path) and status code.",
+		"sluice_rules":                     "Rules in the installed rule set.",
+		"sluice_rules_reload_errors_total": "Rule sets refused on load or reload (a bad file, a stored set that does not validate or is refused): the node keeps its last good set.",
+		"sluice_rules_store_refused_total": "Stored rule sets this node refused, by reason: unsigned, bad_signature, rollback (a signed set of the past), version_range.",
+		"sluice_members":                   "Members on this node's ring (the live members it sees), itself included.",
+		"sluice_handoffs_total":            "Ring changes after which this node returned the leases of keys it no longer owns or holds.",
+		"sluice_tokens":                    "Tokens of a rule's keys held or lent by this node, by where they are: store (the Store's remaining of those keys, as of each key's last call), nodes (lent to this node), gateways and regions (lent by this node to holders outside the cluster).",
+		"sluice_tokens_short_bound":        "Tokens of a rule lent now (to nodes, gateways, regions): the most its admissions could fall short of its limits were every holder to vanish now, until their loans end.",
 	}
 }
 
@@ -185,6 +183,7 @@ func (n *Node) writeMetrics(w io.Writer) {
 	var b bytes.Buffer
 	n.met.set.WritePrometheus(&b)
 	metrics.WritePrometheus(&b, true)
+	writeTokenMetrics(&b, n.eng.TokenStats())
 	if u := n.cfg.Upstream; u != nil {
 		u.WriteMetrics(&b)
 	}

@@ -233,7 +233,7 @@ func New(cfg Config, mgr *lease.Manager) *Node {
 	n.eng = engine.New(ecfg)
 	n.stat = newStatsState(n)
 	n.tlsFail = newTLSFailLog(n, n.met.set)
-	n.gw = newGateway(cfg, n.met.set)
+	n.gw = newGateway(cfg)
 	n.ui = ui.New()
 	n.states.New = func() any { return &reqState{n: n} }
 	n.srv = &fasthttp.Server{

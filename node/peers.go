@@ -74,6 +74,12 @@ func (a *forwarder) Forward(ctx context.Context, addr string, items []engine.Pee
 	return nil
 }
 
+// ForwardLeases has the owner at addr apply lease ops
+// (forward.Forwarder.ForwardLeases).
+func (a *forwarder) ForwardLeases(ctx context.Context, addr string, ops []engine.LeaseOp, results []engine.LeaseResult) error {
+	return a.f.ForwardLeases(ctx, addr, ops, results)
+}
+
 // decider is the engine as the forward.Decider of the items peers send
 // this node.
 type decider struct {
@@ -119,6 +125,12 @@ func (d *decider) DecideBatch(items []forward.Item, results []forward.Result) []
 	st.b.Reset()
 	clear(st.items) // drop the views of the request body
 	return plans
+}
+
+// DecideLeases applies the lease ops peers forwarded, with the engine
+// (engine.Engine.DecideOwnedLeases): the forward.LeaseDecider.
+func (d *decider) DecideLeases(ops []engine.LeaseOp, results []engine.LeaseResult) {
+	d.eng.DecideOwnedLeases(ops, results)
 }
 
 func grow[T any](s []T, n int) []T {

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/member"
 )
 
@@ -135,12 +136,16 @@ type StatsUpstream struct {
 func upstreamStats(u Upstream) *StatsUpstream {
 	ok, err := u.State()
 	out := &StatsUpstream{URLs: u.URLs(), Reachable: ok, RTTMS: float64(u.RTT().Microseconds()) / 1000,
-		Keys: u.Manager().Stats().ActiveKeys, Lent: u.Lent()}
+		Lent: map[string]int64{}}
 	if err != nil {
 		out.Error = err.Error()
 	}
-	if out.Lent == nil {
-		out.Lent = map[string]int64{}
+	// What the node holds of each global rule, read from its Manager's
+	// keys: the keys and the loans agree, and a key dropped without a
+	// return call (nothing left to give back) is gone from both.
+	for rule, h := range u.Manager().Holdings(ruleOfKey) {
+		out.Keys += h.Keys
+		out.Lent[rule] = h.Lent
 	}
 	return out
 }
@@ -175,12 +180,18 @@ type statsBody struct {
 	Rules    []statsRule `json:"rules"`
 	Store    *statsStore `json:"store"`
 	Nodes    []statsNode `json:"nodes"`
-	// Gateway is the lease protocol's figures by rule (gateway.go), summed
-	// over the nodes that answered; absent when the protocol is off.
-	Gateway map[string]GatewayRuleStats `json:"gateway,omitempty"`
-	// GatewayHolders lists the gateways the nodes lend to, the most lent
-	// first (at most MaxStatsHolders; GatewayHoldersMore counts the rest).
-	GatewayHolders     []GatewayHolderStats `json:"gateway_holders,omitempty"`
+	// Tokens is where each rule's tokens are right now (the Store, the
+	// nodes, gateways, regions) and the bound that puts on how far
+	// admissions could fall short of the limit (engine.TokenStats),
+	// summed over the nodes that answered.
+	Tokens map[string]engine.TokenStats `json:"tokens,omitempty"`
+	// Gateway is the lease protocol's figures by rule, summed over the
+	// nodes that answered; absent when the protocol is off.
+	Gateway map[string]engine.LeaseRuleStats `json:"gateway,omitempty"`
+	// GatewayHolders lists the holders (gateways and regions' nodes) the
+	// nodes lend to by their public ids, the most lent first (at most
+	// engine.MaxStatsHolders; GatewayHoldersMore counts the rest).
+	GatewayHolders     []engine.LeaseHolder `json:"gateway_holders,omitempty"`
 	GatewayHoldersMore int                  `json:"gateway_holders_more,omitempty"`
 	// Upstream is the global tier's state (sluiced -upstream), merged
 	// over the nodes that answered; absent without an upstream.
@@ -360,9 +371,10 @@ func (n *Node) stats(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	body := n.stat.local()
+	body.Tokens = n.eng.TokenStats()
 	if n.gw != nil {
-		body.Gateway = n.gw.stats()
-		body.GatewayHolders, body.GatewayHoldersMore = n.gw.holders(body.Self)
+		body.Gateway = n.eng.LeaseStats()
+		body.GatewayHolders, body.GatewayHoldersMore = n.eng.LeaseHolders(body.Self)
 	}
 	if scope != "node" {
 		peers, missing := n.statsPeers()
@@ -430,17 +442,7 @@ func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.
 			}
 			body.Upstream.add(p.Name, u)
 		}
-		for rule, gs := range a.b.Gateway {
-			if body.Gateway == nil {
-				body.Gateway = map[string]GatewayRuleStats{}
-			}
-			sum := body.Gateway[rule]
-			sum.Lent += gs.Lent
-			sum.Granted += gs.Granted
-			sum.Returned += gs.Returned
-			sum.Reported += gs.Reported
-			body.Gateway[rule] = sum
-		}
+		mergeLeaseStats(body, &a.b)
 		if len(a.b.GatewayHolders) > 0 {
 			for _, h := range a.b.GatewayHolders {
 				if h.Node == "" {
@@ -449,7 +451,7 @@ func (s *statsState) merge(ctx context.Context, body *statsBody, peers []member.
 				body.GatewayHolders = append(body.GatewayHolders, h)
 			}
 			var more int
-			body.GatewayHolders, more = topHolders(body.GatewayHolders)
+			body.GatewayHolders, more = engine.TopHolders(body.GatewayHolders)
 			body.GatewayHoldersMore += a.b.GatewayHoldersMore + more
 		}
 		if a.b.BucketMS != body.BucketMS {

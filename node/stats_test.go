@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/forward"
 	"github.com/sluicehq/sluice/node/member"
 )
@@ -483,7 +484,7 @@ func TestStatsMergeHolders(t *testing.T) {
 	}))
 	t.Cleanup(peer.Close)
 	body := a.n.stat.local()
-	body.GatewayHolders = []GatewayHolderStats{{Holder: "h1", Node: "a", Lent: 3, Rules: map[string]int64{"five": 3}, Keys: 2}}
+	body.GatewayHolders = []engine.LeaseHolder{{Holder: "h1", Node: "a", Lent: 3, Rules: map[string]int64{"five": 3}, Keys: 2}}
 	a.n.stat.merge(t.Context(), &body, []member.Member{{Name: "b", HTTPAddr: peer.Listener.Addr().String()}}, nil)
 	got := body.GatewayHolders
 	if len(got) != 2 || got[0].Holder != "h2" || got[0].Node != "b" || got[0].Rules["five"] != 7 ||

@@ -51,7 +51,12 @@ func TestStatsUpstream(t *testing.T) {
 	if _, err := gmgr.Take("g:k", lease.Policy{Algorithm: lease.TokenBucket, Limit: 100, Period: time.Hour}, 1); err != nil {
 		t.Fatal(err)
 	}
-	up := &fakeUpstream{mgr: gmgr, rtt: 80500 * time.Microsecond, lent: map[string]int64{"g": 7},
+	// The Upstream's own table of loans says a stale 25 of "tenant" (a
+	// key its Manager dropped with nothing to give back, so no return
+	// told it): /v1/stats reads what the Manager holds, 13 of "g" on 1
+	// key (a first lease: an eighth of 100), so that its keys and tokens
+	// agree.
+	up := &fakeUpstream{mgr: gmgr, rtt: 80500 * time.Microsecond, lent: map[string]int64{"g": 7, "tenant": 25},
 		err: errors.New("the upstream cannot be reached: http://global-1:9090: dial tcp: refused")}
 	cfg := DefaultConfig()
 	cfg.Upstream = up
@@ -68,7 +73,7 @@ func TestStatsUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := StatsUpstream{URLs: []string{"http://global-1:9090"}, Reachable: false, Error: up.err.Error(),
-		RTTMS: 80.5, Keys: 1, Lent: map[string]int64{"g": 7}}
+		RTTMS: 80.5, Keys: 1, Lent: map[string]int64{"g": 13}}
 	same := func(got *StatsUpstream, want StatsUpstream) bool {
 		return got != nil && got.Reachable == want.Reachable && got.Error == want.Error && got.RTTMS == want.RTTMS &&
 			got.Keys == want.Keys && maps.Equal(got.Lent, want.Lent) && slices.Equal(got.URLs, want.URLs)
@@ -88,12 +93,12 @@ func TestStatsUpstream(t *testing.T) {
 	body := tn.n.stat.local()
 	tn.n.stat.merge(t.Context(), &body, []member.Member{{Name: "b", HTTPAddr: peer.Listener.Addr().String()}}, nil)
 	want = StatsUpstream{URLs: []string{"http://global-1:9090", "http://global-2:9090"}, Reachable: false,
-		Error: body.Self + ": " + up.err.Error(), RTTMS: 90, Keys: 3, Lent: map[string]int64{"g": 12, "h": 1}}
+		Error: body.Self + ": " + up.err.Error(), RTTMS: 90, Keys: 3, Lent: map[string]int64{"g": 18, "h": 1}}
 	if !same(body.Upstream, want) {
 		t.Fatalf("merged upstream %+v, want %+v", body.Upstream, want)
 	}
 	if len(body.Nodes) != 2 || body.Nodes[1].Upstream == nil || !body.Nodes[1].Upstream.Reachable || body.Nodes[1].Upstream.RTTMS != 90 ||
-		body.Nodes[0].Upstream.Error != up.err.Error() || body.Nodes[0].Upstream.Lent["g"] != 7 {
+		body.Nodes[0].Upstream.Error != up.err.Error() || body.Nodes[0].Upstream.Lent["g"] != 13 {
 		t.Fatalf("nodes %+v, want each node's own upstream state", body.Nodes)
 	}
 

@@ -342,13 +342,21 @@ func (r *recorder) Lease(ctx context.Context, key string, p lease.Policy, want, 
 	if g.Crowded {
 		crowded = fmt.Sprintf(" (crowded out: %d holders at most)", to.MaxHolders)
 	}
+	room := int64(-1)
+	if cs, ok := r.Store.(CheckingStore); ok {
+		room = cs.Room(p, to.Held)
+	}
+	if g.Checked {
+		crowded = fmt.Sprintf(" (checked: %d more it may hold)", room)
+	}
 	r.md.note("m%d Lease(%s, want %d, need %d, held %d, spent before %d, idle %v) = granted %d, remaining %d, wait %v, reset %v, lent %d, err %v%s%s%s",
 		r.m, r.md.short(key), want, need, to.Held, to.SpentBefore, to.Idle, g.Granted, g.Remaining, g.Wait, g.Reset, g.Lent, err, ahead, shared, crowded)
 	if err == nil && (want > 0 || to.ID != "") {
 		l := loan{lent: -1, direct: need > 0 && need == want}
 		if to.ID != "" {
 			l = loan{ttl: to.TTL, lent: g.Lent, held: to.Held, spentBefore: to.SpentBefore, idle: to.Idle, need: need,
-				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: !injected, maxHolders: to.MaxHolders}
+				aheadWindows: to.AheadWindows, aheadTokens: to.AheadTokens, aheadKnown: !injected, maxHolders: to.MaxHolders,
+				room: room}
 		}
 		r.md.leased(r.m, key, g, r.now(), l)
 	}

@@ -31,8 +31,9 @@ type model struct {
 	tracing bool
 	notes   []string // the Store calls of the op, when tracing
 	checks  int
-	// crowdedCalls counts the calls crowded out (Lessee.MaxHolders).
-	crowdedCalls int
+	// crowdedCalls counts the calls crowded out (Lessee.MaxHolders);
+	// checkedCalls those a tier decided as checks (CheckingStore).
+	crowdedCalls, checkedCalls int
 	// bakesKnown: the Store reports its bakes (BakingStore).
 	bakesKnown bool
 }
@@ -333,6 +334,12 @@ func (k *keyModel) runs(m int, t int64) bool {
 // many holders have one (see runs), and a crowded call lends nothing and
 // grants exactly its need or nothing. "" if it holds.
 func (k *keyModel) crowded(m int, t int64, g lease.Grant, l loan) string {
+	if g.Checked {
+		if g.Crowded {
+			return fmt.Sprintf("m%d's call was answered both crowded out and checked", m)
+		}
+		return ""
+	}
 	if l.lent < 0 || l.maxHolders <= 0 {
 		if g.Crowded {
 			return fmt.Sprintf("the Store crowded out m%d's call, which set no bound on the key's holders", m)
@@ -357,6 +364,33 @@ func (k *keyModel) crowded(m int, t int64, g lease.Grant, l loan) string {
 		return fmt.Sprintf("the Store crowded out m%d's call, with %s of its own and %d other holders' loans running, the bound %d", m, mine, n, l.maxHolders)
 	case g.Crowded && (g.Lent != 0 || g.AheadTokens != 0 || g.AheadWindows != 0 || (g.Granted != 0 && g.Granted != l.need)):
 		return fmt.Sprintf("m%d's crowded call (need %d) was granted %d, lent %d, %d ahead in %d windows: a crowded call lends nothing and grants exactly its need or nothing", m, l.need, g.Granted, g.Lent, g.AheadTokens, g.AheadWindows)
+	}
+	return ""
+}
+
+// checked checks holder m's lease call, answered g, against the tier's
+// bound on what one holder may hold (l.room, CheckingStore; -1: none): a
+// call whose need is more than that room must be decided as a check
+// (Grant.Checked: its need granted to no holder, or nothing; the loan
+// renewed, lending nothing), and one that is not must be granted no more
+// than the room (at least its need). "" if it holds.
+func (k *keyModel) checked(m int, g lease.Grant, l loan) string {
+	if l.room < 0 || l.lent < 0 || g.Crowded {
+		if g.Checked && l.room < 0 {
+			return fmt.Sprintf("m%d's call was decided as a check by a tier that bounds no holder's share", m)
+		}
+		return ""
+	}
+	over := l.need > l.room
+	switch {
+	case over && !g.Checked:
+		return fmt.Sprintf("m%d's call needing %d, with %d more it may hold, was lent %d (granted %d), not decided as a check (share bound broken)", m, l.need, l.room, g.Lent, g.Granted)
+	case !over && g.Checked:
+		return fmt.Sprintf("m%d's call needing %d was decided as a check, with %d more it may hold", m, l.need, l.room)
+	case g.Checked && (g.AheadTokens != 0 || g.AheadWindows != 0 || (g.Granted != 0 && g.Granted != l.need)):
+		return fmt.Sprintf("m%d's checked call (need %d) was granted %d, %d ahead in %d windows: a check grants exactly its need or nothing, and lends nothing", m, l.need, g.Granted, g.AheadTokens, g.AheadWindows)
+	case !g.Checked && g.Granted > max(l.room, l.need):
+		return fmt.Sprintf("m%d was granted %d, with %d more it may hold (share bound broken)", m, g.Granted, l.room)
 	}
 	return ""
 }
@@ -522,6 +556,9 @@ type loan struct {
 	direct bool
 	// maxHolders: the call's Lessee.MaxHolders (0: none)
 	maxHolders int
+	// room: what the holder may still be lent of the key by its tier's
+	// bound (CheckingStore.Room), -1 without one
+	room int64
 }
 
 // leased records a lease call's answer to holder m.
@@ -548,11 +585,22 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	if v := k.crowded(m, now, g, l); v != "" {
 		md.fail("%s (%s): %s at %s", k.name, describe(k.p), v, md.at(now))
 	}
-	crowd := g.Crowded
-	if crowd {
+	if v := k.checked(m, g, l); v != "" {
+		md.fail("%s (%s): %s at %s", k.name, describe(k.p), v, md.at(now))
+	}
+	// A crowded call, or the check part of a checked one: a grant of
+	// exactly its need to no holder, spent at once. A checked call's
+	// loan is renewed and settled as by a call that grants nothing.
+	crowd := g.Crowded || g.Checked
+	loanGrant := g.Granted
+	if g.Crowded {
 		// A call with no Lessee for exactly its need: nothing lent.
 		l = loan{lent: -1, need: l.need}
 		md.crowdedCalls++
+	}
+	if g.Checked {
+		loanGrant = 0
+		md.checkedCalls++
 	}
 	own := k.heldNow(m, now)
 	if l.lent >= 0 && k.callSpan(m, now, g) {
@@ -587,8 +635,8 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 		k.lent[m] = l.lent
 		k.credit[m] = nil
 		if k.windowed() {
-			if g.Granted > 0 {
-				k.settled[m] = min(k.settled[m], l.held) + g.Granted
+			if loanGrant > 0 {
+				k.settled[m] = min(k.settled[m], l.held) + loanGrant
 			}
 		} else {
 			// The Store's view (contract clause (b)): the loan counts
@@ -612,8 +660,8 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 					k.lose(e.t, e.hits, m)
 				}
 			}
-			k.settled[m] = run + late + g.Granted
-			if g.Granted > 0 && late > 0 {
+			k.settled[m] = run + late + loanGrant
+			if loanGrant > 0 && late > 0 {
 				for _, e := range k.dated(spent, late, m, true) {
 					k.lose(e.t, e.hits, m)
 				}
@@ -654,6 +702,14 @@ func (md *model) leased(m int, key string, g lease.Grant, t time.Time, l loan) {
 	switch k.p.Algorithm {
 	case lease.TokenBucket, lease.GCRA:
 		s.oth = float64(k.heldOthers(m, now))
+		if g.Checked {
+			// A checked call's need is granted to no holder, from what
+			// the Store has beside every loan: the holder's own too,
+			// which the call renewed without a grant (its tokens spent
+			// since the last grant count until one settles them: clause
+			// (b), itself included).
+			s.oth += float64(g.Lent)
+		}
 		s.avail = k.levelWith(now, k.credit[m]...) - s.oth
 	case lease.FixedWindow, lease.SlidingWindow:
 		s.c0, s.c1 = k.counted[s.win-1], k.counted[s.win]

@@ -147,6 +147,18 @@ type SharedStore interface {
 	ShareWait(key, holder string) bool
 }
 
+// CheckingStore is implemented by a Store under test whose tier bounds
+// what one holder may hold of a key: the lease protocol's owner, by a
+// rule's gateway_share. Room is what a holder that says it holds held
+// may still be lent of a key of policy p. A call that needs more than
+// that is decided as a check (lease.Grant.Checked: the need granted to no
+// holder, spent at once, the loan renewed, nothing lent), and one that
+// needs no more is granted no more: the model checks both.
+type CheckingStore interface {
+	lease.Store
+	Room(p lease.Policy, held int64) int64
+}
+
 // BakingStore is implemented by a Store under test that reports its
 // bakes: a token_bucket or gcra key keeps at most 3 ended loans capping
 // its level, and beyond, applies the oldest one's cap to the stored level

@@ -134,7 +134,16 @@ type LeaseResult struct {
 	// fields).
 	AheadTokens  int64
 	AheadWindows int64
-	Error        string
+	// Checked ("checked":1) says the op needed more than the holder may
+	// hold of the key (its rule's gateway_share): the owner decided the
+	// need as a check, and Granted (if any) is spent at once, nothing
+	// more lent. Crowded ("crowded":1) says the key had as many holders
+	// as its rule's max_holders: the need was decided as a check too.
+	// Both are left out when false; a holder that does not know them
+	// spends the grant on the check that asked, which is right.
+	Checked bool
+	Crowded bool
+	Error   string
 }
 
 // HolderPublicIDLen is the length of a holder's public id (HolderPublicID).
@@ -602,6 +611,12 @@ func AppendLeaseResults(dst []byte, rs []LeaseResult) []byte {
 			dst = append(dst, `,"ahead_windows":`...)
 			dst = strconv.AppendInt(dst, r.AheadWindows, 10)
 		}
+		if r.Checked {
+			dst = append(dst, `,"checked":1`...)
+		}
+		if r.Crowded {
+			dst = append(dst, `,"crowded":1`...)
+		}
 		if r.Error != "" {
 			dst = append(dst, `,"error":`...)
 			dst = AppendString(dst, r.Error)
@@ -612,7 +627,7 @@ func AppendLeaseResults(dst []byte, rs []LeaseResult) []byte {
 }
 
 // Lease result fields.
-var leaseResultNames = [...]string{"granted", "remaining", "wait_ms", "reset_ms", "lent", "error", "ahead_tokens", "ahead_windows"}
+var leaseResultNames = [...]string{"granted", "remaining", "wait_ms", "reset_ms", "lent", "error", "ahead_tokens", "ahead_windows", "checked", "crowded"}
 
 // DecodeLeaseResults decodes the body answering a lease request into dst
 // (reused), checking that it holds exactly n results.
@@ -717,6 +732,10 @@ func (s *scanner) leaseResults(dst []LeaseResult, n int, fe **FieldError) []Leas
 							r.AheadTokens = v
 						case 7:
 							r.AheadWindows = v
+						case 8:
+							r.Checked = v != 0
+						case 9:
+							r.Crowded = v != 0
 						}
 					}
 					if !s.next('}') {

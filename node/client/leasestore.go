@@ -86,8 +86,11 @@ func (s *remoteStore) Lease(ctx context.Context, ckey string, p lease.Policy, wa
 	if f := s.l.cfg.OnLent; f != nil {
 		f(ckey, r.Lent)
 	}
+	// A need decided as a check (over the holder's share, or past the
+	// key's holders): the grant is spent at once, nothing lent.
 	g := lease.Grant{Granted: r.Granted, Remaining: r.Remaining, Lent: r.Lent,
-		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond}
+		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond,
+		Crowded: r.Crowded, Checked: r.Checked}
 	if op.AheadWindows > 0 && r.AheadTokens > 0 {
 		// Never more than asked: what this holder spends is what it asked.
 		g.AheadTokens, g.AheadWindows = min(r.AheadTokens, op.AheadTokens), min(r.AheadWindows, op.AheadWindows)

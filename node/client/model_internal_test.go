@@ -32,17 +32,22 @@ import (
 func TestModelGatewayTier(t *testing.T) {
 	leased := []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow}
 	for i, c := range []struct {
-		name  string
-		share float64
+		name       string
+		share      float64
+		maxHolders int
 	}{
-		{"share=1", 1},
-		{"share=default", 0},
+		{"share=1", 1, 0},
+		{"share=default", 0, 0},
+		// More gateways than a key may have holders (max_holders 2):
+		// the ones past it are answered as checks, as they come and go.
+		{"share=default/max_holders=2", 0, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: 19_000_000 + uint64(i)*1_000_000, Seeds: 30, Steps: 200, Algorithms: leased, Ahead: true,
+				MaxHolders: c.maxHolders,
 			})
-			s := modeltest.Run(t, tierHarness(t, c.share), o)
+			s := modeltest.Run(t, tierHarness(t, c.share, c.maxHolders), o)
 			t.Logf("model: %d seeds, %d steps, %d decisions checked", s.Seeds, s.Steps, s.Checks)
 		})
 	}
@@ -70,15 +75,17 @@ func TestModelGatewayTierFoundSeeds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := modeltest.Options{Seed: c.seed, Seeds: 1, Steps: 250, Algorithms: leased}
-			if s := modeltest.Run(t, tierHarness(t, c.share), o); s.Seeds != 1 {
+			if s := modeltest.Run(t, tierHarness(t, c.share, 0), o); s.Seeds != 1 {
 				t.Fatalf("ran %d seeds, want 1", s.Seeds)
 			}
 		})
 	}
 }
 
-// tierHarness gives each replay a fresh node on a fresh MemoryStore.
-func tierHarness(t *testing.T, share float64) modeltest.Harness {
+// tierHarness gives each replay a fresh node on a fresh MemoryStore, its
+// rules with gateway_share share and max_holders maxHolders (0: the
+// defaults).
+func tierHarness(t *testing.T, share float64, maxHolders int) modeltest.Harness {
 	clk := clocktest.New()
 	var cur *tierStore
 	t.Cleanup(func() {
@@ -93,6 +100,7 @@ func tierHarness(t *testing.T, share float64) modeltest.Harness {
 			}
 			clk.Set(clocktest.Epoch) // every replay from the same instant
 			cur = newTierStore(tb, clk, share)
+			cur.maxHolders = maxHolders
 			return cur
 		},
 		Now: clk.Now, Advance: clk.Advance, Package: "./node/client/",
@@ -117,7 +125,10 @@ type tierStore struct {
 	n     *sluiced.Node
 	addr  string
 	share float64
-	done  chan error
+	// maxHolders is the rules' max_holders (0: the default), which the
+	// model must be told (modeltest.Options.MaxHolders) to expect.
+	maxHolders int
+	done       chan error
 	// region, when set, makes each gateway a region's node (a
 	// regional holder of the global tier): it returns the region of the
 	// harness's holder and the demand that region reports.
@@ -182,7 +193,7 @@ func (s *tierStore) ruleFor(p lease.Policy) string {
 	}
 	r := fmt.Sprintf("p%d", len(s.specs))
 	s.specs = append(s.specs, rules.Spec{Name: r, Algorithm: p.Algorithm.String(), Limit: p.Limit,
-		Period: p.Period.String(), Burst: p.Burst, GatewayShare: s.share})
+		Period: p.Period.String(), Burst: p.Burst, GatewayShare: s.share, MaxHolders: s.maxHolders})
 	s.rule[p] = r
 	s.setRules()
 	return r
@@ -245,6 +256,22 @@ func (s *tierStore) Release(context.Context, string, lease.Policy, string) error
 }
 
 func (s *tierStore) Ping(context.Context) error { return nil }
+
+// Room is what a gateway that says it holds held may still be lent of a
+// key of p: its share of the capacity less what it holds
+// (modeltest.CheckingStore). A region's node is not bound by the share
+// (-1): its tier splits a saturated key by demand.
+func (s *tierStore) Room(p lease.Policy, held int64) int64 {
+	if s.region != nil {
+		return -1
+	}
+	share := s.share
+	if share == 0 {
+		share = rules.DefaultGatewayShare
+	}
+	most := max(int64(float64(p.Capacity())*share), 1)
+	return most - min(held, most)
+}
 
 // A gateway's fixed_window lease asks shares of the next windows through
 // the lease protocol: the node lends them (no further ahead than 60s) and

@@ -37,17 +37,22 @@ import (
 func TestModelRegionTier(t *testing.T) {
 	leased := []lease.Algorithm{lease.TokenBucket, lease.GCRA, lease.FixedWindow, lease.SlidingWindow}
 	for i, c := range []struct {
-		name   string
-		demand []int64 // per region, checks per second (0: unknown)
+		name       string
+		demand     []int64 // per region, checks per second (0: unknown)
+		maxHolders int
 	}{
-		{"demand=unknown", []int64{0, 0, 0}},
-		{"demand=saturated", []int64{6000, 3000, 1000}},
+		{"demand=unknown", []int64{0, 0, 0}, 0},
+		{"demand=saturated", []int64{6000, 3000, 1000}, 0},
+		// More regions' nodes than a key may have holders (max_holders
+		// 2), coming and going.
+		{"demand=saturated/max_holders=2", []int64{6000, 3000, 1000, 500, 200, 100}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := modeltest.FromEnv(t, modeltest.Options{
 				Seed: 20_000_000 + uint64(i)*1_000_000, Seeds: 30, Steps: 200, Algorithms: leased,
+				MaxHolders: c.maxHolders,
 			})
-			s := modeltest.Run(t, regionHarness(t, c.demand), o)
+			s := modeltest.Run(t, regionHarness(t, c.demand, c.maxHolders), o)
 			t.Logf("model: %d seeds, %d steps, %d decisions checked", s.Seeds, s.Steps, s.Checks)
 		})
 	}
@@ -59,7 +64,7 @@ const regionRTT = 50 * time.Millisecond
 
 // regionHarness gives each replay a fresh global-tier node on a fresh
 // MemoryStore; the harness's Manager i is the node of region r<i>.
-func regionHarness(t *testing.T, demand []int64) modeltest.Harness {
+func regionHarness(t *testing.T, demand []int64, maxHolders int) modeltest.Harness {
 	clk := clocktest.New()
 	var cur *tierStore
 	t.Cleanup(func() {
@@ -94,6 +99,7 @@ func regionHarness(t *testing.T, demand []int64) modeltest.Harness {
 			cur = newTierStoreWith(tb, clk, 0, region, func(mem lease.Store) lease.Store {
 				return &countingStore{Store: mem, rs: rs}
 			})
+			cur.maxHolders = maxHolders
 			rs.tierStore = cur
 			return rs
 		},
@@ -193,7 +199,7 @@ func TestModelRegionTierFoundSeeds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := modeltest.Options{Seed: c.seed, Seeds: 1, Steps: 200, Algorithms: leased}
-			if s := modeltest.Run(t, regionHarness(t, saturated), o); s.Seeds != 1 {
+			if s := modeltest.Run(t, regionHarness(t, saturated, 0), o); s.Seeds != 1 {
 				t.Fatalf("ran %d seeds, want 1", s.Seeds)
 			}
 		})

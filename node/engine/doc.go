@@ -24,7 +24,10 @@
 // The owner side of forwarding (DecideOwned) decides what peers send
 // through the same batch path, minus routing; acquire and release of
 // concurrency slots (Acquire, Release) and refunds are engine operations
-// too. Per-rule decisions are counted in one place (Batch.recordAs: an
+// too, and so are the lease protocol's ops (lease.go: Lease routes each
+// op of a holder outside the cluster to its key's owner, whose lessor
+// applies it with its Store within the rule's bounds; DecideOwnedLeases
+// is the owner's side). Per-rule decisions are counted in one place (Batch.recordAs: an
 // owner counts nothing, the node that answered the client does), and
 // what a decision charged (so may be refunded) is said in one place
 // (Charged). Every key passes one validation before routing

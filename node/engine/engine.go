@@ -45,6 +45,9 @@ type Config struct {
 	// built; Rule.Data returns what it made (a front end's precomputed
 	// per-rule data, such as its response headers).
 	RuleData func(*rules.Rule) any
+	// Now is the clock of the lease protocol's book and regions' split
+	// (lessor.go). Nil means time.Now.
+	Now func() time.Time
 }
 
 // Engine decides batches of checks (see the package doc).
@@ -64,6 +67,9 @@ type Engine struct {
 	// cl is the cluster's part; nil on a single node. Set by
 	// EnableCluster before the first Decide and never changed after.
 	cl *cluster
+
+	// lessor applies the lease protocol's ops this node owns (lease.go).
+	lessor *lessor
 }
 
 // New returns an Engine without rules (every request errs with
@@ -76,6 +82,7 @@ func New(cfg Config) *Engine {
 		cfg.Self = "local"
 	}
 	e := &Engine{mgr: cfg.Manager, global: cfg.Global, demand: cfg.Demand, set: cfg.Metrics, ruleData: cfg.RuleData}
+	e.lessor = newLessor(e, cfg.Now)
 	e.routes.Store(&Routes{Self: cfg.Self, Ring: shard.NewRing([]string{cfg.Self}, 1)})
 	return e
 }
@@ -116,11 +123,6 @@ func (r *Routes) peerFor(ckey string) string {
 	}
 	return r.Addrs[o]
 }
-
-// OwnerAddr returns the address of the peer that owns counter key ckey,
-// or "" when this node does (or the owner has no address): the lease
-// protocol routes gateways' lease calls by it.
-func (r *Routes) OwnerAddr(ckey string) string { return r.peerFor(ckey) }
 
 // alive reports whether addr is the address of a member of the ring:
 // membership still calls it alive.
@@ -172,6 +174,10 @@ type Forwarder interface {
 	// Unanswered is how many requests in a row to addr got no answer in
 	// time (0 once it answers).
 	Unanswered(addr string) int
+	// ForwardLeases has the peer at addr, the owner of the ops' keys,
+	// apply lease ops and fills results (as long as ops, zero on entry).
+	// An error means none was applied as far as the caller can tell.
+	ForwardLeases(ctx context.Context, addr string, ops []LeaseOp, results []LeaseResult) error
 }
 
 // Hot is what the engine needs from hot-key detection and splitting
@@ -255,6 +261,10 @@ type clusterMetrics struct {
 	// demoted included; capped: items denied because this node's share
 	// of their limit was spent (unanswered.go).
 	demoted, unanswered, capped *metrics.Counter
+	// Lease ops (lease.go): sent to their owner and applied there;
+	// applied here because their owner did not answer; failed for that
+	// reason; applied here for peers.
+	leasesForwarded, leasesFallback, leasesFailed, leasesServed *metrics.Counter
 }
 
 // EnableCluster makes e route each item to the node that decides its
@@ -277,6 +287,11 @@ func (e *Engine) EnableCluster(cfg ClusterConfig) {
 			demoted:    e.set.NewCounter(`sluice_routed_items_total{decided_by="demoted_owner"}`),
 			unanswered: e.set.NewCounter(`sluice_routed_items_total{decided_by="owner_unanswered"}`),
 			capped:     e.set.NewCounter(`sluice_share_denied_items_total`),
+
+			leasesForwarded: e.set.NewCounter(`sluice_routed_lease_ops_total{applied_by="owner"}`),
+			leasesFallback:  e.set.NewCounter(`sluice_routed_lease_ops_total{applied_by="fallback"}`),
+			leasesFailed:    e.set.NewCounter(`sluice_routed_lease_ops_total{applied_by="none_failed"}`),
+			leasesServed:    e.set.NewCounter(`sluice_routed_lease_ops_served_total`),
 		},
 	}
 	if cfg.Now == nil {

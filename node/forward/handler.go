@@ -188,6 +188,10 @@ func NewHandler(cfg HandlerConfig, d Decider) fasthttp.RequestHandler {
 				return
 			}
 		}
+		if len(body) > 0 && body[0] == LeaseVersion {
+			serveLeases(ctx, d, body, sig, &auth.nonce, met)
+			return
+		}
 		st := pool.Get().(*handlerState)
 		defer pool.Put(st)
 		var err error

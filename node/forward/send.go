@@ -135,10 +135,25 @@ func (p *peer) fail(b *batch, busy, backoff bool, err error) {
 // up but overloaded (see ErrPeerBusy). It uses b's auth and deadline
 // buffers.
 func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit time.Duration) (results []Result, plans []shard.Plan, busy bool, err error) {
-	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
+	busy, err = p.post(resp, body, sent, budget, limit, &b.auth, &b.dl)
+	if err == nil {
+		results, plans, err = DecodeReply(b.results, nil, resp.Body())
+		if err == nil && len(results) != n {
+			err = fmt.Errorf("%d results for %d items", len(results), n)
+		}
+	}
+	return results, plans, busy, err
+}
+
+// post sends body to the owner, signed (with the cluster key: the auth
+// and deadline headers, in the buffers auth and dl), and fills resp with
+// its reply once its signature is checked; see do for sent, budget, limit
+// and busy.
+func (p *peer) post(resp *fasthttp.Response, body []byte, sent time.Time, budget, limit time.Duration, auth, dl *[]byte) (busy bool, err error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	if p.f.cfg.TLS != nil {
 		req.SetRequestURI("https://" + p.addr + Path) // the scheme must match the HostClient's
@@ -150,17 +165,17 @@ func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit ti
 	var nonce [NonceLen]byte
 	if p.f.sig != nil {
 		nonce = newNonce()
-		b.auth = p.f.sig.appendAuth(b.auth[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, p.f.cfg.Now().UnixMilli(), &nonce, body)
-		req.Header.SetBytesV(AuthHeader, b.auth)
+		*auth = p.f.sig.appendAuth((*auth)[:0], fasthttp.MethodPost, Path, p.f.cfg.Self, p.f.cfg.Now().UnixMilli(), &nonce, body)
+		req.Header.SetBytesV(AuthHeader, *auth)
 	}
 	if p.f.cfg.Self != "" {
 		req.Header.Set(FromHeader, p.f.cfg.Self)
 	}
-	b.dl = appendDeadline(b.dl[:0], sent, budget)
-	req.Header.SetBytesV(DeadlineHeader, b.dl)
+	*dl = appendDeadline((*dl)[:0], sent, budget)
+	req.Header.SetBytesV(DeadlineHeader, *dl)
 	if p.f.sig != nil {
-		b.auth = p.f.sig.appendDeadlineAuth(b.auth[:0], &nonce, b.dl)
-		req.Header.SetBytesV(DeadlineAuthHeader, b.auth)
+		*auth = p.f.sig.appendDeadlineAuth((*auth)[:0], &nonce, *dl)
+		req.Header.SetBytesV(DeadlineAuthHeader, *auth)
 	}
 	req.SetBodyRaw(body)
 	defer req.SetBodyRaw(nil)
@@ -179,13 +194,7 @@ func (p *peer) do(b *batch, body []byte, n int, sent time.Time, budget, limit ti
 	if err == nil && p.f.sig != nil {
 		err = p.f.sig.verifyReply(resp.Header.Peek(ReplyAuthHeader), &nonce, resp.Body())
 	}
-	if err == nil {
-		results, plans, err = DecodeReply(b.results, nil, resp.Body())
-		if err == nil && len(results) != n {
-			err = fmt.Errorf("%d results for %d items", len(results), n)
-		}
-	}
-	return results, plans, busy, err
+	return busy, err
 }
 
 // isTimeout reports whether err is a timeout: of the request, or of the

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/node/api"
 )
 
 // TestE2EDashboard drives the dashboard of a real sluiced in Debian's
@@ -221,9 +223,18 @@ func TestE2EDashboard(t *testing.T) {
 	if got := node.lease(t, holder, "per-ip", "gw-key", 50); got != 5 {
 		t.Fatalf("lease: %d granted, want 5 (the share)", got)
 	}
+	// The page names it by its public id, never by the secret it sent.
 	poll(t, ctx, "the gateway in the holders list",
-		`(() => { const r = document.querySelector('tr.holder-row[data-holder="`+holder+`"]');
+		`(() => { const r = document.querySelector('tr.holder-row[data-holder="`+api.HolderPublicID(holder)+`"]');
 		  return !!r && r.querySelector('.holder-rules').textContent === 'per-ip 5'; })()`)
+	// Where per-ip's tokens are: 5 lent to gateways, the bound on a
+	// shortfall at least that.
+	poll(t, ctx, "per-ip's tokens lent to the gateway",
+		`(() => { const r = document.querySelector('tr.tokens-row[data-rule="per-ip"]');
+		  return !!r && r.children[3].textContent === '5' && Number(r.children[5].textContent) >= 5; })()`)
+	if txt, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`)); err != nil || strings.Contains(txt, holder) {
+		t.Errorf("the page shows the holder's secret %s (err %v)", holder, err)
+	}
 	noStrayWords(t, ctx, "with traffic, rules and a gateway")
 
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

@@ -441,9 +441,36 @@
       ),
       s.upstream ? el('h3', { text: 'Global tier' }) : null,
       s.upstream ? renderUpstream(s) : null,
+      el('h3', { text: 'Where the tokens are' }),
+      renderTokens(s),
       el('h3', { text: 'Gateways' }),
       renderHolders(s),
     );
+  }
+
+  // Where each rule's tokens are now (/v1/stats "tokens", summed over the
+  // nodes): the Store's remaining of the keys held or lent, what the
+  // nodes hold, what they lend gateways and regions, and the bound that
+  // puts on how far admissions could fall short if every holder vanished.
+  function renderTokens(s) {
+    const ts = s.tokens || {};
+    const rules = Object.keys(ts).sort();
+    if (!rules.length) {
+      return el('p', { class: 'empty', id: 'tokens', text: 'No tokens held or lent by these nodes.' });
+    }
+    const num = (v) => el('td', { class: 'num', text: fmt(v || 0) });
+    return el('div', { id: 'tokens' },
+      el('table', null,
+        el('thead', null, el('tr', null, el('th', { text: 'Rule' }), el('th', { class: 'num', text: 'In the Store' }),
+          el('th', { class: 'num', text: 'Nodes' }), el('th', { class: 'num', text: 'Gateways' }),
+          el('th', { class: 'num', text: 'Regions' }),
+          el('th', { class: 'num', text: 'Could fall short by', title: 'tokens lent now: stranded until their loans end if every holder vanished' }))),
+        el('tbody', null, rules.map((r) => {
+          const t = ts[r];
+          return el('tr', { class: 'tokens-row', 'data-rule': r }, el('td', { text: r }),
+            num(t.store), num(t.nodes), num(t.gateways), num(t.regions), num(t.short_bound));
+        }))),
+      el('p', { class: 'muted', text: 'The Store as of each key\'s last call; ' + fmt(rules.reduce((n, r) => n + (ts[r].keys || 0), 0)) + ' keys held or lent.' }));
   }
 
   // The global tier this region's nodes lease global rules from

@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -12,41 +12,37 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lease/clocktest"
-	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/rules"
 )
 
 // regionStore is a region's Store as the lease protocol gives it (what
 // node/client's remote Store sends, for one region): each call is applied
-// by the global tier's gateway code as a regional holder's op, with the
+// by the global tier's lessor as a regional holder's op, with the
 // region's demand.
 type regionStore struct {
-	g      *gateway
+	l      *lessor
 	store  lease.Store // the global tier's Store
 	holder string
-	rule   string
+	rule   *Rule
 	demand int64 // checks per second
 }
 
-func (s *regionStore) op(ckey string, p lease.Policy, op api.LeaseOp) api.LeaseResult {
-	op.Rule, op.Key = s.rule, ckey[len(s.rule)+1:]
-	lo := &leaseOp{op: &op, ckey: ckey, p: p, rm: s.g.ruleMetrics(s.rule), region: true, share: 0.25}
-	return s.g.apply(s.store, s.holder, lo)
+func (s *regionStore) op(ckey string, p lease.Policy, op LeaseOp) LeaseResult {
+	op.Rule, op.Key, op.Holder, op.Region = s.rule.name, ckey[len(s.rule.name)+1:], s.holder, "r"
+	return s.l.apply(s.store, &leaseOp{op: &op, r: s.rule, p: p, ckey: ckey})
 }
 
 func (s *regionStore) Lease(_ context.Context, ckey string, p lease.Policy, want, need int64, to lease.Lessee) (lease.Grant, error) {
-	r := s.op(ckey, p, api.LeaseOp{Op: api.OpLease, Want: max(want, 1), Need: min(need, max(want, 1)), Held: to.Held,
-		TTLMS: max(ceilMS(to.TTL), 1), SpentBefore: to.SpentBefore, IdleMS: int64(to.Idle / time.Millisecond),
-		Call: to.Call, Unanswered: to.Unanswered, Demand: s.demand})
-	if r.Error != "" {
-		return lease.Grant{}, errors.New(r.Error)
+	r := s.op(ckey, p, LeaseOp{Kind: LeaseLend, Want: max(want, 1), Need: min(need, max(want, 1)), Demand: s.demand, To: to})
+	if r.Err != "" {
+		return lease.Grant{}, errors.New(r.Err)
 	}
-	return lease.Grant{Granted: r.Granted, Remaining: r.Remaining, Lent: r.Lent,
-		Wait: time.Duration(r.WaitMS) * time.Millisecond, Reset: time.Duration(r.ResetMS) * time.Millisecond}, nil
+	return r.Grant, nil
 }
 
 func (s *regionStore) Return(_ context.Context, ckey string, p lease.Policy, tokens int64, _ string) error {
-	if r := s.op(ckey, p, api.LeaseOp{Op: api.OpReturn, Tokens: tokens}); r.Error != "" {
-		return errors.New(r.Error)
+	if r := s.op(ckey, p, LeaseOp{Kind: LeaseReturn, Tokens: tokens}); r.Err != "" {
+		return errors.New(r.Err)
 	}
 	return nil
 }
@@ -71,9 +67,13 @@ func TestRegionSplitFollowsDemand(t *testing.T) {
 	clk := clocktest.New()
 	global := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clk.Now, SweepInterval: -1})
 	defer global.Close()
-	g := newGateway(Config{ClientToken: "t"}, metrics.NewSet())
-	g.split = newRegionSplit(clk.Now)
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1000, Period: time.Second}
+	e := New(Config{Metrics: metrics.NewSet(), Now: clk.Now})
+	set, err := rules.NewSet([]rules.Spec{{Name: "g", Algorithm: "token_bucket", Limit: 1000, Period: "1s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := e.SetRules(set, nil).Get("g")
 	const ckey = "g:hot"
 	demand := []float64{1200, 600, 200} // checks per second: 2× the rate
 	var mgrs []*lease.Manager
@@ -83,7 +83,7 @@ func TestRegionSplitFollowsDemand(t *testing.T) {
 		cfg.Holder = fmt.Sprintf("region-%d", i)
 		cfg.StoreTimeout = time.Minute // the fake clock's Store never fails
 		cfg.Metrics = metrics.NewSet()
-		m := lease.NewManager(&regionStore{g: g, store: global, holder: "gw.x.r.region-" + fmt.Sprint(i), rule: "g", demand: int64(d)}, cfg)
+		m := lease.NewManager(&regionStore{l: e.lessor, store: global, holder: "gw.x.r.region-" + fmt.Sprint(i), rule: rule, demand: int64(d)}, cfg)
 		defer m.Close()
 		mgrs = append(mgrs, m)
 	}
@@ -132,51 +132,51 @@ func TestRegionSplitNoBoundBelowSaturation(t *testing.T) {
 	clk := clocktest.New()
 	s := newRegionSplit(clk.Now)
 	p := lease.Policy{Algorithm: lease.TokenBucket, Limit: 1000, Period: time.Second}
-	op := api.LeaseOp{Op: api.OpLease, Want: 900, Need: 1, Demand: 400}
-	if _, deny, ok := s.clamp("g:k", "a", p, &op); !ok || deny || op.Want != 900 {
-		t.Fatalf("one region at 40%% of the rate: want %d, deny %v, ok %v; want 900 unclamped", op.Want, deny, ok)
+	// clamp asks for want and need with demand (and held), and returns
+	// what the split lets through.
+	clamp := func(ckey, holder string, want, need, held, demand int64) (int64, int64, lease.Grant, bool, bool) {
+		op := LeaseOp{Kind: LeaseLend, Want: want, Need: need, Demand: demand, To: lease.Lessee{Held: held}}
+		res, deny, ok := s.clamp(ckey, holder, p, &op, &want, &need)
+		return want, need, res, deny, ok
 	}
-	op2 := api.LeaseOp{Op: api.OpLease, Want: 900, Need: 1, Demand: 500}
-	if _, deny, ok := s.clamp("g:k2", "b", p, &op2); !ok || deny || op2.Want != 900 {
-		t.Fatalf("another key: want %d, deny %v; want 900 unclamped", op2.Want, deny)
+	if want, _, _, deny, ok := clamp("g:k", "a", 900, 1, 0, 400); !ok || deny || want != 900 {
+		t.Fatalf("one region at 40%% of the rate: want %d, deny %v, ok %v; want 900 unclamped", want, deny, ok)
+	}
+	if want, _, _, deny, ok := clamp("g:k2", "b", 900, 1, 0, 500); !ok || deny || want != 900 {
+		t.Fatalf("another key: want %d, deny %v; want 900 unclamped", want, deny)
 	}
 	// Past saturation (demand 400 + 1600 > 1000/s), b's share is 80%: a
 	// new holder's credit starts at 80% of the capacity.
-	op3 := api.LeaseOp{Op: api.OpLease, Want: 1000, Need: 1, Demand: 1600}
-	if _, deny, ok := s.clamp("g:k", "b", p, &op3); !ok || deny || op3.Want != 800 {
-		t.Fatalf("b at 80%% of the demand: want %d, deny %v; want 800", op3.Want, deny)
+	if want, _, _, deny, ok := clamp("g:k", "b", 1000, 1, 0, 1600); !ok || deny || want != 800 {
+		t.Fatalf("b at 80%% of the demand: want %d, deny %v; want 800", want, deny)
 	}
 	s.granted("g:k", "b", 800)
-	op4 := api.LeaseOp{Op: api.OpLease, Want: 10, Need: 5, Held: 3, Demand: 1600}
-	res, deny, ok := s.clamp("g:k", "b", p, &op4)
-	if !ok || !deny || res.Lent != 3 || res.WaitMS != 7 {
+	_, _, res, deny, ok := clamp("g:k", "b", 10, 5, 3, 1600)
+	if !ok || !deny || res.Lent != 3 || ceilMS(res.Wait) != 7 {
 		// 5 tokens at 800/s: 6.25ms.
 		t.Fatalf("b with no credit left: %+v deny %v; want a wait of 7ms and its loan kept (3)", res, deny)
 	}
 	clk.Advance(10 * time.Millisecond) // 8 tokens of credit
 	// A wait answers what b could be granted now, and its end as the
 	// reset (not a period's: b would take the key for empty until then).
-	more := api.LeaseOp{Op: api.OpLease, Want: 20, Need: 20, Demand: 1600}
-	if res, deny, _ := s.clamp("g:k", "b", p, &more); !deny || res.Remaining != 8 || res.WaitMS != 15 || res.ResetMS != res.WaitMS {
+	if _, _, res, deny, _ := clamp("g:k", "b", 20, 20, 0, 1600); !deny || res.Remaining != 8 || ceilMS(res.Wait) != 15 || res.Reset != res.Wait {
 		// 12 tokens more at 800/s: 15ms.
 		t.Fatalf("b needing 20 with a credit of 8: %+v deny %v; want a wait of 15ms, remaining 8, reset at the wait", res, deny)
 	}
-	if _, deny, _ := s.clamp("g:k", "b", p, &op4); deny || op4.Want != 8 {
-		t.Fatalf("b after 10ms: want %d, deny %v; want its credit, 8", op4.Want, deny)
+	if want, _, _, deny, _ := clamp("g:k", "b", 10, 5, 3, 1600); deny || want != 8 {
+		t.Fatalf("b after 10ms: want %d, deny %v; want its credit, 8", want, deny)
 	}
 	// A check of more hits than b's share of the capacity (800) is not
 	// denied for ever: once b's credit is a whole share, it goes to the
 	// Store.
 	s.granted("g:k", "b", 8)
 	clk.Advance(time.Second)
-	big := api.LeaseOp{Op: api.OpLease, Want: 900, Need: 900, Demand: 1600}
-	if _, deny, _ := s.clamp("g:k", "b", p, &big); deny || big.Want != 900 || big.Need != 900 {
-		t.Fatalf("a check of 900 hits with a full credit of 800: want %d need %d, deny %v; want it sent to the Store", big.Want, big.Need, deny)
+	if want, need, _, deny, _ := clamp("g:k", "b", 900, 900, 0, 1600); deny || want != 900 || need != 900 {
+		t.Fatalf("a check of 900 hits with a full credit of 800: want %d need %d, deny %v; want it sent to the Store", want, need, deny)
 	}
 	// A return forgets b: a alone is not bound.
 	s.drop("g:k", "b")
-	op5 := api.LeaseOp{Op: api.OpLease, Want: 1000, Need: 1, Demand: 2000}
-	if _, deny, _ := s.clamp("g:k", "a", p, &op5); deny || op5.Want != 1000 {
-		t.Fatalf("a alone: want %d, deny %v; want 1000", op5.Want, deny)
+	if want, _, _, deny, _ := clamp("g:k", "a", 1000, 1, 0, 2000); deny || want != 1000 {
+		t.Fatalf("a alone: want %d, deny %v; want 1000", want, deny)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"math"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/node/api"
 )
 
 // Regional holders (docs/regions.md): a region's node leasing the keys of
@@ -61,13 +60,15 @@ func newRegionSplit(now func() time.Time) *regionSplit {
 	return &regionSplit{now: now, keys: map[string]*splitKey{}}
 }
 
-// clamp bounds lease op op of regional holder on ckey (policy p) by its
-// share of the key. It reports false when the holder cannot be split
-// (too many keys or holders: the caller bounds it by gateway_share).
-// Otherwise res, when deny is true, is the answer to give without
-// calling the Store (its credit cannot cover the tokens it needs);
-// else op.Want (and op.Need) were lowered to its credit, if saturated.
-func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp) (res api.LeaseResult, deny, ok bool) {
+// clamp bounds a lease op of regional holder on ckey (policy p) by its
+// share of the key: op is the op (its Demand, and its Held for a wait's
+// answer), *want and *need what it asks. It reports false when the holder
+// cannot be split (too many keys or holders: the caller bounds it by
+// gateway_share). Otherwise res, when deny is true, is the answer to give,
+// the Store only renewing the loan (the holder's credit cannot cover the
+// tokens it needs); else *want (and *need) were lowered to its credit, if
+// saturated.
+func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *LeaseOp, want, need *int64) (res lease.Grant, deny, ok bool) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -95,7 +96,7 @@ func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp
 	case op.Demand > 0:
 		h.demand = float64(op.Demand)
 	case h.demand == 0: // unknown (the region's first calls of the key): its lease size is all there is
-		h.demand = float64(op.Want) / max(p.Period.Seconds(), 1e-3)
+		h.demand = float64(*want) / max(p.Period.Seconds(), 1e-3)
 	}
 	h.seen = now
 	var total float64
@@ -112,15 +113,15 @@ func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp
 		h.credit = top // not saturated: no bound, and full credit once it is
 		return res, false, true
 	}
-	need := max(op.Need, 1)
+	n := max(*need, 1)
 	// A check of more hits than the holder's share of the capacity waits
 	// for a whole share, then goes to the Store.
-	if goal := min(float64(need), top); h.credit < goal {
-		wait := ceilMS(max(time.Duration((goal-h.credit)/earn*float64(time.Second)), time.Millisecond))
-		return api.LeaseResult{
+	if goal := min(float64(n), top); h.credit < goal {
+		wait := max(time.Duration((goal-h.credit)/earn*float64(time.Second)), time.Millisecond)
+		return lease.Grant{
 			// The Store's loan to the holder is unchanged: what it holds.
-			Lent:   op.Held,
-			WaitMS: wait,
+			Lent: op.To.Held,
+			Wait: wait,
 			// What the holder may be granted now (its credit; the caller
 			// lowers it to the Store's), and the wait as the reset: a
 			// holder projects the key's level from them (a sliding
@@ -129,11 +130,11 @@ func (s *regionSplit) clamp(ckey, holder string, p lease.Policy, op *api.LeaseOp
 			// the key for empty until then), and asks once they cover
 			// its need.
 			Remaining: int64(math.Floor(h.credit)),
-			ResetMS:   wait,
+			Reset:     wait,
 		}, true, true
 	}
-	op.Want = max(min(op.Want, int64(math.Floor(h.credit))), need)
-	op.Need = min(op.Need, op.Want)
+	*want = max(min(*want, int64(math.Floor(h.credit))), n)
+	*need = min(*need, *want)
 	return res, false, true
 }
 
