@@ -218,7 +218,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		d, err = bench.NewNaiveDriver(bench.NaiveConfig{Addr: *redisAddr, Keys: keys, Limit: l, Hits: *hits})
 	case "client":
-		d, err = bench.NewGoClientDriver(bench.GoClientConfig{Seeds: strings.Split(*addr, ","), Rule: *rule, Hits: *hits, Keys: keys})
+		d, err = bench.NewGoClientDriver(bench.GoClientConfig{Nodes: strings.Split(*addr, ","), Rule: *rule, Hits: *hits, Keys: keys})
 	case "gateway":
 		d, err = bench.NewGatewayDriver(bench.GatewayConfig{Nodes: strings.Split(*addr, ","), Token: *token, Rule: *rule, Hits: *hits, Keys: keys})
 	default:
