@@ -69,6 +69,8 @@ type node struct {
 	downUntil atomic.Int64
 	// batch queues this node's checks when Config.BatchWindow > 0.
 	batch batcher
+	// lease is the Limiter's lease requests to this node (leasestore.go).
+	lease leaseQueue
 }
 
 func (n *node) up() bool {
