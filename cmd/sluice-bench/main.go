@@ -5,6 +5,7 @@
 //	sluice-bench suite   [flags]   the standard suite (make bench): starts Redis, nodes, the ceiling; writes a report
 //	sluice-bench run     [flags]   one workload against a running limiter
 //	sluice-bench ceiling [flags]   the bare fasthttp ceiling server (the suite starts it)
+//	sluice-bench gateway [flags]   a client.Limiter against the plain Go client on the same node (memory and Redis)
 //
 // Examples:
 //
@@ -49,6 +50,7 @@ commands:
   run       drive one workload against a running limiter
   ceiling   serve canned answers with a bare fasthttp handler (used by suite)
   report    rewrite report.md and the charts of a results folder from its run.json
+  gateway   a client.Limiter against the plain Go client on the same nodes (first touches, cold and leased keys)
 
 "sluice-bench <command> -h" lists a command's flags.
 `
@@ -69,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return ceilingCmd(ctx, args[1:], stderr)
 	case "report":
 		return reportCmd(args[1:], stdout, stderr)
+	case "gateway":
+		return compareCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
