@@ -32,6 +32,8 @@ type seam struct {
 	checks  []string           // the paths of the other requests
 	gate    chan struct{}      // when not nil, lease requests wait for it to close
 	arrived chan int           // receives the number of ops of each lease request as it arrives
+	refuse  int                // lease requests still to answer 429, as the node's flood bound does
+	refused int                // lease requests answered 429
 }
 
 // startSeam starts a node on the memory store with rules yml and the
@@ -60,6 +62,19 @@ func startSeam(t *testing.T, yml string) *seam {
 	h := n.Handler()
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		if string(ctx.Path()) == leasePath && ctx.IsPost() {
+			s.mu.Lock()
+			refuse := s.refuse > 0
+			if refuse {
+				s.refuse--
+				s.refused++
+			}
+			s.mu.Unlock()
+			if refuse { // the node's answer to a flood, before it reads the request
+				ctx.Response.Header.Set("Retry-After", "1")
+				ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
+				ctx.SetBodyString(`{"error":"too many lease requests for this client token"}`)
+				return
+			}
 			var req api.LeaseRequest
 			if err := api.DecodeLease(ctx.PostBody(), &req); err == nil {
 				req.Ops = append([]api.LeaseOp(nil), req.Ops...)
@@ -327,5 +342,33 @@ func TestLimiterSendsBigChecksAsChecks(t *testing.T) {
 	leases, checks = s.recorded()
 	if len(checks) != 2 || len(leases) != 2 || leases[0].Ops[0].Need != 25 || leases[1].Ops[0].Need != 30 {
 		t.Fatalf("checks %v, leases %+v; want the checks within the share leased (need 25, then 30), no further check", checks, leases)
+	}
+}
+
+// A lease request the node refuses as too many (429: applied nothing) is
+// sent again, with the calls queued meanwhile, instead of failing them:
+// the first touches it carried are decided by the node's answer, not by
+// their failure mode.
+func TestThrottledLeaseRequestsAreSentAgain(t *testing.T) {
+	s := startSeam(t, seamRules)
+	l := seamLimiter(t, s, nil)
+	s.mu.Lock()
+	s.refuse = 3
+	s.mu.Unlock()
+	for _, key := range []string{"t1", "t2"} {
+		d, err := l.Allow(t.Context(), "per-key", key, 1)
+		if err != nil || !d.Allowed || d.Degraded {
+			t.Fatalf("%s: %+v, %v; want allowed by the node once it takes the request", key, d, err)
+		}
+	}
+	leases, _ := s.recorded()
+	s.mu.Lock()
+	refused := s.refused
+	s.mu.Unlock()
+	if refused != 3 || len(leases) != 2 {
+		t.Fatalf("%d requests refused, %d taken; want 3 refused, then each first touch taken once", refused, len(leases))
+	}
+	if st := l.Manager().Stats(); st.DegradedDecisions != 0 {
+		t.Fatalf("%d degraded decisions", st.DegradedDecisions)
 	}
 }

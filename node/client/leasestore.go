@@ -27,7 +27,11 @@ import (
 // stay queued) goes out as the next request. A lone first touch thus costs
 // one round trip and waits for nothing, and concurrent ones bound for a
 // busy node share a request. A return, which no check waits for, goes
-// alone only when nothing is in flight to its node.
+// alone only when nothing is in flight to its node. A request the node
+// refuses as too many (429, before it reads it) is sent again at once,
+// with the calls queued meanwhile, one request at a time until the node
+// answers one: the Limiter's requests follow the node's bound instead of
+// failing (the node's Retry-After, in whole seconds, is not waited for).
 type remoteStore struct {
 	l     *Limiter
 	waits sync.Pool // of *leaseWait
@@ -124,15 +128,24 @@ type leaseQueue struct {
 	mu       sync.Mutex
 	inflight int
 	waits    []*leaseWait
+	// throttled: the node's last answer was 429 (too many lease requests
+	// for the client token): one request at a time until one is answered.
+	throttled bool
 }
 
 // leaseWait is one call waiting in a leaseQueue.
 type leaseWait struct {
+	ctx  context.Context // the caller's: a call whose caller gave up is not sent
 	op   api.LeaseOp
 	r    api.LeaseResult
 	err  error
 	done chan struct{} // receives once r and err are set
 }
+
+// errThrottled is a lease request the node answered 429: it applied none
+// of its ops (it refuses a flood before reading the request), so they
+// are sent again.
+var errThrottled = errors.New("too many lease requests")
 
 // do sends op to the owner of ckey (see remoteStore) and returns its
 // answer. It returns when the answer is in or ctx is done.
@@ -158,6 +171,9 @@ func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.
 	}
 	q := &n.lease
 	q.mu.Lock()
+	if q.throttled {
+		room = 1
+	}
 	if q.inflight < room {
 		// Room in flight: op goes now, alone, from this goroutine.
 		q.inflight++
@@ -170,14 +186,20 @@ func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.
 			r = rs[0]
 		}
 		c.putCall(cl)
-		s.ended(n)
-		return answerOf(r, err)
+		if err != errThrottled {
+			s.ended(n, err == nil)
+			return answerOf(r, err)
+		}
+		// Not applied: op waits for the next request, which goes now.
+		w := s.wait(ctx, op)
+		q.mu.Lock()
+		q.throttled = true
+		q.waits = append(q.waits, w)
+		q.mu.Unlock()
+		s.ended(n, false)
+		return s.await(ctx, w)
 	}
-	w, _ := s.waits.Get().(*leaseWait)
-	if w == nil {
-		w = &leaseWait{done: make(chan struct{}, 1)}
-	}
-	w.op, w.r, w.err = op, api.LeaseResult{}, nil
+	w := s.wait(ctx, op)
 	q.waits = append(q.waits, w)
 	var full []*leaseWait
 	if len(q.waits) == api.MaxLeaseOps { // a full request goes at once
@@ -191,16 +213,31 @@ func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.
 	if full != nil {
 		go s.postQueued(n, full)
 	}
+	return s.await(ctx, w)
+}
+
+// wait returns a leaseWait for op of a caller with ctx.
+func (s *remoteStore) wait(ctx context.Context, op api.LeaseOp) *leaseWait {
+	w, _ := s.waits.Get().(*leaseWait)
+	if w == nil {
+		w = &leaseWait{done: make(chan struct{}, 1)}
+	}
+	w.ctx, w.op, w.r, w.err = ctx, op, api.LeaseResult{}, nil
+	return w
+}
+
+// await waits for w's answer or ctx.
+func (s *remoteStore) await(ctx context.Context, w *leaseWait) (api.LeaseResult, error) {
 	select {
 	case <-w.done:
 		r, err := w.r, w.err
-		w.op = api.LeaseOp{}
+		w.ctx, w.op = nil, api.LeaseOp{}
 		s.waits.Put(w)
 		return answerOf(r, err)
 	case <-ctx.Done():
-		// w is abandoned: its request still writes to it, so it is not
-		// reused. The node may still apply op: its answer is lost, as a
-		// single call's is when its deadline passes first.
+		// w is abandoned: its request may still write to it, so it is
+		// not reused. The node may still apply op: its answer is lost,
+		// as a single call's is when its deadline passes first.
 		return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, ctx.Err())
 	}
 }
@@ -209,6 +246,8 @@ func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.
 // not applied, a failed Store call for the holder.
 func answerOf(r api.LeaseResult, err error) (api.LeaseResult, error) {
 	switch {
+	case err == errThrottled:
+		return r, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
 	case err != nil:
 		return r, err
 	case r.Error != "":
@@ -217,30 +256,45 @@ func answerOf(r api.LeaseResult, err error) (api.LeaseResult, error) {
 	return r, nil
 }
 
-// ended is told that a request to n ended: the calls queued meanwhile go
-// out as the next request (in a goroutine of its own: the caller may be
-// waiting for its own answer), or n has one request fewer in flight.
-func (s *remoteStore) ended(n *node) {
+// ended is told that a request to n ended, answered (ok) or not: the
+// calls queued meanwhile go out as the next request (in a goroutine of
+// its own: the caller may be waiting for its own answer), or n has one
+// request fewer in flight. Calls whose callers gave up are dropped.
+func (s *remoteStore) ended(n *node, ok bool) {
 	q := &n.lease
 	q.mu.Lock()
+	if ok {
+		q.throttled = false
+	}
+	live := q.waits[:0]
+	for _, w := range q.waits {
+		if w.ctx.Err() == nil {
+			live = append(live, w)
+		} else {
+			w.err = fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, w.ctx.Err())
+			w.done <- struct{}{} // (buffered: its caller has gone, or reads this)
+		}
+	}
+	clear(q.waits[len(live):])
+	q.waits = live
 	if len(q.waits) == 0 {
 		q.inflight--
 		q.mu.Unlock()
 		return
 	}
-	k := min(len(q.waits), api.MaxLeaseOps)
-	ws := q.waits[:k:k]
-	if k == len(q.waits) {
-		q.waits = nil
-	} else {
-		q.waits = append([]*leaseWait(nil), q.waits[k:]...)
-	}
+	k, was := min(len(q.waits), api.MaxLeaseOps), len(q.waits)
+	ws := append([]*leaseWait(nil), q.waits[:k]...)
+	q.waits = append(q.waits[:0], q.waits[k:]...)
+	clear(q.waits[len(q.waits):was])
 	q.mu.Unlock()
 	go s.postQueued(n, ws)
 }
 
 // postQueued sends queued calls as one request, answers each, and tells
-// n's queue it ended.
+// n's queue it ended. Calls the node refused with 429 (it applied none)
+// go back to the front of the queue, and the node gets one request at a
+// time until it answers one: the next goes as this one ends, carrying
+// them and every call queued meanwhile.
 func (s *remoteStore) postQueued(n *node, ws []*leaseWait) {
 	c := s.l.c
 	cl := c.getCall()
@@ -250,6 +304,16 @@ func (s *remoteStore) postQueued(n *node, ws []*leaseWait) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.Timeout)
 	rs, err := s.post(ctx, n, cl)
 	cancel()
+	if err == errThrottled {
+		c.putCall(cl)
+		q := &n.lease
+		q.mu.Lock()
+		q.throttled = true
+		q.waits = append(ws, q.waits...)
+		q.mu.Unlock()
+		s.ended(n, false)
+		return
+	}
 	for i, w := range ws {
 		if err != nil {
 			w.err = err
@@ -259,7 +323,7 @@ func (s *remoteStore) postQueued(n *node, ws []*leaseWait) {
 		w.done <- struct{}{}
 	}
 	c.putCall(cl)
-	s.ended(n)
+	s.ended(n, err == nil)
 }
 
 // post sends cl.lops to n (or, if the connection to n cannot be made,
@@ -276,12 +340,13 @@ func (s *remoteStore) post(ctx context.Context, n *node, cl *call) ([]api.LeaseR
 		}
 		return nil, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
 	}
-	if st := cl.resp.StatusCode(); st != fasthttp.StatusOK {
-		err := error(&StatusError{Node: sent.addr, Status: st, Msg: errorMsg(cl.resp.Body())})
-		if st == fasthttp.StatusTooManyRequests || st >= 500 {
-			err = fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
-		}
-		return nil, err
+	switch st := cl.resp.StatusCode(); {
+	case st == fasthttp.StatusTooManyRequests:
+		return nil, errThrottled
+	case st >= 500:
+		return nil, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, &StatusError{Node: sent.addr, Status: st, Msg: errorMsg(cl.resp.Body())})
+	case st != fasthttp.StatusOK:
+		return nil, &StatusError{Node: sent.addr, Status: st, Msg: errorMsg(cl.resp.Body())}
 	}
 	rs, err := api.DecodeLeaseResults(cl.resp.Body(), cl.lres[:0], len(cl.lops))
 	cl.lres = rs
