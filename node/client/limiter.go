@@ -293,6 +293,8 @@ type limRule struct {
 	// leased rule without overrides: every key's policy is pol).
 	local bool
 	pol   lease.Policy
+	// hdrs are the rule's rate-limit headers' fixed parts (WriteHeaders).
+	hdrs atomic.Pointer[ruleHeaders]
 }
 
 // NewLimiter returns a Limiter that has fetched the rules from the first
