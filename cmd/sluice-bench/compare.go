@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/sluicehq/sluice/bench"
@@ -51,12 +49,8 @@ func compareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "sluice-bench gateway: %v\n", err)
 		return 1
 	}
-	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(r, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
+	if !writeJSON(*jsonOut, r, stderr) {
+		return 1
 	}
 	return 0
 }

@@ -301,14 +301,24 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if r.FirstErr != "" {
 		fmt.Fprintf(stdout, "first error: %s\n", r.FirstErr)
 	}
-	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(r, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
+	if !writeJSON(*jsonOut, r, stderr) {
+		return 1
 	}
 	return 0
+}
+
+// writeJSON writes v as indented JSON to path ("" writes nothing); false
+// after an error, told to stderr.
+func writeJSON(path string, v any, stderr io.Writer) bool {
+	if path == "" {
+		return true
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintln(stderr, err)
+		return false
+	}
+	return true
 }
 
 func reportCmd(args []string, stdout, stderr io.Writer) int {

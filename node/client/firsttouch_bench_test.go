@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/client"
-	"github.com/sluicehq/sluice/node/rules"
 )
 
 // firstTouchNode is a real node as sluiced runs one on the memory store
@@ -21,35 +19,33 @@ import (
 // process, on loopback, serving the lease protocol with no flood bound:
 // what a first touch costs on both sides, under the profiler.
 func firstTouchNode(b *testing.B) string {
-	b.Helper()
-	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
-	mcfg := lease.DefaultConfig()
-	mcfg.Direct = true
-	mcfg.CheckBudget = 20 * time.Millisecond
-	mcfg.StoreTimeout = time.Minute
-	mgr := lease.NewManager(store, mcfg)
-	cfg := node.DefaultConfig()
-	cfg.ClientToken = limiterToken
-	cfg.ClientRate = 1 << 30
-	n := node.New(cfg, mgr)
-	set, err := rules.Parse([]byte("rules:\n  - {name: big, algorithm: token_bucket, limit: 1000000000000, period: 1s}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	n.SetRules(set)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- n.Serve(ln) }()
-	b.Cleanup(func() {
-		_ = n.Shutdown(context.Background())
-		<-served
-		mgr.Close()
-		store.Close()
+	return benchNode(b, lease.MemoryStoreConfig{}, func(m *lease.Config, n *node.Config) {
+		m.Direct, m.CheckBudget = true, 20*time.Millisecond
+		n.ClientRate = 1 << 30
 	})
-	return ln.Addr().String()
+}
+
+// benchCheckClient is a Client of the node at addr.
+func benchCheckClient(b *testing.B, addr string) *client.Client {
+	cfg := client.DefaultConfig()
+	cfg.Nodes = []string{addr}
+	cfg.Timeout = time.Minute
+	c, err := client.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// firstKeys is n keys no benchmark run used before.
+func firstKeys(n int) []string {
+	prefix := "ft" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+	}
+	return keys
 }
 
 // BenchmarkFirstTouchLimiter decides a key the Limiter never saw, one
@@ -57,18 +53,8 @@ func firstTouchNode(b *testing.B) string {
 // round trip. Against BenchmarkFirstTouchCheck, the same node's
 // POST /v1/check.
 func BenchmarkFirstTouchLimiter(b *testing.B) {
-	addr := firstTouchNode(b)
-	cfg := client.LimiterConfig{Nodes: []string{addr}, Token: limiterToken, Timeout: time.Minute}
-	cfg.Lease.Idle = time.Hour // no return while the benchmark runs
-	l, err := client.NewLimiter(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
-	keys := make([]string, b.N)
-	for i := range keys {
-		keys[i] = "ft-" + strconv.Itoa(i)
-	}
+	l := benchLimiterOn(b, firstTouchNode(b))
+	keys := firstKeys(b.N)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -82,19 +68,8 @@ func BenchmarkFirstTouchLimiter(b *testing.B) {
 // BenchmarkFirstTouchCheck is BenchmarkFirstTouchLimiter's baseline:
 // client.Client.Check of keys the node never saw.
 func BenchmarkFirstTouchCheck(b *testing.B) {
-	addr := firstTouchNode(b)
-	cfg := client.DefaultConfig()
-	cfg.Nodes = []string{addr}
-	cfg.Timeout = time.Minute
-	c, err := client.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	keys := make([]string, b.N)
-	for i := range keys {
-		keys[i] = "ft-" + strconv.Itoa(i)
-	}
+	c := benchCheckClient(b, firstTouchNode(b))
+	keys := firstKeys(b.N)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -146,12 +121,7 @@ func coldStream(b *testing.B, decide func(key string) error) {
 // BenchmarkColdStreamLimiter is a fresh Limiter on the cold stream (the
 // node's flood bound lifted: node.Config.ClientRate).
 func BenchmarkColdStreamLimiter(b *testing.B) {
-	addr := firstTouchNode(b)
-	l, err := client.NewLimiter(client.LimiterConfig{Nodes: []string{addr}, Token: limiterToken, Timeout: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
+	l := benchLimiterOn(b, firstTouchNode(b))
 	ctx := context.Background()
 	coldStream(b, func(key string) error {
 		d, err := l.Allow(ctx, "big", key, 1)
@@ -164,15 +134,7 @@ func BenchmarkColdStreamLimiter(b *testing.B) {
 
 // BenchmarkColdStreamCheck is client.Client.Check on the cold stream.
 func BenchmarkColdStreamCheck(b *testing.B) {
-	addr := firstTouchNode(b)
-	cfg := client.DefaultConfig()
-	cfg.Nodes = []string{addr}
-	cfg.Timeout = time.Minute
-	c, err := client.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
+	c := benchCheckClient(b, firstTouchNode(b))
 	ctx := context.Background()
 	coldStream(b, func(key string) error {
 		r, err := c.Check(ctx, "big", key, 1)
