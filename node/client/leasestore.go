@@ -35,6 +35,10 @@ import (
 type remoteStore struct {
 	l     *Limiter
 	waits sync.Pool // of *leaseWait
+	// posts are the requests of queued calls in flight (postQueued), each
+	// ending within Timeout: Limiter.Close waits for them once its
+	// Manager, which makes every call, is closed.
+	posts sync.WaitGroup
 	// queued, when set (by tests only), is called with the length of a
 	// node's queue each time a call joins it, under the queue's lock.
 	queued func(n int)
@@ -211,7 +215,7 @@ func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.
 	}
 	q.mu.Unlock()
 	if full != nil {
-		go s.postQueued(n, full)
+		s.posts.Go(func() { s.postQueued(n, full) })
 	}
 	return s.await(ctx, w)
 }
@@ -287,7 +291,7 @@ func (s *remoteStore) ended(n *node, ok bool) {
 	q.waits = append(q.waits[:0], q.waits[k:]...)
 	clear(q.waits[len(q.waits):was])
 	q.mu.Unlock()
-	go s.postQueued(n, ws)
+	s.posts.Go(func() { s.postQueued(n, ws) })
 }
 
 // postQueued sends queued calls as one request, answers each, and tells

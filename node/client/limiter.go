@@ -322,7 +322,7 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 		cfg.Logger = slog.Default()
 	}
 	c, err := New(Config{Nodes: cfg.Nodes, Timeout: cfg.Timeout, TLS: cfg.TLS, AdminToken: cfg.Token, Logger: cfg.Logger,
-		tokenName: "client token (LimiterConfig.Token)"})
+		tokenName: "client token (LimiterConfig.Token; a region's -upstream-token)"})
 	if err != nil {
 		return nil, err
 	}
@@ -382,6 +382,7 @@ func (l *Limiter) Close() error {
 		close(l.stop)
 		<-l.done
 		err = l.mgr.Close()
+		l.store.posts.Wait()
 		l.c.Close()
 		l.rulesHC.CloseIdleConnections()
 	})
