@@ -123,7 +123,9 @@ var ErrUnknownRule = errors.New("unknown rule")
 // Limiter decides checks in the caller's process: it holds leases of the
 // nodes' Store through the lease protocol (a lease.Manager over a remote
 // Store) and decides each check from the tokens it holds, with no
-// network round trip. Exact rules (sliding_log, concurrency) are sent as
+// network round trip. A key it holds nothing of costs one round trip: the
+// lease call that starts its lease carries the check (need = its hits),
+// and is sent at once (see LimiterConfig.LeaseRequests). Exact rules (sliding_log, concurrency) are sent as
 // ordinary checks, and so are the rules the nodes say they do not lease
 // (/v1/lease/rules' "checks": a global rule on a region's node, decided
 // by its owner there from what it leases of the global tier). A Limiter
