@@ -47,6 +47,18 @@
 // and the accuracy bound holds. The report goes to
 // bench/results/<UTC date>/: report.md, run.json and the charts.
 //
+// # A gateway against the plain client
+//
+// RunCompare (sluice-bench gateway) starts a node on the memory store and
+// one on Redis (each with a fresh redis-server), and runs Compare against
+// each: a node/client Limiter against node/client's Client.Check on the
+// same node, every phase with keys of its own: first touches (keys each
+// side never saw, one after another, alternately, each timed), a cold Zipf
+// stream (a fresh Limiter, then the Client, on the same draws), the
+// warm-up of a fresh Limiter over fewer keys (100ms windows, warm once at
+// most 1% of a window's checks wait for a lease call) and its leased
+// phases (one key; every key). The node's CPU is charged to each phase.
+//
 // # Concurrency
 //
 // The pure parts (Histogram, Schedule, KeySampler, Accuracy, Chart) are not

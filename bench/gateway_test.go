@@ -15,27 +15,9 @@ import (
 // The gateway driver decides in this process with a Limiter leasing from
 // a real node: every key's limit is admitted and no more.
 func TestGatewayDriver(t *testing.T) {
-	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
-	t.Cleanup(func() { store.Close() })
-	mgr := lease.NewManager(store, lease.DefaultConfig())
-	cfg := node.DefaultConfig()
-	cfg.ClientToken = "bench-token"
-	n := node.New(cfg, mgr)
-	set, err := rules.Parse([]byte("rules:\n  - {name: bench, algorithm: token_bucket, limit: 3, period: 1h}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.SetRules(set)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- n.Serve(ln) }()
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()); <-served; mgr.Close() })
-
+	addr := leaseNode(t, "rules:\n  - {name: bench, algorithm: token_bucket, limit: 3, period: 1h}\n", nil)
 	kc := KeyConfig{Keys: 5, Dist: Uniform, Seed: 3}
-	d, err := NewGatewayDriver(GatewayConfig{Nodes: []string{ln.Addr().String()}, Token: "bench-token", Keys: kc.KeyNames()})
+	d, err := NewGatewayDriver(GatewayConfig{Nodes: []string{addr}, Token: "bench-token", Keys: kc.KeyNames()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +37,38 @@ func TestGatewayDriver(t *testing.T) {
 	if r.Allowed != 15 || r.Accuracy.OverAdmitted != 0 {
 		t.Fatalf("allowed %d, want 15 (3 for each of 5 keys); accuracy %+v", r.Allowed, *r.Accuracy)
 	}
-	if _, err := NewGatewayDriver(GatewayConfig{Nodes: []string{ln.Addr().String()}, Token: "wrong", Keys: kc.KeyNames()}); err == nil || !strings.Contains(err.Error(), "cannot start the Limiter") {
+	if _, err := NewGatewayDriver(GatewayConfig{Nodes: []string{addr}, Token: "wrong", Keys: kc.KeyNames()}); err == nil || !strings.Contains(err.Error(), "cannot start the Limiter") {
 		t.Fatalf("a wrong token: %v", err)
 	}
+}
+
+// leaseNode starts a real node on the memory store serving rules yml and
+// the lease protocol (client token "bench-token"), in this process, on
+// loopback, and returns its address; edit, when not nil, edits its
+// configs.
+func leaseNode(t *testing.T, yml string, edit func(*lease.Config, *node.Config)) string {
+	t.Helper()
+	store := lease.NewMemoryStore(lease.MemoryStoreConfig{})
+	t.Cleanup(func() { store.Close() })
+	mcfg := lease.DefaultConfig()
+	cfg := node.DefaultConfig()
+	cfg.ClientToken = "bench-token"
+	if edit != nil {
+		edit(&mcfg, &cfg)
+	}
+	mgr := lease.NewManager(store, mcfg)
+	n := node.New(cfg, mgr)
+	set, err := rules.Parse([]byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.SetRules(set)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(ln) }()
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()); <-served; mgr.Close() })
+	return ln.Addr().String()
 }

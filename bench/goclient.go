@@ -15,9 +15,9 @@ import (
 // check when a session asks for one key, one /v1/checks per owner for a
 // batch).
 type GoClientConfig struct {
-	// Seeds are HTTP addresses of nodes; the client learns the rest from
+	// Nodes are HTTP addresses of nodes; the client learns the rest from
 	// /v1/members.
-	Seeds []string
+	Nodes []string
 	// Timeout bounds each request; 0 means 2s.
 	Timeout time.Duration
 	// Rule is the rule name of every check; "" means "bench".
@@ -34,13 +34,13 @@ type goClientDriver struct {
 	keys []string
 }
 
-// NewGoClientDriver connects a node/client Client to cfg.Seeds.
+// NewGoClientDriver connects a node/client Client to cfg.Nodes.
 func NewGoClientDriver(cfg GoClientConfig) (Driver, error) {
 	if err := clientDefaults(cfg.Keys, &cfg.Rule, &cfg.Hits, &cfg.Timeout); err != nil {
 		return nil, err
 	}
 	ccfg := client.DefaultConfig()
-	ccfg.Seeds = cfg.Seeds
+	ccfg.Nodes = cfg.Nodes
 	ccfg.Timeout = cfg.Timeout
 	c, err := client.New(ccfg)
 	if err != nil {

@@ -304,7 +304,7 @@ func TestGoClientDriver(t *testing.T) {
 		lim := &limiterHandler{limit: 3, seen: map[string]int{}}
 		addr := serve(t, lim.handle)
 		kc := KeyConfig{Keys: 5, Dist: Uniform, Seed: 3}
-		d, err := NewGoClientDriver(GoClientConfig{Seeds: []string{addr}, Keys: kc.KeyNames()})
+		d, err := NewGoClientDriver(GoClientConfig{Nodes: []string{addr}, Keys: kc.KeyNames()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestGoClientDriver(t *testing.T) {
 			t.Fatalf("batch %d: allowed %d, server admitted %d, accuracy %+v", batch, r.Allowed, want, *r.Accuracy)
 		}
 	}
-	if _, err := NewGoClientDriver(GoClientConfig{Seeds: []string{"127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "keys") {
+	if _, err := NewGoClientDriver(GoClientConfig{Nodes: []string{"127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "keys") {
 		t.Fatalf("empty key table: %v", err)
 	}
 }

@@ -6,6 +6,7 @@
 //	sluice-bench run     [flags]   one workload against a running limiter
 //	sluice-bench ceiling [flags]   the bare fasthttp ceiling server (the suite starts it)
 //	sluice-bench version           the module version and VCS revision (also -version, --version)
+//	sluice-bench gateway [flags]   a client.Limiter against the plain Go client on the same node (memory and Redis)
 //
 // Examples:
 //
@@ -52,6 +53,7 @@ commands:
   ceiling   serve canned answers with a bare fasthttp handler (used by suite)
   report    rewrite report.md and the charts of a results folder from its run.json
   version   the module version and VCS revision it was built from (also -version, --version)
+  gateway   a client.Limiter against the plain Go client on the same nodes (first touches, cold and leased keys)
 
 "sluice-bench <command> -h" lists a command's flags.
 `
@@ -72,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return ceilingCmd(ctx, args[1:], stderr)
 	case "report":
 		return reportCmd(args[1:], stdout, stderr)
+	case "gateway":
+		return compareCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -224,7 +228,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		d, err = bench.NewNaiveDriver(bench.NaiveConfig{Addr: *redisAddr, Keys: keys, Limit: l, Hits: *hits})
 	case "client":
-		d, err = bench.NewGoClientDriver(bench.GoClientConfig{Seeds: strings.Split(*addr, ","), Rule: *rule, Hits: *hits, Keys: keys})
+		d, err = bench.NewGoClientDriver(bench.GoClientConfig{Nodes: strings.Split(*addr, ","), Rule: *rule, Hits: *hits, Keys: keys})
 	case "gateway":
 		d, err = bench.NewGatewayDriver(bench.GatewayConfig{Nodes: strings.Split(*addr, ","), Token: *token, Rule: *rule, Hits: *hits, Keys: keys})
 	default:
@@ -303,14 +307,24 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if r.FirstErr != "" {
 		fmt.Fprintf(stdout, "first error: %s\n", r.FirstErr)
 	}
-	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(r, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
+	if !writeJSON(*jsonOut, r, stderr) {
+		return 1
 	}
 	return 0
+}
+
+// writeJSON writes v as indented JSON to path ("" writes nothing); false
+// after an error, told to stderr.
+func writeJSON(path string, v any, stderr io.Writer) bool {
+	if path == "" {
+		return true
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintln(stderr, err)
+		return false
+	}
+	return true
 }
 
 func reportCmd(args []string, stdout, stderr io.Writer) int {

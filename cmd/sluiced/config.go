@@ -227,7 +227,7 @@ func settings() []setting {
 			o.tlsKey = v
 			return nil
 		}},
-		{"tls-ca", "SLUICE_TLS_CA", "", "PEM CA file that peers' certificates must chain to (a cluster CA; certificates need IP SANs of the nodes' HTTP addresses); empty: the system's roots", func(o *options, v string) error {
+		{"tls-ca", "SLUICE_TLS_CA", "", "PEM CA file that peers' certificates, and an https:// -upstream's, must chain to (a cluster CA; certificates need IP SANs of the nodes' HTTP addresses); empty: the system's roots", func(o *options, v string) error {
 			o.tlsCA = v
 			return nil
 		}},
@@ -520,8 +520,8 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return o, errors.New("-tls-cert (SLUICE_TLS_CERT) and -tls-key (SLUICE_TLS_KEY) go together: set both or neither")
 	}
-	if o.tlsCA != "" && o.tlsCert == "" {
-		return o, errors.New("-tls-ca (SLUICE_TLS_CA) needs -tls-cert and -tls-key")
+	if o.tlsCA != "" && o.tlsCert == "" && !o.httpsUpstream() {
+		return o, errors.New("-tls-ca (SLUICE_TLS_CA) needs -tls-cert and -tls-key, or an https:// -upstream")
 	}
 	if o.rlsClientCA != "" && (o.tlsCert == "" || o.rlsListen == "") {
 		return o, errors.New("-rls-client-ca (SLUICE_RLS_CLIENT_CA) needs -rls-listen, -tls-cert and -tls-key: client certificates are asked for in the rate limit service's TLS handshake")
@@ -530,6 +530,11 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 		return o, errors.New("-upstream (SLUICE_UPSTREAM) needs the global tier's client token: SLUICE_UPSTREAM_TOKEN (-upstream-token)")
 	}
 	return o, nil
+}
+
+// httpsUpstream reports whether -upstream names its nodes by https://.
+func (o *options) httpsUpstream() bool {
+	return len(o.upstream) > 0 && strings.HasPrefix(o.upstream[0], "https://")
 }
 
 // errNoClusterKey is the refusal to cluster without a key.

@@ -171,6 +171,9 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 		}
 		ucfg := upstream.Config{URLs: o.upstream, Token: o.upstreamToken, Region: region,
 			RTT: o.upstreamRTT, Horizon: o.leaseHorizon, Idle: o.leaseIdle, Logger: log}
+		if ucfg.TLS, err = caTLS(o.tlsCA); err != nil { // -tls-ca verifies an https:// upstream too
+			return nil, err
+		}
 		if h.upstream != nil {
 			h.upstream(&ucfg)
 		}
@@ -331,17 +334,27 @@ func loadTLS(o options) (srv, peer *tls.Config, err error) {
 		return nil, nil, fmt.Errorf("cannot load -tls-cert/-tls-key: %w", err)
 	}
 	srv = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	peer = &tls.Config{MinVersion: tls.VersionTLS12}
-	if o.tlsCA != "" {
-		pem, err := os.ReadFile(o.tlsCA)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cannot read -tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("-tls-ca %s: no PEM certificate in it", o.tlsCA)
-		}
-		peer.RootCAs = pool
+	if peer, err = caTLS(o.tlsCA); err != nil {
+		return nil, nil, err
 	}
 	return srv, peer, nil
+}
+
+// caTLS is the config to dial nodes with: verified against the -tls-ca
+// file's certificates, or the system's roots without one.
+func caTLS(path string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if path == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read -tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("-tls-ca %s: no PEM certificate in it", path)
+	}
+	cfg.RootCAs = pool
+	return cfg, nil
 }

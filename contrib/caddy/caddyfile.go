@@ -24,6 +24,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	sluice {
 //		nodes <url>...
+//		tls_ca <pem file>
 //		token <token>
 //		rule <name>
 //		key <placeholder>
@@ -51,7 +52,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Err("sluice: nodes: at least one node URL is required")
 			}
 			h.Nodes = args
-		case "token", "rule", "key", "on_missing_key":
+		case "token", "rule", "key", "on_missing_key", "tls_ca":
 			if len(args) != 1 {
 				return d.Errf("sluice: %s takes exactly one argument, found %d", sub, len(args))
 			}
@@ -64,9 +65,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.Key = args[0]
 			case "on_missing_key":
 				h.OnMissingKey = args[0]
+			case "tls_ca":
+				h.TLSCA = args[0]
 			}
 		default:
-			return d.Errf("sluice: unknown setting %q (nodes, token, rule, key, on_missing_key)", sub)
+			return d.Errf("sluice: unknown setting %q (nodes, tls_ca, token, rule, key, on_missing_key)", sub)
 		}
 	}
 	if err := h.validate(h.Nodes); err != nil {

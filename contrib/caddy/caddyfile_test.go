@@ -12,7 +12,8 @@ import (
 
 func TestUnmarshalCaddyfile(t *testing.T) {
 	in := `sluice {
-		nodes http://127.0.0.1:8080 https://sluice.internal:8443
+		nodes https://10.0.0.1:8443 https://sluice.internal:8443
+		tls_ca /etc/sluice/ca.pem
 		token {env.SLUICE_CLIENT_TOKEN}
 		rule per-key
 		key {http.request.header.X-API-Key}
@@ -23,7 +24,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Handler{
-		Nodes:        []string{"http://127.0.0.1:8080", "https://sluice.internal:8443"},
+		Nodes:        []string{"https://10.0.0.1:8443", "https://sluice.internal:8443"},
+		TLSCA:        "/etc/sluice/ca.pem",
 		Token:        "{env.SLUICE_CLIENT_TOKEN}",
 		Rule:         "per-key",
 		Key:          "{http.request.header.X-API-Key}",
@@ -59,6 +61,9 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"rule twice", "sluice {\n" + nodes + rule + rule + key + "}", "rule given twice"},
 		{"unknown setting", "sluice {\n" + nodes + rule + key + "limit 10\n}", `unknown setting "limit"`},
 		{"bad on_missing_key", "sluice {\n" + nodes + rule + key + "on_missing_key allow\n}", `on_missing_key: "allow" is neither skip nor deny`},
+		{"two schemes", "sluice {\nnodes http://127.0.0.1:8080 https://127.0.0.1:8443\n" + rule + key + "}", `"https://127.0.0.1:8443" is https://, another node is http://`},
+		{"tls_ca for http://", "sluice {\n" + nodes + rule + key + "tls_ca ca.pem\n}", "tls_ca: the nodes are http://"},
+		{"tls_ca without a file", "sluice {\nnodes https://127.0.0.1:8443\n" + rule + key + "tls_ca\n}", "tls_ca takes exactly one argument, found 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler

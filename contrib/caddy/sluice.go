@@ -7,10 +7,11 @@
 // In a Caddyfile:
 //
 //	sluice {
-//		nodes http://10.0.0.1:8080 http://10.0.0.2:8080
-//		token {env.SLUICE_CLIENT_TOKEN}
-//		rule  per-key
-//		key   {http.request.header.X-API-Key}
+//		nodes  https://10.0.0.1:8080 https://10.0.0.2:8080
+//		tls_ca /etc/sluice/ca.pem
+//		token  {env.SLUICE_CLIENT_TOKEN}
+//		rule   per-key
+//		key    {http.request.header.X-API-Key}
 //	}
 //
 // A denied request is answered 429 with Retry-After and the RateLimit
@@ -20,9 +21,12 @@
 package sluicecaddy
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -65,6 +69,11 @@ type Handler struct {
 	// once replaced: "skip" (the default: the request is not limited)
 	// or "deny" (429, without Retry-After: waiting does not bring a key).
 	OnMissingKey string `json:"on_missing_key,omitempty"`
+	// TLSCA is a PEM file of the CA certificates the https:// nodes'
+	// certificates chain to (the CA of sluiced -tls-cert, which -tls-ca
+	// names on the nodes). Empty means the system roots. Placeholders
+	// known at provision time are replaced.
+	TLSCA string `json:"tls_ca,omitempty"`
 
 	limiter *client.Limiter
 	logger  *zap.Logger
@@ -98,7 +107,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.validate(nodes); err != nil {
 		return err
 	}
-	l, err := client.NewLimiter(client.LimiterConfig{Nodes: nodes, Token: tok})
+	cfg := client.LimiterConfig{Nodes: nodes, Token: tok, Logger: ctx.Slogger()}
+	cfg.Lease.Logger = cfg.Logger
+	if h.TLSCA != "" {
+		path, err := repl.ReplaceOrErr(h.TLSCA, true, true)
+		if err != nil {
+			return fmt.Errorf("sluice: tls_ca: %v", err)
+		}
+		if cfg.TLS, err = caConfig(path); err != nil {
+			return err
+		}
+	}
+	l, err := client.NewLimiter(cfg)
 	if err != nil {
 		return fmt.Errorf("sluice: %w", err)
 	}
@@ -106,15 +126,41 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// caConfig is the TLS config verifying the nodes against the CA
+// certificates of the PEM file at path.
+func caConfig(path string) (*tls.Config, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("sluice: tls_ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("sluice: tls_ca: %s holds no PEM certificate", path)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
 // validate checks the fields, with nodes as given or replaced.
 func (h *Handler) validate(nodes []string) error {
 	if len(nodes) == 0 {
 		return errors.New("sluice: nodes: at least one node URL is required")
 	}
+	scheme := ""
 	for _, n := range nodes {
-		if !strings.Contains(n, "{") && !strings.HasPrefix(n, "http://") && !strings.HasPrefix(n, "https://") {
+		if strings.Contains(n, "{") {
+			continue // a placeholder: checked once replaced
+		}
+		s, _, ok := strings.Cut(n, "://")
+		if !ok || (s != "http" && s != "https") {
 			return fmt.Errorf("sluice: nodes: %q is not an http:// or https:// URL", n)
 		}
+		if scheme != "" && s != scheme {
+			return fmt.Errorf("sluice: nodes: %q is %s://, another node is %s://: give every node one scheme", n, s, scheme)
+		}
+		scheme = s
+	}
+	if h.TLSCA != "" && scheme == "http" {
+		return errors.New("sluice: tls_ca: the nodes are http://: give them as https:// (tls_ca verifies their certificates)")
 	}
 	if !api.ValidName(h.Rule) {
 		return fmt.Errorf("sluice: rule: %q is not a rule name (1-%d bytes of A-Z a-z 0-9 _ . -)", h.Rule, api.MaxRuleNameLen)

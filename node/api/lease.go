@@ -226,7 +226,7 @@ func DecodeLease(data []byte, dst *LeaseRequest) error {
 					bad("holder", "given twice")
 				}
 				holderSet = true
-				if v, ok := s.leaseStr(&fe, "holder", HolderLen); ok {
+				if v, ok := s.leaseStr(&fe, leaseName{name: "holder"}, HolderLen); ok {
 					if msg := HolderMsg(v); msg != "" {
 						bad("holder", msg)
 					} else {
@@ -238,7 +238,7 @@ func DecodeLease(data []byte, dst *LeaseRequest) error {
 					bad("region", "given twice")
 				}
 				regionSet = true
-				if v, ok := s.leaseStr(&fe, "region", MaxRuleNameLen); ok {
+				if v, ok := s.leaseStr(&fe, leaseName{name: "region"}, MaxRuleNameLen); ok {
 					if msg := nameMsg(v); msg != "" {
 						bad("region", msg)
 					} else {
@@ -281,12 +281,32 @@ func DecodeLease(data []byte, dst *LeaseRequest) error {
 	return nil
 }
 
+// leaseName names a field of a lease request or answer in an error: a
+// top-level field (list ""), or the field name of item idx of list ("ops"
+// or "results"). It becomes a string only for an error, so that reading a
+// valid request or answer builds no names.
+type leaseName struct {
+	list string
+	idx  int
+	name string
+}
+
+func (n leaseName) String() string {
+	switch n.list {
+	case "":
+		return n.name
+	case "results":
+		return resultField(n.idx, n.name)
+	}
+	return leaseField(n.idx, n.name)
+}
+
 // leaseStr reads a string of at most max bytes (no escapes are needed by
 // any valid value: an escaped one is unescaped into a copy).
-func (s *scanner) leaseStr(fe **FieldError, field string, max int) ([]byte, bool) {
+func (s *scanner) leaseStr(fe **FieldError, field leaseName, max int) ([]byte, bool) {
 	bad := func(msg string) {
 		if *fe == nil {
-			*fe = &FieldError{Field: field, Msg: msg}
+			*fe = &FieldError{Field: field.String(), Msg: msg}
 		}
 	}
 	if s.peek() != '"' {
@@ -314,13 +334,16 @@ func (s *scanner) leaseStr(fe **FieldError, field string, max int) ([]byte, bool
 }
 
 // leaseInt reads an integer between lo and hi.
-func (s *scanner) leaseInt(fe **FieldError, field string, lo, hi int64) (int64, bool) {
-	msg := "must be an integer between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)
+func (s *scanner) leaseInt(fe **FieldError, field leaseName, lo, hi int64) (int64, bool) {
+	bad := func() {
+		if *fe == nil {
+			*fe = &FieldError{Field: field.String(),
+				Msg: "must be an integer between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)}
+		}
+	}
 	if c := s.peek(); c != '-' && (c < '0' || c > '9') {
 		s.skip(2)
-		if *fe == nil {
-			*fe = &FieldError{Field: field, Msg: msg}
-		}
+		bad()
 		return 0, false
 	}
 	raw, isInt := s.number()
@@ -329,9 +352,7 @@ func (s *scanner) leaseInt(fe **FieldError, field string, lo, hi int64) (int64, 
 	}
 	n, ok := parseInt(raw)
 	if !isInt || !ok || n < lo || n > hi {
-		if *fe == nil {
-			*fe = &FieldError{Field: field, Msg: msg}
-		}
+		bad()
 		return 0, false
 	}
 	return n, true
@@ -426,7 +447,7 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 					bad(name, "given twice")
 				}
 				seen |= 1 << bit
-				field := leaseField(idx, name)
+				field := leaseName{list: "ops", idx: idx, name: name}
 				switch 1 << bit {
 				case lfOp:
 					if v, ok := s.leaseStr(fe, field, 8); ok {
@@ -712,11 +733,11 @@ func (s *scanner) leaseResults(dst []LeaseResult, n int, fe **FieldError) []Leas
 					case -1:
 						s.skip(2)
 					case 5:
-						if v, ok := s.leaseStr(fe, resultField(i, "error"), MaxLeaseErrorLen); ok {
+						if v, ok := s.leaseStr(fe, leaseName{list: "results", idx: i, name: "error"}, MaxLeaseErrorLen); ok {
 							r.Error = string(v)
 						}
 					default:
-						v, _ := s.leaseInt(fe, resultField(i, leaseResultNames[bit]), 0, 1<<62)
+						v, _ := s.leaseInt(fe, leaseName{list: "results", idx: i, name: leaseResultNames[bit]}, 0, 1<<62)
 						switch bit {
 						case 0:
 							r.Granted = v

@@ -54,6 +54,18 @@ func TestDecodeLeaseRoundTrip(t *testing.T) {
 	if _, err := DecodeLeaseResults(rb, nil, 4); err == nil {
 		t.Fatal("a reply with fewer results than ops was accepted")
 	}
+	// A bad answer names its field (built only for the error).
+	for body, field := range map[string]string{
+		`{"results":[{"granted":1},{"lent":-1}]}`:  "results[1].lent",
+		`{"results":[{"granted":1},{"error":7}]}`:  "results[1].error",
+		`{"results":[{"granted":"x"},{"lent":1}]}`: "results[0].granted",
+		`{"results":[{"wait_ms":1.5},{"lent":1}]}`: "results[0].wait_ms",
+	} {
+		var fe *FieldError
+		if _, err := DecodeLeaseResults([]byte(body), nil, 2); !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("DecodeLeaseResults(%s): %v, want a FieldError naming %s", body, err, field)
+		}
+	}
 }
 
 // Every invalid request is refused as a whole with the field named.

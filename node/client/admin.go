@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -45,6 +46,9 @@ type AdminConfig struct {
 	Actor string
 	// Timeout bounds each request. Zero means 10s.
 	Timeout time.Duration
+	// Logger receives the warning that Token is sent over plain http://
+	// to an address that is not loopback. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // NewAdmin returns an Admin for cfg.Addr.
@@ -65,6 +69,12 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Token != "" && u.Scheme == "http" {
+		if cfg.Logger == nil {
+			cfg.Logger = slog.Default()
+		}
+		(&plainWarner{log: cfg.Logger, token: "admin token"}).check(u.Host)
 	}
 	return &Admin{base: u.Scheme + "://" + u.Host, token: cfg.Token, actor: cfg.Actor,
 		hc: &http.Client{Timeout: cfg.Timeout}}, nil

@@ -34,7 +34,7 @@ func benchClient(b *testing.B, mods ...func(*client.Config)) *client.Client {
 	served := make(chan error, 1)
 	go func() { served <- n.Serve(ln) }()
 	cfg := client.DefaultConfig()
-	cfg.Seeds = []string{ln.Addr().String()}
+	cfg.Nodes = []string{ln.Addr().String()}
 	cfg.Timeout = time.Second // the benchmark shares 2 cores with the node
 	for _, mod := range mods {
 		mod(&cfg)

@@ -31,6 +31,9 @@ type call struct {
 	// and the chunks cut from them.
 	jobs   []job
 	chunks []job
+	// A lease request's ops and their answers (leasestore.go).
+	lops []api.LeaseOp
+	lres []api.LeaseResult
 }
 
 func (c *Client) getCall() *call { return c.calls.Get().(*call) }
@@ -54,6 +57,10 @@ func (c *Client) putCall(cl *call) {
 	cl.jobs = cl.jobs[:0]
 	clear(cl.chunks[:cap(cl.chunks)])
 	cl.chunks = cl.chunks[:0]
+	clear(cl.lops)
+	cl.lops = cl.lops[:0]
+	clear(cl.lres)
+	cl.lres = cl.lres[:0]
 	c.calls.Put(cl)
 }
 

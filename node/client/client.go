@@ -90,6 +90,8 @@ type Client struct {
 
 	calls sync.Pool // of *call
 	bat   batching
+	// plain, when not nil, warns of the token sent over plain HTTP.
+	plain *plainWarner
 }
 
 // node is one node the client talks to.
@@ -102,6 +104,8 @@ type node struct {
 	downUntil atomic.Int64
 	// batch queues this node's checks when Config.BatchWindow > 0.
 	batch batcher
+	// lease is the Limiter's lease requests to this node (leasestore.go).
+	lease leaseQueue
 }
 
 func (n *node) up() bool {
@@ -118,9 +122,9 @@ type view struct {
 }
 
 // New returns a Client that has fetched the member list from the first of
-// cfg.Seeds that answers (each asked within cfg.Timeout). A seed that
-// answers /v1/members with 404 is a node without clustering; the seeds are
-// then used as they are. It fails when no seed answers.
+// cfg.Nodes that answers (each asked within cfg.Timeout). A node that
+// answers /v1/members with 404 is a node without clustering; the nodes
+// given are then used as they are. It fails when none answers.
 func New(cfg Config) (*Client, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -133,8 +137,11 @@ func New(cfg Config) (*Client, error) {
 		done: make(chan struct{}),
 	}
 	c.calls.New = func() any { return new(call) }
+	if cfg.AdminToken != "" && cfg.TLS == nil {
+		c.plain = &plainWarner{log: cfg.Logger, token: cfg.tokenHint}
+	}
 	c.view.Store(&view{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Seeds)+1)*cfg.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Nodes)+1)*cfg.Timeout)
 	defer cancel()
 	if err := c.Refresh(ctx); err != nil {
 		c.closeNodes(c.view.Load(), nil)
@@ -221,7 +228,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 			addrs = append(addrs, n.addr)
 		}
 	}
-	addrs = append(addrs, c.cfg.Seeds...)
+	addrs = append(addrs, c.cfg.Nodes...)
 	var errs []error
 	tried := make(map[string]bool, len(addrs))
 	for _, addr := range addrs {
@@ -331,7 +338,7 @@ func (c *Client) memberView(old *view, mr MembersResponse) *view {
 // their addresses, with no ring.
 func (c *Client) seedView(old *view) *view {
 	v := &view{}
-	for _, s := range c.cfg.Seeds {
+	for _, s := range c.cfg.Nodes {
 		if v.find(s, s) != nil {
 			continue
 		}
@@ -365,6 +372,9 @@ func (c *Client) closeNodes(old, nv *view) {
 }
 
 func (c *Client) hostClient(addr string) *fasthttp.HostClient {
+	if c.plain != nil {
+		c.plain.check(addr)
+	}
 	return &fasthttp.HostClient{
 		Addr:                          addr,
 		Name:                          "sluice-client",

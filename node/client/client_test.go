@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -176,7 +177,7 @@ func TestCheckManyChunks(t *testing.T) {
 func TestDeadNodeFallsBack(t *testing.T) {
 	tc := newCluster(t, "node-a", "node-b", "node-c")
 	c := newClient(t, tc, func(cfg *client.Config) {
-		cfg.Seeds = []string{tc.nodes[0].addr, tc.nodes[1].addr}
+		cfg.Nodes = []string{tc.nodes[0].addr, tc.nodes[1].addr}
 		cfg.DownBackoff = time.Hour // stays down for the whole test
 	})
 	ctx := testCtx(t)
@@ -389,7 +390,8 @@ func TestBackgroundRefresh(t *testing.T) {
 func TestStandaloneNode(t *testing.T) {
 	tc := newCluster(t, "a", "b")
 	tc.standalone()
-	c := newClient(t, tc, func(cfg *client.Config) { cfg.Seeds = []string{tc.nodes[0].addr, tc.nodes[1].addr} })
+	// Through Seeds, the deprecated name of Nodes: it still works.
+	c := newClient(t, tc, func(cfg *client.Config) { cfg.Nodes, cfg.Seeds = nil, []string{tc.nodes[0].addr, tc.nodes[1].addr} })
 	ms := c.Members()
 	if len(ms) != 2 || ms[0].HTTPAddr != tc.nodes[0].addr {
 		t.Fatalf("Members of standalone seeds: %+v", ms)
@@ -517,10 +519,14 @@ func TestConfigErrors(t *testing.T) {
 		cfg   client.Config
 		field string
 	}{
-		{client.Config{}, "Seeds"},
+		{client.Config{}, "Nodes"},
+		{client.Config{Nodes: []string{"nohost"}}, "Nodes[0]"},
+		{client.Config{Nodes: []string{"http://127.0.0.1:1", "https://127.0.0.1:2"}}, "Nodes[1]"},
+		{client.Config{Nodes: []string{"http://127.0.0.1:1"}, TLS: &tls.Config{}}, "Nodes[0]"},
+		{client.Config{Nodes: []string{"127.0.0.1:1"}, Timeout: -1}, "Timeout"},
+		{client.Config{Nodes: []string{"127.0.0.1:1"}, MaxAttempts: -1}, "MaxAttempts"},
+		// Seeds, the deprecated name, is read when Nodes is empty.
 		{client.Config{Seeds: []string{"nohost"}}, "Seeds[0]"},
-		{client.Config{Seeds: []string{"127.0.0.1:1"}, Timeout: -1}, "Timeout"},
-		{client.Config{Seeds: []string{"127.0.0.1:1"}, MaxAttempts: -1}, "MaxAttempts"},
 	} {
 		_, err := client.New(tt.cfg)
 		if !errors.Is(err, client.ErrConfig) || !strings.Contains(err.Error(), tt.field+":") {
@@ -534,8 +540,8 @@ func TestConfigErrors(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	if _, err := client.New(client.Config{Seeds: []string{addr}}); !errors.Is(err, client.ErrNoNodes) {
-		t.Errorf("New with a dead seed: %v, want ErrNoNodes", err)
+	if _, err := client.New(client.Config{Nodes: []string{addr}}); !errors.Is(err, client.ErrNoNodes) {
+		t.Errorf("New with a dead node: %v, want ErrNoNodes", err)
 	}
 }
 

@@ -18,8 +18,9 @@
 //     together as one POST /v1/checks; each caller still gets its own
 //     result or error. Without it each Check is one POST /v1/check.
 //   - A node that answers /v1/members with 404 (a single node without
-//     clustering) makes the client treat its seeds as the nodes: every
-//     check goes to any of them, round-robin.
+//     clustering) makes the client treat the nodes it was given
+//     (Config.Nodes) as the cluster: every check goes to any of them,
+//     round-robin.
 //
 // # Failures
 //
@@ -45,6 +46,14 @@
 //
 // Invalid input (a bad rule name, key, hits or lease id) is refused before
 // any network call, with the same *api.FieldError the node would answer.
+//
+// # Tokens
+//
+// A token the client sends (Config.AdminToken with /v1/members; a
+// Limiter's client token with every request) travels in the clear over
+// http://: when a node it is sent to is not on loopback, the client logs
+// a warning once per node address (Config.Logger). Give the nodes as
+// https:// (Config.TLS verifies them).
 //
 // # Admin
 //

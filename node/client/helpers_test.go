@@ -237,7 +237,7 @@ func (tc *testCluster) byName(name string) *testNode {
 func newClient(t *testing.T, tc *testCluster, mod func(*client.Config)) *client.Client {
 	t.Helper()
 	cfg := client.DefaultConfig()
-	cfg.Seeds = []string{tc.nodes[0].addr}
+	cfg.Nodes = []string{tc.nodes[0].addr}
 	// 10s: the failures these tests make are refusals (a stopped node),
 	// never timeouts (a test about a slow node sets its own). A request
 	// that times out is sent again (CheckMany's 1000-check batches took

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,11 +16,32 @@ import (
 
 // remoteStore is the lease.Store of a Limiter: the nodes' Store, reached
 // through the lease protocol. Each call goes to the owner of its key (the
-// ring of the member list, or any node, which forwards), batched per node
-// for LimiterConfig.Flush.
+// ring of the member list, or any node, which forwards).
+//
+// Calls to one node are batched without a timer, as lua's script calls
+// are (lua/batch.go): a call goes out at once, as a request of its own
+// sent from the calling goroutine, when fewer than
+// LimiterConfig.LeaseRequests requests are in flight to its node; calls
+// that arrive while that many are in flight wait in the node's queue, and
+// when a request ends the queue (at most api.MaxLeaseOps calls, the rest
+// stay queued) goes out as the next request. A lone first touch thus costs
+// one round trip and waits for nothing, and concurrent ones bound for a
+// busy node share a request. A return, which no check waits for, goes
+// alone only when nothing is in flight to its node. A request the node
+// refuses as too many (429, before it reads it) is sent again at once,
+// with the calls queued meanwhile, one request at a time until the node
+// answers one: the Limiter's requests follow the node's bound instead of
+// failing (the node's Retry-After, in whole seconds, is not waited for).
 type remoteStore struct {
-	l        *Limiter
-	batchers sync.Map // node address → *leaseBatcher
+	l     *Limiter
+	waits sync.Pool // of *leaseWait
+	// posts are the requests of queued calls in flight (postQueued), each
+	// ending within Timeout: Limiter.Close waits for them once its
+	// Manager, which makes every call, is closed.
+	posts sync.WaitGroup
+	// queued, when set (by tests only), is called with the length of a
+	// node's queue each time a call joins it, under the queue's lock.
+	queued func(n int)
 }
 
 var _ lease.Store = (*remoteStore)(nil)
@@ -107,13 +129,33 @@ func (s *remoteStore) Return(ctx context.Context, ckey string, p lease.Policy, t
 	return err
 }
 
-// leaseAnswer is one op's answer.
-type leaseAnswer struct {
-	r   api.LeaseResult
-	err error
+// leaseQueue is one node's lease requests: how many are in flight, and
+// the calls waiting for the next one.
+type leaseQueue struct {
+	mu       sync.Mutex
+	inflight int
+	waits    []*leaseWait
+	// throttled: the node's last answer was 429 (too many lease requests
+	// for the client token): one request at a time until one is answered.
+	throttled bool
 }
 
-// do queues op for the owner of ckey and waits for its answer.
+// leaseWait is one call waiting in a leaseQueue.
+type leaseWait struct {
+	ctx  context.Context // the caller's: a call whose caller gave up is not sent
+	op   api.LeaseOp
+	r    api.LeaseResult
+	err  error
+	done chan struct{} // receives once r and err are set
+}
+
+// errThrottled is a lease request the node answered 429: it applied none
+// of its ops (it refuses a flood before reading the request), so they
+// are sent again.
+var errThrottled = errors.New("too many lease requests")
+
+// do sends op to the owner of ckey (see remoteStore) and returns its
+// answer. It returns when the answer is in or ctx is done.
 func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.LeaseResult, error) {
 	c := s.l.c
 	if c.closed() {
@@ -127,102 +169,196 @@ func (s *remoteStore) do(ctx context.Context, ckey string, op api.LeaseOp) (api.
 	if n == nil {
 		return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, ErrNoNodes)
 	}
-	bi, _ := s.batchers.LoadOrStore(n.addr, &leaseBatcher{s: s})
-	b := bi.(*leaseBatcher)
-	done := make(chan leaseAnswer, 1)
-	b.add(n, op, done)
+	room := s.l.cfg.LeaseRequests
+	if op.Op == api.OpReturn {
+		// No check waits for a return: it goes alone only to an idle
+		// node, and shares a request otherwise (Close and the idle sweep
+		// return many keys at once).
+		room = 1
+	}
+	q := &n.lease
+	q.mu.Lock()
+	if q.throttled {
+		room = 1
+	}
+	if q.inflight < room {
+		// Room in flight: op goes now, alone, from this goroutine.
+		q.inflight++
+		q.mu.Unlock()
+		cl := c.getCall()
+		cl.lops = append(cl.lops[:0], op)
+		rs, err := s.post(ctx, n, cl)
+		var r api.LeaseResult
+		if err == nil {
+			r = rs[0]
+		}
+		c.putCall(cl)
+		if err != errThrottled {
+			s.ended(n, err == nil)
+			return answerOf(r, err)
+		}
+		// Not applied: op waits for the next request, which goes now.
+		w := s.wait(ctx, op)
+		q.mu.Lock()
+		q.throttled = true
+		q.waits = append(q.waits, w)
+		q.mu.Unlock()
+		s.ended(n, false)
+		return s.await(ctx, w)
+	}
+	w := s.wait(ctx, op)
+	q.waits = append(q.waits, w)
+	var full []*leaseWait
+	if len(q.waits) == api.MaxLeaseOps { // a full request goes at once
+		full, q.waits = q.waits, nil
+		q.inflight++
+	}
+	if s.queued != nil {
+		s.queued(len(q.waits))
+	}
+	q.mu.Unlock()
+	if full != nil {
+		s.posts.Go(func() { s.postQueued(n, full) })
+	}
+	return s.await(ctx, w)
+}
+
+// wait returns a leaseWait for op of a caller with ctx.
+func (s *remoteStore) wait(ctx context.Context, op api.LeaseOp) *leaseWait {
+	w, _ := s.waits.Get().(*leaseWait)
+	if w == nil {
+		w = &leaseWait{done: make(chan struct{}, 1)}
+	}
+	w.ctx, w.op, w.r, w.err = ctx, op, api.LeaseResult{}, nil
+	return w
+}
+
+// await waits for w's answer or ctx.
+func (s *remoteStore) await(ctx context.Context, w *leaseWait) (api.LeaseResult, error) {
 	select {
-	case a := <-done:
-		if a.err != nil {
-			return a.r, a.err
-		}
-		if a.r.Error != "" {
-			return a.r, fmt.Errorf("%w: %s", lease.ErrStoreUnavailable, a.r.Error)
-		}
-		return a.r, nil
+	case <-w.done:
+		r, err := w.r, w.err
+		w.ctx, w.op = nil, api.LeaseOp{}
+		s.waits.Put(w)
+		return answerOf(r, err)
 	case <-ctx.Done():
+		// w is abandoned: its request may still write to it, so it is
+		// not reused. The node may still apply op: its answer is lost,
+		// as a single call's is when its deadline passes first.
 		return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, ctx.Err())
 	}
 }
 
-// leaseBatcher gathers the ops to one node for LimiterConfig.Flush (or
-// until api.MaxLeaseOps) and sends them as one request.
-type leaseBatcher struct {
-	s     *remoteStore
-	mu    sync.Mutex
-	n     *node
-	ops   []api.LeaseOp
-	waits []chan leaseAnswer
+// answerOf is a call's result: an op the node answered with an error was
+// not applied, a failed Store call for the holder.
+func answerOf(r api.LeaseResult, err error) (api.LeaseResult, error) {
+	switch {
+	case err == errThrottled:
+		return r, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
+	case err != nil:
+		return r, err
+	case r.Error != "":
+		return r, fmt.Errorf("%w: %s", lease.ErrStoreUnavailable, r.Error)
+	}
+	return r, nil
 }
 
-func (b *leaseBatcher) add(n *node, op api.LeaseOp, done chan leaseAnswer) {
-	b.mu.Lock()
-	b.n = n
-	b.ops = append(b.ops, op)
-	b.waits = append(b.waits, done)
-	switch len(b.ops) {
-	case 1:
-		time.AfterFunc(b.s.l.cfg.Flush, b.flush)
-	case api.MaxLeaseOps:
-		ops, waits, n := b.take()
-		b.mu.Unlock()
-		go b.s.send(n, ops, waits)
+// ended is told that a request to n ended, answered (ok) or not: the
+// calls queued meanwhile go out as the next request (in a goroutine of
+// its own: the caller may be waiting for its own answer), or n has one
+// request fewer in flight. Calls whose callers gave up are dropped.
+func (s *remoteStore) ended(n *node, ok bool) {
+	q := &n.lease
+	q.mu.Lock()
+	if ok {
+		q.throttled = false
+	}
+	live := q.waits[:0]
+	for _, w := range q.waits {
+		if w.ctx.Err() == nil {
+			live = append(live, w)
+		} else {
+			w.err = fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, w.ctx.Err())
+			w.done <- struct{}{} // (buffered: its caller has gone, or reads this)
+		}
+	}
+	clear(q.waits[len(live):])
+	q.waits = live
+	if len(q.waits) == 0 {
+		q.inflight--
+		q.mu.Unlock()
 		return
 	}
-	b.mu.Unlock()
+	k, was := min(len(q.waits), api.MaxLeaseOps), len(q.waits)
+	ws := append([]*leaseWait(nil), q.waits[:k]...)
+	q.waits = append(q.waits[:0], q.waits[k:]...)
+	clear(q.waits[len(q.waits):was])
+	q.mu.Unlock()
+	s.posts.Go(func() { s.postQueued(n, ws) })
 }
 
-// take empties the batch (b.mu held).
-func (b *leaseBatcher) take() ([]api.LeaseOp, []chan leaseAnswer, *node) {
-	ops, waits := b.ops, b.waits
-	b.ops, b.waits = nil, nil
-	return ops, waits, b.n
-}
-
-func (b *leaseBatcher) flush() {
-	b.mu.Lock()
-	ops, waits, n := b.take()
-	b.mu.Unlock()
-	if len(ops) > 0 {
-		b.s.send(n, ops, waits)
+// postQueued sends queued calls as one request, answers each, and tells
+// n's queue it ended. Calls the node refused with 429 (it applied none)
+// go back to the front of the queue, and the node gets one request at a
+// time until it answers one: the next goes as this one ends, carrying
+// them and every call queued meanwhile.
+func (s *remoteStore) postQueued(n *node, ws []*leaseWait) {
+	c := s.l.c
+	cl := c.getCall()
+	for _, w := range ws {
+		cl.lops = append(cl.lops, w.op)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.Timeout)
+	rs, err := s.post(ctx, n, cl)
+	cancel()
+	if err == errThrottled {
+		c.putCall(cl)
+		q := &n.lease
+		q.mu.Lock()
+		q.throttled = true
+		q.waits = append(ws, q.waits...)
+		q.mu.Unlock()
+		s.ended(n, false)
+		return
+	}
+	for i, w := range ws {
+		if err != nil {
+			w.err = err
+		} else {
+			w.r = rs[i]
+		}
+		w.done <- struct{}{}
+	}
+	c.putCall(cl)
+	s.ended(n, err == nil)
 }
 
-// send posts one lease request and answers its waiters.
-func (s *remoteStore) send(n *node, ops []api.LeaseOp, waits []chan leaseAnswer) {
+// post sends cl.lops to n (or, if the connection to n cannot be made,
+// another node, which forwards them) as one lease request and returns the
+// answers, in order (in cl.lres). Every error is a failed Store call.
+func (s *remoteStore) post(ctx context.Context, n *node, cl *call) ([]api.LeaseResult, error) {
 	l := s.l
-	answerAll := func(err error) {
-		for _, w := range waits {
-			w <- leaseAnswer{err: err}
-		}
-	}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(l.c.scheme() + "://" + n.addr + leasePath)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.Set(fasthttp.HeaderAuthorization, l.auth)
-	req.Header.SetContentType("application/json")
-	req.SetBody(api.AppendLeaseRequest(req.Body()[:0], &api.LeaseRequest{Holder: l.holder, Region: l.cfg.Region, Ops: ops}))
-	if err := n.hc.DoTimeout(req, resp, l.cfg.Timeout); err != nil {
-		l.c.markDown(n)
-		answerAll(fmt.Errorf("%w: %s: %w", lease.ErrStoreUnavailable, n.addr, err))
-		return
-	}
-	if st := resp.StatusCode(); st != fasthttp.StatusOK {
-		err := error(&StatusError{Node: n.addr, Status: st, Msg: errorMsg(resp.Body())})
-		if st == fasthttp.StatusTooManyRequests || st >= 500 {
-			err = fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
-		}
-		answerAll(err)
-		return
-	}
-	rs, err := api.DecodeLeaseResults(resp.Body(), nil, len(ops))
+	cl.req.Header.Set(fasthttp.HeaderAuthorization, l.auth)
+	cl.body = api.AppendLeaseRequest(cl.body[:0], &api.LeaseRequest{Holder: l.holder, Region: l.cfg.Region, Ops: cl.lops})
+	sent, err := l.c.send(ctx, l.c.view.Load(), n, leasePath, cl)
 	if err != nil {
-		answerAll(fmt.Errorf("%w: %s: %w", lease.ErrStoreUnavailable, n.addr, err))
-		return
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
 	}
-	for i, w := range waits {
-		w <- leaseAnswer{r: rs[i]}
+	switch st := cl.resp.StatusCode(); {
+	case st == fasthttp.StatusTooManyRequests:
+		return nil, errThrottled
+	case st >= 500:
+		return nil, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, &StatusError{Node: sent.addr, Status: st, Msg: errorMsg(cl.resp.Body())})
+	case st != fasthttp.StatusOK:
+		return nil, &StatusError{Node: sent.addr, Status: st, Msg: errorMsg(cl.resp.Body())}
 	}
+	rs, err := api.DecodeLeaseResults(cl.resp.Body(), cl.lres[:0], len(cl.lops))
+	cl.lres = rs
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", lease.ErrStoreUnavailable, sent.addr, err)
+	}
+	return rs, nil
 }

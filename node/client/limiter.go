@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"strings"
 	"sync"
@@ -33,29 +34,46 @@ const (
 // Nodes and Token means the default given in its comment.
 type LimiterConfig struct {
 	// Nodes are the nodes' addresses, "http://host:port" (or
-	// "https://host:port", verified with TLS) or "host:port". At least one.
+	// "https://host:port", verified with TLS) or "host:port" (HTTPS when
+	// TLS is set). At least one; the others are learned from them. Every
+	// node speaks one scheme.
 	Nodes []string
 	// Token is the nodes' client token (sluiced -client-token): it lets
 	// the Limiter lease, return and read the rules, never administer.
+	// Sent over plain http:// to a node that is not on loopback, it is
+	// logged as a warning (once per node address): give the nodes as
+	// https://.
 	Token string
-	// TLS verifies the nodes over HTTPS. Nil means plain HTTP unless a
-	// node is given as https://, then the system roots.
+	// TLS verifies the nodes over HTTPS (a cluster CA in RootCAs). Nil
+	// means the system roots for nodes given as https://.
 	TLS *tls.Config
 	// Timeout bounds one request to a node. Zero means 500ms. A rules
 	// fetch, which no decision waits for, may take at least 2s.
 	Timeout time.Duration
-	// Flush is how long a lease or return waits for others to the same
-	// node before they are sent as one request. Zero means 1ms (a lease
-	// call is rare: one per key per Horizon when busy).
+	// LeaseRequests bounds the lease requests in flight to one node. A
+	// lease call (a key's first touch, a prefetch, a return) goes out at
+	// once, in a request of its own, while fewer are in flight; calls made
+	// while that many are in flight wait and share the next request (at
+	// most api.MaxLeaseOps calls), which goes out when one in flight
+	// ends. Zero means 4: a few concurrent first touches each cost one
+	// round trip and wait for nothing, and many share requests rather than
+	// flood the node.
+	LeaseRequests int
+	// Flush is no longer used: lease calls wait for no timer (see
+	// LeaseRequests).
+	//
+	// Deprecated: ignored. It was how long a lease call waited for others
+	// to the same node (1ms), which every first touch paid.
 	Flush time.Duration
 	// RulesPoll is how often the rules are fetched again (a request
 	// answered 304 when they did not change). Zero means 5s.
 	RulesPoll time.Duration
 	// Lease tunes the Limiter's lease.Manager (the same as a node's:
 	// Horizon, Idle, LowWater...). Zero fields mean lease.DefaultConfig's,
-	// except StoreTimeout (Timeout + Flush: a lease call crosses the
-	// network), LeaseTTL (30s: what a crashed gateway strands, at most
-	// the nodes' bound of 60s) and Holder (a random id per Limiter).
+	// except StoreTimeout (Timeout: a lease call is a request to a node),
+	// LeaseTTL (30s: what a crashed gateway strands, at most the nodes'
+	// bound of 60s) and Holder (the Limiter's public holder id, Holder;
+	// the Manager never sees the secret).
 	Lease lease.Config
 	// Region, when set, makes the Limiter a region's node leasing from the
 	// global tier (sluiced -upstream, docs/regions.md): its lease requests
@@ -71,6 +89,9 @@ type LimiterConfig struct {
 	// counter key after each lease call they answer (0 after a return):
 	// the tokens it holds of the key at most.
 	OnLent func(ckey string, lent int64)
+	// Logger receives the Limiter's warnings (the token sent over plain
+	// HTTP). Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Decision is the answer of Limiter.Allow.
@@ -102,18 +123,24 @@ var ErrUnknownRule = errors.New("unknown rule")
 // Limiter decides checks in the caller's process: it holds leases of the
 // nodes' Store through the lease protocol (a lease.Manager over a remote
 // Store) and decides each check from the tokens it holds, with no
-// network round trip. Exact rules (sliding_log, concurrency) are sent as
+// network round trip. A key it holds nothing of costs one round trip: the
+// lease call that starts its lease carries the check (need = its hits),
+// and is sent at once (see LimiterConfig.LeaseRequests). Exact rules (sliding_log, concurrency) are sent as
 // ordinary checks, and so are the rules the nodes say they do not lease
 // (/v1/lease/rules' "checks": a global rule on a region's node, decided
 // by its owner there from what it leases of the global tier). A Limiter
 // is safe for concurrent use.
 type Limiter struct {
-	cfg    LimiterConfig
-	c      *Client
-	auth   string // "Bearer <token>"
-	holder string
-	mgr    *lease.Manager
-	store  *remoteStore
+	cfg  LimiterConfig
+	c    *Client
+	auth string // "Bearer <token>"
+	// holder is the secret the lease requests name the holder by (32 hex
+	// digits, drawn at start): whoever has it and the client token can
+	// renew, return and report for the Limiter's loans. It is never shown;
+	// public, its public id (api.HolderPublicID), is.
+	holder, public string
+	mgr            *lease.Manager
+	store          *remoteStore
 	// rulesHC fetches the rules: the nodes' clients read and write within
 	// Timeout, a decision's budget; a rules fetch may take longer
 	// (rulesTimeout).
@@ -268,6 +295,8 @@ type limRule struct {
 	// leased rule without overrides: every key's policy is pol).
 	local bool
 	pol   lease.Policy
+	// hdrs are the rule's rate-limit headers' fixed parts (WriteHeaders).
+	hdrs atomic.Pointer[ruleHeaders]
 }
 
 // NewLimiter returns a Limiter that has fetched the rules from the first
@@ -282,52 +311,45 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	if cfg.Region != "" && !api.ValidName(cfg.Region) {
 		return nil, configError("Region", "1 to 64 bytes of A-Z a-z 0-9 _ . -")
 	}
-	seeds := make([]string, len(cfg.Nodes))
-	for i, n := range cfg.Nodes {
-		switch {
-		case strings.HasPrefix(n, "https://"):
-			if cfg.TLS == nil {
-				cfg.TLS = &tls.Config{}
-			}
-			n = strings.TrimPrefix(n, "https://")
-		case strings.HasPrefix(n, "http://"):
-			n = strings.TrimPrefix(n, "http://")
-		}
-		seeds[i] = strings.TrimSuffix(n, "/")
-	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 500 * time.Millisecond
 	}
-	if cfg.Flush <= 0 {
-		cfg.Flush = time.Millisecond
+	if cfg.LeaseRequests <= 0 {
+		cfg.LeaseRequests = 4
 	}
 	if cfg.RulesPoll <= 0 {
 		cfg.RulesPoll = 5 * time.Second
 	}
-	c, err := New(Config{Seeds: seeds, Timeout: cfg.Timeout, TLS: cfg.TLS, AdminToken: cfg.Token, tokenHint: clientTokenHint})
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c, err := New(Config{Nodes: cfg.Nodes, Timeout: cfg.Timeout, TLS: cfg.TLS, AdminToken: cfg.Token, Logger: cfg.Logger,
+		tokenHint: clientTokenHint})
 	if err != nil {
 		return nil, err
 	}
+	cfg.TLS = c.cfg.TLS
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	l := &Limiter{cfg: cfg, c: c, auth: "Bearer " + cfg.Token, holder: hex.EncodeToString(id[:]),
+	secret := hex.EncodeToString(id[:])
+	l := &Limiter{cfg: cfg, c: c, auth: "Bearer " + cfg.Token, holder: secret, public: api.HolderPublicID(secret),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	l.rulesHC = &fasthttp.Client{Name: "sluice-client", NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
 		MaxResponseBodySize: maxMembersBody, TLSConfig: cfg.TLS, DisablePathNormalizing: true}
 	l.store = &remoteStore{l: l}
 	mcfg := cfg.Lease
 	if mcfg.StoreTimeout <= 0 {
-		mcfg.StoreTimeout = cfg.Timeout + cfg.Flush
+		mcfg.StoreTimeout = cfg.Timeout
 	}
 	if mcfg.LeaseTTL <= 0 {
 		mcfg.LeaseTTL = 30 * time.Second
 	}
 	mcfg.LeaseTTL = min(mcfg.LeaseTTL, time.Duration(api.MaxLeaseTTLMS)*time.Millisecond)
-	mcfg.Holder = l.holder
+	mcfg.Holder = l.public
 	// The Manager first: the rules' Prefixes are its (it holds no key and
 	// calls no node until a check).
 	l.mgr = lease.NewManager(l.store, mcfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(seeds)+1)*l.rulesTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(c.cfg.Nodes)+1)*l.rulesTimeout())
 	err = l.refreshRules(ctx)
 	cancel()
 	if err != nil {
@@ -347,9 +369,11 @@ func (l *Limiter) Manager() *lease.Manager { return l.mgr }
 // Rules returns the rules the Limiter last fetched from the nodes.
 func (l *Limiter) Rules() *rules.Set { return l.rules.Load().set }
 
-// Holder returns the Limiter's holder id (the nodes namespace it by the
-// client token): what its loans are counted under.
-func (l *Limiter) Holder() string { return l.holder }
+// Holder returns the Limiter's public holder id (api.HolderPublicID of
+// the secret its lease requests carry, 16 hex digits): what the nodes show
+// its loans under (/v1/stats, the dashboard). It may be logged and shown;
+// it lets no one act on the Limiter's loans. The secret is never shown.
+func (l *Limiter) Holder() string { return l.public }
 
 // Close returns every token the Limiter holds to the Store, stops it and
 // closes its connections. Allow fails with ErrClosed after it.
@@ -360,6 +384,7 @@ func (l *Limiter) Close() error {
 		close(l.stop)
 		<-l.done
 		err = l.mgr.Close()
+		l.store.posts.Wait()
 		l.c.Close()
 		l.rulesHC.CloseIdleConnections()
 	})
@@ -409,7 +434,7 @@ func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64)
 		return Decision{}, &api.FieldError{Field: "key", Msg: msg}
 	}
 	p := r.r.PolicyFor(key)
-	if r.check || !p.Algorithm.Leased() {
+	if r.check || !p.Algorithm.Leased() || l.overShare(r, &p, hits) {
 		return l.send(ctx, r, key, hits)
 	}
 	d, err := r.px.Take(key, p, hits)
@@ -419,8 +444,24 @@ func (l *Limiter) allow(ctx context.Context, r *limRule, key string, hits int64)
 	return r.decision(&d), nil
 }
 
-// send sends a check to the nodes: an exact rule's, or one of a rule
-// the nodes do not lease.
+// overShare reports whether a check of hits needs more than the Limiter
+// may hold of a key of p: its rule's gateway_share of the capacity (at
+// least one token), as the nodes bound a gateway holder. Such a check is
+// sent to the nodes as a check (one round trip, decided exactly by the
+// key's owner), never leased. A check the capacity cannot cover is left
+// to the Manager, which denies it without a call; a region's Limiter is
+// not bound by gateway_share.
+func (l *Limiter) overShare(r *limRule, p *lease.Policy, hits int64) bool {
+	if l.cfg.Region != "" || hits <= 1 {
+		return false
+	}
+	c := p.Capacity()
+	return hits <= c && hits > max(int64(float64(c)*r.r.GatewayShare), 1)
+}
+
+// send sends a check to the nodes: an exact rule's, one of a rule the
+// nodes do not lease, or one that needs more than the Limiter's share of
+// its key.
 func (l *Limiter) send(ctx context.Context, r *limRule, key string, hits int64) (Decision, error) {
 	res, err := l.c.Check(ctx, r.r.Name, key, hits)
 	if err != nil {

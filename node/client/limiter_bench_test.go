@@ -23,7 +23,16 @@ import (
 // every Allow is decided from the tokens the Limiter holds.
 func benchLimiter(b *testing.B) *client.Limiter {
 	clock := clocktest.New()
-	store := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now})
+	return benchLimiterOn(b, benchNode(b, lease.MemoryStoreConfig{Now: clock.Now}, nil))
+}
+
+// benchNode starts a real node on the memory store (mem) with the client
+// token and the rule "big" (a limit no benchmark reaches), in this
+// process, on loopback; edit, when not nil, edits its configs. It returns
+// the node's address.
+func benchNode(b *testing.B, mem lease.MemoryStoreConfig, edit func(*lease.Config, *node.Config)) string {
+	b.Helper()
+	store := lease.NewMemoryStore(mem)
 	b.Cleanup(func() { store.Close() })
 	mcfg := lease.DefaultConfig()
 	// zipfKeys leases 10k keys from 100 goroutines at once: on a loaded
@@ -31,9 +40,12 @@ func benchLimiter(b *testing.B) *client.Limiter {
 	// the default timeout, and the key would be decided by its failure
 	// mode (Degraded) in the gateway.
 	mcfg.StoreTimeout = time.Minute
-	mgr := lease.NewManager(store, mcfg)
 	cfg := node.DefaultConfig()
 	cfg.ClientToken = limiterToken
+	if edit != nil {
+		edit(&mcfg, &cfg)
+	}
+	mgr := lease.NewManager(store, mcfg)
 	n := node.New(cfg, mgr)
 	set, err := rules.Parse([]byte(`
 rules:
@@ -50,11 +62,19 @@ rules:
 	if err != nil {
 		b.Fatal(err)
 	}
-	go func() { _ = n.Serve(ln) }()
-	b.Cleanup(func() { _ = n.Shutdown(context.Background()); mgr.Close() })
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(ln) }()
+	b.Cleanup(func() { _ = n.Shutdown(context.Background()); <-served; mgr.Close() })
+	return ln.Addr().String()
+}
+
+// benchLimiterOn is a Limiter on the node at addr whose keys never go back
+// idle while a benchmark runs.
+func benchLimiterOn(b *testing.B, addr string) *client.Limiter {
+	b.Helper()
 	// A generous Timeout: under valgrind a lease answer takes long, and a
 	// key whose lease timed out would be decided by its failure mode.
-	lcfg := client.LimiterConfig{Nodes: []string{ln.Addr().String()}, Token: limiterToken, Timeout: time.Minute}
+	lcfg := client.LimiterConfig{Nodes: []string{addr}, Token: limiterToken, Timeout: time.Minute}
 	lcfg.Lease.Idle = time.Hour // no key goes back while the benchmark runs
 	l, err := client.NewLimiter(lcfg)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/lease"
 )
 
 // MiddlewareConfig configures Limiter.Middleware.
@@ -82,19 +84,64 @@ func (l *Limiter) Middleware(cfg MiddlewareConfig, next http.Handler) http.Handl
 // Retry-After (whole seconds, rounded up, at least 1). Gateways built on
 // a Limiter (the middleware, the Caddy module) answer with it.
 func (l *Limiter) WriteHeaders(h http.Header, rule, key string, d *Decision) {
+	// The header names in their canonical form (http.Header.Set's keys,
+	// without canonicalising them anew), the parts a rule's headers share
+	// made once per rule (limRule.headers).
 	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
 	reset := strconv.FormatInt(ceilSeconds(d.Reset), 10)
-	h.Set("RateLimit", strconv.Quote(rule)+";r="+remaining+";t="+reset)
-	if r := l.rules.Load().rule(rule); r != nil {
-		p := r.r.PolicyFor(key)
-		h.Set("RateLimit-Policy", strconv.Quote(rule)+";q="+strconv.FormatInt(p.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(p.Period), 10))
+	r := l.rules.Load().rule(rule)
+	var hs *ruleHeaders
+	if r != nil {
+		hs = r.headers()
 	}
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("X-RateLimit-Remaining", remaining)
-	h.Set("X-RateLimit-Reset", reset)
+	quoted, limit := "", ""
+	if hs != nil {
+		quoted = hs.quoted
+		if d.Limit == r.pol.Limit {
+			limit = hs.limit
+		}
+		policy := hs.policy
+		if len(r.r.Overrides) > 0 {
+			policy = policyHeader(quoted, r.r.PolicyFor(key))
+		}
+		h["Ratelimit-Policy"] = []string{policy}
+	} else {
+		quoted = strconv.Quote(rule)
+	}
+	if limit == "" {
+		limit = strconv.FormatInt(d.Limit, 10)
+	}
+	h["Ratelimit"] = []string{quoted + ";r=" + remaining + ";t=" + reset}
+	h["X-Ratelimit-Limit"] = []string{limit}
+	h["X-Ratelimit-Remaining"] = []string{remaining}
+	h["X-Ratelimit-Reset"] = []string{reset}
 	if !d.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+		h["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10)}
 	}
+}
+
+// ruleHeaders are the parts of a rule's rate-limit headers that do not
+// change from one decision to the next.
+type ruleHeaders struct {
+	quoted string // the rule's name, quoted
+	policy string // RateLimit-Policy of the rule's own policy
+	limit  string // its limit
+}
+
+// headers returns r's ruleHeaders, made on first use.
+func (r *limRule) headers() *ruleHeaders {
+	if hs := r.hdrs.Load(); hs != nil {
+		return hs
+	}
+	q := strconv.Quote(r.r.Name)
+	hs := &ruleHeaders{quoted: q, policy: policyHeader(q, r.r.Policy), limit: strconv.FormatInt(r.pol.Limit, 10)}
+	r.hdrs.Store(hs)
+	return hs
+}
+
+// policyHeader is RateLimit-Policy of p for the rule named quoted.
+func policyHeader(quoted string, p lease.Policy) string {
+	return quoted + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(p.Period), 10)
 }
 
 func ceilSeconds(d time.Duration) int64 {

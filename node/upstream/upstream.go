@@ -19,6 +19,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,11 @@ type Config struct {
 	// RulesPoll is how often the global tier's rules are fetched again
 	// (node/client's LimiterConfig.RulesPoll). Zero means 5s.
 	RulesPoll time.Duration
+	// TLS verifies the global tier's https:// nodes (sluiced -tls-ca: a
+	// CA in RootCAs). Nil means the system roots. Unused for http://
+	// URLs, whose token travels in the clear (the Limiter warns of it,
+	// once per address, unless the address is loopback).
+	TLS *tls.Config
 	// Logger receives the Upstream's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -127,7 +133,7 @@ func Start(cfg Config) (*Upstream, error) {
 		cfg.URLs[i] = strings.TrimSuffix(url, "/")
 	}
 	u := &Upstream{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}),
-		hc: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute}}
+		hc: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute, TLSConfig: cfg.TLS}}
 	u.demand.m = map[string]*demandCounter{}
 	u.lent.m = map[string]int64{}
 	rtt := time.Duration(1<<63 - 1)
@@ -148,11 +154,15 @@ func Start(cfg Config) (*Upstream, error) {
 	}
 	u.rtt.Store(int64(rtt))
 	horizon := max(cfg.Horizon, 8*rtt)
-	timeout := max(4*rtt, 100*time.Millisecond) // a Store call's: the Limiter's request timeout plus its batching
+	timeout := max(4*rtt, 100*time.Millisecond) // a Store call's: the Limiter's request timeout
 	u.local = &floorStore{inner: lease.NewMemoryStore(lease.DefaultMemoryStoreConfig()), floor: u.floor}
+	var tlsCfg *tls.Config
+	if strings.HasPrefix(cfg.URLs[0], "https://") {
+		tlsCfg = cfg.TLS // (a mix of http:// and https:// fails NewLimiter)
+	}
 	lim, err := client.NewLimiter(client.LimiterConfig{
-		Nodes: cfg.URLs, Token: cfg.Token, Timeout: timeout, Region: cfg.Region, Demand: u.demand.rate, RulesPoll: cfg.RulesPoll,
-		OnLent: u.lent.set,
+		Nodes: cfg.URLs, Token: cfg.Token, TLS: tlsCfg, Timeout: timeout, Region: cfg.Region, Demand: u.demand.rate, RulesPoll: cfg.RulesPoll,
+		OnLent: u.lent.set, Logger: cfg.Logger,
 		Lease: lease.Config{Horizon: horizon, Idle: cfg.Idle, Local: u.local,
 			Metrics: metrics.NewSet(), Logger: cfg.Logger},
 	})
@@ -168,6 +178,11 @@ func Start(cfg Config) (*Upstream, error) {
 	go u.run()
 	return u, nil
 }
+
+// Holder is this node's public holder id on the global tier
+// (client.Limiter.Holder): what the global tier shows its loans under.
+// The secret its lease requests carry is never shown.
+func (u *Upstream) Holder() string { return u.lim.Holder() }
 
 // Manager is the lease.Manager of global rules' keys.
 func (u *Upstream) Manager() *lease.Manager { return u.lim.Manager() }
