@@ -50,7 +50,7 @@ func gatewayNodeOn(t *testing.T, rules string, store lease.Store, clock *clockte
 	// check's 50ms: these tests are about what is decided, not when.
 	mcfg.StoreTimeout = 10 * time.Second
 	tn := newTestNodeManager(t, rules, store, clock, cfg, mcfg)
-	tn.n.gw.flood = lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now, SweepInterval: -1})
+	tn.n.gw.now = clock.Now
 	return tn
 }
 
