@@ -21,7 +21,7 @@ import (
 )
 
 // options are sluiced's settings, from flags and SLUICE_* environment
-// variables (the table in docs/configuration.md).
+// variables (docs/configuration.md lists them).
 type options struct {
 	version  bool // -version: print the version and exit
 	listen   string
