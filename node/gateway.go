@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -209,7 +210,9 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	results := make([]engine.LeaseResult, len(ops))
-	if err := n.eng.Lease(ctx, n.eng.Table(), ops, results); err != nil {
+	// context.Background: a fasthttp RequestCtx as a context races with the
+	// server's Shutdown (its Done), as the check paths know.
+	if err := n.eng.Lease(context.Background(), n.eng.Table(), ops, results); err != nil {
 		var lp *engine.LeaseProblem
 		if errors.As(err, &lp) {
 			err = fieldError("ops["+strconv.Itoa(lp.Index)+"]."+lp.Field, lp.Msg)
