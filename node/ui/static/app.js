@@ -448,6 +448,11 @@
     );
   }
 
+  // "1 key", "2 keys": a count with its noun.
+  function plural(n, noun) {
+    return fmt(n) + ' ' + noun + (n === 1 ? '' : 's');
+  }
+
   // Where each rule's tokens are now (/v1/stats "tokens", summed over the
   // nodes): the Store's remaining of the keys held or lent, what the
   // nodes hold, what they lend gateways and regions, and the bound that
@@ -460,17 +465,19 @@
     }
     const num = (v) => el('td', { class: 'num', text: fmt(v || 0) });
     return el('div', { id: 'tokens' },
-      el('table', null,
-        el('thead', null, el('tr', null, el('th', { text: 'Rule' }), el('th', { class: 'num', text: 'In the Store' }),
-          el('th', { class: 'num', text: 'Nodes' }), el('th', { class: 'num', text: 'Gateways' }),
-          el('th', { class: 'num', text: 'Regions' }),
-          el('th', { class: 'num', text: 'Could fall short by', title: 'tokens lent now: stranded until their loans end if every holder vanished' }))),
+      el('table', { class: 'tokens' },
+        el('thead', null, el('tr', null, el('th', { text: 'Rule' }),
+          el('th', { class: 'num', text: 'Store', title: 'tokens left in the Store of the keys held or lent' }),
+          el('th', { class: 'num', text: 'Nodes', title: 'tokens the nodes hold' }),
+          el('th', { class: 'num', text: 'Gate\u00adways', title: 'tokens lent to gateways' }),
+          el('th', { class: 'num', text: 'Re\u00adgions', title: 'tokens lent to regions' }),
+          el('th', { class: 'num', text: 'Short by', title: 'could fall short by: tokens lent now, stranded until their loans end if every holder vanished' }))),
         el('tbody', null, rules.map((r) => {
           const t = ts[r];
-          return el('tr', { class: 'tokens-row', 'data-rule': r }, el('td', { text: r }),
+          return el('tr', { class: 'tokens-row', 'data-rule': r }, el('td', { class: 'rule', text: r, title: r }),
             num(t.store), num(t.nodes), num(t.gateways), num(t.regions), num(t.short_bound));
         }))),
-      el('p', { class: 'muted', text: 'The Store as of each key\'s last call; ' + fmt(rules.reduce((n, r) => n + (ts[r].keys || 0), 0)) + ' keys held or lent.' }));
+      el('p', { class: 'muted', text: 'The Store as of each key\'s last call; ' + plural(rules.reduce((n, r) => n + (ts[r].keys || 0), 0), 'key') + ' held or lent.' }));
   }
 
   // The global tier this region's nodes lease global rules from
