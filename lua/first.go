@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/algo"
 )
 
 // First touches. A lease call of a key that has no state in Redis runs
@@ -429,37 +430,9 @@ func ttlMillis(us int64) int64 {
 // the call writes packed as the scripts pack it (nil: it writes none),
 // when that state expires (unix µs), and the answer.
 func freshLease(p lease.Policy, now time.Time, want, need int64, to lease.Lessee) (v []byte, exp int64, g lease.Grant) {
-	switch p.Algorithm {
-	case lease.TokenBucket:
-		var st lease.TokenBucketState
-		g = st.Lease(p, now, want, need, to)
-		if st.Updated != 0 {
-			v = packTokenBucket(&st)
-		}
-		exp = st.Expiry(p)
-	case lease.GCRA:
-		var st lease.GCRAState
-		g = st.Lease(p, now, want, need, to)
-		if st.TAT != 0 {
-			v = packGCRA(&st)
-		}
-		exp = st.Expiry(p)
-	case lease.FixedWindow:
-		var st lease.FixedWindowState
-		g = st.Lease(p, now, want, need, to)
-		if st.Start != 0 {
-			v = packWindow(st.Start, st.Count, 0, false, st.Loans)
-		}
-		exp = st.Expiry(p)
-	case lease.SlidingWindow:
-		var st lease.SlidingWindowState
-		g = st.Lease(p, now, want, need, to)
-		if st.Start != 0 {
-			v = packWindow(st.Start, st.Cur, st.Prev, true, st.Loans)
-		}
-		exp = st.Expiry(p)
-	}
-	return v, exp, g
+	st := p.Algorithm.NewState().(algo.LeasedState) // CheckLease admits only the leased algorithms
+	g = st.Lease(p, now, want, need, to)
+	return algorithms[p.Algorithm].pack(st), st.Expiry(p), g
 }
 
 // The scripts' format (leased.lua: head, pack_loan): little-endian
@@ -508,7 +481,12 @@ func packLast(b []byte, call uint32, grant int64) []byte {
 	return putInt(b, grant, w)
 }
 
-func packTokenBucket(st *lease.TokenBucketState) []byte {
+// packTokenBucket packs a token_bucket state (nil: no state).
+func packTokenBucket(s algo.LeasedState) []byte {
+	st := s.(*algo.TokenBucketState)
+	if st.Updated == 0 {
+		return nil
+	}
 	b := make([]byte, 0, 64)
 	h := byte(0)
 	if st.Last.Call != 0 {
@@ -523,7 +501,12 @@ func packTokenBucket(st *lease.TokenBucketState) []byte {
 	return packRefillLoans(b, st.Loans, st.Updated)
 }
 
-func packGCRA(st *lease.GCRAState) []byte {
+// packGCRA packs a gcra state (nil: no state).
+func packGCRA(s algo.LeasedState) []byte {
+	st := s.(*algo.GCRAState)
+	if st.TAT == 0 {
+		return nil
+	}
 	b := make([]byte, 0, 64)
 	h := byte(0)
 	if st.Last.Call != 0 {
@@ -564,6 +547,24 @@ func packRefillLoans(b []byte, ls []lease.Loan, ref int64) []byte {
 		}
 	}
 	return b
+}
+
+// packFixedWindow packs a fixed_window state (nil: no state).
+func packFixedWindow(s algo.LeasedState) []byte {
+	st := s.(*algo.FixedWindowState)
+	if st.Start == 0 {
+		return nil
+	}
+	return packWindow(st.Start, st.Count, 0, false, st.Loans)
+}
+
+// packSlidingWindow packs a sliding_window state (nil: no state).
+func packSlidingWindow(s algo.LeasedState) []byte {
+	st := s.(*algo.SlidingWindowState)
+	if st.Start == 0 {
+		return nil
+	}
+	return packWindow(st.Start, st.Cur, st.Prev, true, st.Loans)
 }
 
 // packWindow packs a fixed_window (sliding false: start, count) or
