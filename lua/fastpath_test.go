@@ -46,18 +46,18 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		// checks), now and then another caller; token_bucket or gcra,
 		// whose loans end.
 		renewing := r.IntN(2) == 0
-		a := lease.Algorithm(1 + r.IntN(4))
+		a := leasedAlgorithms[r.IntN(len(leasedAlgorithms))]
 		if renewing {
-			a = []lease.Algorithm{lease.TokenBucket, lease.GCRA}[r.IntN(2)]
+			a = refillingAlgorithms[r.IntN(len(refillingAlgorithms))]
 		}
 		// Most fixed_window keys: one holder leasing shares ahead, of
 		// windows short enough to roll.
-		sharing := a == lease.FixedWindow && r.IntN(3) != 0
+		sharing := a.LeasesAhead() && r.IntN(3) != 0
 		p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: time.Duration(pick(1, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
 		if sharing {
 			p.Period = time.Duration(pick(1, 10, 1000, 1000, 60_000)) * time.Millisecond
 		}
-		if a == lease.TokenBucket || a == lease.GCRA {
+		if a.HasBurst() {
 			p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
 			if p.Validate() != nil {
 				p.Burst = 0 // a burst that would take too long to refill
@@ -92,7 +92,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			fv, _ := stored(t, fast, key, a)
 			before := fv
 			first, ended := loansOf(fv, a, holderOf(h))
-			if first && a == lease.FixedWindow {
+			if first && a.LeasesAhead() {
 				if start, end, ok := shareOf(fv); ok {
 					withShare++
 					if now := clock.Now().UnixMicro(); start < now-now%p.Period.Microseconds() && end >= now-now%p.Period.Microseconds()+p.Period.Microseconds() {
@@ -143,7 +143,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					if r.IntN(5) == 0 {
 						to.Unanswered = uint32(pick(0, 1, 2, 3))
 					}
-					if a == lease.FixedWindow && (!sharing || r.IntN(5) != 0) {
+					if a.LeasesAhead() && (!sharing || r.IntN(5) != 0) {
 						maxW := min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
 						to.AheadWindows = min(pick(0, 1, 2, 3, 3, maxW), maxW)
 						to.AheadTokens = min(pick(0, 1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
@@ -229,7 +229,7 @@ func loansOf(v string, a lease.Algorithm, id string) (first bool, ended int) {
 		} else {
 			ended++
 		}
-		if a == lease.TokenBucket || a == lease.GCRA || kind >= 128 {
+		if a.Refills() || kind >= 128 {
 			n += width(kind / 4)
 			if kind >= 128 {
 				n += width(kind / 16)
