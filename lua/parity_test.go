@@ -70,26 +70,47 @@ func stateBytes(st algo.LeasedState, a lease.Algorithm) string { return string(a
 type goKey struct {
 	p  lease.Policy
 	st algo.State // nil: no state
+	// at and exp are when Redis's key expires (unix ms: now + PTTL) and
+	// when the Go state did, after the last call.
+	at, exp int64
 }
 
 // parity is the harness. Not safe for concurrent use.
 type parity struct {
-	t     testing.TB
-	rs    lease.Store // the Redis Store, maybe forcing batches
-	raw   *Store      // the same Store, for GET and PTTL
-	ms    *lease.MemoryStore
-	clock *redistest.Clock
-	ctx   context.Context
+	t   testing.TB
+	rs  lease.Store // the Redis Store, maybe forcing batches
+	raw *Store      // the same Store, for GET and PTTL
+	// general is a Store whose lease scripts take their general paths in
+	// every state (scriptsWith(false); its keys under another prefix),
+	// which the fast paths' states would leave unexercised.
+	general *Store
+	ms      *lease.MemoryStore
+	clock   *redistest.Clock
+	ctx     context.Context
 	// What the sequences exercised.
 	grants, denials, ahead, crowded, returns, states, gaps int
+	ended                                                  int // states with the most ended loans a key keeps
 	logAllowed, logDenied, acquired                        int
 	byAlg                                                  map[lease.Algorithm]int // states compared
 }
 
-func newParity(t testing.TB, rs lease.Store, raw *Store, clock *redistest.Clock) *parity {
+func newParity(t testing.TB, rs lease.Store, raw, general *Store, clock *redistest.Clock) *parity {
 	ms := lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now, SweepInterval: -1})
 	t.Cleanup(func() { _ = ms.Close() })
-	return &parity{t: t, rs: rs, raw: raw, ms: ms, clock: clock, ctx: context.Background(), byAlg: map[lease.Algorithm]int{}}
+	return &parity{t: t, rs: rs, raw: raw, general: general, ms: ms, clock: clock, ctx: context.Background(), byAlg: map[lease.Algorithm]int{}}
+}
+
+// generalStore is a Store on the server at addr whose lease scripts
+// take their general paths in every state.
+func generalStore(t testing.TB, addr string) *Store {
+	t.Helper()
+	s, err := NewStore(Config{Addrs: []string{addr}, CallTimeout: testTimeout, KeyPrefix: "general", MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	s.scripts = scriptsWith(false)
+	return s
 }
 
 // state is the Go state of k that a call at t (unix µs) works on: none
@@ -122,32 +143,57 @@ func (h *parity) leasedState(key string, k *goKey, t int64) (st, fresh algo.Leas
 }
 
 // check compares what Redis holds of key with the Go state of k after
-// call: the same bytes, and an expiry that is the Go state's in whole ms
-// rounded up, plus at most the 1ms by which a key outlives its state;
-// or no key where the Go state has no state (or one that expired).
+// call: the same bytes, and the Go state's expiry as a script sets it
+// (ttl in prelude.lua: the time to it in whole ms, rounded up, plus 1ms
+// by which the key outlives its state) when the call wrote it, or as an
+// earlier write set it for the same expiry (a write that keeps the key's
+// TTL, or no write); or no key where the Go state has no state (or one
+// that expired).
 func (h *parity) check(key string, k *goKey, call string) {
 	h.t.Helper()
 	a := k.p.Algorithm
 	st := k.st.(algo.LeasedState)
 	now := h.clock.Now().UnixMicro()
-	v, pttl := stored(h.t, h.raw, key, a)
 	want, exp := stateBytes(st, a), st.Expiry(k.p)
-	if v == "" {
-		if want != "" && exp > now {
-			h.t.Fatalf("%+v, %s: Redis holds no state, the Go state packs to %x (%+v)", k.p, call, want, st)
+	at := int64(0)
+	for i, s := range []*Store{h.raw, h.general} {
+		if s == nil {
+			continue
 		}
+		paths := [...]string{"", " (general paths)"}[i]
+		v, pttl := stored(h.t, s, key, a)
+		if v == "" {
+			if want != "" && exp > now {
+				h.t.Fatalf("%+v, %s: Redis%s holds no state, the Go state packs to %x (%+v)", k.p, call, paths, want, st)
+			}
+			continue
+		}
+		if v != want {
+			h.t.Fatalf("%+v, %s: Redis%s holds\n  %x\nthe Go state packs to\n  %x\n  (%+v)", k.p, call, paths, v, want, st)
+		}
+		at = now/1000 + pttl
+		if written := now/1000 + ttlMillis(exp-now); at != written && (exp != k.exp || at != k.at) {
+			h.t.Fatalf("%+v, %s: the key%s expires at %d ms, want %d (the Go state at %d µs; before the call %d ms, %d µs): %x",
+				k.p, call, paths, at, written, exp, k.at, k.exp, v)
+		}
+	}
+	if at == 0 {
+		k.at, k.exp = 0, 0
 		return
 	}
-	if v != want {
-		h.t.Fatalf("%+v, %s: Redis holds\n  %x\nthe Go state packs to\n  %x\n  (%+v)", k.p, call, v, want, st)
-	}
-	at, lo := now/1000+pttl, ceilDiv(exp, 1000)
-	if at < lo || at > max(lo, now/1000)+1 {
-		h.t.Fatalf("%+v, %s: the key expires at %d ms, the Go state at %d µs (%x)", k.p, call, at, exp, v)
-	}
+	k.at, k.exp = at, exp
 	if exp > now {
 		h.states++
 		h.byAlg[a]++
+		ended := 0
+		for _, l := range st.Lent() {
+			if l.Holder == "" {
+				ended++
+			}
+		}
+		if ended >= 3 { // lease/algo's maxEnded
+			h.ended++
+		}
 	}
 }
 
@@ -173,9 +219,13 @@ func (h *parity) lease(key string, k *goKey, want, need int64, to lease.Lessee) 
 	}
 	g1, e1 := h.rs.Lease(h.ctx, key, k.p, want, need, to)
 	g2, e2 := h.ms.Lease(h.ctx, key, k.p, want, need, to)
-	if (e1 == nil) != valid || (e2 == nil) != valid || valid && (g1 != g0 || g2 != g0) {
-		h.t.Fatalf("%+v at %s: Lease(want=%d, need=%d, %+v):\n  go:     %+v (valid %v)\n  redis:  %+v %v\n  memory: %+v %v",
-			k.p, now.Format(time.RFC3339Nano), want, need, to, g0, valid, g1, e1, g2, e2)
+	g3, e3 := g1, e1
+	if h.general != nil {
+		g3, e3 = h.general.Lease(h.ctx, key, k.p, want, need, to)
+	}
+	if (e1 == nil) != valid || (e2 == nil) != valid || (e3 == nil) != valid || valid && (g1 != g0 || g2 != g0 || g3 != g0) {
+		h.t.Fatalf("%+v at %s: Lease(want=%d, need=%d, %+v):\n  go:     %+v (valid %v)\n  redis:  %+v %v\n  memory: %+v %v\n  redis (general paths): %+v %v",
+			k.p, now.Format(time.RFC3339Nano), want, need, to, g0, valid, g1, e1, g2, e2, g3, e3)
 	}
 	if valid {
 		h.check(key, k, fmt.Sprintf("after Lease(want=%d, need=%d, %+v) = %+v on %x", want, need, to, g0, before))
@@ -195,8 +245,12 @@ func (h *parity) ret(key string, k *goKey, n int64, holder string) {
 		st.Return(k.p, now, n, holderOf(holder))
 	}
 	e1, e2 := h.rs.Return(h.ctx, key, k.p, n, holder), h.ms.Return(h.ctx, key, k.p, n, holder)
-	if (e1 == nil) != valid || (e2 == nil) != valid {
-		h.t.Fatalf("%+v Return(%d, %q): valid %v, redis %v, memory %v", k.p, n, holder, valid, e1, e2)
+	e3 := e1
+	if h.general != nil {
+		e3 = h.general.Return(h.ctx, key, k.p, n, holder)
+	}
+	if (e1 == nil) != valid || (e2 == nil) != valid || (e3 == nil) != valid {
+		h.t.Fatalf("%+v Return(%d, %q): valid %v, redis %v, memory %v, redis (general paths) %v", k.p, n, holder, valid, e1, e2, e3)
 	}
 	if valid {
 		h.returns++
@@ -238,7 +292,12 @@ var holders = []string{"", "node-a", "node-b/7f3a", "node-c"}
 // new key (fewer if src runs out): leases and returns of random holders
 // with random holdings, lease TTLs, idle times, spent-before counts, call
 // ids and unanswered calls (the lent accounting), max_holders, and shares
-// ahead for an algorithm that leases ahead.
+// ahead for an algorithm that leases ahead. Half the keys of a refilling
+// algorithm are renewed by one holder, mostly, that reports spending part
+// of what it was lent a little later each time (the steady state of a key
+// one node checks): its spent tokens become ended loans that still cap
+// the level, up to the most a key keeps, and the calls of other holders
+// meanwhile take the scripts' general paths.
 func (h *parity) leased(src source, a lease.Algorithm, steps int) {
 	limit := func() int64 {
 		return pick(src, 1, 2, 3, 7, 10, 100, 1000, 1+src.Int64N(1_000_000), lease.MaxLimit, 1+src.Int64N(lease.MaxLimit))
@@ -250,11 +309,17 @@ func (h *parity) leased(src source, a lease.Algorithm, steps int) {
 	}
 	key := uniqueKey(h.t)
 	capacity := p.Capacity()
+	renewing := a.Refills() && src.IntN(2) == 0
+	lent := map[string]int64{} // what each holder was last told it is lent
 	for step := 0; step < steps; step++ {
 		if bs, ok := src.(*byteSource); ok && bs.empty() {
 			return
 		}
-		h.advance(src, p.Period)
+		if renewing && src.IntN(4) != 0 {
+			h.clock.Advance(time.Duration(src.Int64N(int64(p.Period)/50 + 1)))
+		} else {
+			h.advance(src, p.Period)
+		}
 		if now := h.clock.Now().UnixMicro(); k.st != nil && src.IntN(6) == 0 {
 			// To the state's expiry, or just past it: Redis keeps the
 			// key up to a millisecond longer.
@@ -270,8 +335,16 @@ func (h *parity) leased(src source, a lease.Algorithm, steps int) {
 		need := min(pick(src, 0, 1, 1, 2, capacity/2, capacity, capacity+1, src.Int64N(capacity)+1), lease.MaxHits)
 		want := min(lease.MaxHits, need+pick(src, 0, 0, 1, capacity, src.Int64N(capacity)+1))
 		to := lease.Lessee{ID: holders[src.IntN(len(holders))]}
+		if renewing && src.IntN(8) != 0 {
+			to.ID = holders[1]
+			need = min(pick(src, 1, 1, 2, src.Int64N(capacity/8+1)+1), lease.MaxHits) // mostly granted
+			want = min(lease.MaxHits, need+pick(src, 0, 1, 10, capacity/4))
+		}
 		if to.ID != "" {
 			to.Held = min(pick(src, 0, 0, 1, capacity/2, src.Int64N(capacity)+1), lease.MaxHits)
+			if l := lent[to.ID]; renewing && src.IntN(4) != 0 {
+				to.Held = pick(src, l/2, max(0, l-1), src.Int64N(l+1)) // some of it spent
+			}
 			to.TTL = time.Duration(pick(src, 1, 100, 1000, 60_000, 3_600_000)) * time.Millisecond
 			to.Idle = time.Duration(pick(src, 0, 0, 1, 1000, src.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
 			to.SpentBefore = min(pick(src, 0, 0, 1, capacity/2, src.Int64N(capacity)+1), lease.MaxHits)
@@ -289,6 +362,9 @@ func (h *parity) leased(src source, a lease.Algorithm, steps int) {
 			}
 		}
 		g := h.lease(key, k, want, need, to)
+		if to.ID != "" {
+			lent[to.ID] = g.Lent
+		}
 		switch {
 		case g.Crowded:
 			h.crowded++
@@ -403,14 +479,14 @@ func goLuaParity(t *testing.T, batched bool) {
 	if batched {
 		rs = forceBatches(t, raw)
 	}
-	h := newParity(t, rs, raw, clock)
+	h := newParity(t, rs, raw, generalStore(t, srv.Addr), clock)
 	r := rand.New(rand.NewPCG(7, 11))
 	for range 600 {
 		h.run(r, 12)
 	}
-	t.Logf("identical answers and states: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns; %d states compared byte for byte (%v), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
-		h.grants, h.denials, h.ahead, h.crowded, h.returns, h.states, h.byAlg, h.gaps, h.logAllowed, h.logDenied, h.acquired)
-	if h.grants < 500 || h.denials < 500 || h.ahead < 100 || h.crowded < 70 || h.returns < 300 || h.gaps < 50 || h.logDenied < 150 || h.logAllowed < 150 || h.acquired < 100 {
+	t.Logf("identical answers and states: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns; %d states compared byte for byte (%v; %d of them with 3 ended loans), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
+		h.grants, h.denials, h.ahead, h.crowded, h.returns, h.states, h.byAlg, h.ended, h.gaps, h.logAllowed, h.logDenied, h.acquired)
+	if h.grants < 500 || h.denials < 500 || h.ahead < 100 || h.crowded < 70 || h.returns < 300 || h.gaps < 50 || h.ended < 50 || h.logDenied < 150 || h.logAllowed < 150 || h.acquired < 100 {
 		t.Errorf("the random sequences exercised too few grants, denials, shares, crowds, returns, expired keys or exact calls to compare")
 	}
 	for _, a := range lease.Algorithms() {
@@ -427,7 +503,7 @@ func goLuaParity(t *testing.T, batched bool) {
 func FuzzGoLuaParity(f *testing.F) {
 	start := time.Date(2026, 5, 17, 3, 4, 5, 678901000, time.UTC)
 	srv, clock := redistest.StartWithClock(f, start)
-	raw := newUnbatchedStore(f, srv.Addr)
+	raw, general := newUnbatchedStore(f, srv.Addr), generalStore(f, srv.Addr)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 12 {
 		seed := make([]byte, 8*(4+i*4))
@@ -439,7 +515,7 @@ func FuzzGoLuaParity(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		clock.Set(start)
-		h := newParity(t, raw, raw, clock)
+		h := newParity(t, raw, raw, general, clock)
 		h.run(&byteSource{b: data}, 200)
 	})
 }
