@@ -277,27 +277,6 @@ func logLimitMsg(p lease.Policy) string {
 	return ""
 }
 
-// leasedNames lists the leased algorithms: "token_bucket, gcra, ...".
-func leasedNames() string {
-	var names []string
-	for _, a := range algorithmsWith(lease.Algorithm.Leased) {
-		names = append(names, a.String())
-	}
-	return strings.Join(names, ", ")
-}
-
-// algorithmsWith is the algorithms that have trait has, in the table's
-// order.
-func algorithmsWith(has func(lease.Algorithm) bool) []lease.Algorithm {
-	var as []lease.Algorithm
-	for _, a := range lease.Algorithms() {
-		if has(a) {
-			as = append(as, a)
-		}
-	}
-	return as
-}
-
 // only says which algorithms have a field ("only token_bucket and gcra
 // have a burst"), by their trait has.
 func only(has func(lease.Algorithm) bool, field string) string {
