@@ -1,9 +1,11 @@
-// Package lease owns Sluice's decisions: the algorithms and their math, the
-// Store interface that holds the authoritative state of every counter key,
-// the in-memory Store, and the Manager that keeps leased tokens in memory so
-// that almost every check is answered without I/O. On a Store in the
-// process's own memory a Manager may instead decide each check in the Store
-// (Config.Direct), leasing nothing.
+// Package lease owns Sluice's decisions: the contract of the algorithms
+// (below; their table and pure math are package lease/algo, whose types
+// this package re-exports), the Store interface that holds the
+// authoritative state of every counter key, the in-memory Store, and the
+// Manager that keeps leased tokens in memory so that almost every check is
+// answered without I/O. On a Store in the process's own memory a Manager
+// may instead decide each check in the Store (Config.Direct), leasing
+// nothing.
 //
 // # Algorithms
 //
@@ -255,35 +257,52 @@
 //
 // # Adding an algorithm
 //
-// Everything that depends on the algorithm consults the algorithm table
-// (algo_table.go): the Manager, the memory store, Policy.Validate and, by
-// Algorithm's methods (ParseAlgorithm, Leased, HasBurst, HasMinInterval,
-// StoresEveryHit, Acquired), rule files and RLS configurations. A new
-// algorithm of an existing kind (leased and refilling, leased and counted
-// per window, checked by Store.Log, or slots acquired and released) is:
+// An algorithm is defined once, in Go, in package lease/algo: its row of
+// the algorithm table and its file. Everything that depends on the
+// algorithm consults the table, by the row's traits (Algorithm's methods:
+// Leased, Refills, Windowed, Logged, Acquired, HasBurst, HasMinInterval,
+// StoresEveryHit, LeasesAhead, WindowReset, ViewsAnswerTime) or its code,
+// never by its name (TestNoAlgorithmNamedOutsideTheTable fails on a
+// comparison with a named algorithm anywhere in the repository): the
+// Manager, the memory store, Policy.Validate, rule files and RLS
+// configurations (ParseAlgorithm), the admin API and through it the
+// dashboard's rule editor, the CLI's lint. The Redis store's scripts are
+// the same math in Lua, held to the Go definition state by state by the
+// tests. A new algorithm of an existing kind (leased and refilling, leased
+// and counted per window, checked by Store.Log, or slots acquired and
+// released) is:
 //
-//  1. In algo_table.go, a constant after the last one and its row: the
-//     configuration name, the kind, whether MinInterval applies, whether
-//     the Store keeps a record per hit, and its code.
-//  2. A file algo_<name>.go with that code, a zero-size type: validate
-//     (the policy bounds that are its own, such as gcra's exactness
-//     bound), newState (its memory-store state: a type with Lease and
-//     Return, Check, or Acquire and Release, and expiry, the pure math
-//     under the numeric rules of algo.go; a leased algorithm's Lease
-//     crowds a call out as loans.crowd says, Lessee.MaxHolders, and keeps
-//     its cost linear in the key's loans), and for a leased algorithm the
-//     Manager's view of the Store's answers (expiry, level, coverAt,
-//     projected: embed refillView or windowView where it has their shape);
-//     an exact one embeds exactCode.
-//  3. Its semantics above (# Algorithms, and the accuracy contract of a
-//     leased one).
-//  4. In package lua, the same math in Lua (one file, or a lease and a
-//     return file for a leased algorithm, which run behind prelude.lua and
-//     leased.lua) and its row there: its Redis key suffix and its files.
-//  5. Its tests: cases in lease/storetest (run against both Stores), its
-//     model in lease/modeltest (which refuses an algorithm it does not
-//     know), and its runs in the model and Go/Lua parity tests of lease
-//     and lua that list algorithms.
+//  1. One Go file, lease/algo/<name>.go: its code, a zero-size type
+//     (validate: the policy bounds that are its own, such as gcra's
+//     exactness bound; newState; for a leased algorithm the holder's view
+//     of the Store's answers, embedding refillView or windowView where it
+//     has their shape; an exact one embeds exactCode), and its state, the
+//     pure math under algo's numeric choices: a type with Lease, Return,
+//     Refund, Fields, Lent and SetFields (leased: three numbers and a
+//     call id beside its loans, each loan a LastSpend or a Share, so that
+//     the memory store's records hold it; its Lease crowds a call out as
+//     Loans.crowd says, Lessee.MaxHolders, and costs time linear in the
+//     key's loans), Check, or Acquire and Release, and Expiry.
+//  2. Its scripts, in package lua: <name>_lease.lua and <name>_return.lua
+//     (behind prelude.lua and leased.lua, whose head packs its fields) or
+//     <name>.lua, the same math in the same operation order; and its row
+//     in lua/store.go's table: its Redis key suffix, its files and (leased)
+//     the Go packer of its state in the scripts' format (lua/format.go),
+//     which a first touch writes.
+//  3. One table row, in lease/algo/table.go: a constant after the last
+//     one, its configuration name, its kind, its traits and its code.
+//
+// Then what it promises: its semantics above (# Algorithms, and the
+// accuracy contract of a leased one), its row in docs/rules.md's table
+// of algorithms and a rule of it in deploy/rules.example.yaml
+// (TestDocsNameEveryAlgorithm in node/rules); and its tests: cases in
+// lease/storetest (run against both Stores) and its model in
+// lease/modeltest (which refuses an algorithm it does not know). The
+// tests that run every algorithm draw them from the table and need no
+// change: the table's checks (TestAlgorithmTable in algo and lua), the
+// Go/Lua parity tests (TestGoLuaParity, FuzzGoLuaParity,
+// TestFastPathMatchesGeneral, TestFirstTouchMatchesScript in lua) and
+// the admin API's and the dashboard's.
 //
 // A new kind (another Store operation) also needs a Store method, a
 // Manager path and the front ends that call it.
