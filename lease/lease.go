@@ -284,8 +284,9 @@
 //     Loans.crowd says, Lessee.MaxHolders, and costs time linear in the
 //     key's loans), Check, or Acquire and Release, and Expiry.
 //  2. Its scripts, in package lua: <name>_lease.lua and <name>_return.lua
-//     (behind prelude.lua and leased.lua, whose head packs its fields) or
-//     <name>.lua, the same math in the same operation order; and its row
+//     (behind prelude.lua and leased.lua, whose head packs its fields and
+//     whose loans().read reads them back) or <name>.lua, the same math in
+//     the same operation order; and its row
 //     in lua/store.go's table: its Redis key suffix, its files and (leased)
 //     the Go packer of its state in the scripts' format (lua/format.go),
 //     which a first touch writes.
