@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -385,3 +386,6 @@ func floorNote(r *RunResult) string {
 	}
 	return "floor " + pct(float64(r.Accuracy.Keys)/float64(r.Decisions))
 }
+
+// errNoRuns means a suite has no run to report.
+var errNoRuns = errors.New("no runs to report")

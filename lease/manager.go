@@ -352,6 +352,18 @@ func (m *Manager) Stats() Stats {
 // it with their own holder ids and the same timeouts.
 func (m *Manager) Store() *Breaker { return m.store }
 
+// Lender is the Store that other holders' calls go to through this
+// Manager's node (the lease protocol's, which a node applies for
+// gateways with their own holder ids): the Store behind its breaker, with
+// the same timeouts, or with Config.Direct the memory store itself, a
+// call into memory that cannot time out.
+func (m *Manager) Lender() Store {
+	if m.direct != nil {
+		return m.direct
+	}
+	return m.store
+}
+
 // StoreHealthy reports whether the Store's breaker is closed.
 func (m *Manager) StoreHealthy() bool { return m.store.State() == BreakerClosed }
 

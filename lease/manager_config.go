@@ -65,7 +65,7 @@ type Config struct {
 	// after it received that call, then as spent. A check that finds its
 	// key's tokens past half their TTL renews them in the background (a
 	// lease call that re-lends what is on hand). Windowed algorithms'
-	// tokens are lent until their window ends instead. Zero means 1m;
+	// tokens are lent until their window ends instead. Zero means 5m;
 	// between 1s and MaxLeaseTTL.
 	LeaseTTL time.Duration
 	// AheadHorizon is how far ahead a fixed_window key's lease calls ask
@@ -184,8 +184,8 @@ type Config struct {
 // 0.33% for first leases alone).
 // LowWater 0.25: a prefetch started with a quarter of the lease left has a
 // quarter of a horizon (25ms by default) to come back, dozens of Redis
-// round trips. StoreTimeout 50ms: the most a failing Store may add to a
-// check.
+// round trips. StoreTimeout is the breaker's timeout (50ms: see
+// DefaultBreakerConfig), the most a failing Store may add to a check.
 //
 // KeepIdle 100000 (DefaultKeepIdle): a slow key's lease is MinLeaseShare
 // of its capacity, which lasts it many checks; dropped at Idle, a key that
@@ -232,7 +232,7 @@ func DefaultConfig() Config {
 		Idle:          10 * time.Second,
 		LeaseTTL:      5 * time.Minute,
 		LowWater:      0.25,
-		StoreTimeout:  50 * time.Millisecond,
+		StoreTimeout:  DefaultBreakerConfig().Timeout,
 		Breaker:       DefaultBreakerConfig(),
 		ReturnWorkers: 8,
 		ReturnTimeout: 5 * time.Second,

@@ -101,10 +101,14 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			m.met.storeCalls[opLease][resultRejected].Inc()
 			return m.failure(b, key, p, hits, errBreakerOpen), nil
 		}
-		if bud == nil {
+		s, owner := m.claim(b)
+		if bud == nil && (!owner || m.cfg.CheckBudget > 0) {
+			// The budget's timer only when something waits on it: a
+			// check that waits for another's call, or a Store call
+			// bounded by CheckBudget (without one, the call's own
+			// context is its bound).
 			bud = m.startBudget()
 		}
-		s, owner := m.claim(b)
 		if !owner {
 			// Another check (or a prefetch, or a return) is leasing for
 			// this key: wait for it rather than stampede, within this

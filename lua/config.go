@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/sluicehq/sluice/lease"
 )
 
 // Config configures a Store. The zero value of each field means its
@@ -38,7 +40,7 @@ type Config struct {
 	// DialTimeout bounds connecting to a server. Default 1s.
 	DialTimeout time.Duration
 	// CallTimeout bounds a call whose context has no deadline. Default
-	// 50ms, the per-call Store timeout of the design.
+	// lease.BreakerConfig's Timeout (50ms), the timeout of a Store call.
 	CallTimeout time.Duration
 	// ConnWriteTimeout is how long a connection waits on a server that
 	// stopped answering before it is dropped and redialed. Default 3s.
@@ -93,9 +95,10 @@ func DefaultConfig() Config {
 		// millisecond; a second covers a slow TLS-terminating proxy, and
 		// a dial does not block checks (they use the call timeout).
 		DialTimeout: time.Second,
-		// A lease call takes well under a millisecond on a healthy Redis;
-		// 50 ms bounds what a failing Store adds to a check.
-		CallTimeout: 50 * time.Millisecond,
+		// The breaker's timeout of a Store call (50 ms: what a failing
+		// Store may add to a check, where a lease call takes well under a
+		// millisecond on a healthy Redis).
+		CallTimeout: lease.DefaultBreakerConfig().Timeout,
 		// Long enough to ride out a fork or a slow AOF rewrite, short
 		// enough that a hung server's connections are replaced quickly
 		// (rueidis's own default is 10s).

@@ -6,13 +6,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
@@ -27,12 +30,16 @@ const (
 	LeasePath = "/v1/lease"
 	// LeaseRulesPath serves the rules a gateway decides with (GET).
 	LeaseRulesPath = "/v1/lease/rules"
-	// DefaultClientRate is the lease requests per second one client token
-	// may send to one node (and its burst), unless Config.ClientRate says
-	// otherwise: a Limiter sends about one request per node per flush
-	// (a few milliseconds) when busy, so this serves a few dozen gateway
-	// processes.
-	DefaultClientRate = 5000
+	// DefaultClientRate is the lease ops per second (and their burst) one
+	// client token may have one node apply, unless Config.ClientRate says
+	// otherwise: each op is a Store call, so this is about what one node
+	// can apply, and what one token's holders (a fleet of gateways, a
+	// region's nodes) may take of it before the node answers 429. A
+	// Limiter sends a key's first touch at once (one op, in a request of
+	// its own when none is in flight to the node), and batches the ops
+	// that come while requests are in flight: counting requests would
+	// throttle a busy gateway's first touches, counting ops does not.
+	DefaultClientRate = 100_000
 )
 
 // ErrLeaseOff answers the lease protocol on a node without a client token.
@@ -51,11 +58,18 @@ type gateway struct {
 	// and the public id of the holder's secret (api.HolderPublicID).
 	ns string
 
-	flood       *lease.MemoryStore
-	floodPolicy lease.Policy
+	// flood bounds the lease ops the client token may have this node
+	// apply (Config.ClientRate), on now's clock.
+	flood *rate.Limiter
+	now   func() time.Time
 
 	// rules caches the /v1/lease/rules body of the last table served.
 	rules atomic.Pointer[leaseRules]
+
+	// ids caches holderID's answers (holderKey → string), nids counts
+	// them.
+	ids  sync.Map
+	nids atomic.Int64
 }
 
 type leaseRules struct {
@@ -69,28 +83,50 @@ func newGateway(cfg Config) *gateway {
 		return nil
 	}
 	d := sha256.Sum256([]byte(cfg.ClientToken))
-	rate := cfg.ClientRate
-	if rate <= 0 {
-		rate = DefaultClientRate
+	limit := cfg.ClientRate
+	if limit <= 0 {
+		limit = DefaultClientRate
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
 	}
 	return &gateway{
 		token: &d,
 		ns:    "gw." + hex.EncodeToString(d[:4]) + ".",
 		// One key, never expired: no janitor goroutine to stop.
-		flood:       lease.NewMemoryStore(lease.MemoryStoreConfig{SweepInterval: -1}),
-		floodPolicy: lease.Policy{Algorithm: lease.TokenBucket, Limit: int64(rate), Period: time.Second},
+		flood: rate.NewLimiter(rate.Limit(limit), limit),
+		now:   now,
 	}
 }
 
 // holderID is the Store id of the holder whose secret is secret (of a
-// region's node when region is set).
+// region's node when region is set). A holder sends the same secret for
+// its life: the ids of the last maxHolderIDs secrets are kept (and all
+// forgotten when that many more come), so that a request costs no hash.
 func (g *gateway) holderID(secret, region string) string {
+	k := holderKey{secret, region}
+	if id, ok := g.ids.Load(k); ok {
+		return id.(string)
+	}
 	id := api.HolderPublicID(secret)
 	if region != "" {
-		return g.ns + "r." + region + "." + id
+		id = g.ns + "r." + region + "." + id
+	} else {
+		id = g.ns + id
 	}
-	return g.ns + id
+	if g.nids.Add(1) > maxHolderIDs {
+		g.ids.Clear()
+		g.nids.Store(1)
+	}
+	g.ids.Store(holderKey{strings.Clone(secret), strings.Clone(region)}, id)
+	return id
 }
+
+// maxHolderIDs bounds the holder ids a gateway front end keeps.
+const maxHolderIDs = 1 << 14
+
+type holderKey struct{ secret, region string }
 
 // leaseAuth checks the client token; false means answered.
 func (n *Node) leaseAuth(ctx *fasthttp.RequestCtx) bool {
@@ -123,19 +159,21 @@ func (n *Node) clientAllowed(ctx *fasthttp.RequestCtx) bool {
 	return n.gw != nil && bearerMatches(ctx, n.gw.token)
 }
 
-// leaseFlood rate-limits the lease requests of the client token (Sluice
-// limiting its own clients); false means answered 429.
-func (n *Node) leaseFlood(ctx *fasthttp.RequestCtx) bool {
+// leaseFlood rate-limits the lease ops of the client token (Sluice
+// limiting its own clients): a request of ops ops (at least one) is
+// applied whole or not at all; false means answered 429, nothing applied.
+func (n *Node) leaseFlood(ctx *fasthttp.RequestCtx, ops int) bool {
 	g := n.gw
-	gr, err := g.flood.Lease(context.Background(), "client", g.floodPolicy, 1, 1, lease.Lessee{})
-	if err != nil || gr.Granted > 0 {
+	cost, now := max(ops, 1), g.now()
+	if g.flood.AllowN(now, cost) {
 		return true
 	}
-	secs := int64((gr.Wait + time.Second - 1) / time.Second)
+	// Refused whole (nothing taken): retry when cost tokens are back.
+	secs := int64(math.Ceil((float64(cost) - g.flood.TokensAt(now)) / float64(g.flood.Limit())))
 	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 	ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
 	ctx.SetContentTypeBytes(contentTypeJSON)
-	ctx.SetBody(api.AppendError(nil, "too many lease requests for this client token", ""))
+	ctx.SetBody(api.AppendError(nil, "too many lease ops for this client token", ""))
 	return false
 }
 
@@ -146,12 +184,15 @@ var leaseKinds = [...]engine.LeaseKind{api.OpLease: engine.LeaseLend, api.OpRetu
 // by the public id of its secret, and has the engine apply the ops where
 // their keys are decided (engine.Engine.Lease).
 func (n *Node) lease(ctx *fasthttp.RequestCtx) {
-	if !n.leaseAuth(ctx) || !n.leaseFlood(ctx) {
+	if !n.leaseAuth(ctx) {
 		return
 	}
 	var req api.LeaseRequest
 	if err := api.DecodeLease(ctx.PostBody(), &req); err != nil {
 		n.writeError(ctx, err)
+		return
+	}
+	if !n.leaseFlood(ctx, len(req.Ops)) {
 		return
 	}
 	holder := n.gw.holderID(req.Holder, req.Region)
@@ -169,7 +210,9 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	results := make([]engine.LeaseResult, len(ops))
-	if err := n.eng.Lease(ctx, n.eng.Table(), ops, results); err != nil {
+	// context.Background: a fasthttp RequestCtx as a context races with the
+	// server's Shutdown (its Done), as the check paths know.
+	if err := n.eng.Lease(context.Background(), n.eng.Table(), ops, results); err != nil {
 		var lp *engine.LeaseProblem
 		if errors.As(err, &lp) {
 			err = fieldError("ops["+strconv.Itoa(lp.Index)+"]."+lp.Field, lp.Msg)
@@ -193,7 +236,8 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	ctx.SetContentTypeBytes(contentTypeJSON)
-	ctx.SetBody(api.AppendLeaseResults(nil, out))
+	// Sized for the common result (about 80 bytes): one allocation.
+	ctx.SetBody(api.AppendLeaseResults(make([]byte, 0, 96*len(out)+16), out))
 }
 
 func ceilMS(d time.Duration) int64 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
@@ -51,7 +52,7 @@ func newGatewayNode(t *testing.T) (*testNode, *lease.MemoryStore) {
 	tn := newTestNodeConfig(t, gatewayRules, store, clock, cfg)
 	// The flood limit on the same frozen clock: the tests that do not
 	// look at it never exhaust it, the one that does sees no refill.
-	tn.n.gw.flood = lease.NewMemoryStore(lease.MemoryStoreConfig{Now: clock.Now, SweepInterval: -1})
+	tn.n.gw.now = clock.Now
 	return tn, store
 }
 
@@ -230,18 +231,24 @@ func TestLeaseBadInput(t *testing.T) {
 	}
 }
 
+// The flood bound counts ops, not requests (a busy gateway sends many
+// small requests): a request past it is refused whole, nothing applied.
 func TestLeaseFloodIsLimited(t *testing.T) {
-	tn, _ := newGatewayNode(t)
-	tn.n.gw.floodPolicy.Limit = 2 // and a burst of 2, on a frozen clock
-	body := leaseBody(holderA, leaseOpJSON("per-key", "k", 1))
-	for i := range 2 {
-		if r := tn.do("POST", LeasePath, body, clientAuth); r.status != 200 {
-			t.Fatalf("request %d: %d %s", i, r.status, r.body)
-		}
+	tn, store := newGatewayNode(t)
+	tn.n.gw.flood = rate.NewLimiter(3, 3) // 3 ops, a burst of 3, on a frozen clock
+	two := leaseBody(holderA, leaseOpJSON("per-key", "a", 1), leaseOpJSON("per-key", "b", 1))
+	if r := tn.do("POST", LeasePath, two, clientAuth); r.status != 200 {
+		t.Fatalf("two ops of three: %d %s", r.status, r.body)
 	}
-	r := tn.do("POST", LeasePath, body, clientAuth)
+	r := tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "c", 1), leaseOpJSON("per-key", "d", 1)), clientAuth)
 	if r.status != 429 || r.hdr["Retry-After"] == "" {
-		t.Fatalf("third request: %d %v %s, want 429 with Retry-After", r.status, r.hdr, r.body)
+		t.Fatalf("two more ops with one left: %d %v %s, want 429 with Retry-After", r.status, r.hdr, r.body)
+	}
+	if got := available(t, store, "per-key:c"); got != 100 {
+		t.Fatalf("a refused request was applied: per-key:c has %d, want 100", got)
+	}
+	if r := tn.do("POST", LeasePath, leaseBody(holderA, leaseOpJSON("per-key", "e", 1)), clientAuth); r.status != 200 {
+		t.Fatalf("the one op left: %d %s", r.status, r.body)
 	}
 }
 

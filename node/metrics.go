@@ -144,15 +144,16 @@ func init() {
 // nodeMetricsHelp is the text of the node's own families.
 func nodeMetricsHelp() map[string]string {
 	return map[string]string{
-		"sluice_check_duration_seconds":    "Time to decide a check, in seconds: one check in 16 is timed, a batch is one observation of its mean per check.",
-		"sluice_http_requests_total":       "HTTP requests answered, by endpoint (path) and status code.",
-		"sluice_rules":                     "Rules in the installed rule set.",
-		"sluice_rules_reload_errors_total": "Rule sets refused on load or reload (a bad file, a stored set that does not validate or is refused): the node keeps its last good set.",
-		"sluice_rules_store_refused_total": "Stored rule sets this node refused, by reason: unsigned, bad_signature, rollback (a signed set of the past), version_range.",
-		"sluice_members":                   "Members on this node's ring (the live members it sees), itself included.",
-		"sluice_handoffs_total":            "Ring changes after which this node returned the leases of keys it no longer owns or holds.",
-		"sluice_tokens":                    "Tokens of a rule's keys held or lent by this node, by where they are: store (the Store's remaining of those keys, as of each key's last call), nodes (lent to this node), gateways and regions (lent by this node to holders outside the cluster).",
-		"sluice_tokens_short_bound":        "Tokens of a rule lent now (to nodes, gateways, regions): the most its admissions could fall short of its limits were every holder to vanish now, until their loans end.",
+		"sluice_check_duration_seconds":          "Time to decide a check, in seconds: one check in 16 is timed, a batch is one observation of its mean per check.",
+		"sluice_http_requests_total":             "HTTP requests answered, by endpoint (path) and status code.",
+		"sluice_rules":                           "Rules in the installed rule set.",
+		"sluice_rules_reload_errors_total":       "Rule sets refused on load or reload (a bad file, a stored set that does not validate or is refused): the node keeps its last good set.",
+		"sluice_rules_store_refused_total":       "Stored rule sets this node refused, by reason: unsigned, bad_signature, rollback (a signed set of the past), version_range.",
+		"sluice_members":                         "Members on this node's ring (the live members it sees), itself included.",
+		"sluice_handoffs_total":                  "Ring changes after which this node returned the leases of keys it no longer owns or holds.",
+		"sluice_http_tls_handshake_errors_total": "Connections to the HTTP port whose TLS handshake failed (a client without TLS, an unknown CA, a scanner): counted, and logged at most once every 10s with the count.",
+		"sluice_tokens":                          "Tokens of a rule's keys held or lent by this node, by where they are: store (the Store's remaining of those keys, as of each key's last call), nodes (lent to this node), gateways and regions (lent by this node to holders outside the cluster).",
+		"sluice_tokens_short_bound":              "Tokens of a rule lent now (to nodes, gateways, regions): the most its admissions could fall short of its limits were every holder to vanish now, until their loans end.",
 	}
 }
 

@@ -41,9 +41,9 @@ type Config struct {
 	// their own process (docs/gateway.md). It can lease, return and read
 	// the rules, never administer. Empty means the protocol is off (404).
 	ClientToken string
-	// ClientRate bounds the lease requests per second (and their burst)
-	// the client token may send to this node; more are answered 429.
-	// Zero means DefaultClientRate.
+	// ClientRate bounds the lease ops per second (and their burst) the
+	// client token may have this node apply; a request past it is
+	// answered 429, nothing applied. Zero means DefaultClientRate.
 	ClientRate int
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413.
 	// Zero means api.MaxBodyBytes (1 MiB: a full batch of 1000 checks with

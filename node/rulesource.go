@@ -98,7 +98,7 @@ type RulesConfig struct {
 	// cluster) or SourceDataDir (this node's own). Empty means SourceStore.
 	Source string
 	// Poll is how often the store's version is read, to catch a change
-	// whose broadcast this node missed. Zero means 1s.
+	// whose broadcast this node missed. Zero means DefaultRulesPoll.
 	Poll time.Duration
 	// LoadTimeout bounds one read or write of the store. Zero means 5s.
 	LoadTimeout time.Duration
@@ -113,6 +113,12 @@ type RulesConfig struct {
 	// node signs the set. A badly signed set is refused all the same.
 	AcceptUnsigned bool
 }
+
+// DefaultRulesPoll is RulesConfig.Poll's default (and sluiced's
+// -rules-poll, which also paces its rule file's checks): a change whose
+// broadcast a node missed, or an edited rule file, is installed within a
+// second, for a version read (or a stat) a second.
+const DefaultRulesPoll = time.Second
 
 // ruleAdmin is a Node's rule source and version.
 type ruleAdmin struct {
@@ -167,7 +173,7 @@ func (n *Node) StartRules(cfg RulesConfig) error {
 		return errors.New("cannot take rules from a file and a store at once")
 	}
 	if cfg.Poll <= 0 {
-		cfg.Poll = time.Second
+		cfg.Poll = DefaultRulesPoll
 	}
 	if cfg.LoadTimeout <= 0 {
 		cfg.LoadTimeout = 5 * time.Second

@@ -12,13 +12,16 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/forward"
+	"github.com/sluicehq/sluice/node/hot"
 	"github.com/sluicehq/sluice/node/member"
 	"github.com/sluicehq/sluice/node/rls"
 )
 
 // options are sluiced's settings, from flags and SLUICE_* environment
-// variables (the table in docs/configuration.md).
+// variables (docs/configuration.md lists them).
 type options struct {
 	version  bool // -version: print the version and exit
 	listen   string
@@ -151,9 +154,12 @@ func redactArgs(err error, ss []setting, args []string) error {
 	return errors.New(msg)
 }
 
+// settings are sluiced's flags, each with its variable and its default
+// (defaults.go says where each default comes from).
 func settings() []setting {
+	lc := lease.DefaultConfig()
 	return []setting{
-		{"listen", "SLUICE_LISTEN", ":8080", "HTTP API address host:port", func(o *options, v string) error {
+		{"listen", "SLUICE_LISTEN", defaultListen, "HTTP API address host:port", func(o *options, v string) error {
 			if _, _, err := net.SplitHostPort(v); err != nil {
 				return errors.New("want host:port")
 			}
@@ -186,7 +192,7 @@ func settings() []setting {
 			o.nodeName = v
 			return nil
 		}},
-		{"gossip", "SLUICE_GOSSIP", ":7946", "memberlist bind ip:port (UDP and TCP; empty ip: all interfaces); setting it, or -join, makes the node a cluster member", func(o *options, v string) error {
+		{"gossip", "SLUICE_GOSSIP", member.DefaultConfig().BindAddr, "memberlist bind ip:port (UDP and TCP; empty ip: all interfaces); setting it, or -join, makes the node a cluster member", func(o *options, v string) error {
 			host, _, err := net.SplitHostPort(v)
 			if err != nil {
 				return errors.New("want ip:port")
@@ -231,7 +237,7 @@ func settings() []setting {
 			o.tlsCA = v
 			return nil
 		}},
-		{"internal-window", "SLUICE_INTERNAL_WINDOW", "30s", "how far a signed internal request's timestamp may be from this node's clock (either way); beyond it the request is refused and the clock skew logged", durationSetter(func(o *options) *time.Duration { return &o.internalWindow })},
+		{"internal-window", "SLUICE_INTERNAL_WINDOW", durationText(forward.DefaultWindow), "how far a signed internal request's timestamp may be from this node's clock (either way); beyond it the request is refused and the clock skew logged", durationSetter(func(o *options) *time.Duration { return &o.internalWindow })},
 		{"admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin endpoints (/v1/rules*, /v1/members, /v1/hotkeys, /v1/stats); empty: admin from loopback peers only", func(o *options, v string) error {
 			o.adminToken = v
 			return nil
@@ -258,12 +264,12 @@ func settings() []setting {
 			o.clientToken = v
 			return nil
 		}},
-		{"lease-horizon", "SLUICE_LEASE_HORIZON", "100ms", "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
-		{"lease-idle", "SLUICE_LEASE_IDLE", "10s", "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
-		{"lease-keep-idle", "SLUICE_LEASE_KEEP_IDLE", "100000", "how many keys idle for -lease-idle at most keep their loan while its tokens are spendable, if it is a slow key's (at most 2/8 of the rule's capacity, or half of it for a token_bucket or gcra key far from its limit): a check coming back after an idle spell is answered without a Store call; beyond, the longest idle give their tokens back. About 150-200 bytes of memory each; 0: none", boundedIntSetter(maxKeepIdle, func(o *options) *int { return &o.leaseKeepIdle })},
-		{"lease-ahead", "SLUICE_LEASE_AHEAD", "2m30s", "how far ahead a fixed_window key's leases ask for a share of each next window (the smallest lease, 1/8 of the limit), so that a slow key checked every few windows makes one Store call per this instead of one per window; what the key's other holders can lose to a node's unspent shares is that share per window. Half the 5 min lease TTL by default; at most 24h; 0: none", boundedDurationSetter(lease.MaxLeaseTTL, func(o *options) *time.Duration { return &o.leaseAhead })},
-		{"store-timeout", "SLUICE_STORE_TIMEOUT", "50ms", "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
-		{"check-budget", "SLUICE_CHECK_BUDGET", "20ms", "the most a check waits on the Store (its lease call, or another check's for the same key): past it, it is decided by its rule's on_store_failure from what the node knows while the call goes on in the background; 0: wait as long as the Store call may take (up to 4 × -store-timeout)", func(o *options, v string) error {
+		{"lease-horizon", "SLUICE_LEASE_HORIZON", durationText(lc.Horizon), "how much of a key's traffic one lease covers", durationSetter(func(o *options) *time.Duration { return &o.leaseHorizon })},
+		{"lease-idle", "SLUICE_LEASE_IDLE", durationText(lc.Idle), "keys idle this long return their tokens", durationSetter(func(o *options) *time.Duration { return &o.leaseIdle })},
+		{"lease-keep-idle", "SLUICE_LEASE_KEEP_IDLE", strconv.Itoa(lc.KeepIdle), "how many keys idle for -lease-idle at most keep their loan while its tokens are spendable, if it is a slow key's (at most 2/8 of the rule's capacity, or half of it for a token_bucket or gcra key far from its limit): a check coming back after an idle spell is answered without a Store call; beyond, the longest idle give their tokens back. About 150-200 bytes of memory each; 0: none", boundedIntSetter(maxKeepIdle, func(o *options) *int { return &o.leaseKeepIdle })},
+		{"lease-ahead", "SLUICE_LEASE_AHEAD", durationText(lc.LeaseTTL / 2), "how far ahead a fixed_window key's leases ask for a share of each next window (the smallest lease, 1/8 of the limit), so that a slow key checked every few windows makes one Store call per this instead of one per window; what the key's other holders can lose to a node's unspent shares is that share per window. Half the lease TTL by default; at most 24h; 0: none", boundedDurationSetter(lease.MaxLeaseTTL, func(o *options) *time.Duration { return &o.leaseAhead })},
+		{"store-timeout", "SLUICE_STORE_TIMEOUT", durationText(lc.StoreTimeout), "timeout of one Store call", durationSetter(func(o *options) *time.Duration { return &o.storeTimeout })},
+		{"check-budget", "SLUICE_CHECK_BUDGET", durationText(defaultCheckBudget), "the most a check waits on the Store (its lease call, or another check's for the same key): past it, it is decided by its rule's on_store_failure from what the node knows while the call goes on in the background; 0: wait as long as the Store call may take (up to 4 × -store-timeout)", func(o *options, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return fmt.Errorf("invalid duration %q", v)
@@ -274,9 +280,9 @@ func settings() []setting {
 			o.checkBudget = d
 			return nil
 		}},
-		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", "50ms", "timeout of one forwarding request to a key's owner (the least: it stretches up to 2× on an owner whose round trips are slower); past it the checks are decided here (with Redis, by leasing from it; on the memory store by on_store_failure, within this node's share of the limit). It must be above -check-budget, plus a network hop: an owner answers within its check budget", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
-		{"cluster-size", "SLUICE_CLUSTER_SIZE", "0", "how many members the cluster has: a member that sees fewer than a majority of them is the minority of a partition (not ready; on the memory store each limit cut to its share); 0: the members it saw within the last 5 min", boundedIntSetter(1024, func(o *options) *int { return &o.clusterSize })},
-		{"rules-poll", "SLUICE_RULES_POLL", "1s", "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
+		{"forward-timeout", "SLUICE_FORWARD_TIMEOUT", durationText(forward.DefaultConfig().Timeout), "timeout of one forwarding request to a key's owner (the least: it stretches up to 2× on an owner whose round trips are slower); past it the checks are decided here (with Redis, by leasing from it; on the memory store by on_store_failure, within this node's share of the limit). It must be above -check-budget, plus a network hop: an owner answers within its check budget", durationSetter(func(o *options) *time.Duration { return &o.forwardTimeout })},
+		{"cluster-size", "SLUICE_CLUSTER_SIZE", strconv.Itoa(member.DefaultConfig().ClusterSize), "how many members the cluster has: a member that sees fewer than a majority of them is the minority of a partition (not ready; on the memory store each limit cut to its share); 0: the members it saw within the last 5 min", boundedIntSetter(1024, func(o *options) *int { return &o.clusterSize })},
+		{"rules-poll", "SLUICE_RULES_POLL", durationText(node.DefaultRulesPoll), "how often the rule file, or the version of the rules in Redis or -data-dir, is checked for changes", durationSetter(func(o *options) *time.Duration { return &o.rulesPoll })},
 		{"data-dir", "SLUICE_DATA_DIR", "", "directory where a node without -rules and without -redis keeps the rules written through the admin API; empty: in memory only", func(o *options, v string) error {
 			o.dataDir = v
 			return nil
@@ -289,7 +295,7 @@ func settings() []setting {
 			o.rlsConfig = v
 			return nil
 		}},
-		{"rls-transport", "SLUICE_RLS_TRANSPORT", "lean", "the rate limit service's gRPC transport: lean (Sluice's own HTTP/2 server for its unary calls, a third of grpc-go's CPU per call; the health service's Watch is not served) or grpc (grpc-go's server)", func(o *options, v string) error {
+		{"rls-transport", "SLUICE_RLS_TRANSPORT", string(rls.TransportLean), "the rate limit service's gRPC transport: lean (Sluice's own HTTP/2 server for its unary calls, a third of grpc-go's CPU per call; the health service's Watch is not served) or grpc (grpc-go's server)", func(o *options, v string) error {
 			switch tr := rls.Transport(v); tr {
 			case rls.TransportLean, rls.TransportGRPC:
 				o.rlsTransport = tr
@@ -297,8 +303,8 @@ func settings() []setting {
 			}
 			return errors.New("want lean or grpc")
 		}},
-		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", "10000", "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", boundedIntSetter(maxRLSConns, func(o *options) *int { return &o.rlsMaxConns })},
-		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", "5m", "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", boundedDurationSetter(maxRLSIdleTimeout, func(o *options) *time.Duration { return &o.rlsIdleTimeout })},
+		{"rls-max-conns", "SLUICE_RLS_MAX_CONNS", strconv.Itoa(rls.DefaultMaxConns), "the most connections the rate limit service serves at once: past it, new connections wait in the listen backlog until one closes; 0: no limit", boundedIntSetter(maxRLSConns, func(o *options) *int { return &o.rlsMaxConns })},
+		{"rls-idle-timeout", "SLUICE_RLS_IDLE_TIMEOUT", durationText(rls.DefaultIdleTimeout), "a rate limit service connection with no call in flight and no new call for this long is closed gracefully (GOAWAY: Envoy and gRPC clients reconnect); 0: never", boundedDurationSetter(maxRLSIdleTimeout, func(o *options) *time.Duration { return &o.rlsIdleTimeout })},
 		{"rls-client-ca", "SLUICE_RLS_CLIENT_CA", "", "PEM CA file: the rate limit service (TLS with -tls-cert) requires a client certificate signed by it (mTLS) and refuses any other at the handshake; empty: no client certificate", func(o *options, v string) error {
 			o.rlsClientCA = v
 			return nil
@@ -307,8 +313,8 @@ func settings() []setting {
 		{"rls-dynamic-metadata", "SLUICE_RLS_DYNAMIC_METADATA", "false", "fill the rate limit service's dynamic_metadata as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain, the descriptors, and the metadata of the matched descriptors not over their limit", boolSetter(func(o *options) *bool { return &o.rlsMetadata })},
 		{"accept-unsigned-rules", "SLUICE_ACCEPT_UNSIGNED_RULES", "false", "install a rule set from Redis that is not signed with the cluster key (written by a node of a release that did not sign): for an upgrade, until the next rules write signs it; a badly signed set is refused all the same", boolSetter(func(o *options) *bool { return &o.acceptUnsignedRules })},
 		{"memory-leases", "SLUICE_MEMORY_LEASES", "false", "on the in-memory store (no -redis), lease tokens into a bucket per key as on Redis instead of deciding each check in the store: about twice the memory per key (a bucket beside the store's record), checks of one hot key spread over CPUs instead of taking its shard's lock, and decisions no longer exact (a bucket holds a batch). Ignored with -redis", boolSetter(func(o *options) *bool { return &o.memoryLeases })},
-		{"hot-split", "SLUICE_HOT_SPLIT", "true", "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", boolSetter(func(o *options) *bool { return &o.hotSplit })},
-		{"hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", "0", "a key taking more than this share (0 to 1) of the checks a node serves is hot, whatever its rule's hot.threshold; 0: off", func(o *options, v string) error {
+		{"hot-split", "SLUICE_HOT_SPLIT", strconv.FormatBool(defaultHotSplit), "split hot keys over the cluster's nodes; false: detect and show them (/v1/hotkeys), never split", boolSetter(func(o *options) *bool { return &o.hotSplit })},
+		{"hot-capacity-share", "SLUICE_HOT_CAPACITY_SHARE", floatText(hot.DefaultConfig().CapacityShare), "a key taking more than this share (0 to 1) of the checks a node serves is hot, whatever its rule's hot.threshold; 0: off", func(o *options, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(f >= 0 && f <= 1) {
 				return fmt.Errorf("want a number between 0 and 1, got %q", v)
@@ -353,7 +359,7 @@ func settings() []setting {
 			o.upstreamRTT = d
 			return nil
 		}},
-		{"gc-headroom", "SLUICE_GC_HEADROOM", "25", "how far the heap may grow past the live heap before the garbage collector runs, in percent of the live heap, once that growth is 32 MiB or more (below, Go's default: 100%); 100: Go's default. Ignored when GOGC or GOMEMLIMIT is set", func(o *options, v string) error {
+		{"gc-headroom", "SLUICE_GC_HEADROOM", strconv.Itoa(defaultGCHeadroom), "how far the heap may grow past the live heap before the garbage collector runs, in percent of the live heap, once that growth is 32 MiB or more (below, Go's default: 100%); 100: Go's default. Ignored when GOGC or GOMEMLIMIT is set", func(o *options, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 10 || n > 100 {
 				return fmt.Errorf("want a whole percent between 10 and 100, got %q", v)
@@ -361,7 +367,7 @@ func settings() []setting {
 			o.gcHeadroom = n
 			return nil
 		}},
-		{"log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error", func(o *options, v string) error {
+		{"log-level", "SLUICE_LOG_LEVEL", defaultLogLevel, "debug, info, warn or error", func(o *options, v string) error {
 			var l slog.Level
 			if err := l.UnmarshalText([]byte(v)); err != nil {
 				return errors.New("want debug, info, warn or error")

@@ -4,6 +4,7 @@ package sluicecaddy_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -42,6 +43,8 @@ rules:
 `
 
 const clientToken = "e2e-client-token-0123456789abcdef"
+
+const adminToken = "e2e-admin-token-0123456789abcdef"
 
 // TestE2ECaddyTwoGateways runs two Caddy processes built with the module,
 // each with the shipped Caddyfile, in front of one sluiced and one
@@ -196,7 +199,7 @@ func startSluiced(t *testing.T, bin string) string {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	p := start(t, bin, nil, "-listen", addr, "-rules", rules, "-client-token", clientToken, "-log-level", "warn")
+	p := start(t, bin, nil, "-listen", addr, "-rules", rules, "-client-token", clientToken, "-admin-token", adminToken, "-log-level", "warn")
 	base := "http://" + addr
 	p.waitReady(t, func() bool {
 		a, err := get(base + "/readyz")
@@ -205,10 +208,87 @@ func startSluiced(t *testing.T, bin string) string {
 	return base
 }
 
+// TestE2ECaddyStats reads what the node shows of a Caddy gateway: while
+// it holds tokens of a key, /v1/stats lends them to one holder named by a
+// public id (never the secret it sends), counted under "tokens" and
+// "gateway" for the rule; once Caddy stops (its Limiter returns what it
+// holds), nothing is lent, what it admitted shows as reported spent, and
+// the rest as returned.
+func TestE2ECaddyStats(t *testing.T) {
+	sluicedBin, caddyBin := binaries(t)
+	sl := startSluiced(t, sluicedBin)
+	app := startApp(t)
+	gw, stop := startCaddyStoppable(t, caddyBin, sl, app)
+	const admitted = 5
+	for i := 0; i < admitted; i++ {
+		if a, err := get(gw+"/api/x", "X-API-Key", "stats"); err != nil || a.status != 200 {
+			t.Fatalf("request %d: %v %d, want 200", i, err, a.status)
+		}
+	}
+	st := stats(t, sl)
+	g, tok := st.Gateway["per-key"], st.Tokens["per-key"]
+	if g.Gateways <= 0 || tok.Gateways != g.Gateways || tok.ShortBound < g.Gateways || len(st.Holders) != 1 {
+		t.Fatalf("while Caddy holds tokens: gateway %+v, tokens %+v, holders %+v; want tokens lent to one gateway", g, tok, st.Holders)
+	}
+	if h := st.Holders[0].Holder; len(h) != 16 || h == strings.Repeat("0", 16) {
+		t.Errorf("the holder is shown as %q, want its 16-hex-digit public id", h)
+	}
+	granted := g.Granted
+	stop()
+	st = stats(t, sl)
+	g = st.Gateway["per-key"]
+	if g.Gateways != 0 || g.Reported != admitted || g.Returned != granted-admitted || len(st.Holders) != 0 {
+		t.Errorf("after Caddy stopped: %+v, holders %+v; want nothing lent, %d reported (what it admitted), %d returned (%d granted less those)",
+			g, st.Holders, admitted, granted-admitted, granted)
+	}
+}
+
+// statsView is what TestE2ECaddyStats reads of GET /v1/stats.
+type statsView struct {
+	Tokens map[string]struct {
+		Gateways   int64 `json:"gateways"`
+		ShortBound int64 `json:"short_bound"`
+	} `json:"tokens"`
+	Gateway map[string]struct {
+		Gateways int64 `json:"gateways"`
+		Granted  int64 `json:"granted"`
+		Returned int64 `json:"returned"`
+		Reported int64 `json:"reported"`
+	} `json:"gateway"`
+	Holders []struct {
+		Holder string `json:"holder"`
+	} `json:"gateway_holders"`
+}
+
+func stats(t *testing.T, base string) statsView {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/stats", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v statsView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/stats: %d %v", resp.StatusCode, err)
+	}
+	return v
+}
+
 // startCaddy starts Caddy with the shipped Caddyfile (its addresses
 // substituted), its state in a temporary directory, and returns its base
 // URL.
 func startCaddy(t *testing.T, bin, sluice string, app *backend) string {
+	t.Helper()
+	base, _ := startCaddyStoppable(t, bin, sluice, app)
+	return base
+}
+
+// startCaddyStoppable is startCaddy, with a function that stops Caddy
+// (SIGTERM: it closes its handlers, so their Limiters return what they
+// hold) and waits for it to exit.
+func startCaddyStoppable(t *testing.T, bin, sluice string, app *backend) (string, func()) {
 	t.Helper()
 	data, err := os.ReadFile("Caddyfile")
 	if err != nil {
@@ -244,7 +324,7 @@ func startCaddy(t *testing.T, bin, sluice string, app *backend) string {
 		}
 		return err == nil
 	}, "caddy on "+addr)
-	return "http://" + addr
+	return "http://" + addr, p.stop
 }
 
 // start runs bin with args and stops it at cleanup (SIGTERM, then kill
@@ -261,26 +341,32 @@ func start(t *testing.T, bin string, env []string, args ...string) *process {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
+	p := &process{name: filepath.Base(bin), done: done, logs: &logs}
+	p.stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case err := <-done:
+			done <- err // for waitReady
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
 		}
+	})
+	t.Cleanup(func() {
+		p.stop()
 		if t.Failed() {
 			t.Logf("output of %s %v:\n%s", filepath.Base(bin), args, logs.String())
 		}
 	})
-	return &process{name: filepath.Base(bin), done: done, logs: &logs}
+	return p
 }
 
-// process is a started process: done receives its exit.
+// process is a started process: done receives its exit; stop ends it
+// (SIGTERM, then kill after 10 s) and waits for it, once.
 type process struct {
 	name string
 	done chan error
 	logs *syncBuffer
+	stop func()
 }
 
 // waitReady polls ready until it holds, failing the test when the process

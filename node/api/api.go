@@ -1,8 +1,8 @@
 // Package api owns Sluice's wire types and their JSON codec: the bodies of
 // POST /v1/check, /v1/checks, /v1/acquire and /v1/release, the query of
-// GET /v1/check, the lease protocol's POST /v1/lease (lease.go; its
-// GET /v1/lease/rules answers the rules as node/rules' specs), and the
-// answers. The node's HTTP server and the Go client (node/client) share
+// GET /v1/check, the lease protocol's POST /v1/lease (lease.go, its codec
+// lease_decode.go and lease_encode.go; its GET /v1/lease/rules answers the
+// rules as node/rules' specs), and the answers. The node's HTTP server and the Go client (node/client) share
 // it, so both ends agree byte for byte.
 //
 // There is no reflection on the hot path. Bodies are read by a strict

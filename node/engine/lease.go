@@ -260,7 +260,7 @@ func (e *Engine) lendEach(ls []leaseOp, idx []int, results []LeaseResult) {
 		return
 	case 1:
 		i := idx[0]
-		results[i] = e.lessor.apply(e.mgr.Store(), &ls[i])
+		results[i] = e.lessor.apply(e.mgr.Lender(), &ls[i])
 		return
 	}
 	var next atomic.Int64
@@ -271,7 +271,7 @@ func (e *Engine) lendEach(ls []leaseOp, idx []int, results []LeaseResult) {
 				return
 			}
 			i := idx[j]
-			results[i] = e.lessor.apply(e.mgr.Store(), &ls[i])
+			results[i] = e.lessor.apply(e.mgr.Lender(), &ls[i])
 		}
 	}
 	var wg sync.WaitGroup

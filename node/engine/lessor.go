@@ -78,7 +78,11 @@ func aheadOf(to lease.Lessee, p lease.Policy, share float64) (windows, tokens in
 func (l *lessor) apply(store lease.Store, lo *leaseOp) LeaseResult {
 	op := lo.op
 	ctx := context.Background()
-	rm := l.book.ruleMetrics(lo.r.name)
+	rm := lo.r.lease.Load()
+	if rm == nil {
+		rm = l.book.ruleMetrics(lo.r.name)
+		lo.r.lease.Store(rm)
+	}
 	switch op.Kind {
 	case LeaseReturn:
 		if err := store.Return(ctx, lo.ckey, lo.p, op.Tokens, op.Holder); err != nil {

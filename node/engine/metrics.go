@@ -10,6 +10,7 @@ func MetricsHelp() map[string]string {
 		"sluice_routed_items_total":               "Checks routed in a cluster, by who decided them: self (this node owns the key), owner (forwarded to it), fallback (here: the owner could not be deciding), demoted_owner (here: the owner stopped answering), none_shed (answered 503: the owner alive but overloaded).",
 		"sluice_routed_refunds_total":             "Refunds sent to owners, for checks another rule of the same request denied.",
 		"sluice_routed_items_served_total":        "Checks forwarded by peers that this node decided as their owner.",
+		"sluice_share_denied_items_total":         "Checks denied because this node's share of their limit was spent: decided for an owner that does not answer, or by this node while it is the minority, on per-node memory stores.",
 		"sluice_routed_lease_ops_total":           "Lease protocol ops (a gateway's or a region's lease, return or peek) routed in a cluster, by who applied them: owner (sent to it), fallback (here, on the shared Store: the owner did not answer), none_failed (answered with an error: the owner did not answer and the members keep their own memory stores).",
 		"sluice_routed_lease_ops_served_total":    "Lease protocol ops forwarded by peers that this node applied as their keys' owner.",
 		"sluice_gateway_tokens_lent":              "Tokens lent to gateways (the lease protocol) and not yet reported spent, returned or expired, by rule.",

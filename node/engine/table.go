@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -40,6 +41,9 @@ type Rule struct {
 	// without a key, which forward-auth never matches.
 	skipped *metrics.Counter
 	data    any
+	// lease is the rule's lease protocol counters (the lessor's book's,
+	// by name), once an op of the rule came.
+	lease atomic.Pointer[leaseRuleMetrics]
 }
 
 // Set returns the rule set requests are matched against (the rules of

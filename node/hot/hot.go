@@ -5,104 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/sluicehq/sluice/lease/logkey"
 	"github.com/sluicehq/sluice/shard"
 )
-
-// Config configures a [Hot]. The zero value of every field but Self is
-// valid and means the default documented on the field.
-type Config struct {
-	// Self is this node's member name, as on the ring. Required.
-	Self string
-	// Tick is the period of the loop that [Hot.Run] starts: rates are
-	// measured and splits decided once per Tick. Zero means
-	// DefaultConfig's.
-	Tick time.Duration
-	// TopK configures the sketch of the keys this node serves. Its Sample
-	// is applied by Observe (one call in Sample is recorded, with weight
-	// Sample). The zero value is an exact sketch of 128 keys;
-	// DefaultConfig uses shard.DefaultTopKConfig.
-	TopK shard.TopKConfig
-	// Split configures the owner side (cooling period).
-	Split shard.SplitConfig
-	// Threshold returns the hot-key settings of the rule of a counter key
-	// ("rule:key"): its hot.threshold in checks/s (≤ 0: the rule sets
-	// none, DefaultThreshold applies) and its hot.split (0: every member).
-	// ok false means no rule has the key (a rule was deleted): the key is
-	// never split and a split of it ends. It is called once per tracked
-	// key per Tick, from the loop, and must not call back into Hot. Nil
-	// means every key has threshold 0 and split 0.
-	Threshold func(counterKey string) (threshold float64, split int, ok bool)
-	// DefaultThreshold is the threshold in checks/s of keys whose rule
-	// sets none. Zero means none: such keys are hot only through
-	// CapacityShare.
-	DefaultThreshold float64
-	// CapacityShare, in [0, 1], makes a key hot when it takes more than
-	// this share of the checks/s this node serves (and at least MinRate),
-	// even if its rule's threshold is higher or unset. Zero turns it off.
-	CapacityShare float64
-	// MinRate is the least rate, in checks/s, at which CapacityShare makes
-	// a key hot, so that a quiet node does not split its busiest key. Zero
-	// means DefaultConfig's.
-	MinRate float64
-	// Reannounce is how often the owner gossips its active splits and its
-	// recent ends again: gossip is best effort, and members that joined
-	// later or missed a message learn them this way. Zero means
-	// DefaultConfig's; a
-	// negative value turns it off.
-	Reannounce time.Duration
-	// Recent is how long an ended split is remembered as news: re-gossiped
-	// by its owner, and attached by [Hot.PlansFor] to forwarding replies
-	// for senders that still route by the old plan. Zero means
-	// DefaultConfig's.
-	Recent time.Duration
-	// Now is the clock of SetRing, Receive and ApplyPlans (Tick takes
-	// now as an argument). Nil means time.Now.
-	Now func() time.Time
-	// Logger receives split starts and ends (info) and gossip problems
-	// (warn, debug). Nil means slog.Default().
-	Logger *slog.Logger
-	// Metrics is the set the sluice_hot_* metrics are registered in. Nil
-	// means the process's default set (which metrics.WritePrometheus
-	// writes); give each Hot its own when several share a process (a test
-	// cluster), or their counts mix.
-	Metrics *metrics.Set
-}
-
-// DefaultConfig returns the configuration of a node; New gives zero Tick,
-// MinRate, Reannounce and Recent these values. Why each:
-func DefaultConfig() Config {
-	return Config{
-		// A key crossing its threshold is split within a few seconds (the
-		// rate's half-life is 2 s), and the loop costs nothing.
-		Tick: time.Second,
-		// 128 keys, one check in 8 sampled.
-		TopK: shard.DefaultTopKConfig(),
-		// A 10 s cooling period.
-		Split: shard.DefaultSplitConfig(),
-		// Where forwarding one key to one owner starts to cost more than
-		// leasing it on every node.
-		DefaultThreshold: 20000,
-		// CapacityShare stays 0 (off): the node's current rate is a poor
-		// proxy for its capacity; operators opt in. A quiet node does not
-		// split its busiest key below 1000 checks/s.
-		MinRate: 1000,
-		// Members that missed a gossip message learn the splits within
-		// 10 s; an ended split is news for 30 s, three re-announcements.
-		Reannounce: 10 * time.Second,
-		Recent:     30 * time.Second,
-	}
-}
 
 // Announcer gossips a message to every other member (not to this node).
 // *member.Cluster implements it; messages are at most [MaxMessageSize]
@@ -176,11 +88,6 @@ type Hot struct {
 		started, closed bool
 		stop, done      chan struct{}
 	}
-}
-
-type ended struct {
-	plan shard.Plan
-	at   time.Time
 }
 
 // New returns the hot-key machinery of the member cfg.Self, gossiping
@@ -312,101 +219,6 @@ func (h *Hot) OnEnd(f func(counterKey string)) {
 	h.onEnd.Store(&f)
 }
 
-// SetRing installs the ring of a new membership view. As owner, the node
-// recomputes the holders of its splits on it (ending those of keys it no
-// longer owns) and adopts the splits of departed owners whose keys it now
-// owns; the resulting plans, each with a new epoch, are applied and
-// announced.
-func (h *Hot) SetRing(r *shard.Ring) {
-	h.ring.Store(r)
-	h.loop.Lock()
-	defer h.loop.Unlock()
-	now := h.cfg.Now()
-	changed, end := h.splitter.Rehold(now, r)
-	plans := append(changed, end...)
-	h.applyOwnLocked(now, plans)
-	// Adopt sees the table without the splits just ended.
-	adopted, end2 := h.splitter.Adopt(now, h.table.Plans(nil), r)
-	more := append(adopted, end2...)
-	h.applyOwnLocked(now, more)
-	h.broadcast(append(plans, more...))
-}
-
-// Receive applies the plans of a gossip message from another member:
-// plans with an epoch above the last seen for their key replace it, older
-// ones are ignored. Messages of other kinds ([IsPlans] false) are
-// ignored; malformed ones are counted and logged at debug level.
-func (h *Hot) Receive(msg []byte) {
-	if !IsPlans(msg) {
-		return
-	}
-	plans, err := DecodePlans(nil, msg)
-	if err != nil {
-		h.rejected.Add(1)
-		h.met.msgsRejected.Inc()
-		h.log.Debug("hot-key message refused", "err", err)
-		return
-	}
-	h.received.Add(1)
-	h.met.msgsReceived.Inc()
-	now := h.cfg.Now()
-	for _, p := range plans {
-		h.apply(now, p)
-	}
-}
-
-// ApplyPlans applies plans from a forwarding reply, as Receive does.
-// Plans already known cost a lock-free lookup each. ps is not retained.
-func (h *Hot) ApplyPlans(ps []shard.Plan) {
-	if len(ps) == 0 {
-		return
-	}
-	now := h.cfg.Now()
-	for _, p := range ps {
-		h.apply(now, p)
-	}
-}
-
-// PlansFor appends to dst what a sender of a check of counterKey should
-// know, unless dst already has a plan of that key: its split, or the end
-// of its split if the split ended within Recent (the sender may still
-// route by it). The node calls it for each item of a forwarded batch and
-// returns the plans with the reply. It is lock-free and allocates only
-// when dst lacks capacity.
-func (h *Hot) PlansFor(dst []shard.Plan, counterKey string) []shard.Plan {
-	p, ok := h.table.Lookup(counterKey)
-	if !ok {
-		ends := *h.ends.Load()
-		if len(ends) == 0 {
-			return dst
-		}
-		e, ok := ends[counterKey]
-		if !ok {
-			return dst
-		}
-		p = e.plan
-	}
-	for i := range dst {
-		if dst[i].Key == counterKey {
-			return dst
-		}
-	}
-	return append(dst, p)
-}
-
-// RecentPlans appends to dst every split this node knows and every end
-// of a split within Recent, ordered by key (splits first): everything a
-// sender should know.
-func (h *Hot) RecentPlans(dst []shard.Plan) []shard.Plan {
-	dst = h.table.Plans(dst)
-	start := len(dst)
-	for _, e := range *h.ends.Load() {
-		dst = append(dst, e.plan)
-	}
-	slices.SortFunc(dst[start:], func(a, b shard.Plan) int { return cmp.Compare(a.Key, b.Key) })
-	return dst
-}
-
 // Tick runs one step of the loop at now: it closes the sketch's window,
 // updates the node's rate, decides splits for the keys this node owns,
 // applies and announces the resulting plans, re-announces the active ones
@@ -486,140 +298,6 @@ func (h *Hot) updateRateLocked(now time.Time) {
 		h.loop.nodeRate += (1 - math.Exp2(-dt/h.halfLife)) * (inst - h.loop.nodeRate)
 	}
 	h.nodeRate.Store(math.Float64bits(h.loop.nodeRate))
-}
-
-// publishLocked applies the plans this node issued as owner and
-// announces them.
-func (h *Hot) publishLocked(now time.Time, plans []shard.Plan) {
-	h.applyOwnLocked(now, plans)
-	h.broadcast(plans)
-}
-
-// applyOwnLocked applies the plans this node issued as owner.
-func (h *Hot) applyOwnLocked(now time.Time, plans []shard.Plan) {
-	for _, p := range plans {
-		applied, had := h.apply(now, p)
-		switch {
-		case !applied:
-			// An epoch of ours below one already applied: another
-			// member's plan for the key is newer.
-			h.log.Warn("hot-key plan superseded before it was applied", logkey.Attr(p.Key), "epoch", p.Epoch)
-		case p.Split() && !had:
-			h.started.Add(1)
-			h.met.splitsStarted.Inc()
-			h.log.Info("hot key split", logkey.Attr(p.Key), "holders", p.Holders, "epoch", p.Epoch)
-		case p.Split():
-			h.log.Info("hot key holders changed", logkey.Attr(p.Key), "holders", p.Holders, "epoch", p.Epoch)
-		default:
-			if had {
-				h.endedN.Add(1)
-				h.met.splitsEnded.Inc()
-			}
-			h.log.Info("hot key split ended", logkey.Attr(p.Key), "epoch", p.Epoch)
-		}
-		if !p.Split() {
-			h.loop.ownEnds = append(h.loop.ownEnds, ended{plan: p, at: now})
-		}
-	}
-}
-
-// broadcast gossips plans in as few messages as fit.
-func (h *Hot) broadcast(plans []shard.Plan) {
-	if h.ann == nil || len(plans) == 0 {
-		return
-	}
-	msgs, errs := EncodePlans(plans)
-	for _, err := range errs {
-		h.failed.Add(1)
-		h.met.msgsFailed.Inc()
-		h.log.Warn("hot-key plan not gossiped (forwarding replies still carry it)", "err", err)
-	}
-	for _, m := range msgs {
-		if err := h.ann.Broadcast(m); err != nil {
-			h.failed.Add(1)
-			h.met.msgsFailed.Inc()
-			h.log.Warn("cannot gossip hot-key plans", "err", err)
-			continue
-		}
-		h.sent.Add(1)
-		h.met.msgsSent.Inc()
-	}
-}
-
-// apply applies p to the table, reporting whether it did and whether the
-// key was split before, and fires OnEnd when this node stops holding a
-// key it does not own.
-func (h *Hot) apply(now time.Time, p shard.Plan) (applied, had bool) {
-	// Lock-free fast path for plans already known (forwarding replies
-	// repeat them).
-	if cur, ok := h.table.Lookup(p.Key); ok {
-		if cur.Epoch >= p.Epoch {
-			return false, true
-		}
-	} else if e, ok := (*h.ends.Load())[p.Key]; ok && e.plan.Epoch >= p.Epoch {
-		return false, false
-	}
-
-	h.applyMu.Lock()
-	old, had := h.table.Lookup(p.Key)
-	if !h.table.Apply(p) {
-		h.applyMu.Unlock()
-		return false, had
-	}
-	ends := *h.ends.Load()
-	_, inEnds := ends[p.Key]
-	switch {
-	case !p.Split() && had:
-		next := maps.Clone(ends)
-		next[p.Key] = ended{plan: shard.Plan{Key: p.Key, Epoch: p.Epoch}, at: now}
-		h.ends.Store(&next)
-	case p.Split() && inEnds:
-		next := maps.Clone(ends)
-		delete(next, p.Key)
-		h.ends.Store(&next)
-	}
-	switch {
-	case p.Split() && !had:
-		h.met.splitsActive.Inc()
-	case !p.Split() && had:
-		h.met.splitsActive.Dec()
-	}
-	h.applyMu.Unlock()
-
-	self := h.cfg.Self
-	if had && old.Has(self) && !p.Has(self) && h.ring.Load().Owner(p.Key) != self {
-		if f := h.onEnd.Load(); f != nil {
-			(*f)(p.Key)
-		}
-	}
-	return true, had
-}
-
-// forgetLocked drops ends older than Recent, and the table's memory of
-// splits that ended long ago.
-func (h *Hot) forgetLocked(now time.Time) {
-	cut := now.Add(-h.cfg.Recent)
-	h.loop.ownEnds = slices.DeleteFunc(h.loop.ownEnds, func(e ended) bool { return e.at.Before(cut) })
-
-	h.applyMu.Lock()
-	ends := *h.ends.Load()
-	stale := false
-	for _, e := range ends {
-		if e.at.Before(cut) {
-			stale = true
-			break
-		}
-	}
-	if stale {
-		next := maps.Clone(ends)
-		maps.DeleteFunc(next, func(_ string, e ended) bool { return e.at.Before(cut) })
-		h.ends.Store(&next)
-	}
-	h.applyMu.Unlock()
-	// Epochs are Unix nanoseconds: remember ended splits ten times longer
-	// than they are news, so that a stale start delayed in gossip is
-	// still refused.
-	h.table.Forget(now.Add(-10 * h.cfg.Recent))
 }
 
 // Stats returns this Hot's counters.

@@ -75,7 +75,7 @@ func answering(n *node, name string) bool {
 // issue 35: nothing told a node it was alone (memberlist calls the others
 // dead after a while, and c then "sees" all the members it has).
 func TestMinorityOfAPartition(t *testing.T) {
-	a, b, c, la, _, lc := reachCluster3(t)
+	a, b, c, _, _, lc := reachCluster3(t)
 	for _, n := range []*node{a, b, c} {
 		clocktest.EventuallyState(t, waitTimeout, n.LocalName()+" sees 3 of 3", func() (bool, string) {
 			q := n.Quorum()
@@ -112,9 +112,9 @@ func TestMinorityOfAPartition(t *testing.T) {
 	if n := strings.Count(lc.String(), "sees a minority"); n != 1 {
 		t.Errorf("c logged the minority %d times, want once:\n%s", n, lc.String())
 	}
-	if strings.Contains(la.String(), "minority of the members") {
-		t.Errorf("a, in the majority, logged a minority:\n%s", la.String())
-	}
+	// (Whether a or b ever saw a minority for a moment is not asserted:
+	// memberlist's own probes run on the wall clock, and on a starved
+	// machine it may suspect a live member; what they end with is.)
 }
 
 // TestOneWayCutShowsOnBothSides: a drops everything from and to c while b

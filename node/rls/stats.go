@@ -38,13 +38,15 @@ type statsSet struct {
 // to the node, whose /metrics writes them (node.Config.MetricsHelp).
 func MetricsHelp() map[string]string {
 	return map[string]string{
-		"sluice_rls_config_loads_total":  "Envoy rate limit configurations (-rls-config) loaded, at start and on reload.",
-		"sluice_rls_config_errors_total": "Envoy rate limit configurations refused (the previous one kept).",
-		"sluice_rls_calls_total":         "ShouldRateLimit calls, by code: the overall code of an answered call (OK, OVER_LIMIT) or the gRPC status of a refused one (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL).",
-		"sluice_rls_total_hits":          "Hits of a descriptor's limit, by domain and descriptor (envoyproxy/ratelimit's total_hits).",
-		"sluice_rls_over_limit":          "Hits over a descriptor's limit, shadow-mode ones included, by domain and descriptor (over_limit).",
-		"sluice_rls_near_limit":          "Allowed hits past the near-limit share (80% by default) of a descriptor's limit, by domain and descriptor (near_limit).",
-		"sluice_rls_shadow_mode":         "Hits over a shadow_mode limit, let through, by domain and descriptor (shadow_mode).",
+		"sluice_rls_config_loads_total":     "Envoy rate limit configurations (-rls-config) loaded, at start and on reload.",
+		"sluice_rls_config_errors_total":    "Envoy rate limit configurations refused (the previous one kept).",
+		"sluice_rls_calls_total":            "ShouldRateLimit calls, by code: the overall code of an answered call (OK, OVER_LIMIT) or the gRPC status of a refused one (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL).",
+		"sluice_rls_total_hits":             "Hits of a descriptor's limit, by domain and descriptor (envoyproxy/ratelimit's total_hits).",
+		"sluice_rls_over_limit":             "Hits over a descriptor's limit, shadow-mode ones included, by domain and descriptor (over_limit).",
+		"sluice_rls_near_limit":             "Allowed hits past the near-limit share (80% by default) of a descriptor's limit, by domain and descriptor (near_limit).",
+		"sluice_rls_shadow_mode":            "Hits over a shadow_mode limit, let through, by domain and descriptor (shadow_mode).",
+		"sluice_rls_pending_bytes":          "Bytes of unfinished requests (streams whose body has not arrived whole) the rate limit service holds over all connections, against its budget (ServerConfig.MaxPendingBytes).",
+		"sluice_rls_unfinished_reset_total": "Requests the rate limit service dropped before they arrived whole, by reason: timeout (not whole within RequestTimeout) or budget (the node's budget of unfinished request bytes spent).",
 	}
 }
 

@@ -55,10 +55,10 @@ type Config struct {
 	RTT time.Duration
 	// Horizon is the least traffic a lease covers (the node's
 	// -lease-horizon); leases cover at least 8 round trips. Zero means
-	// 100ms.
+	// lease.Config's default (100ms).
 	Horizon time.Duration
 	// Idle is how long a key goes unchecked before its tokens go back.
-	// Zero means 10s.
+	// Zero means lease.Config's default (10s).
 	Idle time.Duration
 	// Probe is how often the global tier is asked for its rules' version
 	// (reachability and round trip, sluice_upstream_*). Zero means 5s.
@@ -117,10 +117,10 @@ func Start(cfg Config) (*Upstream, error) {
 		return nil, errors.New("upstream: the global tier's client token is required (SLUICE_UPSTREAM_TOKEN)")
 	}
 	if cfg.Horizon <= 0 {
-		cfg.Horizon = 100 * time.Millisecond
+		cfg.Horizon = lease.DefaultConfig().Horizon
 	}
 	if cfg.Idle <= 0 {
-		cfg.Idle = 10 * time.Second
+		cfg.Idle = lease.DefaultConfig().Idle
 	}
 	if cfg.Probe <= 0 {
 		cfg.Probe = 5 * time.Second
