@@ -36,8 +36,8 @@ func NewInprocDriver(cfg InprocConfig) (Driver, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	if cfg.Policy.Algorithm == lease.Concurrency {
-		return nil, errors.New("policy: concurrency needs acquire/release, not checks")
+	if cfg.Policy.Algorithm.Acquired() {
+		return nil, errors.New("policy: " + cfg.Policy.Algorithm.String() + " needs acquire/release, not checks")
 	}
 	if len(cfg.Keys) == 0 {
 		return nil, errors.New("keys: empty key table")

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/lease/algo"
 )
 
 // bucket is the local leased bucket of one counter key: tokens taken from
@@ -37,11 +39,13 @@ type bucket struct {
 	remaining atomic.Int64
 	resetAt   atomic.Int64
 	// aux is one word that the algorithms use apart (the bucket's size is
-	// its memory budget): for sliding_window, when the Store's last answer
-	// came (Unix ns, see answeredAt); for fixed_window, its shares of the
-	// windows ahead (see aheadWord; written by the slot's holder, or by a
-	// roll under the Manager's inflight lock when no slot is held); for
-	// token_bucket and gcra, kept (see keptSwap).
+	// its memory budget): for one whose view reads when the Store's last
+	// answer came (sliding_window: Algorithm.ViewsAnswerTime), that time
+	// (Unix ns, see answeredAt); for one that leases ahead (fixed_window:
+	// Algorithm.LeasesAhead), its shares of the windows ahead (see
+	// aheadWord; written by the slot's holder, or by a roll under the
+	// Manager's inflight lock when no slot is held); for a refilling one
+	// (token_bucket, gcra: Algorithm.Refills), kept (see keptSwap).
 	aux atomic.Int64
 	// basis is what the Store lends this Manager of the key as of its last
 	// answer (Grant.Lent): the bound on the tokens on hand, so on Refund,
@@ -247,7 +251,7 @@ func (b *bucket) denyTill(t int64) {
 // count): the next check that needs the Store asks it.
 func (b *bucket) forget() {
 	b.resetAt.Store(0)
-	if b.pol.Algorithm == FixedWindow {
+	if b.pol.Algorithm.LeasesAhead() {
 		b.aux.Store(0) // its shares are placed from resetAt: see aheadSpan
 	}
 	b.clearDeny()
@@ -318,57 +322,51 @@ func (b *bucket) settle(lent int64) int64 {
 
 // leaseExpiry is until when tokens of grant g, asked for at now (before
 // the Store call, so at or before the Store's own now), may be spent on
-// the fast path (the algorithm's code.expiry): the end of the
-// grant's window, made early by up to 1ms so that the rounding up of Reset
-// never lets a token into the next window; for token_bucket and gcra half
-// of ttl after now (the Store lends them until ttl after it received the
-// call).
+// the fast path (algo's Policy.LeaseExpiry).
 func leaseExpiry(p Policy, now int64, g Grant, ttl time.Duration) int64 {
-	return p.Algorithm.leased().expiry(p, now, g, ttl)
+	return p.LeaseExpiry(now, g, ttl)
+}
+
+// lastAnswer is the Store's last answer as b keeps it, its Reset at
+// resetAt (≠ 0): the values algo's views of the answers take.
+func (b *bucket) lastAnswer(resetAt int64) algo.Answer {
+	a := algo.Answer{Remaining: b.remaining.Load(), ResetAt: resetAt}
+	if b.pol.Algorithm.ViewsAnswerTime() {
+		a.At = b.answeredAt()
+	}
+	return a
 }
 
 // storeLevel is the Store's whole tokens of b's key at now as far as this
-// node knows: its answer to the last lease, aged to now. known is false
-// before the first lease. Other holders of the key may have taken tokens
-// since; this node cannot know, and the level is the best it has.
-//
-// token_bucket and gcra refill: the Store's Reset said when the bucket
-// would be full, so capacity − (time left to that) × rate is in it now
-// (rounded down). fixed_window and sliding_window: the Remaining of the
-// last lease until its Reset (the end of the window, or of the next one
-// while that window's count still weighs), then a whole capacity.
+// node knows: its answer to the last lease, aged to now (algo's
+// Policy.Level). known is false before the first lease. Other holders of
+// the key may have taken tokens since; this node cannot know, and the
+// level is the best it has.
 func (b *bucket) storeLevel(now int64) (level int64, known bool) {
 	resetAt := b.resetAt.Load()
 	if resetAt == 0 {
 		return 0, false
 	}
-	if now >= resetAt {
-		return b.pol.Capacity(), true
-	}
-	return b.pol.Algorithm.leased().level(b, now, resetAt), true
+	return b.pol.Level(b.lastAnswer(resetAt), now), true
 }
 
 // coverAt is when, by the Store's last answer, the key will have need
-// tokens (Unix ns; need ≤ capacity): the projection of storeLevel for
-// token_bucket and gcra; the window's end for fixed_window if the window
-// has too few; for sliding_window the rate since the answer (prev's weight
-// falls no faster than limit per period, so this is never later than the
-// truth). Before the first answer it is 0 (ask the Store). Other holders
-// may have taken tokens since: the Store then denies, with a new answer.
-// slack is how much later than the Store's own time at may be: the Store
-// rounds Reset up to a whole millisecond (0 for sliding_window's rate).
+// tokens (Unix ns; need ≤ capacity), and how much later than the Store's
+// own time that may be (algo's Policy.CoverAt). Before the first answer it
+// is 0 (ask the Store). Other holders may have taken tokens since: the
+// Store then denies, with a new answer.
 func (b *bucket) coverAt(need int64) (at, slack int64) {
 	resetAt := b.resetAt.Load()
 	if resetAt == 0 {
 		return 0, 0
 	}
-	return b.pol.Algorithm.leased().coverAt(b, need, resetAt)
+	return b.pol.CoverAt(b.lastAnswer(resetAt), need)
 }
 
 // answer records the Store's answer g, received at (Unix ns).
 func (b *bucket) answer(g Grant, at int64) {
 	b.remaining.Store(g.Remaining)
-	if b.pol.Algorithm == SlidingWindow {
+	if b.pol.Algorithm.ViewsAnswerTime() {
 		b.aux.Store(at)
 	}
 	b.resetAt.Store(addTime(at, g.Reset))
@@ -381,8 +379,8 @@ func (b *bucket) answer(g Grant, at int64) {
 // published the Store's answer in b.
 var answerHook func(b *bucket)
 
-// answeredAt is when the Store's last answer came (Unix ns; sliding_window
-// only).
+// answeredAt is when the Store's last answer came (Unix ns; for an
+// algorithm whose view reads it: Algorithm.ViewsAnswerTime).
 func (b *bucket) answeredAt() int64 { return b.aux.Load() }
 
 // kept (token_bucket, gcra) is what this Manager held of the key when it
@@ -398,7 +396,7 @@ func (b *bucket) keptSwap() int64 { return b.aux.Swap(0) }
 
 // keptAdd adds n to kept (token_bucket, gcra).
 func (b *bucket) keptAdd(n int64) {
-	if b.pol.Algorithm.refills() {
+	if b.pol.Algorithm.Refills() {
 		b.aux.Add(n)
 	}
 }
@@ -421,7 +419,7 @@ func (b *bucket) projected(now int64) int64 {
 	if resetAt == 0 {
 		return 0
 	}
-	return b.pol.Algorithm.leased().projected(b, now, resetAt)
+	return b.pol.Projected(b.lastAnswer(resetAt), now)
 }
 
 // refilled reports whether b's key is, by the Store's answer to the last
@@ -430,7 +428,7 @@ func (b *bucket) projected(now int64) int64 {
 // refills while its tokens are spendable).
 func (b *bucket) refilled(now int64) bool {
 	r := b.resetAt.Load()
-	return b.pol.Algorithm.refills() && r != 0 && now >= r
+	return b.pol.Algorithm.Refills() && r != 0 && now >= r
 }
 
 // addTime is t + d for a time t in Unix ns, saturating below evicted (a
@@ -507,7 +505,7 @@ func leaseWant(rate float64, horizon time.Duration, minShare float64, need, capa
 // (token_bucket, gcra): a window's Wait already ends when the whole limit
 // is back.
 func batchWait(p Policy, minShare float64, need int64, horizon time.Duration) time.Duration {
-	if !p.Algorithm.refills() {
+	if !p.Algorithm.Refills() {
 		return 0
 	}
 	extra := math.Ceil(minShare*float64(p.Capacity())) - float64(need)

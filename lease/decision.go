@@ -1,46 +1,6 @@
 package lease
 
-import (
-	"fmt"
-	"time"
-)
-
-// FailureMode is what a rule does while its Store is unavailable
-// (on_store_failure).
-type FailureMode uint8
-
-const (
-	// FailLocal (the default) keeps enforcing the limit from the node's own
-	// memory and goes back to the Store when it returns.
-	FailLocal FailureMode = iota
-	// FailOpen allows every check and marks the decision Degraded.
-	FailOpen
-	// FailClosed denies every check and marks the decision Unavailable
-	// (HTTP 503 with Retry-After).
-	FailClosed
-)
-
-var failureModeNames = [...]string{FailLocal: "local", FailOpen: "open", FailClosed: "closed"}
-
-func (m FailureMode) String() string {
-	if int(m) < len(failureModeNames) {
-		return failureModeNames[m]
-	}
-	return fmt.Sprintf("failure_mode(%d)", m)
-}
-
-// ParseFailureMode parses "local", "open" or "closed"; "" means local.
-func ParseFailureMode(s string) (FailureMode, error) {
-	if s == "" {
-		return FailLocal, nil
-	}
-	for m, name := range failureModeNames {
-		if name == s {
-			return FailureMode(m), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown on_store_failure %q (want local, open or closed)", s)
-}
+import "time"
 
 // Decision is the Manager's answer to one check.
 type Decision struct {

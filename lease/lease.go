@@ -1,9 +1,11 @@
-// Package lease owns Sluice's decisions: the algorithms and their math, the
-// Store interface that holds the authoritative state of every counter key,
-// the in-memory Store, and the Manager that keeps leased tokens in memory so
-// that almost every check is answered without I/O. On a Store in the
-// process's own memory a Manager may instead decide each check in the Store
-// (Config.Direct), leasing nothing.
+// Package lease owns Sluice's decisions: the contract of the algorithms
+// (below; their table and pure math are package lease/algo, whose types
+// this package re-exports), the Store interface that holds the
+// authoritative state of every counter key, the in-memory Store, and the
+// Manager that keeps leased tokens in memory so that almost every check is
+// answered without I/O. On a Store in the process's own memory a Manager
+// may instead decide each check in the Store (Config.Direct), leasing
+// nothing.
 //
 // # Algorithms
 //
@@ -255,35 +257,53 @@
 //
 // # Adding an algorithm
 //
-// Everything that depends on the algorithm consults the algorithm table
-// (algo_table.go): the Manager, the memory store, Policy.Validate and, by
-// Algorithm's methods (ParseAlgorithm, Leased, HasBurst, HasMinInterval,
-// StoresEveryHit, Acquired), rule files and RLS configurations. A new
-// algorithm of an existing kind (leased and refilling, leased and counted
-// per window, checked by Store.Log, or slots acquired and released) is:
+// An algorithm is defined once, in Go, in package lease/algo: its row of
+// the algorithm table and its file. Everything that depends on the
+// algorithm consults the table, by the row's traits (Algorithm's methods:
+// Leased, Refills, Windowed, Logged, Acquired, HasBurst, HasMinInterval,
+// StoresEveryHit, LeasesAhead, WindowReset, ViewsAnswerTime) or its code,
+// never by its name (TestNoAlgorithmNamedOutsideTheTable fails on a
+// comparison with a named algorithm anywhere in the repository): the
+// Manager, the memory store, Policy.Validate, rule files and RLS
+// configurations (ParseAlgorithm), the admin API and through it the
+// dashboard's rule editor, the CLI's lint. The Redis store's scripts are
+// the same math in Lua, held to the Go definition state by state by the
+// tests. A new algorithm of an existing kind (leased and refilling, leased
+// and counted per window, checked by Store.Log, or slots acquired and
+// released) is:
 //
-//  1. In algo_table.go, a constant after the last one and its row: the
-//     configuration name, the kind, whether MinInterval applies, whether
-//     the Store keeps a record per hit, and its code.
-//  2. A file algo_<name>.go with that code, a zero-size type: validate
-//     (the policy bounds that are its own, such as gcra's exactness
-//     bound), newState (its memory-store state: a type with Lease and
-//     Return, Check, or Acquire and Release, and expiry, the pure math
-//     under the numeric rules of algo.go; a leased algorithm's Lease
-//     crowds a call out as loans.crowd says, Lessee.MaxHolders, and keeps
-//     its cost linear in the key's loans), and for a leased algorithm the
-//     Manager's view of the Store's answers (expiry, level, coverAt,
-//     projected: embed refillView or windowView where it has their shape);
-//     an exact one embeds exactCode.
-//  3. Its semantics above (# Algorithms, and the accuracy contract of a
-//     leased one).
-//  4. In package lua, the same math in Lua (one file, or a lease and a
-//     return file for a leased algorithm, which run behind prelude.lua and
-//     leased.lua) and its row there: its Redis key suffix and its files.
-//  5. Its tests: cases in lease/storetest (run against both Stores), its
-//     model in lease/modeltest (which refuses an algorithm it does not
-//     know), and its runs in the model and Go/Lua parity tests of lease
-//     and lua that list algorithms.
+//  1. One Go file, lease/algo/<name>.go: its code, a zero-size type
+//     (validate: the policy bounds that are its own, such as gcra's
+//     exactness bound; newState; for a leased algorithm the holder's view
+//     of the Store's answers, embedding refillView or windowView where it
+//     has their shape; an exact one embeds exactCode), and its state, the
+//     pure math under algo's numeric choices: a type with Lease, Return,
+//     Refund, Fields, Lent and SetFields (leased: three numbers and a
+//     call id beside its loans, each loan a LastSpend or a Share, so that
+//     the memory store's records hold it; its Lease crowds a call out as
+//     Loans.crowd says, Lessee.MaxHolders, and costs time linear in the
+//     key's loans), Check, or Acquire and Release, and Expiry.
+//  2. Its scripts, in package lua: <name>_lease.lua and <name>_return.lua
+//     (behind prelude.lua and leased.lua, whose head packs its fields and
+//     whose loans().read reads them back) or <name>.lua, the same math in
+//     the same operation order; and its row
+//     in lua/store.go's table: its Redis key suffix, its files and (leased)
+//     the Go packer of its state in the scripts' format (lua/format.go),
+//     which a first touch writes.
+//  3. One table row, in lease/algo/table.go: a constant after the last
+//     one, its configuration name, its kind, its traits and its code.
+//
+// Then what it promises: its semantics above (# Algorithms, and the
+// accuracy contract of a leased one), its row in docs/rules.md's table
+// of algorithms and a rule of it in deploy/rules.example.yaml
+// (TestDocsNameEveryAlgorithm in node/rules); and its tests: cases in
+// lease/storetest (run against both Stores) and its model in
+// lease/modeltest (which refuses an algorithm it does not know). The
+// tests that run every algorithm draw them from the table and need no
+// change: the table's checks (TestAlgorithmTable in algo and lua), the
+// Go/Lua parity tests (TestGoLuaParity, FuzzGoLuaParity,
+// TestFastPathMatchesGeneral, TestFirstTouchMatchesScript in lua) and
+// the admin API's and the dashboard's.
 //
 // A new kind (another Store operation) also needs a Store method, a
 // Manager path and the front ends that call it.
@@ -297,145 +317,9 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
+
+	"github.com/sluicehq/sluice/lease/algo"
 )
-
-// Policy is the parameters of one limit. It is a small value, compared with
-// == to tell whether a counter key's limit changed.
-type Policy struct {
-	// Algorithm is required.
-	Algorithm Algorithm
-	// Limit is the number of hits allowed per Period (for concurrency: the
-	// maximum in flight). Must be > 0.
-	Limit int64
-	// Period is the window or refill period (for concurrency: the TTL of an
-	// acquired slot). Must be ≥ 1ms.
-	Period time.Duration
-	// Burst is the bucket capacity of token_bucket and gcra. Zero means
-	// Limit. Ignored by the other algorithms.
-	Burst int64
-	// MinInterval is sliding_log's minimum time between two admitted
-	// requests. Zero means no minimum.
-	MinInterval time.Duration
-	// OnFailure is what the Manager does while the Store is unavailable.
-	// Stores ignore it.
-	OnFailure FailureMode
-}
-
-// same reports whether p and q are equal: the fast path's comparison,
-// field by field (the generated == compares the middle fields with a
-// call to memequal, several times the cost).
-func (p *Policy) same(q *Policy) bool {
-	return p.Limit == q.Limit && p.Period == q.Period && p.Algorithm == q.Algorithm &&
-		p.Burst == q.Burst && p.MinInterval == q.MinInterval && p.OnFailure == q.OnFailure
-}
-
-// Capacity is the largest number of hits a single check can ever be granted.
-func (p Policy) Capacity() int64 {
-	if p.Burst > 0 && p.Algorithm.HasBurst() {
-		return p.Burst
-	}
-	return p.Limit
-}
-
-// Validate reports whether p is usable, naming the offending field.
-func (p Policy) Validate() error {
-	switch {
-	case !p.Algorithm.valid():
-		return &FieldError{Field: "algorithm", Msg: "unknown algorithm"}
-	case p.Limit <= 0:
-		return &FieldError{Field: "limit", Msg: "must be > 0"}
-	case p.Limit > MaxLimit:
-		return &FieldError{Field: "limit", Msg: fmt.Sprintf("must be ≤ %d", int64(MaxLimit))}
-	case p.Period < time.Millisecond:
-		return &FieldError{Field: "period", Msg: "must be ≥ 1ms"}
-	case p.Period > MaxPeriod:
-		return &FieldError{Field: "period", Msg: "must be ≤ 8760h"}
-	case p.Burst < 0 || p.Burst > MaxLimit:
-		return &FieldError{Field: "burst", Msg: fmt.Sprintf("must be between 0 and %d", int64(MaxLimit))}
-	case p.MinInterval < 0 || p.MinInterval > p.Period:
-		return &FieldError{Field: "min_interval", Msg: "must be between 0 and period"}
-	}
-	return algorithms[p.Algorithm].code.validate(p)
-}
-
-// MaxExact bounds capacity × period (µs) of gcra and sliding_window: their
-// products of a count and a time stay integers float64 holds exactly.
-const MaxExact = 1 << 52
-
-// MaxRefill bounds burst × period / limit of token_bucket and gcra, in µs
-// (about 142 years): see Policy.Validate.
-const MaxRefill = 1 << 52
-
-// Bounds on policies, so that all Store arithmetic stays exact in float64
-// (Lua's number type).
-const (
-	MaxLimit  = 1 << 40
-	MaxPeriod = 365 * 24 * time.Hour
-	// MaxHits bounds the hits of one check.
-	MaxHits = 1 << 40
-)
-
-// FieldError is a validation error that names the field at fault.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
-// Grant is the answer of a lease call.
-type Grant struct {
-	// Granted is the number of tokens taken from the Store (0 when it could
-	// not meet need).
-	Granted int64
-	// Remaining is the whole tokens left in the Store after the call.
-	Remaining int64
-	// Wait is, when nothing was granted, the time until need tokens will be
-	// available; zero otherwise.
-	Wait time.Duration
-	// Reset is the time until the limit would be fully available again
-	// with no further traffic, counting lent tokens as spent (a holder's
-	// unspent tokens may be returned; the Store's state itself lasts
-	// until the loans end).
-	Reset time.Duration
-	// Lent is what the Store lends the call's lessee after the call: the
-	// most it may hold unspent (0 without a Lessee ID). A grant settles it
-	// to min(lent, Held) + Granted; for token_bucket and gcra a call that
-	// grants nothing settles it to lent − what the call reports spent
-	// before the lessee's previous call (see "Lent tokens"); the windows'
-	// report it unchanged (0 if the loan expired).
-	Lent int64
-	// AheadTokens and AheadWindows are fixed_window's windows leased
-	// ahead (see Lessee.AheadWindows): the Store lends the call's lessee
-	// AheadTokens in each of the AheadWindows windows after the current
-	// one, counted in each of them from its start, as if granted by a
-	// call at that start; 0 and 0 when it lends none ahead (then the
-	// lessee's loan ends with the current window).
-	AheadTokens  int64
-	AheadWindows int64
-	// Crowded says that the call was crowded out (Lessee.MaxHolders): it
-	// was made as a call with no Lessee for exactly need tokens, so
-	// Granted is need or 0, spent at once (the check that asked is
-	// decided by it; nothing is left to hold), and Lent is 0.
-	Crowded bool
-	// Checked says that a tier between the holder and the Store decided
-	// the call as a check: the lease protocol's owner does for a need
-	// over what the holder may hold (a rule's gateway_share). The
-	// holder's loan was renewed and settled, lending nothing (Lent is the
-	// loan after), and need was granted to no holder: Granted is need or
-	// 0, spent at once by the check that asked. A Store never sets it.
-	Checked bool
-}
-
-// Result is the answer of an exact check (sliding_log, concurrency).
-type Result struct {
-	Allowed    bool
-	Remaining  int64
-	RetryAfter time.Duration // zero when allowed
-	Reset      time.Duration
-}
 
 // Store holds the authoritative state of every counter key. Implementations
 // must make each call atomic with respect to all others on the same key and
@@ -464,95 +348,6 @@ type Leaser interface {
 	Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error
 }
 
-// Lessee is who a lease call lends tokens to, and what it still holds.
-type Lessee struct {
-	// ID names the holder (a Manager: Config.Holder). Empty: nothing is lent, the granted tokens count as
-	// spent at once (a Manager's local failover store, one-off spends).
-	ID string
-	// Held is the tokens of key that ID still holds unspent when it sends
-	// the call (what earlier grants left; an upper bound is fine, the
-	// Store then counts some spent tokens as lent until the next call).
-	// The Store keeps min(lent, Held) of what it lent to ID before, plus
-	// this call's grant.
-	Held int64
-	// TTL is how long ID's lent tokens stay lent after this call (when
-	// tokens are granted): ID must spend them within TTL of sending the
-	// call, and the Store counts them as spent after TTL of receiving it.
-	// Between 1ms and MaxLeaseTTL when ID is set; token_bucket and gcra
-	// only (a window's tokens are lent until the window ends).
-	TTL time.Duration
-	// SpentBefore is how many of the tokens the Store lent ID as of its
-	// previous call of the key ID had spent before sending that call and
-	// has not refunded since (at most: 0 when unknown). The Store counts
-	// them spent from that call's last spend (its now − Idle, which it
-	// keeps with the loan) rather than from this call's: without it, a
-	// holder that keeps spending while the Store denies it would see the
-	// refill of its earlier spends start anew at every call. token_bucket
-	// and gcra only.
-	SpentBefore int64
-	// Idle is how long before sending the call ID last spent a token of
-	// key (at most: round it down; 0 when unknown). The tokens lent to ID
-	// that it no longer holds (lent − Held) were spent by then, so the
-	// Store lets them refill from then on instead of from this call:
-	// without it, a holder that spent its whole loan and went quiet would
-	// find the refill of its idle spell withheld. token_bucket and gcra
-	// only.
-	Idle time.Duration
-	// Call tells this call apart from other calls of the key: any value
-	// but 0, drawn anew for each call (a Manager draws it at random). The
-	// Store keeps the Call of the last call that settled a loan of the
-	// key, and what it granted. 0: the call is not told apart.
-	// token_bucket and gcra only.
-	Call uint32
-	// Unanswered is the Call of ID's previous call of the key when that
-	// call got no answer (it failed or timed out: the Store may have run
-	// it); 0 otherwise. If that call is still the last one to have
-	// settled a loan of the key, its grant never reached ID, who cannot
-	// spend it: the Store takes it off ID's loan and gives it back to the
-	// key before this call, as a return of that much would; the rest of
-	// the loan runs on. A grant comes back at most once, and only that
-	// call's: if another call settled a loan after it (another holder's,
-	// or ID's calls reordered), nothing comes back and the grant counts
-	// as spent at this call, as it did before this field. token_bucket
-	// and gcra only.
-	Unanswered uint32
-	// AheadWindows and AheadTokens ask a fixed_window key for tokens of the
-	// windows after the current one, so that a holder need not call at
-	// every window: AheadTokens in each of the next AheadWindows windows.
-	// The Store lends each window's share only as far as the shares it
-	// lends other holders ahead leave of the limit, and counts it in each
-	// window from that window's start (its count starts at the shares lent
-	// into it); the holder may spend a window's share only within that
-	// window, and a return ends the loan with every share ahead. A call
-	// with AheadWindows 0 (or no ID) ends the shares the holder had
-	// ahead after the current window. Other algorithms ignore both.
-	AheadWindows int64
-	AheadTokens  int64
-	// First says that ID was never granted tokens of the key (as far as
-	// it knows: a holder that dropped the key and forgot it says so
-	// again). A hint, nothing more: what the call does does not depend on
-	// it. A Store that can create a key's state more cheaply than it can
-	// update it (the Redis store, with SET NX instead of a script) tries
-	// that first for such a call, and falls back to its usual call when
-	// the key has state.
-	First bool
-	// MaxHolders bounds the holders of the key: a call of ID, which has
-	// no running loan of the key, when MaxHolders holders have one, is
-	// crowded out (see "Lent tokens" in the package doc): it lends
-	// nothing, and is made as a call with no ID for exactly need tokens,
-	// so that the check that asked is decided by the Store
-	// (Grant.Crowded). A holder with a running loan is never crowded
-	// out. 0: no bound; at most MaxKeyHolders. A node sets it for the
-	// holders of the lease protocol (a rule's max_holders), which a
-	// client controls; its own Managers need none (a key's nodes are
-	// few).
-	MaxHolders int
-}
-
-// MaxKeyHolders bounds Lessee.MaxHolders: a Store call costs time linear
-// in the key's loans, and Redis runs nothing else meanwhile.
-const MaxKeyHolders = 1024
-
 // DefaultMaxHolders is the bound on a key's holders a node sets for the
 // holders of the lease protocol unless a rule says otherwise
 // (Lessee.MaxHolders, a rule's max_holders): the largest round number
@@ -563,15 +358,6 @@ const MaxKeyHolders = 1024
 // 3.2×, 32: 3.7×; each loan costs a script about a tenth of a one-holder
 // call), the MemoryStore 2.0× (32: 3.0×).
 const DefaultMaxHolders = 16
-
-// MaxAheadWindows bounds Lessee.AheadWindows.
-const MaxAheadWindows = 1 << 16
-
-// MaxLeaseTTL bounds Lessee.TTL.
-const MaxLeaseTTL = 24 * time.Hour
-
-// MaxHolderLen bounds the length of a Lessee's ID.
-const MaxHolderLen = 256
 
 // Exact is the Store half used by the algorithms that cannot be leased.
 type Exact interface {
@@ -591,8 +377,8 @@ var (
 	// all); the breaker counts it, and rules follow on_store_failure.
 	ErrStoreUnavailable = errors.New("store unavailable")
 	// ErrWrongAlgorithm means a call was made for a policy whose algorithm
-	// does not support it (a lease for sliding_log, say).
-	ErrWrongAlgorithm = errors.New("operation not supported by the policy's algorithm")
+	// does not support it (a lease for sliding_log, say): algo's.
+	ErrWrongAlgorithm = algo.ErrWrongAlgorithm
 	// ErrNoSlot means a release named an id that holds no slot of the key
 	// (a caller's error: the Store answered).
 	ErrNoSlot = errors.New("no such slot: never acquired, released already, or expired")

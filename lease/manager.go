@@ -314,7 +314,7 @@ func (m *Manager) nanos() int64 {
 // busy on two CPUs: most reads 5ms stale or more, up to 2s), so that a
 // check reading it would spend a window's tokens in the next window.
 func (m *Manager) nanosFor(p *Policy) int64 {
-	if p.Algorithm.kind() == kindWindow {
+	if p.Algorithm.Windowed() {
 		return m.preciseNanos()
 	}
 	return m.nanos()

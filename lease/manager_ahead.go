@@ -93,9 +93,10 @@ func (a aheadWord) latency() int64 {
 	return int64(a&(1<<15-1)) * int64(aheadUnit)
 }
 
-// ahead returns b's shares (fixed_window only: 0 for the others).
+// ahead returns b's shares (0 for an algorithm that does not lease
+// ahead: Algorithm.LeasesAhead).
 func (b *bucket) ahead() aheadWord {
-	if b.pol.Algorithm != FixedWindow {
+	if !b.pol.Algorithm.LeasesAhead() {
 		return 0
 	}
 	return aheadWord(b.aux.Load())
@@ -108,7 +109,7 @@ func (b *bucket) ahead() aheadWord {
 // holds b's slot; b's shares are dropped, as the call replaces them (its
 // answer sets them again: see keepAhead).
 func (m *Manager) aheadAsk(b *bucket) (windows, tokens int64) {
-	if b.pol.Algorithm != FixedWindow {
+	if !b.pol.Algorithm.LeasesAhead() {
 		return 0, 0
 	}
 	b.aux.Store(0)
@@ -123,7 +124,7 @@ func (m *Manager) aheadAsk(b *bucket) (windows, tokens int64) {
 // and answered at recv (after b.answer set resetAt = recv + Reset). The
 // caller holds b's slot.
 func (m *Manager) keepAhead(b *bucket, g Grant, send, recv int64) {
-	if b.pol.Algorithm != FixedWindow {
+	if !b.pol.Algorithm.LeasesAhead() {
 		return
 	}
 	k := aheadWindows(b.pol.Period, m.cfg.AheadHorizon)
@@ -332,13 +333,10 @@ func (m *Manager) aheadGapOf(b *bucket, over bool, local, now int64) aheadGap {
 // window (see marginSame): then what the Store kept is spendable until
 // the answer's end of it. sure is 0: the call still asks its need.
 func marginGap(b *bucket, over bool, local, r int64) aheadGap {
-	if !over || local <= 0 || r == 0 || b.pol.Algorithm.refills() || !ownWindow(b, r) {
+	if !over || local <= 0 || r == 0 || b.pol.Algorithm.Refills() || !ownWindow(b, r) {
 		return aheadGap{}
 	}
-	lo := b.expires.Load()
-	if b.pol.Algorithm == SlidingWindow {
-		lo += int64(b.pol.Period) // its Reset is the end of the next window
-	}
+	lo := b.expires.Load() + int64(b.pol.ResetPastWindow()) // sliding_window's Reset is the end of the next window
 	return aheadGap{reset: r, lo: lo, own: true, left: local, held: local}
 }
 
@@ -349,10 +347,7 @@ func marginGap(b *bucket, over bool, local, r int64) aheadGap {
 // end of the next window), not kept from a window before.
 func ownWindow(b *bucket, r int64) bool {
 	pu := int64(b.pol.Period)
-	end := r // where the answer that set r puts the tokens' end, at the latest
-	if b.pol.Algorithm == SlidingWindow {
-		end -= pu
-	}
+	end := r - int64(b.pol.ResetPastWindow()) // where the answer that set r puts the tokens' end, at the latest
 	return b.expires.Load() > end-pu/2
 }
 

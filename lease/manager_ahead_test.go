@@ -208,14 +208,14 @@ func TestAheadNoOverAdmission(t *testing.T) {
 						if l > leases {
 							at += int64(lat.req)
 						}
-						admitted[windowStart(at, pu)] += hits[i]
+						admitted[startOf(at, pu)] += hits[i]
 					}
 					if l == leases && b != nil && b.resetAt.Load() != before {
 						// Rolled into a share's window: it must be the
 						// Store's window of now (its latest end less than
 						// half a period after now's window's end).
 						rolls++
-						if end := windowStart(now, pu) + pu; b.resetAt.Load()-end >= pu/2 || b.resetAt.Load() < end {
+						if end := startOf(now, pu) + pu; b.resetAt.Load()-end >= pu/2 || b.resetAt.Load() < end {
 							t.Fatalf("m%d rolled at %v into a window ending at %v, want the window of now",
 								i, time.Unix(0, now).Sub(clocktest.Epoch), time.Unix(0, b.resetAt.Load()).Sub(clocktest.Epoch))
 						}
@@ -535,3 +535,7 @@ func TestAheadStoreCallsManyKeys(t *testing.T) {
 		}
 	}
 }
+
+// startOf is the start of the window of length pu containing t (Unix ns,
+// windows aligned on multiples of pu since the epoch).
+func startOf(t, pu int64) int64 { return t - t%pu }

@@ -14,7 +14,7 @@ func (m *Manager) takeExact(key string, p Policy, hits int64) (Decision, error) 
 	if err := p.Validate(); err != nil {
 		return Decision{}, err
 	}
-	if p.Algorithm.kind() != kindLog {
+	if !p.Algorithm.Logged() {
 		return Decision{}, fmt.Errorf("cannot take %s: %w (use Acquire)", p.Algorithm, ErrWrongAlgorithm)
 	}
 	m.st.storeDecisions.Add(1)

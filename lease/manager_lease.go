@@ -14,7 +14,7 @@ import (
 // takeSlow handles every leased check the fast path could not: a new key,
 // a policy change, a peek, a deny-until, too few tokens.
 func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (Decision, error) {
-	if b == nil || !b.pol.same(&p) {
+	if b == nil || !samePolicy(b.pol, &p) {
 		if err := p.Validate(); err != nil {
 			return Decision{}, err
 		}
@@ -236,7 +236,7 @@ func (m *Manager) waitSlot(s *slot, bud *budget) bool {
 func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, hits, now int64, idle time.Duration, bud *budget, again *bool) Decision {
 	*again = false
 	kept := int64(0)
-	if p.Algorithm.refills() {
+	if p.Algorithm.Refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
 	}
 	local := m.takeAll(b)
@@ -269,7 +269,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	to.Held = max(to.Held, gap.held)
 	ask := max(need-gap.sure, 0)
 	to.Idle = idle
-	if p.Algorithm.refills() {
+	if p.Algorithm.Refills() {
 		to.SpentBefore = b.spentBefore(kept)
 	}
 	if b.lastLeaseMs == 0 && now >= m.leftUntil.Load() {
@@ -373,7 +373,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		m.met.tokensLeased.AddInt64(g.Granted)
 		b.lastLeaseMs = unixMs32(now)
 		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
-		if keep > 0 && !p.Algorithm.refills() && !m.aheadSame(b, c.gap, g, now, after) {
+		if keep > 0 && !p.Algorithm.Refills() && !m.aheadSame(b, c.gap, g, now, after) {
 			// Kept tokens may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
@@ -441,7 +441,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 			*c.again = true
 		}
 	}
-	if g.Lent > 0 && p.Algorithm.refills() {
+	if g.Lent > 0 && p.Algorithm.Refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
 	}
 	keep = m.settle(b, g.Lent)
@@ -483,7 +483,7 @@ func (m *Manager) deniedLately(b *bucket, at int64) (n int, ok bool) {
 // each time its batch is spent, a Store call per token until one call
 // finds none, and a prefetch asks for the crumbs in between.
 func (m *Manager) dryWait(p Policy, g Grant, need int64) time.Duration {
-	if need <= 0 || !p.Algorithm.refills() || g.Remaining >= int64(math.Ceil(m.cfg.MinLeaseShare*float64(p.Capacity()))) {
+	if need <= 0 || !p.Algorithm.Refills() || g.Remaining >= int64(math.Ceil(m.cfg.MinLeaseShare*float64(p.Capacity()))) {
 		return 0
 	}
 	perToken := float64(p.Period) / float64(p.Limit)
@@ -499,7 +499,7 @@ func (m *Manager) dryWait(p Policy, g Grant, need int64) time.Duration {
 func (m *Manager) lesseeOf(b *bucket, held int64) Lessee {
 	to := m.lessee(held)
 	to.First = b.lastLeaseMs == 0 && b.resetAt.Load() == 0 // never granted, no answer on hand
-	if !b.pol.Algorithm.refills() {
+	if !b.pol.Algorithm.Refills() {
 		to.AheadWindows, to.AheadTokens = m.aheadAsk(b)
 		return to
 	}
@@ -558,7 +558,7 @@ func (m *Manager) lessee(held int64) Lessee {
 // while a renewal is due.
 func (m *Manager) usable(b *bucket, now int64) bool {
 	exp := b.expires.Load()
-	return now < exp || (b.pol.Algorithm.refills() && exp > 0 && now-exp < int64(m.cfg.LeaseTTL/2))
+	return now < exp || (b.pol.Algorithm.Refills() && exp > 0 && now-exp < int64(m.cfg.LeaseTTL/2))
 }
 
 // renew starts a background lease of b that re-lends its tokens (they are
@@ -612,7 +612,7 @@ func (m *Manager) sizeLease(b *bucket, consumed, now, need, held int64) int64 {
 	ewma, sizing := observeRate(r, consumed, elapsed, m.cfg.Horizon, first)
 	want := leaseWant(sizing, m.cfg.Horizon, m.cfg.MinLeaseShare, need, b.pol.Capacity())
 	roomy := false
-	if !first && m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.refills() {
+	if !first && m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.Refills() {
 		if loan := roomyLoan(b.pol, sizing, m.cfg.LeaseTTL/2, b.free(now)); loan >= 2*want {
 			// A loan for the key's life, at least twice what sizing by
 			// rate would ask (else it saves too few calls to be worth
@@ -792,7 +792,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	p := *b.pol
 	now := m.nanosFor(&p)
 	kept := int64(0)
-	if p.Algorithm.refills() {
+	if p.Algorithm.Refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
 	}
 	local := m.onHand(b)
@@ -816,7 +816,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	// Store may count as lent until the next call settles it.
 	gap := m.aheadGapOf(b, false, 0, now)
 	to := m.lesseeOf(b, held)
-	if p.Algorithm.refills() {
+	if p.Algorithm.Refills() {
 		to.SpentBefore = b.spentBefore(kept)
 	}
 	g, err := m.store.Lease(m.ctx, b.key(), p, want, need, to)
@@ -840,12 +840,12 @@ func (m *Manager) prefetchNow(b *bucket) {
 		switch {
 		case held == 0 || m.onHand(b) == 0:
 			m.takeAll(b) // of a window that ended, or expired: dropped
-		case !p.Algorithm.refills() && !m.aheadSame(b, gap, g, now, after):
+		case !p.Algorithm.Refills() && !m.aheadSame(b, gap, g, now, after):
 			// Tokens on hand may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
 		b.expires.Store(exp)
-	case g.Lent > 0 && p.Algorithm.refills():
+	case g.Lent > 0 && p.Algorithm.Refills():
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL)) // renewed
 	}
 	// The fast path kept spending while we were away, and refunds may

@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// Policy.same is the fast path's comparison: two policies that differ in
-// any one field are not the same (a field added to Policy and not to same
-// fails here).
+// samePolicy is the fast path's comparison: two policies that differ in
+// any one field are not the same (a field added to Policy and not to
+// samePolicy fails here).
 func TestPolicySameEveryField(t *testing.T) {
 	base := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Burst: 20, MinInterval: time.Millisecond, OnFailure: FailOpen}
-	if q := base; !base.same(&q) {
+	if q := base; !samePolicy(&base, &q) {
 		t.Fatal("a policy is not the same as its copy")
 	}
 	v := reflect.ValueOf(&base).Elem()
@@ -26,7 +26,7 @@ func TestPolicySameEveryField(t *testing.T) {
 		default:
 			t.Fatalf("field %s: kind %s not covered by this test", v.Type().Field(i).Name, f.Kind())
 		}
-		if base.same(&q) || q.same(&base) {
+		if samePolicy(&base, &q) || samePolicy(&q, &base) {
 			t.Errorf("policies differing in %s are the same", v.Type().Field(i).Name)
 		}
 	}

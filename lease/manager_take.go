@@ -33,7 +33,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	// The fast path, as takeFast (written out here: the call costs the
 	// single-check benchmark about a third). Only leased policies have
 	// buckets, so it needs no look at the algorithm table.
-	if b != nil && b.pol.same(&p) && hits > 0 && b.spendable(now) {
+	if b != nil && samePolicy(b.pol, &p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
 			left, ok = m.take(b, hits, left+hits)
@@ -56,7 +56,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 // own copy): b (may be nil) has enough spendable tokens for hits > 0 under
 // policy p. No I/O, no allocation.
 func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, bool) {
-	if b != nil && b.pol.same(p) && hits > 0 && b.spendable(now) {
+	if b != nil && samePolicy(b.pol, p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
 			left, ok = m.take(b, hits, left+hits)
@@ -189,7 +189,7 @@ func (b *bucket) reset(local, now int64) time.Duration {
 	if r <= 0 {
 		return 0
 	}
-	if local > 0 && b.pol.Algorithm.refills() {
+	if local > 0 && b.pol.Algorithm.Refills() {
 		// In float64: local × Period can overflow int64.
 		held := float64(local) * float64(b.pol.Period) / float64(b.pol.Limit)
 		if held >= float64(r) {
@@ -221,7 +221,7 @@ func (m *Manager) Refund(key string, p Policy, hits int64) {
 		return
 	}
 	b := m.buckets.load(key)
-	if b == nil || !b.pol.same(&p) || b.denyUntil.Load() == evicted {
+	if b == nil || !samePolicy(b.pol, &p) || b.denyUntil.Load() == evicted {
 		return
 	}
 	m.refund(b, hits)

@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/lease/algo"
 )
 
 // MemoryStoreConfig configures a MemoryStore.
@@ -38,8 +40,8 @@ func DefaultMemoryStoreConfig() MemoryStoreConfig {
 const memShards = 64
 
 // MemoryStore is a Store that holds every key's state in process memory,
-// with the same semantics as the Redis store (the pure math of the
-// algo*.go files). It is for single-node deployments, embedding and tests.
+// with the same semantics as the Redis store (the pure math of package
+// algo, whose states it keeps). It is for single-node deployments, embedding and tests.
 //
 // It is safe for concurrent use: keys are spread over 64 shards, each an
 // index behind its own mutex, and every call holds one shard lock. State that
@@ -86,9 +88,9 @@ func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
 		sh.seed = m.seed
 		sh.spill = make(map[uint32]*memSpill)
 		sh.holders = holderTable{ids: make(map[string]uint16), names: []string{""}, refs: []uint32{0}}
-		sh.scratch = make([]packedState, int(algs[len(algs)-1])+1)
+		sh.scratch = make([]algo.LeasedState, int(algs[len(algs)-1])+1)
 		for _, a := range algs {
-			if ps, ok := algorithms[a].code.newState().(packedState); ok {
+			if ps, ok := a.NewState().(algo.LeasedState); ok {
 				sh.scratch[a] = ps
 			}
 		}
@@ -134,7 +136,7 @@ func (m *MemoryStore) Close() error {
 // how many keys it removed. A shard left with more free slots than keys
 // is rebuilt to its keys' size.
 func (m *MemoryStore) Sweep(now time.Time) int {
-	t := unixMicros(now)
+	t := now.UnixMicro()
 	removed := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
@@ -187,17 +189,18 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := unixMicros(now)
+	t := now.UnixMicro()
 	slot, ok := sh.lookup(key, h, p.Algorithm, t)
 	st := sh.state(p.Algorithm, slot, ok)
 	defer sh.done(st)
 	m.reportBakes(key, st)
-	g := st.(leasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
-	// A grant, a renewed loan, (token_bucket, gcra) a loan that a call
-	// granting nothing settled, maybe to 0, or (fixed_window) shares ahead
-	// lent or ended (a fixed_window call that changed nothing left the
-	// state as it was).
-	if g.Granted > 0 || g.Lent > 0 || g.AheadWindows > 0 || (ok && (p.Algorithm.refills() || p.Algorithm == FixedWindow)) {
+	g := st.(algo.LeasedState).Lease(p, now, want, need, to) // CheckLease admits only the leased algorithms
+	// A grant, a renewed loan or shares ahead lent write a key's state;
+	// on a key with state, so may a call that grants nothing (a loan it
+	// settled, maybe to 0, shares ahead it ended, a window it rolled); a
+	// call that changed nothing left the state as it was, and saving it
+	// again changes nothing.
+	if g.Granted > 0 || g.Lent > 0 || g.AheadWindows > 0 || ok {
 		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
 			return Grant{}, fmt.Errorf("cannot lease: %w", err)
 		}
@@ -207,7 +210,7 @@ func (m *MemoryStore) Lease(ctx context.Context, key string, p Policy, want, nee
 
 // Return implements Leaser.
 func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens int64, holder string) error {
-	return m.giveBack(ctx, key, p, false, CheckReturn(p, tokens, holder), func(st leasedState, now time.Time) {
+	return m.giveBack(ctx, key, p, false, CheckReturn(p, tokens, holder), func(st algo.LeasedState, now time.Time) {
 		st.Return(p, now, tokens, holder)
 	})
 }
@@ -228,7 +231,7 @@ func (m *MemoryStore) Return(ctx context.Context, key string, p Policy, tokens i
 // Invalid arguments are refused as Return refuses them; a key without
 // state is a no-op.
 func (m *MemoryStore) Refund(ctx context.Context, key string, p Policy, hits int64) error {
-	return m.giveBack(ctx, key, p, true, CheckReturn(p, hits, ""), func(st leasedState, now time.Time) {
+	return m.giveBack(ctx, key, p, true, CheckReturn(p, hits, ""), func(st algo.LeasedState, now time.Time) {
 		st.Refund(p, now, hits)
 	})
 }
@@ -238,7 +241,7 @@ func (m *MemoryStore) Refund(ctx context.Context, key string, p Policy, hits int
 // another algorithm than p's is left as it is by a refund (hits of another
 // algorithm: the rule changed since) and dropped by a return, as a lease
 // of p's would drop it.
-func (m *MemoryStore) giveBack(ctx context.Context, key string, p Policy, refund bool, check error, give func(st leasedState, now time.Time)) error {
+func (m *MemoryStore) giveBack(ctx context.Context, key string, p Policy, refund bool, check error, give func(st algo.LeasedState, now time.Time)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -253,7 +256,7 @@ func (m *MemoryStore) giveBack(ctx context.Context, key string, p Policy, refund
 	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := unixMicros(now)
+	t := now.UnixMicro()
 	if slot, ok := sh.find(key, h); ok && refund && sh.recs[slot].alg != p.Algorithm {
 		return nil
 	}
@@ -261,7 +264,7 @@ func (m *MemoryStore) giveBack(ctx context.Context, key string, p Policy, refund
 		st := sh.state(p.Algorithm, slot, ok)
 		defer sh.done(st)
 		m.reportBakes(key, st)
-		give(st.(leasedState), now)
+		give(st.(algo.LeasedState), now)
 		// A return or refund names no new holder: saving cannot fail.
 		if err := sh.save(key, h, slot, ok, p.Algorithm, st, p, t); err != nil {
 			return fmt.Errorf("cannot %s tokens: %w", what, err)
@@ -272,16 +275,12 @@ func (m *MemoryStore) giveBack(ctx context.Context, key string, p Policy, refund
 
 // reportBakes has st tell OnBake, if set, of the ended loans the call on
 // key bakes (see MemoryStoreConfig.OnBake); sh.done clears it.
-func (m *MemoryStore) reportBakes(key string, st algoState) {
+func (m *MemoryStore) reportBakes(key string, st algo.State) {
 	if m.onBake == nil {
 		return
 	}
-	f := bakeFunc(func(end, lent int64) { m.onBake(key, time.UnixMicro(end), lent) })
-	switch s := st.(type) {
-	case *TokenBucketState:
-		s.bake = f
-	case *GCRAState:
-		s.bake = f
+	if b, ok := st.(interface{ OnBake(func(end, lent int64)) }); ok {
+		b.OnBake(func(end, lent int64) { m.onBake(key, time.UnixMicro(end), lent) })
 	}
 }
 
@@ -294,13 +293,13 @@ func (m *MemoryStore) Log(ctx context.Context, key string, p Policy, hits int64)
 		return Result{}, fmt.Errorf("cannot check sliding log: %w", err)
 	}
 	now := m.now()
-	t := unixMicros(now)
+	t := now.UnixMicro()
 	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	slot, ok := sh.lookup(key, h, p.Algorithm, t)
 	st := sh.state(p.Algorithm, slot, ok)
-	r := st.(logState).Check(p, now, hits)
+	r := st.(algo.LogState).Check(p, now, hits)
 	if ok || (r.Allowed && hits > 0) {
 		_ = sh.save(key, h, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
@@ -316,13 +315,13 @@ func (m *MemoryStore) Acquire(ctx context.Context, key string, p Policy, id stri
 		return Result{}, fmt.Errorf("cannot acquire: %w", err)
 	}
 	now := m.now()
-	t := unixMicros(now)
+	t := now.UnixMicro()
 	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	slot, ok := sh.lookup(key, h, p.Algorithm, t)
 	st := sh.state(p.Algorithm, slot, ok)
-	r := st.(slotState).Acquire(p, now, id, hits)
+	r := st.(algo.SlotState).Acquire(p, now, id, hits)
 	if ok || (r.Allowed && hits > 0) {
 		_ = sh.save(key, h, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
@@ -338,14 +337,14 @@ func (m *MemoryStore) Release(ctx context.Context, key string, p Policy, id stri
 		return fmt.Errorf("cannot release: %w", err)
 	}
 	now := m.now()
-	t := unixMicros(now)
+	t := now.UnixMicro()
 	sh, h := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	held := false
 	if slot, ok := sh.lookup(key, h, p.Algorithm, t); ok {
 		st := sh.state(p.Algorithm, slot, ok)
-		held = st.(slotState).Release(now, id)
+		held = st.(algo.SlotState).Release(now, id)
 		_ = sh.save(key, h, slot, ok, p.Algorithm, st, p, t) // no loans: cannot fail
 	}
 	if !held {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/lease/algo"
 )
 
 // shardOf is key's shard.
@@ -51,7 +53,7 @@ func TestMemoryStoreSharesHolderIDs(t *testing.T) {
 	for _, k := range keys {
 		slot, ok := sh.find(k, sh.hash(k))
 		st := sh.state(TokenBucket, slot, ok).(*TokenBucketState)
-		ls := append(loans(nil), st.Loans...)
+		ls := append(algo.Loans(nil), st.Loans...)
 		sh.done(st)
 		if len(ls) != 1 || ls[0].Holder != "holder-a" || ls[0].Lent != 10 {
 			t.Fatalf("%s: loans %+v, want one of 10 to holder-a", k, ls)
@@ -194,10 +196,10 @@ func TestMemoryStoreSweepCompacts(t *testing.T) {
 		case 0:
 			slot, ok := sh.find(k, sh.hash(k))
 			st := sh.state(TokenBucket, slot, ok).(*TokenBucketState)
-			ls := append(loans(nil), st.Loans...)
+			ls := append(algo.Loans(nil), st.Loans...)
 			sh.done(st)
 			for i := range ls {
-				ls[i].ref = 0 // the record's holder index
+				ls[i].Ref = 0 // the record's holder index
 			}
 			if len(ls) != 2 || ls[0] != (Loan{Holder: "gw-a", Lent: 1, Expires: ls[0].Expires, LastSpend: ls[0].LastSpend}) ||
 				ls[1] != (Loan{Holder: "gw-b", Lent: 2, Expires: ls[1].Expires, LastSpend: ls[1].LastSpend}) {

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/sluicehq/sluice/lease/algo"
 )
 
 type memShard struct {
@@ -35,13 +37,13 @@ type memShard struct {
 	// scratch is, per packed algorithm (by Algorithm), the state a call
 	// works on: unpacked from the key's record, packed back after a
 	// write. ls and ids are buffers that calls reuse.
-	scratch []packedState // guarded by mu
-	ls      loans         // guarded by mu
-	ids     []uint16      // guarded by mu
+	scratch []algo.LeasedState // guarded by mu
+	ls      algo.Loans         // guarded by mu
+	ids     []uint16           // guarded by mu
 }
 
 // memRec is one key's state in its shard: what a leased algorithm keeps
-// (its numbers, see packedState, and its first loan) in 64 bytes without
+// (its numbers, algo.Fields, and its first loan) in 64 bytes without
 // pointers, so that the garbage collector need not scan the slab.
 type memRec struct {
 	// expires is the unix µs from which the state equals no state
@@ -49,7 +51,7 @@ type memRec struct {
 	expires int64
 	num     [3]int64
 	loan    memLoan // the first loan, with recLoan
-	call    uint32  // lastCall.Call (token_bucket, gcra)
+	call    uint32  // algo.Fields.Call
 	holder  uint16  // the first loan's holder: its index in the holder table
 	alg     Algorithm
 	flags   uint8 // recLoan, recSpill
@@ -60,8 +62,9 @@ const (
 	recSpill             // the slot has a memSpill
 )
 
-// memLoan is a Loan without its holder. aux is its LastSpend, or for
-// fixed_window its Share: no algorithm's loans have both.
+// memLoan is a Loan without its holder. aux is its LastSpend, or for an
+// algorithm that leases ahead (fixed_window) its Share: no algorithm's
+// loans have both.
 type memLoan struct{ lent, expires, aux int64 }
 
 func memLoanOf(l Loan) memLoan { return memLoan{l.Lent, l.Expires, l.LastSpend + l.Share} }
@@ -69,8 +72,8 @@ func memLoanOf(l Loan) memLoan { return memLoan{l.Lent, l.Expires, l.LastSpend +
 // loan is l as the Loan of holder (its index id in the shard's holder
 // table) of a key of algorithm alg.
 func (l memLoan) loan(holder string, id uint16, alg Algorithm) Loan {
-	x := Loan{Holder: holder, Lent: l.lent, Expires: l.expires, ref: id}
-	if alg == FixedWindow {
+	x := Loan{Holder: holder, Lent: l.lent, Expires: l.expires, Ref: id}
+	if alg.LeasesAhead() {
 		x.Share = l.aux
 	} else {
 		x.LastSpend = l.aux
@@ -84,26 +87,12 @@ func (l memLoan) loan(holder string, id uint16, alg Algorithm) Loan {
 // (sliding_log's stamps, concurrency's held ids).
 type memSpill struct {
 	loans []spilledLoan
-	state algoState
+	state algo.State
 }
 
 type spilledLoan struct {
 	memLoan
 	holder uint16
-}
-
-// packedState is an algorithm's memory-store state that fits a memRec:
-// the leased algorithms'. The store unpacks a key's record into a scratch
-// state, runs the algorithm's math on it and packs it back.
-type packedState interface {
-	leasedState
-	// unpack sets the state from r's numbers and the loans ls; a zero r
-	// and no loans are a key without state.
-	unpack(r memRec, ls loans)
-	// pack writes the state's numbers (not its loans) to r.
-	pack(r *memRec)
-	// lent returns the state's loans.
-	lent() loans
 }
 
 // holderTable is a shard's copy of the holder IDs its keys' loans name,
@@ -286,21 +275,21 @@ func (sh *memShard) releaseLoans(slot uint32) {
 	}
 }
 
-// state returns key's state for a call of algorithm alg: for a packed
-// algorithm the shard's scratch state, unpacked from the record at slot
-// (ok) or without state; else the state kept beside the record, or a
-// new one. sh.mu must be held until the call is done with it.
-func (sh *memShard) state(alg Algorithm, slot uint32, ok bool) algoState {
+// state returns key's state for a call of algorithm alg: for a leased
+// algorithm the shard's scratch state, set from the record at slot (ok)
+// or without state; else the state kept beside the record, or a new one.
+// sh.mu must be held until the call is done with it.
+func (sh *memShard) state(alg Algorithm, slot uint32, ok bool) algo.State {
 	ps := sh.scratch[alg]
 	if ps == nil {
 		if ok {
 			return sh.spill[slot].state
 		}
-		return algorithms[alg].code.newState()
+		return alg.NewState()
 	}
 	ls := sh.ls[:0]
 	if !ok {
-		ps.unpack(memRec{}, ls)
+		ps.SetFields(algo.Fields{}, ls)
 		return ps
 	}
 	r := &sh.recs[slot]
@@ -315,18 +304,18 @@ func (sh *memShard) state(alg Algorithm, slot uint32, ok bool) algoState {
 			ls[n+i] = sp[i].loan(sh.holders.names[sp[i].holder], sp[i].holder, alg)
 		}
 	}
-	ps.unpack(*r, ls)
+	ps.SetFields(algo.Fields{Num: r.num, Call: r.call}, ls)
 	return ps
 }
 
 // done ends a call's use of st (from state): a scratch state's loans,
 // which may name the caller's holder ID, are cleared for the next call.
-func (sh *memShard) done(st algoState) {
-	if ps, ok := st.(packedState); ok {
-		ls := ps.lent()
+func (sh *memShard) done(st algo.State) {
+	if ps, ok := st.(algo.LeasedState); ok {
+		ls := ps.Lent()
 		clear(ls)
 		sh.ls = ls[:0]
-		ps.unpack(memRec{}, nil)
+		ps.SetFields(algo.Fields{}, nil)
 	}
 }
 
@@ -334,7 +323,7 @@ func (sh *memShard) done(st algoState) {
 // slot), or removes the key when the state already equals no state. It
 // fails, changing nothing, when a new holder's loan finds the shard's
 // holder table full. sh.mu must be held.
-func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorithm, st algoState, p Policy, t int64) error {
+func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorithm, st algo.State, p Policy, t int64) error {
 	exp := st.Expiry(p)
 	if exp <= t {
 		if ok {
@@ -342,14 +331,14 @@ func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorit
 		}
 		return nil
 	}
-	ps, packed := st.(packedState)
-	var ls loans
+	ps, packed := st.(algo.LeasedState)
+	var ls algo.Loans
 	if packed {
 		// The holders first: the one step that can fail.
-		ls = ps.lent()
+		ls = ps.Lent()
 		sh.ids = sh.ids[:0]
 		for _, l := range ls {
-			id, ok := l.ref, true
+			id, ok := l.Ref, true
 			if id != 0 {
 				sh.holders.refs[id]++ // read from this shard's record (state): no lookup
 			} else {
@@ -378,7 +367,8 @@ func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorit
 		}
 		return nil
 	}
-	ps.pack(r)
+	f := ps.Fields()
+	r.num, r.call = f.Num, f.Call
 	r.flags &^= recLoan
 	if len(ls) > 0 {
 		r.flags |= recLoan
@@ -418,42 +408,3 @@ func (sh *memShard) insert(key string, h uint64, alg Algorithm) uint32 {
 	sh.keys[slot] = strings.Clone(key) // the caller's key may be a reused buffer
 	return slot
 }
-
-// The leased algorithms' states packed in a memRec: num holds their
-// numbers, call the Call of lastCall; the loans are the record's.
-
-func (s *TokenBucketState) unpack(r memRec, ls loans) {
-	*s = TokenBucketState{Tokens: math.Float64frombits(uint64(r.num[0])), Updated: r.num[1], Loans: ls, Last: lastCall{Call: r.call, Grant: r.num[2]}}
-}
-
-func (s *TokenBucketState) pack(r *memRec) {
-	r.num, r.call = [3]int64{int64(math.Float64bits(s.Tokens)), s.Updated, s.Last.Grant}, s.Last.Call
-}
-
-func (s *TokenBucketState) lent() loans { return s.Loans }
-
-func (s *GCRAState) unpack(r memRec, ls loans) {
-	*s = GCRAState{TAT: r.num[0], Loans: ls, Last: lastCall{Call: r.call, Grant: r.num[2]}}
-}
-
-func (s *GCRAState) pack(r *memRec) {
-	r.num, r.call = [3]int64{s.TAT, 0, s.Last.Grant}, s.Last.Call
-}
-
-func (s *GCRAState) lent() loans { return s.Loans }
-
-func (s *FixedWindowState) unpack(r memRec, ls loans) {
-	*s = FixedWindowState{Start: r.num[0], Count: r.num[1], Loans: ls}
-}
-
-func (s *FixedWindowState) pack(r *memRec) { r.num, r.call = [3]int64{s.Start, s.Count, 0}, 0 }
-
-func (s *FixedWindowState) lent() loans { return s.Loans }
-
-func (s *SlidingWindowState) unpack(r memRec, ls loans) {
-	*s = SlidingWindowState{Start: r.num[0], Prev: r.num[1], Cur: r.num[2], Loans: ls}
-}
-
-func (s *SlidingWindowState) pack(r *memRec) { r.num, r.call = [3]int64{s.Start, s.Prev, s.Cur}, 0 }
-
-func (s *SlidingWindowState) lent() loans { return s.Loans }

@@ -51,14 +51,14 @@ func (px *Prefix) TakeLocal(key string, p *Policy, hits int64) (remaining int64,
 	}
 	m := px.m
 	var now int64
-	if m.clock != nil && p.Algorithm.kind() != kindWindow { // see Manager.nanosFor
+	if m.clock != nil && !p.Algorithm.Windowed() { // see Manager.nanosFor
 		now = m.clock.Nanos()
 	}
 	if now == 0 {
 		now = m.nowFn().UnixNano()
 	}
 	b := px.x.load(key)
-	if b == nil || !b.pol.same(p) || !b.spendable(now) {
+	if b == nil || !samePolicy(b.pol, p) || !b.spendable(now) {
 		return 0, 0, false
 	}
 	left, ok := b.quickTake(hits)

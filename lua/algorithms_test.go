@@ -7,8 +7,9 @@ import (
 )
 
 // TestAlgorithmTable checks that every algorithm of lease's table has a
-// row here with a unique key suffix and the scripts its kind needs, and
-// that every file the rows name is embedded (newScripts panics otherwise).
+// row here with a unique key suffix and the scripts its kind needs (and
+// for a leased one its packer), and that every file the rows name is
+// embedded (newScripts panics otherwise).
 func TestAlgorithmTable(t *testing.T) {
 	s := newScripts()
 	seen := map[string]bool{}
@@ -24,8 +25,8 @@ func TestAlgorithmTable(t *testing.T) {
 		seen[row.suffix] = true
 		switch {
 		case a.Leased():
-			if sc.lease == nil || sc.ret == nil {
-				t.Errorf("%v is leased: it needs a lease and a return script", a)
+			if sc.lease == nil || sc.ret == nil || row.pack == nil {
+				t.Errorf("%v is leased: it needs a lease and a return script, and how they pack its state", a)
 			}
 		case a.Acquired():
 			if sc.acquire == nil || sc.release == nil {

@@ -19,7 +19,7 @@ import (
 func TestRedisHeldLeaseDoesNotAddToBurst(t *testing.T) {
 	start := time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
-	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+	for _, alg := range refillingAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			p := lease.Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
 			key := uniqueKey(t)
@@ -172,7 +172,7 @@ func TestRedisNoSilentOverflow(t *testing.T) {
 // on Redis.
 func TestRedisSpentLoanRefillsWhileIdle(t *testing.T) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
-	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+	for _, alg := range refillingAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			m := newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
 			p := lease.Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
@@ -209,7 +209,7 @@ func TestRedisSpentLoanRefillsWhileIdle(t *testing.T) {
 // reports spent is kept, not recomputed from a later call's Idle.
 func TestRedisDeniedCallSettlesLoan(t *testing.T) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
-	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+	for _, alg := range refillingAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			m := newManager(t, newTestStore(t, srv.Addr), lease.Config{Now: clock.Now, StoreTimeout: testTimeout, SweepInterval: -1})
 			p := lease.Policy{Algorithm: alg, Limit: 600, Period: time.Minute, Burst: 100}
@@ -249,7 +249,7 @@ func TestRedisDeniedCallSettlesLoan(t *testing.T) {
 // denied with 18 in the bucket).
 func TestRedisReportedSpendRefillsAfterOtherHolder(t *testing.T) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC))
-	for _, alg := range []lease.Algorithm{lease.TokenBucket, lease.GCRA} {
+	for _, alg := range refillingAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			var ms [2]*lease.Manager
 			for i := range ms {

@@ -11,9 +11,10 @@
 // preparation). Policy parameters travel as arguments, so a rule change
 // needs no new script. Every script reads the clock with Redis TIME only
 // (now = seconds*1e6 + microseconds) and computes in float64 microseconds,
-// operation for operation like the Go reference in lease/algo*.go, so the
-// Redis store and the memory store give the same answers (both pass
-// lease/storetest). Durations are returned as whole milliseconds, rounded
+// operation for operation like the Go definition of its algorithm in
+// package lease/algo, so that the Redis store and the memory store give the
+// same answers (both pass lease/storetest) and Redis holds the state the Go
+// definition does, byte for byte (TestGoLuaParity, below). Durations are returned as whole milliseconds, rounded
 // up. Each script's header comment lists its KEYS, ARGV and return value.
 //
 //	file                       KEYS[1]                           ARGV                                           returns
@@ -30,7 +31,9 @@
 //
 // (<leased>: token_bucket, gcra, fixed_window, sliding_window; the
 // lease and return scripts are joined after leased.lua, which parses
-// their common arguments and holds the state's encoding.)
+// their common arguments and holds the state's encoding.) An algorithm's
+// row in store.go's table names its files, its Redis key suffix and, for
+// a leased one, the Go packer of its state in that encoding (format.go).
 //
 // Leased scripts write only when they grant (or take back) tokens, settle
 // a holder's loan, or (fixed_window) change a holder's shares ahead: a
@@ -53,7 +56,7 @@
 // token_bucket or gcra key, another holder's loan, or the caller's after
 // an ended one; in a fixed_window key, another holder's share ahead, or a
 // caller asking one beside other holders' loans) takes the general path,
-// which mirrors lease/loans.go and lease.FixedWindowState. Every path
+// which mirrors lease/algo/loans.go and algo.FixedWindowState. Every path
 // costs time linear in the key's loans: a token_bucket or gcra key keeps
 // its loans by expiry, latest first (an older release's write, in
 // another order, is sorted once when read: TestPreviousReleaseSameKeys),
@@ -167,8 +170,16 @@
 // wall clock is frozen and moved by the test (exact, Slack 0), against a
 // standalone server and a 3-master Cluster on the real clock (Slack 25ms,
 // retried up to 3 times in a child process because sleeps overshoot on a
-// loaded machine), and a differential test compares every script with the
-// Go reference on random extreme policies, answer for answer. They need
+// loaded machine). TestGoLuaParity holds every script to the Go definition
+// (lease/algo): random call sequences of every algorithm, on random
+// extreme policies, with several holders, max_holders and shares ahead,
+// run through the scripts (their fast paths, and their general paths in a
+// second Store), the Go definition and the MemoryStore on one frozen
+// clock, which must give the same answers, and after every call the same
+// state (the Go state packed by its row's packer is the bytes Redis
+// holds) and expiry; FuzzGoLuaParity runs the sequences the fuzzer's
+// bytes spell, and TestFastPathMatchesGeneral runs calls aimed at the
+// fast paths' states through the same harness. They need
 // redis-server, redis-cli and gcc (the frozen clock is a small C shim
 // preloaded into redis-server); with SLUICE_TEST_REDIS=valkey they run on
 // valkey-server and valkey-cli (Valkey 8) instead, as make test does too.

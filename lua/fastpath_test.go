@@ -1,7 +1,6 @@
 package lua
 
 import (
-	"context"
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
@@ -11,13 +10,15 @@ import (
 	"github.com/sluicehq/sluice/lua/redistest"
 )
 
-// TestFastPathMatchesGeneral drives two copies of every leased key, one
-// through the scripts as they run (fast paths on) and one through the same
-// scripts with their fast paths off (every call on the general path), with
-// the same random calls on one frozen Redis clock, and requires the same
-// replies, the same stored bytes and the same expiry after every call: a
-// fast path must answer and write exactly what the general path would for
-// every state it accepts. It also requires that the fast paths' states
+// TestFastPathMatchesGeneral drives every leased key through the harness
+// of TestGoLuaParity (parity_test.go): the scripts as they run (fast paths
+// on), the same scripts with their fast paths off (every call on the
+// general path), the Go definition and the MemoryStore, with the same
+// random calls on one frozen Redis clock, and requires the same replies,
+// the same stored bytes and the same expiry after every call: a fast path
+// must answer and write exactly what the general path and the Go
+// definition do for every state it accepts. Its calls aim at the fast
+// paths' states. It also requires that the fast paths' states
 // came up often: keys without state, keys whose only loan is the
 // caller's, and a holder renewing its key (its loan first, only ended
 // loans after it) reporting tokens spent, with and without ended loans;
@@ -27,15 +28,10 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	start := time.Date(2026, 6, 1, 12, 0, 0, 123456000, time.UTC)
 	srv, clock := redistest.StartWithClock(t, start)
 	fast := newTestStore(t, srv.Addr)
-	// MaxBatch 1: every call runs the store's own scripts (a batch would
-	// run the batch script, built with the fast paths on).
-	slow, err := NewStore(Config{Addrs: []string{srv.Addr}, CallTimeout: testTimeout, KeyPrefix: "general", MaxBatch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slow.Close)
-	slow.scripts = scriptsWith(false) // its keys: the same counters under another prefix
-	ctx := context.Background()
+	// The general paths' store: MaxBatch 1, so that every call runs the
+	// store's own scripts (a batch would run the batch script, built with
+	// the fast paths on); its keys: the same counters under another prefix.
+	hp := newParity(t, fast, fast, generalStore(t, srv.Addr), clock)
 	r := rand.New(rand.NewPCG(3, 5))
 	pick := func(vals ...int64) int64 { return vals[r.IntN(len(vals))] }
 	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
@@ -46,18 +42,18 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		// checks), now and then another caller; token_bucket or gcra,
 		// whose loans end.
 		renewing := r.IntN(2) == 0
-		a := lease.Algorithm(1 + r.IntN(4))
+		a := leasedAlgorithms[r.IntN(len(leasedAlgorithms))]
 		if renewing {
-			a = []lease.Algorithm{lease.TokenBucket, lease.GCRA}[r.IntN(2)]
+			a = refillingAlgorithms[r.IntN(len(refillingAlgorithms))]
 		}
 		// Most fixed_window keys: one holder leasing shares ahead, of
 		// windows short enough to roll.
-		sharing := a == lease.FixedWindow && r.IntN(3) != 0
+		sharing := a.LeasesAhead() && r.IntN(3) != 0
 		p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: time.Duration(pick(1, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
 		if sharing {
 			p.Period = time.Duration(pick(1, 10, 1000, 1000, 60_000)) * time.Millisecond
 		}
-		if a == lease.TokenBucket || a == lease.GCRA {
+		if a.HasBurst() {
 			p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
 			if p.Validate() != nil {
 				p.Burst = 0 // a burst that would take too long to refill
@@ -68,6 +64,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		}
 		capacity := p.Capacity()
 		key := uniqueKey(t)
+		k := &goKey{p: p}
 		lent := map[string]int64{} // what each holder was last told it is lent
 		two := len(holders)
 		if r.IntN(2) == 0 {
@@ -90,9 +87,8 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 				h = "m-a"
 			}
 			fv, _ := stored(t, fast, key, a)
-			before := fv
 			first, ended := loansOf(fv, a, holderOf(h))
-			if first && a == lease.FixedWindow {
+			if first && a.LeasesAhead() {
 				if start, end, ok := shareOf(fv); ok {
 					withShare++
 					if now := clock.Now().UnixMicro(); start < now-now%p.Period.Microseconds() && end >= now-now%p.Period.Microseconds()+p.Period.Microseconds() {
@@ -114,10 +110,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 						returnedEnded++
 					}
 				}
-				e1, e2 := fast.Return(ctx, key, p, n, h), slow.Return(ctx, key, p, n, h)
-				if e1 != nil || e2 != nil {
-					t.Fatalf("Return: fast %v, general %v", e1, e2)
-				}
+				hp.ret(key, k, n, h)
 			} else {
 				need := min(pick(0, 1, 1, 2, capacity/2, capacity, capacity+1, r.Int64N(capacity)+1), lease.MaxHits)
 				if renewing && r.IntN(4) != 0 {
@@ -143,7 +136,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					if r.IntN(5) == 0 {
 						to.Unanswered = uint32(pick(0, 1, 2, 3))
 					}
-					if a == lease.FixedWindow && (!sharing || r.IntN(5) != 0) {
+					if a.LeasesAhead() && (!sharing || r.IntN(5) != 0) {
 						maxW := min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
 						to.AheadWindows = min(pick(0, 1, 2, 3, 3, maxW), maxW)
 						to.AheadTokens = min(pick(0, 1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
@@ -165,27 +158,18 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 				default:
 					other++
 				}
-				g1, e1 := fast.Lease(ctx, key, p, want, need, to)
-				g2, e2 := slow.Lease(ctx, key, p, want, need, to)
+				g1 := hp.lease(key, k, want, need, to)
 				if g1.Crowded {
 					crowded++
-				}
-				if e1 != nil || e2 != nil || g1 != g2 {
-					t.Fatalf("%+v step %d, state %x: Lease(want=%d, need=%d, %+v):\n  fast:    %+v %v\n  general: %+v %v", p, step, before, want, need, to, g1, e1, g2, e2)
 				}
 				if h != "" {
 					lent[h] = g1.Lent
 				}
 			}
 			calls++
-			fv, ft := stored(t, fast, key, a)
-			gv, gt := stored(t, slow, key, a)
-			if fv != gv || ft != gt {
-				t.Fatalf("%+v step %d: stored\n  fast:    %x (pttl %d)\n  general: %x (pttl %d)", p, step, fv, ft, gv, gt)
-			}
 		}
 	}
-	t.Logf("%d calls with identical replies, bytes and expiry; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others; %d fixed_window calls on the caller's loan with a share ahead, %d of them in a later window it covers; %d crowded out", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other, withShare, shareRolled, crowded)
+	t.Logf("%d calls with identical replies, bytes and expiry on the fast and the general paths and in the Go definition; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others; %d fixed_window calls on the caller's loan with a share ahead, %d of them in a later window it covers; %d crowded out", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other, withShare, shareRolled, crowded)
 	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || returned < 200 || returnedEnded < 40 || other < 500 || withShare < 300 || shareRolled < 70 || crowded < 100 {
 		t.Errorf("too few calls in each kind of state to compare the paths")
 	}
@@ -229,7 +213,7 @@ func loansOf(v string, a lease.Algorithm, id string) (first bool, ended int) {
 		} else {
 			ended++
 		}
-		if a == lease.TokenBucket || a == lease.GCRA || kind >= 128 {
+		if a.Refills() || kind >= 128 {
 			n += width(kind / 4)
 			if kind >= 128 {
 				n += width(kind / 16)

@@ -17,7 +17,7 @@ import (
 )
 
 // stored is key's value and PTTL (counter key, algorithm a) in s's Redis.
-func stored(t *testing.T, s *Store, key string, a lease.Algorithm) (string, int64) {
+func stored(t testing.TB, s *Store, key string, a lease.Algorithm) (string, int64) {
 	t.Helper()
 	ctx := context.Background()
 	k := s.Key(key, a)
@@ -44,7 +44,7 @@ func scriptRuns(t testing.TB, addr string) int64 {
 // own), so that Redis has them and later calls count once in scriptRuns.
 func loadLeaseScripts(t *testing.T, s *Store) {
 	t.Helper()
-	for a := lease.TokenBucket; a <= lease.SlidingWindow; a++ {
+	for _, a := range leasedAlgorithms {
 		p := lease.Policy{Algorithm: a, Limit: 10, Period: time.Second}
 		if _, err := s.Lease(context.Background(), uniqueKey(t), p, 1, 1, lease.Lessee{}); err != nil {
 			t.Fatal(err)
@@ -93,10 +93,10 @@ func TestFirstTouchMatchesScript(t *testing.T) {
 	var cases, written int64
 	byAlg := map[lease.Algorithm]int{}
 	for cases < 800 {
-		a := lease.Algorithm(1 + r.IntN(4))
+		a := leasedAlgorithms[r.IntN(len(leasedAlgorithms))]
 		p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit),
 			Period: time.Duration(pick(1, 10, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
-		if a == lease.TokenBucket || a == lease.GCRA {
+		if a.HasBurst() {
 			p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
 			if p.Validate() != nil {
 				p.Burst = 0
@@ -114,7 +114,7 @@ func TestFirstTouchMatchesScript(t *testing.T) {
 		if r.IntN(3) != 0 {
 			to.Call = r.Uint32() | 1
 		}
-		if a == lease.FixedWindow && r.IntN(3) != 0 {
+		if a.LeasesAhead() && r.IntN(3) != 0 {
 			to.AheadWindows = min(pick(1, 2, 150, lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
 			to.AheadTokens = pick(0, 1, 3, p.Limit, p.Limit+5)
 		}
@@ -159,7 +159,7 @@ func TestFirstTouchMatchesScript(t *testing.T) {
 	if got, want := scriptRuns(t, srv.Addr)-before, 2*cases-written; got != want {
 		t.Errorf("%d cases, %d writing state: %d scripts ran, want %d", cases, written, got, want)
 	}
-	for a := lease.TokenBucket; a <= lease.SlidingWindow; a++ {
+	for _, a := range leasedAlgorithms {
 		if byAlg[a] < 50 {
 			t.Errorf("%v: %d cases wrote state, want at least 50", a, byAlg[a])
 		}

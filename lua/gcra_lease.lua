@@ -223,7 +223,7 @@ repeat -- the fast path (break: the general path)
   return {granted, avail(d), ms(wait), ms(d), lent_now, 0}
 until true
 
--- The general path: lease/loans.go operation for operation, with the
+-- The general path: lease/algo/loans.go operation for operation, with the
 -- loan helpers written out inline (see token_bucket_lease.lua).
 local function rise(l, b, id, lent, exp, last)
   while b > 0 and l[b - 1] < exp do

@@ -144,7 +144,7 @@ func decodeLoans(v string, a lease.Algorithm) []lease.Loan {
 		num(h)
 		num(h / 4)
 	}
-	if (a == lease.TokenBucket || a == lease.GCRA) && h%2 == 1 {
+	if a.Refills() && h%2 == 1 {
 		pos += 4 // the last call
 		num(h / 2)
 	}
@@ -159,10 +159,10 @@ func decodeLoans(v string, a lease.Algorithm) []lease.Loan {
 		}
 		l.Lent = num(kind)
 		switch {
-		case a == lease.FixedWindow && kind >= 128:
+		case a.LeasesAhead() && kind >= 128:
 			l.Share = num(kind / 4)
 			l.Expires = ref + num(kind/16)
-		case a == lease.TokenBucket || a == lease.GCRA:
+		case a.Refills():
 			l.Expires = ref + unzz(num(kind/4))
 			if kind >= 128 {
 				l.LastSpend = ref - unzz(num(kind/16))

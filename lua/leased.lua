@@ -1,6 +1,6 @@
 -- leased: joined after the prelude in front of the eight lease and return
 -- scripts. It parses their common arguments and holds the loan helpers,
--- which mirror lease/loans.go operation for operation.
+-- which mirror lease/algo/loans.go operation for operation.
 --
 -- ARGV     limit, period_us, capacity, holder, then per script:
 --          lease:  want, need, held, ttl_us, idle_us, spent_before, call,
@@ -122,7 +122,7 @@ end
 -- read_loans(v, pos, ref, t) decodes the loans of value v from pos to its
 -- end, their times zigzag distances from ref, into a list (see loans
 -- below) by expiry, latest first, the loans of one time in their order:
--- the order a token_bucket or gcra key keeps them in (lease/loans.go's
+-- the order a token_bucket or gcra key keeps them in (lease/algo/loans.go's
 -- byExpiry), so that A(E), what the loans expiring at or after E lend, is
 -- one running sum over them. The scripts write them so; a key an older
 -- release wrote (which appended, and moved the last loan into a removed
@@ -309,7 +309,7 @@ end
 -- no table per loan.
 -- A loan is named by its base; a token_bucket or gcra key's are by
 -- expiry (see by_expiry), the windows' in the order they came; a loan
--- removed leaves the others in their order (lease/loans.go's).
+-- removed leaves the others in their order (lease/algo/loans.go's).
 local max_ended = 3 -- the ended loans a key keeps (lease's maxEnded)
 local function loans()
   -- read decodes v (the key's value; false or nil: no state) of

@@ -55,7 +55,7 @@ func TestPreviousReleaseSameKeys(t *testing.T) {
 	holders := []string{"", "node-a", "node-b", "gw-c"}
 	var byOld, byNew, shared int
 	for i := 0; i < 300; i++ {
-		a := lease.Algorithm(1 + r.IntN(4))
+		a := leasedAlgorithms[r.IntN(len(leasedAlgorithms))]
 		p := lease.Policy{Algorithm: a, Limit: pick(3, 10, 100, 1000), Period: time.Duration(pick(10, 1000, 60_000)) * time.Millisecond}
 		key := uniqueKey(t)
 		lent := map[string]int64{}
@@ -127,7 +127,7 @@ func previousLease(ctx context.Context, s *Store, script *rueidis.Lua, key strin
 	args := []string{itoa(p.Limit), itoa(micros(p.Period)), itoa(p.Capacity()), holderOf(to.ID),
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10)}
-	if p.Algorithm == lease.FixedWindow {
+	if p.Algorithm.LeasesAhead() {
 		args = append(args, itoa(to.AheadWindows), itoa(to.AheadTokens))
 	}
 	v, err := script.Exec(ctx, s.client, []string{s.Key(key, p.Algorithm)}, args).AsIntSlice()

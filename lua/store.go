@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/algo"
 )
 
 var (
@@ -44,17 +45,21 @@ var (
 // tb, gc, fw, sw held hashes, tb2, gc2, fw2, sw2 strings of doubles, fw3
 // fixed_window's compact string without shares ahead) and
 // its script files: lease and ret for a leased algorithm (Store.Lease and
-// Return), log for sliding_log (Store.Log), acquire and release for
-// concurrency.
+// Return), log for an algorithm checked by Store.Log (sliding_log),
+// acquire and release for one whose slots are acquired (concurrency); and
+// for a leased algorithm, pack, which packs its state (package algo's
+// type) as its scripts do (leased.lua's head and pack_loan; nil for no
+// state), for first touches (first.go).
 var algorithms = [...]struct {
 	suffix                string
 	lease, ret            string
 	log, acquire, release string
+	pack                  func(algo.LeasedState) []byte
 }{
-	lease.TokenBucket:   {suffix: "tb3", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua"},
-	lease.GCRA:          {suffix: "gc3", lease: "gcra_lease.lua", ret: "gcra_return.lua"},
-	lease.FixedWindow:   {suffix: "fw4", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua"},
-	lease.SlidingWindow: {suffix: "sw3", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua"},
+	lease.TokenBucket:   {suffix: "tb3", lease: "token_bucket_lease.lua", ret: "token_bucket_return.lua", pack: packTokenBucket},
+	lease.GCRA:          {suffix: "gc3", lease: "gcra_lease.lua", ret: "gcra_return.lua", pack: packGCRA},
+	lease.FixedWindow:   {suffix: "fw4", lease: "fixed_window_lease.lua", ret: "fixed_window_return.lua", pack: packFixedWindow},
+	lease.SlidingWindow: {suffix: "sw3", lease: "sliding_window_lease.lua", ret: "sliding_window_return.lua", pack: packSlidingWindow},
 	lease.SlidingLog:    {suffix: "log", log: "sliding_log.lua"},
 	lease.Concurrency:   {suffix: "cc", acquire: "concurrency_acquire.lua", release: "concurrency_release.lua"},
 }
@@ -262,7 +267,7 @@ func (s *Store) Lease(ctx context.Context, key string, p lease.Policy, want, nee
 		itoa(want), itoa(need), itoa(to.Held), itoa(micros(to.TTL)), itoa(micros(to.Idle)), itoa(to.SpentBefore),
 		strconv.FormatUint(uint64(to.Call), 10), strconv.FormatUint(uint64(to.Unanswered), 10), strconv.Itoa(to.MaxHolders)}
 	n := 6
-	if p.Algorithm == lease.FixedWindow {
+	if p.Algorithm.LeasesAhead() {
 		args = append(args, itoa(to.AheadWindows), itoa(to.AheadTokens))
 		n = 8
 	}
@@ -439,8 +444,8 @@ func holderOf(id string) string {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// micros is d in whole microseconds, truncated like the lease package's
-// math (lease/algo.go).
+// micros is d in whole microseconds, truncated like the algorithms' math
+// (lease/algo).
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -439,7 +439,7 @@ func TestUpgradeKeysDisjoint(t *testing.T) {
 			return v
 		}
 		to := newLessee("m-new")
-		if a == lease.FixedWindow {
+		if a.LeasesAhead() {
 			to.AheadWindows, to.AheadTokens = 2, 4 // this release's format: a share ahead
 		}
 		for i := range 3 {

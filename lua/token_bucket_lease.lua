@@ -224,7 +224,7 @@ repeat -- the fast path (break: the general path)
   return {granted, math.floor(tokens), ms(wait), ms((cf - tokens) * pf / lf), lent_now, 0}
 until true
 
--- The general path: lease/loans.go operation for operation, on the
+-- The general path: lease/algo/loans.go operation for operation, on the
 -- loans as one flat list (see loans in leased.lua) by expiry, latest
 -- first, with the loan helpers written out inline: a helper function
 -- costs Redis a closure per call, more than its loops. Every pass over

@@ -21,7 +21,8 @@ import (
 // host when the node has no token). Every answer but a guard refusal
 // carries ETag: "N", the version of the set it read or wrote.
 //
-//	GET    /v1/rules              {"version":N,"source":"file|store|data_dir|memory","file":"...","rules":[rule,...]}
+//	GET    /v1/rules              {"version":N,"source":"file|store|data_dir|memory","file":"...","rules":[rule,...],
+//	                              "algorithms":[{"name","leased","slots","fields"},...]}
 //	PUT    /v1/rules              a whole rule file (YAML or JSON {"rules":[...]}) as one version → change
 //	POST   /v1/rules:validate     the same body: what PUT /v1/rules would change, nothing written → change
 //	POST   /v1/rules:test         {"method","path","host","ip","headers":{...}} → {"version":N,"matches":[{"rule","key"}]}
@@ -114,12 +115,15 @@ func dryRun(ctx *fasthttp.RequestCtx) bool {
 	return err == nil && b
 }
 
-// rulesBody is the body of GET /v1/rules.
+// rulesBody is the body of GET /v1/rules: the rules, and the algorithms
+// a rule may name (lease's table, as rules.Algorithms describes them: the
+// dashboard's rule editor offers them).
 type rulesBody struct {
-	Version uint64       `json:"version"`
-	Source  string       `json:"source"`
-	File    string       `json:"file,omitempty"`
-	Rules   []rules.Spec `json:"rules"`
+	Version    uint64            `json:"version"`
+	Source     string            `json:"source"`
+	File       string            `json:"file,omitempty"`
+	Rules      []rules.Spec      `json:"rules"`
+	Algorithms []rules.Algorithm `json:"algorithms"`
 }
 
 // changeBody is the answer of a write or a dry run.
@@ -142,7 +146,7 @@ func (n *Node) rulesList(ctx *fasthttp.RequestCtx) {
 		n.writeError(ctx, ErrNotReady)
 		return
 	}
-	body.Rules = t.Set().Specs()
+	body.Rules, body.Algorithms = t.Set().Specs(), rules.Algorithms()
 	n.writeJSON(ctx, v, body)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,6 +235,32 @@ period: 60m`)
 
 // TestAdminRulesInvalid: invalid rules are refused with 400 naming the
 // field, and nothing changes.
+// TestAdminRulesAlgorithms: GET /v1/rules names every algorithm of
+// lease's table, in its order, as the dashboard's editor needs it
+// (leased, slots, the fields only some algorithms take).
+func TestAdminRulesAlgorithms(t *testing.T) {
+	a := newAdminNode(t, adminRules, "", RulesConfig{})
+	r := a.do("GET", "/v1/rules", "")
+	var body struct {
+		Algorithms []rules.Algorithm `json:"algorithms"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &body); err != nil || r.status != 200 {
+		t.Fatalf("GET /v1/rules = %d %s (%v)", r.status, r.body, err)
+	}
+	as := lease.Algorithms()
+	if len(body.Algorithms) != len(as) {
+		t.Fatalf("algorithms %+v, want %d", body.Algorithms, len(as))
+	}
+	for i, a := range as {
+		got := body.Algorithms[i]
+		has := func(f string) bool { return slices.Contains(got.Fields, f) }
+		if got.Name != a.String() || got.Leased != a.Leased() || got.Slots != a.Acquired() ||
+			has("burst") != a.HasBurst() || has("min_interval") != a.HasMinInterval() || has("max_holders") != a.Leased() {
+			t.Errorf("algorithms[%d] = %+v, want %v's", i, got, a)
+		}
+	}
+}
+
 func TestAdminRulesInvalid(t *testing.T) {
 	a := newAdminNode(t, adminRules, "", RulesConfig{})
 	before := a.do("GET", "/v1/rules", "").body

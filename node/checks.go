@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/node/api"
 	"github.com/sluicehq/sluice/node/engine"
 	"github.com/sluicehq/sluice/node/rules"
@@ -56,7 +55,7 @@ func (st *reqState) addCheck(t *engine.Table, c *api.CheckRequest) int {
 func (st *reqState) addMatches(t *engine.Table, hits int64) (deny *engine.Rule) {
 	for i := range st.matches {
 		m := &st.matches[i]
-		if m.Rule.Policy.Algorithm == lease.Concurrency {
+		if m.Rule.Policy.Algorithm.Acquired() {
 			continue
 		}
 		if m.KeyMissing && m.Missing != rules.MissingFallback {

@@ -85,7 +85,7 @@ var commands = []command{
 	{"rules apply", "-f FILE [-dry-run] [-if-match N]", "Replace the node's rules with a rule file (- for stdin), as one version.", (*cli).rulesApply},
 	{"rules delete", "NAME [-dry-run] [-if-match N]", "Remove one rule.", (*cli).rulesDelete},
 	{"rules diff", "-f FILE", "Show what rules apply -f FILE would change; nothing is written.", (*cli).rulesDiff},
-	{"rules lint", "FILE...", "Validate rule files offline (no node needed).", (*cli).rulesLint},
+	{"rules lint", "FILE...", "Validate rule files offline (no node needed), with this build's rules and algorithms: " + algorithmList() + ".", (*cli).rulesLint},
 	{"rules test", "[-method M] [-path P] [-host H] [-ip IP] [-H 'Name: value']...", "Show which rules match that request, with which counter key.", (*cli).rulesTest},
 	{"members", "", "Show the cluster's members as the node sees them.", (*cli).members},
 	{"hotkeys", "", "Show the node's hot keys and split keys.", (*cli).hotkeys},

@@ -277,4 +277,12 @@ func TestCLILint(t *testing.T) {
 	bad := writeFile(t, "rules:\n  - name: x\n    algorithm: leaky\n    limit: 1\n    period: 1m\n")
 	sluice(nil, "rules", "lint", bad).failed(t, exitFail, `rule "x": algorithm`)
 	sluice(nil, "rules", "lint", "/nonexistent.yaml").failed(t, exitFail, "no such file")
+	// The help and the error name every algorithm of lease's table.
+	help := sluice(nil, "rules", "lint", "-h").ok(t).stdout
+	msg := sluice(nil, "rules", "lint", bad).stderr
+	for _, a := range lease.Algorithms() {
+		if !strings.Contains(help, a.String()) || !strings.Contains(msg, a.String()) {
+			t.Errorf("rules lint -h (%q) or its error for an unknown algorithm (%q) does not name %v", help, msg, a)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/node/client"
 	"github.com/sluicehq/sluice/node/rules"
@@ -103,6 +104,26 @@ func (c *cli) rulesGet(args []string) error {
 	}
 	c.table("NAME\tALGORITHM\tLIMIT\tPERIOD\tBURST\tKEY\tOVERRIDES", rows)
 	return nil
+}
+
+// algorithmList names the algorithms a rule may name, from lease's table
+// (node/rules, offline), the exact ones so marked: "token_bucket, ...,
+// sliding_log (exact), concurrency (exact, slots)".
+func algorithmList() string {
+	var b strings.Builder
+	for i, a := range rules.Algorithms() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.Name)
+		switch {
+		case a.Slots:
+			b.WriteString(" (exact, slots)")
+		case !a.Leased:
+			b.WriteString(" (exact)")
+		}
+	}
+	return b.String()
 }
 
 // readFile reads a rule file ("-" is stdin).

@@ -3,7 +3,7 @@
 // the real clock (time-derived values within a slack).
 //
 // The suite checks the semantics written in the lease package doc and the
-// choices documented in lease/algo*.go. Every failure message says what
+// choices documented in package lease/algo. Every failure message says what
 // was called, what came back, what was expected and why.
 //
 // Policies are chosen so that real time passing between calls cannot

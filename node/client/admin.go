@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/node/api"
+	"github.com/sluicehq/sluice/node/rules"
 )
 
 // Admin calls one node's admin API (rules, members, hot keys) and its
@@ -112,6 +113,9 @@ type RuleSet struct {
 	Source  string            `json:"source"`
 	File    string            `json:"file,omitempty"`
 	Rules   []json.RawMessage `json:"rules"`
+	// Algorithms are the algorithms a rule may name on the node (nil
+	// from a node that does not say).
+	Algorithms []rules.Algorithm `json:"algorithms,omitempty"`
 }
 
 // Change is the answer of a rules write or dry run: the rule names added,

@@ -118,9 +118,9 @@ func (b *Batch) resolve(t *Table, i, qi int32, alone bool, last **Rule) error {
 		}
 		*last = ri
 	}
-	if ri.base.Algorithm == lease.Concurrency {
+	if ri.base.Algorithm.Acquired() {
 		if it.Hits != 0 {
-			return fieldError("rule", "rule "+strconv.Quote(it.Rule)+" is a concurrency rule: use /v1/acquire and /v1/release (or hits 0 to peek)")
+			return fieldError("rule", "rule "+strconv.Quote(it.Rule)+" is a "+ri.base.Algorithm.String()+" rule: use /v1/acquire and /v1/release (or hits 0 to peek)")
 		}
 		it.peek = true
 	}

@@ -126,7 +126,7 @@ func (l *lessor) apply(store lease.Store, lo *leaseOp) LeaseResult {
 			return l.check(ctx, store, lo, to, need, rm)
 		}
 		want = max(min(want, room), need)
-		if !region && lo.p.Algorithm == lease.FixedWindow {
+		if !region && lo.p.Algorithm.LeasesAhead() {
 			to.AheadWindows, to.AheadTokens = aheadOf(op.To, lo.p, share)
 		}
 	}

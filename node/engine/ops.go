@@ -23,8 +23,8 @@ func (e *Engine) Acquire(t *Table, b *Batch, rule, key string, hits int64) (slot
 	switch {
 	case ri == nil:
 		return "", fieldError("rule", "unknown rule "+strconv.Quote(rule))
-	case ri.base.Algorithm != lease.Concurrency:
-		return "", fieldError("rule", "rule "+strconv.Quote(rule)+" is not a concurrency rule: use /v1/check")
+	case !ri.base.Algorithm.Acquired():
+		return "", fieldError("rule", "rule "+strconv.Quote(rule)+" is a "+ri.base.Algorithm.String()+" rule, which takes no slots: use /v1/check")
 	}
 	if msg := KeyProblem(key); msg != "" {
 		return "", fieldError("key", msg)
@@ -56,8 +56,8 @@ func (e *Engine) Release(t *Table, b *Batch, rule, key, slot string) (d lease.De
 	switch {
 	case ri == nil:
 		return d, p, fieldError("lease_id", "rule "+strconv.Quote(rule)+" no longer exists (the slot expires at its TTL)")
-	case ri.base.Algorithm != lease.Concurrency:
-		return d, p, fieldError("lease_id", "rule "+strconv.Quote(rule)+" is not a concurrency rule")
+	case !ri.base.Algorithm.Acquired():
+		return d, p, fieldError("lease_id", "rule "+strconv.Quote(rule)+" is a "+ri.base.Algorithm.String()+" rule, which takes no slots")
 	}
 	p = ri.rule.PolicyFor(key)
 	ckey := b.counterKey(ri.prefix, key)

@@ -440,7 +440,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				ss.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 				s.countNear(stats, l, d.Remaining, hits)
 			}
-			if l.Algorithm != lease.FixedWindow { // Sluice's algorithms: their own reset, in whole seconds
+			if !l.Algorithm.WindowReset() { // not envoy's window end (envoyReset): its own reset, in whole seconds
 				r.setReset(i, (d.Reset+time.Second-1)/time.Second*time.Second)
 			}
 		}

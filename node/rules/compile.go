@@ -90,7 +90,7 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 
 	switch n := spec.MaxHolders; {
 	case n != 0 && !alg.Leased():
-		return nil, fail("max_holders", "only for a leased algorithm (token_bucket, gcra, fixed_window, sliding_window): "+alg.String()+" leases nothing, every check is a Store call")
+		return nil, fail("max_holders", "only for a leased algorithm ("+leasedNames()+"): "+alg.String()+" leases nothing, every check is a Store call")
 	case n == 0:
 		r.MaxHolders = lease.DefaultMaxHolders
 	case n > 0 && n <= lease.MaxKeyHolders:
@@ -104,7 +104,7 @@ func compile(spec Spec, idx, line int, lines fieldLines) (*Rule, *Error) {
 		spec.Scope = ""
 	case "global":
 		if !alg.Leased() {
-			return nil, fail("scope", "global needs a leased algorithm (token_bucket, gcra, fixed_window, sliding_window): "+alg.String()+" is exact and decided by one Store")
+			return nil, fail("scope", "global needs a leased algorithm ("+leasedNames()+"): "+alg.String()+" is exact and decided by one Store")
 		}
 		r.Global = true
 		spec.Scope = "global"
@@ -280,12 +280,7 @@ func logLimitMsg(p lease.Policy) string {
 // only says which algorithms have a field ("only token_bucket and gcra
 // have a burst"), by their trait has.
 func only(has func(lease.Algorithm) bool, field string) string {
-	var as []lease.Algorithm
-	for _, a := range lease.Algorithms() {
-		if has(a) {
-			as = append(as, a)
-		}
-	}
+	as := algorithmsWith(has)
 	verb := " has "
 	if len(as) > 1 {
 		verb = " have "

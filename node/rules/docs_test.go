@@ -99,3 +99,29 @@ func TestDocSnippets(t *testing.T) {
 		t.Errorf("snippets found: %v; want rule files and RLS configurations (is the fence convention still ```yaml?)", seen)
 	}
 }
+
+// TestDocsNameEveryAlgorithm: every algorithm of lease's table has its row
+// in docs/rules.md's table of algorithms and a rule in
+// deploy/rules.example.yaml (the last step of adding one: the lease
+// package doc's "Adding an algorithm").
+func TestDocsNameEveryAlgorithm(t *testing.T) {
+	root := filepath.Join("..", "..")
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "rules.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "\n## Algorithms\n")
+	table, _, _ = strings.Cut(table, "\n## ")
+	example, err := os.ReadFile(filepath.Join(root, "deploy", "rules.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range rules.Algorithms() {
+		if !strings.Contains(table, "\n| `"+a.Name+"` |") {
+			t.Errorf("docs/rules.md's table of algorithms has no row for %s", a.Name)
+		}
+		if !regexp.MustCompile(`(?m)^\s+algorithm: ` + regexp.QuoteMeta(a.Name) + `\s*(#.*)?$`).Match(example) {
+			t.Errorf("deploy/rules.example.yaml has no rule of %s", a.Name)
+		}
+	}
+}

@@ -7,7 +7,7 @@
 //
 //	rules:
 //	  - name: per-key
-//	    algorithm: token_bucket    # token_bucket gcra fixed_window sliding_window sliding_log concurrency
+//	    algorithm: token_bucket    # lease's table: Algorithms (sluice rules lint -h)
 //	    limit: 100                 # per period; for concurrency: max in flight
 //	    period: 1m                 # Go duration; for concurrency: the slot TTL
 //	    burst: 100                 # token_bucket and gcra only; default = limit

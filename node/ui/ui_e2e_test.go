@@ -93,6 +93,40 @@ func TestE2EDashboard(t *testing.T) {
 	poll(t, ctx, "the members", `document.querySelector('#members td') !== null`)
 
 	{
+		// The editor offers the node's algorithms, in its order, and
+		// shows burst and min_interval only for an algorithm the node says
+		// takes them.
+		step(t, ctx, "open demo's editor",
+			chromedp.Click(chromedp.CSS(`button[data-edit="demo"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`.editor [data-field="limit"]`)))
+		var names []string
+		shown := map[string]string{}
+		for _, a := range node.algorithms(t, token) {
+			names = append(names, a.Name)
+			for _, f := range []string{"burst", "min_interval"} {
+				if strings.Contains(" "+strings.Join(a.Fields, " ")+" ", " "+f+" ") {
+					shown[a.Name] += f + " "
+				}
+			}
+		}
+		offered, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+			`Array.from(document.querySelectorAll('.editor select[data-field="algorithm"] option')).map((o) => o.value)`))
+		if err != nil || fmt.Sprint(offered) != fmt.Sprint(names) {
+			t.Errorf("the editor offers %v (err %v), the node's algorithms are %v", offered, err, names)
+		}
+		for _, name := range names {
+			got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+				const f = document.querySelector('.editor'), sel = f.querySelector('select[data-field="algorithm"]');
+				sel.value = '`+name+`'; sel.dispatchEvent(new Event('change'));
+				return ['burst', 'min_interval'].filter((x) => !f.querySelector('[data-field="' + x + '"]').closest('.field').hidden).map((x) => x + ' ').join('');
+			})()`))
+			if err != nil || got != shown[name] {
+				t.Errorf("the editor with %s shows %q of burst and min_interval (err %v), want %q", name, got, err, shown[name])
+			}
+		}
+		step(t, ctx, "cancel", chromedp.Click(chromedp.CSS(`.editor button.cancel`)),
+			chromedp.WaitNotPresent(chromedp.CSS(`.editor`)))
+
 		// Edit demo's limit from 5 to 3 through the form, then check that
 		// the node enforces 3 on a fresh key.
 		step(t, ctx, "edit demo's limit",
@@ -758,6 +792,31 @@ func (s *sluiced) putRule(t *testing.T, token, name, rule string) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("PUT /v1/rules/%s: %d %s", name, resp.StatusCode, b)
 	}
+}
+
+// algorithms reads the algorithms the node offers (GET /v1/rules).
+func (s *sluiced) algorithms(t *testing.T, token string) []nodeAlgorithm {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.base+"/v1/rules", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Algorithms []nodeAlgorithm `json:"algorithms"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 || len(body.Algorithms) == 0 {
+		t.Fatalf("GET /v1/rules: %d, algorithms %v (%v)", resp.StatusCode, body.Algorithms, err)
+	}
+	return body.Algorithms
+}
+
+// nodeAlgorithm is one of GET /v1/rules' algorithms.
+type nodeAlgorithm struct {
+	Name   string   `json:"name"`
+	Fields []string `json:"fields"`
 }
 
 // ruleLimit reads a rule's limit through the admin API.

@@ -4,6 +4,10 @@
 // tab only): /v1/stats (every 2 s), /v1/members and /v1/hotkeys (every
 // 6 s), /v1/rules (every 10 s, not while a rule is being edited); writes
 // rules with PUT and DELETE /v1/rules/{name}, If-Match the version read.
+// The rule editor offers the algorithms /v1/rules names ("algorithms":
+// each one's name, whether it is leased or takes slots, and the fields
+// only some algorithms take that apply to it): the node's, not a list of
+// its own.
 'use strict';
 
 (function () {
@@ -36,6 +40,7 @@
     rulesSource: '',
     rulesError: '',
     rulesAPI: true, // false when /v1/rules answers 404
+    algorithms: [], // the node's algorithms, from /v1/rules
     editing: null, // null: no editor; '': a new rule; else the rule's name
     selected: '', // the chart's rule ('' = all)
     ids: 0, // editor input ids
@@ -220,6 +225,7 @@
       state.rulesAPI = true;
       state.rulesError = '';
       state.rules = Array.isArray(r.data.rules) ? r.data.rules : [];
+      state.algorithms = Array.isArray(r.data.algorithms) ? r.data.algorithms : [];
       state.rulesVersion = r.data.version;
       state.rulesSource = r.data.source || '';
       state.rulesEtag = (r.headers && r.headers.get('ETag')) || null;
@@ -228,7 +234,7 @@
     }
     // Rebuild the table only when something changed: a rebuild under the
     // pointer or a click is needless churn.
-    const key = JSON.stringify([state.rulesAPI, state.rulesError, state.rulesVersion, state.rulesSource, state.rules]);
+    const key = JSON.stringify([state.rulesAPI, state.rulesError, state.rulesVersion, state.rulesSource, state.rules, state.algorithms]);
     if (key === state.rulesShown) return;
     renderRules();
   }
@@ -601,15 +607,20 @@
     return sum(a, Math.max(0, a.length - 6));
   }
 
+  // algorithm is the node's description of the algorithm named name, or
+  // undefined.
+  function algorithm(name) { return state.algorithms.find((a) => a.name === name); }
+
   function limitText(r) {
     if (r.limit === undefined) return '–';
-    let t = fmt(r.limit) + (r.algorithm === 'concurrency' ? ' in flight' : ' / ' + (r.period || '?'));
+    const a = algorithm(r.algorithm);
+    let t = fmt(r.limit) + (a && a.slots ? ' in flight' : ' / ' + (r.period || '?'));
     if (r.burst) t += ', burst ' + fmt(r.burst);
     return t;
   }
 
   function renderRules() {
-    state.rulesShown = JSON.stringify([state.rulesAPI, state.rulesError, state.rulesVersion, state.rulesSource, state.rules]);
+    state.rulesShown = JSON.stringify([state.rulesAPI, state.rulesError, state.rulesVersion, state.rulesSource, state.rules, state.algorithms]);
     renderHealth();
     const box = $('rules');
     const note = $('rules-note');
@@ -707,10 +718,35 @@
     if (v === undefined) delete o[last]; else o[last] = v;
   }
 
+  // algorithmOptions fills the editor's algorithm choices with the node's
+  // algorithms (and the rule's own, if the node does not name it).
+  function algorithmOptions(form, current) {
+    const sel = form.querySelector('select[data-field="algorithm"]');
+    const names = state.algorithms.map((a) => a.name);
+    if (current && !names.includes(current)) names.push(current);
+    fill(sel, ...names.map((n) => el('option', { value: n, text: n })));
+    sel.addEventListener('change', () => showFields(form));
+  }
+
+  // showFields shows the fields only some algorithms take (any
+  // algorithm's "fields") for the chosen algorithm alone; a hidden one is
+  // not sent.
+  function showFields(form) {
+    const a = algorithm(form.querySelector('select[data-field="algorithm"]').value);
+    const some = new Set(state.algorithms.flatMap((x) => x.fields || []));
+    for (const input of form.querySelectorAll('[data-field]')) {
+      const f = input.dataset.field;
+      if (!some.has(f)) continue;
+      input.closest('.field').hidden = !!a && !(a.fields || []).includes(f);
+    }
+  }
+
   function editorRow(rule, writable) {
     const form = $('editor-tpl').content.firstElementChild.cloneNode(true);
     const isNew = rule === null;
-    const r = rule || { algorithm: 'token_bucket', period: '1m' };
+    const first = state.algorithms.length ? state.algorithms[0].name : undefined;
+    const r = rule || { algorithm: first, period: '1m' };
+    algorithmOptions(form, r.algorithm);
     for (const input of form.querySelectorAll('[data-field]')) {
       const f = input.dataset.field;
       const v = getPath(r, f);
@@ -736,6 +772,7 @@
     form.querySelector('.cancel').addEventListener('click', closeEditor);
     form.querySelector('.delete').addEventListener('click', (e) => remove(e.currentTarget, form, rule));
     if (!writable) for (const b of form.querySelectorAll('button.save, button.delete')) b.disabled = true;
+    showFields(form);
     return el('tr', { class: 'editor-row' }, el('td', { colspan: 7 }, form));
   }
 
@@ -793,7 +830,9 @@
       const f = input.dataset.field;
       const span = form.querySelector(`[data-error="${CSS.escape(f)}"]`);
       let v;
-      if (input.type === 'checkbox') {
+      if (input.closest('.field').hidden) {
+        v = undefined; // a field the chosen algorithm does not take
+      } else if (input.type === 'checkbox') {
         v = input.checked ? true : undefined;
       } else {
         const s = input.value.trim();

@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import (
 	"time"
@@ -9,21 +9,23 @@ import (
 type fixedWindow struct{ windowView }
 
 func (fixedWindow) validate(Policy) error { return nil }
-func (fixedWindow) newState() algoState   { return new(FixedWindowState) }
+func (fixedWindow) newState() State       { return new(FixedWindowState) }
 
-// expiry: the grant's Reset is the end of the current window, made early
-// by 1ms so that its rounding up never lets a token into the next window.
-func (fixedWindow) expiry(_ Policy, now int64, g Grant, _ time.Duration) int64 {
-	return now + int64(g.Reset) - int64(time.Millisecond)
+// expiry: the grant's Reset is the end of the current window (windowExpiry).
+func (f fixedWindow) expiry(p Policy, now int64, g Grant, _ time.Duration) int64 {
+	return windowExpiry(now, g, f.resetPast(p))
 }
+
+// resetPast: the Reset of a grant is the end of its window.
+func (fixedWindow) resetPast(Policy) time.Duration { return 0 }
 
 // coverAt: now if the window has need tokens left, else its end (within
 // the rounding of Reset).
-func (fixedWindow) coverAt(b *bucket, need, resetAt int64) (int64, int64) {
-	if b.remaining.Load() >= need {
+func (fixedWindow) coverAt(_ Policy, a Answer, need int64) (int64, int64) {
+	if a.Remaining >= need {
 		return 0, 0
 	}
-	return resetAt, int64(time.Millisecond)
+	return a.ResetAt, int64(time.Millisecond)
 }
 
 // The pure math of a leased algorithm (see algo.go): Lease expects a valid
@@ -42,7 +44,7 @@ type FixedWindowState struct {
 	// Loans are the tokens lent to each holder in that window and not
 	// known to be spent (they bound what a holder may return), and the
 	// shares lent to it ahead (Loan.Share, up to Loan.Expires).
-	Loans loans
+	Loans Loans
 }
 
 // roll makes the window of t (start ws) the state's window if it is later
@@ -59,7 +61,7 @@ func (s *FixedWindowState) roll(t, pu int64) {
 		return
 	}
 	s.Start, s.Count = ws, 0
-	var ls loans
+	var ls Loans
 	for _, l := range s.Loans {
 		if l.Share > 0 && l.Expires >= ws+pu {
 			l.Lent = l.Share

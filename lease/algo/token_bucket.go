@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 type tokenBucket struct{ refillView }
 
 func (tokenBucket) validate(p Policy) error { return validateRefill(p) }
-func (tokenBucket) newState() algoState     { return new(TokenBucketState) }
+func (tokenBucket) newState() State         { return new(TokenBucketState) }
 
 // The pure math of a leased algorithm (see algo.go): Lease expects a valid
 // policy and 0 ≤ need ≤ want (see CheckLease), Return 0 ≤ tokens. In the
@@ -27,7 +27,7 @@ type TokenBucketState struct {
 	Updated int64
 	// Loans are the tokens lent to holders and still counted against
 	// the capacity (all expiring after Updated).
-	Loans loans
+	Loans Loans
 	// Last is the last call that settled a loan (Lessee.Unanswered).
 	Last lastCall
 	// bake, when set, is told of each ended loan trim bakes in
@@ -56,7 +56,7 @@ func (s *TokenBucketState) level(t int64, pf, lf, cf float64, to Lessee) float64
 	return s.Loans.effective(to, t).capLevel(raw, t, pf, lf, cf)
 }
 
-// Lease runs one lease call at now (see the package doc). Wait is
+// Lease runs one lease call at now (see the lease package doc). Wait is
 // (need - tokens)*P/L, Reset is (C - tokens_after)*P/L (lent tokens
 // counted as spent, as Grant.Reset says). The state is written (Tokens =
 // tokens after the grant, Updated = now, the expired loans dropped, to's

@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import "time"
 
@@ -7,7 +7,7 @@ import "time"
 type slidingLog struct{ exactCode }
 
 func (slidingLog) validate(Policy) error { return nil }
-func (slidingLog) newState() algoState   { return new(SlidingLogState) }
+func (slidingLog) newState() State       { return new(SlidingLogState) }
 
 // The pure math of an exact algorithm (see algo.go): each method expects a
 // valid policy and valid arguments (see CheckLog, CheckAcquire).
@@ -49,7 +49,7 @@ func (s *SlidingLogState) count() int64 {
 	return n
 }
 
-// Check runs one sliding_log check of hits at now (see the package doc).
+// Check runs one sliding_log check of hits at now (see the lease package doc).
 // Choices the doc leaves open:
 //   - hits > Limit can never be admitted: denied, RetryAfter one Period.
 //   - On a count denial, RetryAfter is the time until the k-th oldest

@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import (
 	"math"
@@ -18,32 +18,37 @@ func (slidingWindow) validate(p Policy) error {
 	return nil
 }
 
-func (slidingWindow) newState() algoState { return new(SlidingWindowState) }
+func (slidingWindow) newState() State { return new(SlidingWindowState) }
 
-// expiry: after a grant cur > 0, so the grant's Reset is the end of the
-// next window; the tokens are spendable until the end of the current one
-// (made early by 1ms, as fixed_window's).
-func (slidingWindow) expiry(p Policy, now int64, g Grant, _ time.Duration) int64 {
-	return now + int64(g.Reset) - int64(p.Period) - int64(time.Millisecond)
+// expiry: the tokens are spendable until the end of the current window
+// (windowExpiry).
+func (s slidingWindow) expiry(p Policy, now int64, g Grant, _ time.Duration) int64 {
+	return windowExpiry(now, g, s.resetPast(p))
 }
+
+// resetPast: after a grant cur > 0, so the grant's Reset is the end of the
+// next window, one period after the end of its own.
+func (slidingWindow) resetPast(p Policy) time.Duration { return p.Period }
+
+// answerTimed: coverAt and projected project from when the answer came.
+func (slidingWindow) answerTimed() bool { return true }
 
 // coverAt is the rate since the answer: the previous window's weight falls
 // no faster than limit per period, so this is never later than the truth
 // (no slack: a rate, not a rounded-up Reset).
-func (slidingWindow) coverAt(b *bucket, need, _ int64) (int64, int64) {
-	p := b.pol
-	short := need - b.remaining.Load()
+func (slidingWindow) coverAt(p Policy, a Answer, need int64) (int64, int64) {
+	short := need - a.Remaining
 	if short <= 0 {
 		return 0, 0
 	}
-	return addTime(b.answeredAt(), time.Duration(math.Ceil(float64(short)*float64(p.Period)/float64(p.Limit)))), 0
+	return addNanos(a.At, time.Duration(math.Ceil(float64(short)*float64(p.Period)/float64(p.Limit)))), 0
 }
 
 // projected is the answer's Remaining plus that rate since the answer.
-func (slidingWindow) projected(b *bucket, now, _ int64) int64 {
-	c := b.pol.Capacity()
-	since := float64(max(now-b.answeredAt(), 0)) * float64(b.pol.Limit) / float64(b.pol.Period)
-	return int64(math.Min(float64(c), float64(max(b.remaining.Load(), 0))+math.Ceil(since)))
+func (slidingWindow) projected(p Policy, a Answer, now int64) int64 {
+	c := p.Capacity()
+	since := float64(max(now-a.At, 0)) * float64(p.Limit) / float64(p.Period)
+	return int64(math.Min(float64(c), float64(max(a.Remaining, 0))+math.Ceil(since)))
 }
 
 // The pure math of a leased algorithm (see algo.go): Lease expects a valid
@@ -61,7 +66,7 @@ type SlidingWindowState struct {
 	Prev, Cur int64
 	// Loans are the tokens lent to each holder in the window at Start and
 	// not known to be spent: they bound what a holder may return.
-	Loans loans
+	Loans Loans
 }
 
 // current rolls the stored window to t's: the previous window's count
@@ -99,7 +104,7 @@ func (s *SlidingWindowState) Lease(p Policy, now time.Time, want, need int64, to
 	t, pu := unixMicros(now), periodMicros(p)
 	pf := float64(pu)
 	ws, prev, cur := s.current(t, pu)
-	var running loans // the loans of the current window
+	var running Loans // the loans of the current window
 	if s.Start == ws {
 		running = s.Loans
 	}

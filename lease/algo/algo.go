@@ -1,14 +1,35 @@
-package lease
-
-// This file holds what the algorithms' math shares; each algorithm's own
-// is in its file algo_<name>.go (see the algorithm table, algo_table.go):
-// a state type whose methods take now and the call's arguments and return
-// the answer, mutating the state in place. They do no I/O and never read a
-// clock. The MemoryStore wraps them with a map and a mutex; the Redis store
-// (lua/) implements the same math in Lua, and the choices below are the
-// ones it must mirror.
+// Package algo defines each of Sluice's rate-limit algorithms once, in Go:
+// the algorithm table (which algorithms there are, and for each its name,
+// how it is checked, which policy fields apply and its code), the policies
+// and the arguments and answers of a Store's calls, and every algorithm's
+// math as pure functions of its state, the policy and the time, in the
+// shape of golang.org/x/time/rate (one type, time passed in):
 //
-// Numeric choices the package doc leaves open (the Lua scripts mirror them):
+//   - a key's state in a Store, a type per algorithm whose methods take
+//     now and the call's arguments and return the answer, changing the
+//     state in place (Lease, Return and Refund of a leased algorithm;
+//     Check; Acquire and Release; Expiry);
+//   - a holder's view of the Store's answers (Policy.Level, CoverAt,
+//     Projected, LeaseExpiry, ResetPastWindow), which takes the last
+//     answer as values (Answer): what the lease Manager decides from
+//     between two Store calls.
+//
+// The package does no I/O, reads no clock and starts no goroutine. Its
+// users: package lease, whose MemoryStore runs the states' math under its
+// locks and whose Manager consults the table and the views (lease
+// re-exports the types, so that its users need not import this package);
+// and package lua, whose scripts are the same math in Lua, operation for
+// operation, and whose first touches run this math and pack the state as
+// the scripts do (lua's tests hold every script to this package's math,
+// answer by answer and state by state). What the math implements, the
+// semantics of each algorithm and of lent tokens and the accuracy
+// contract, is the lease package doc; the numeric choices it leaves open
+// are below, and the checklist of a new algorithm is there too ("Adding an
+// algorithm").
+//
+// # Numeric choices
+//
+// The lease package doc leaves these open (the Lua scripts mirror them):
 //
 //   - Time is integer microseconds since the Unix epoch (Redis TIME gives
 //     seconds and microseconds: now = sec*1e6 + usec). A Policy's Period is
@@ -39,12 +60,23 @@ package lease
 // fixed_window and sliding_window two periods after the stored window's
 // start; sliding_log when the newest stamp leaves, newest + P;
 // concurrency when the last held id expires.
+//
+// # Concurrency
+//
+// Algorithm, Policy and the call types are values, safe for concurrent
+// use. A state is not: its Store serializes the calls on its key.
+package algo
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
 )
+
+// ErrWrongAlgorithm means a call was made for a policy whose algorithm
+// does not support it (a lease for sliding_log, say).
+var ErrWrongAlgorithm = errors.New("operation not supported by the policy's algorithm")
 
 // maxReportMillis caps reported durations so that extreme policies cannot
 // overflow time.Duration (about 292 years).

@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import "time"
 
@@ -7,7 +7,7 @@ import "time"
 type concurrency struct{ exactCode }
 
 func (concurrency) validate(Policy) error { return nil }
-func (concurrency) newState() algoState   { return new(ConcurrencyState) }
+func (concurrency) newState() State       { return new(ConcurrencyState) }
 
 // The pure math of an exact algorithm (see algo.go): each method expects a
 // valid policy and valid arguments (see CheckLog, CheckAcquire).

@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import (
 	"math"
@@ -21,7 +21,7 @@ func (gcra) validate(p Policy) error {
 	return nil
 }
 
-func (gcra) newState() algoState { return new(GCRAState) }
+func (gcra) newState() State { return new(GCRAState) }
 
 // The pure math of a leased algorithm (see algo.go): Lease expects a valid
 // policy and 0 ≤ need ≤ want (see CheckLease), Return 0 ≤ tokens. In the
@@ -47,7 +47,7 @@ type GCRAState struct {
 	TAT int64
 	// Loans are the tokens lent to holders and still counted against
 	// the burst: the TAT is never below loans.floorTAT.
-	Loans loans
+	Loans Loans
 	// Last is the last call that settled a loan (Lessee.Unanswered).
 	Last lastCall
 	// bake: see TokenBucketState.
@@ -70,11 +70,11 @@ func (s *GCRAState) reset(t int64, pf, lf float64) int64 {
 	return max(s.Loans.spentBy(s.TAT, pf, lf)-t, 0)
 }
 
-// Lease runs one lease call at now (see the package doc). With base =
+// Lease runs one lease call at now (see the lease package doc). With base =
 // max(TAT, t, loans.floorTAT(t)) and d = base - t (integers): avail =
 // floor(B - d*L/P); a grant of g sets TAT = base + ceil(g*P/L); Wait = d -
 // (B - need)*P/L; Reset = TAT_after - t (lent tokens counted as spent). These
-// are the package doc's formulas with T = P/L and tau = B*T multiplied
+// are the lease package doc's formulas with T = P/L and tau = B*T multiplied
 // out, which keeps whole-token boundaries exact whenever P/L is a whole
 // number of µs.
 func (s *GCRAState) Lease(p Policy, now time.Time, want, need int64, to Lessee) Grant {

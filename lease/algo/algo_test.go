@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import (
 	"errors"
@@ -37,7 +37,7 @@ func runLeaseSteps(t *testing.T, st leasedMath, p Policy, steps []leaseStep) {
 	for i, s := range steps {
 		now := base.Add(s.at)
 		to := Lessee{}
-		if !p.Algorithm.refills() {
+		if !p.Algorithm.Refills() {
 			to = Lessee{ID: "h", Held: MaxHits}
 		}
 		if s.ret > 0 {

@@ -1,4 +1,4 @@
-package lease
+package algo
 
 import (
 	"cmp"
@@ -7,7 +7,8 @@ import (
 )
 
 // Loan is what a Store lent to one holder of a key and still counts
-// against the key's capacity (see "Lent tokens" in the package doc).
+// against the key's capacity (see "Lent tokens" in the lease package
+// doc).
 type Loan struct {
 	// Holder is the Lessee's ID.
 	Holder string
@@ -30,25 +31,27 @@ type Loan struct {
 	// at the sum of the shares. 0 otherwise.
 	Share int64
 
-	// ref is the MemoryStore's index of Holder in its shard's table of
-	// holder IDs, for a loan it read from a key's record (0: none): the
-	// record is written back with no lookup of the ID.
-	ref uint16
+	// Ref is a Store's own index of Holder for a loan it read from its
+	// records (the MemoryStore's, in its shard's table of holder IDs), so
+	// that the loan is written back with no lookup of the ID: the math
+	// keeps it with the loan and never reads it. 0: none.
+	Ref uint16
 }
 
-// loans is a key's loans, one per holder, and for token_bucket and gcra
+// Loans is a key's loans, one per holder, and for token_bucket and gcra
 // the ended loans (no Holder) that still cap the level. A refilling key
 // keeps them by Expires, latest first, the loans of one time in the order
 // they came (byExpiry; the operations below keep that order), so that
 // A(E) of every loan is one running sum (capLevel, fullIn, floorTAT,
 // trim): a call costs time linear in the key's loans. The windows' are in
-// no particular order. Not safe for concurrent use.
-type loans []Loan
+// no particular order. Its methods are the math's. Not safe for
+// concurrent use.
+type Loans []Loan
 
 // byExpiry returns ls by Expires, latest first (ls itself, sorted in
 // place): one pass when it already is, as a refilling key's loans are
 // (a state from elsewhere is sorted once).
-func (ls loans) byExpiry() loans {
+func (ls Loans) byExpiry() Loans {
 	for i := 1; i < len(ls); i++ {
 		if ls[i].Expires > ls[i-1].Expires {
 			slices.SortStableFunc(ls, func(a, b Loan) int { return cmp.Compare(b.Expires, a.Expires) })
@@ -61,7 +64,7 @@ func (ls loans) byExpiry() loans {
 // place moves ls[i], whose Expires changed, to where the order by
 // Expires puts it: after the other loans of its time. It returns its new
 // index.
-func (ls loans) place(i int) int {
+func (ls Loans) place(i int) int {
 	l := ls[i]
 	for ; i > 0 && ls[i-1].Expires < l.Expires; i-- {
 		ls[i] = ls[i-1]
@@ -74,7 +77,7 @@ func (ls loans) place(i int) int {
 }
 
 // insert adds l where the order by Expires puts it.
-func (ls loans) insert(l Loan) loans {
+func (ls Loans) insert(l Loan) Loans {
 	ls = append(ls, l)
 	ls.place(len(ls) - 1)
 	return ls
@@ -83,7 +86,7 @@ func (ls loans) insert(l Loan) loans {
 // find returns the index of holder's loan, or -1. It looks from the
 // oldest: a holder renewing its loan in turn with others has the one
 // renewed longest ago (by expiry, at the end but for the ended loans).
-func (ls loans) find(holder string) int {
+func (ls Loans) find(holder string) int {
 	for i := len(ls) - 1; i >= 0; i-- {
 		if ls[i].Holder == holder {
 			return i
@@ -96,7 +99,7 @@ func (ls loans) find(holder string) int {
 // expiring after t; windowed loans, expiring 0 or with a share ahead,
 // are asked with t < 0: every holder's loan of the window), and whether
 // holder is one of them.
-func (ls loans) holders(holder string, t int64) (n int, has bool) {
+func (ls Loans) holders(holder string, t int64) (n int, has bool) {
 	for i := range ls {
 		if ls[i].Holder != "" && (t < 0 || ls[i].Expires > t) {
 			n++
@@ -111,7 +114,7 @@ func (ls loans) holders(holder string, t int64) (n int, has bool) {
 // or, when to is crowded out (Lessee.MaxHolders: to has no loan of the
 // key and MaxHolders holders have one), a call with no Lessee for
 // exactly need tokens (crowded true).
-func (ls loans) crowd(to Lessee, want, need, t int64) (_ Lessee, _ int64, crowded bool) {
+func (ls Loans) crowd(to Lessee, want, need, t int64) (_ Lessee, _ int64, crowded bool) {
 	if to.ID == "" || to.MaxHolders <= 0 {
 		return to, want, false
 	}
@@ -123,7 +126,7 @@ func (ls loans) crowd(to Lessee, want, need, t int64) (_ Lessee, _ int64, crowde
 
 // lentTo is what ls lends holder at t (loans expiring at or before t
 // count as spent; windowed loans, expiring 0, are asked with t < 0).
-func (ls loans) lentTo(holder string, t int64) int64 {
+func (ls Loans) lentTo(holder string, t int64) int64 {
 	if holder == "" {
 		return 0
 	}
@@ -135,7 +138,7 @@ func (ls loans) lentTo(holder string, t int64) int64 {
 
 // total is the tokens ls lends, whether or not their loans expired (the
 // windows' loans, which end with their window).
-func (ls loans) total() int64 {
+func (ls Loans) total() int64 {
 	var n int64
 	for _, l := range ls {
 		n += l.Lent
@@ -145,7 +148,7 @@ func (ls loans) total() int64 {
 
 // after is A(e): the tokens of the loans that expire at or after e, which
 // all still counted just before e.
-func (ls loans) after(e int64) int64 {
+func (ls Loans) after(e int64) int64 {
 	var a int64
 	for _, l := range ls {
 		if l.Expires >= e {
@@ -162,7 +165,7 @@ func (ls loans) after(e int64) int64 {
 // algorithms). The caller has pruned the expired loans. A zero loan is
 // dropped. A new loan keeps to.ID itself: the caller owns it
 // (MemoryStore.Lease passes its shard's copy).
-func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
+func (ls Loans) settle(to Lessee, keep, g, t int64, windowed bool) Loans {
 	if to.ID == "" {
 		return ls
 	}
@@ -196,7 +199,7 @@ func (ls loans) settle(to Lessee, keep, g, t int64, windowed bool) loans {
 // settle a loan of the key (the key's lastCall and what it granted), its
 // grant never reached to. It takes that off to's loan and returns it: what
 // the key gets back. The loan runs on, even at 0 (the call settles it).
-func (ls loans) unanswered(to Lessee, t int64, last lastCall) int64 {
+func (ls Loans) unanswered(to Lessee, t int64, last lastCall) int64 {
 	if to.Unanswered == 0 || to.ID == "" || last.Call != to.Unanswered {
 		return 0
 	}
@@ -226,7 +229,7 @@ func lastCallOf(to Lessee, g int64) lastCall {
 }
 
 // held is what a windowed grant keeps of to's loan: min(lent, Held).
-func (ls loans) held(to Lessee) int64 {
+func (ls Loans) held(to Lessee) int64 {
 	if i := ls.find(to.ID); i >= 0 && to.ID != "" {
 		return min(ls[i].Lent, to.Held)
 	}
@@ -235,7 +238,7 @@ func (ls loans) held(to Lessee) int64 {
 
 // end ends holder's loan at t by a return of n: min(n, lent) goes back
 // (returned), the rest counts as spent at t (an ended loan).
-func (ls loans) end(holder string, n, t int64) (_ loans, back int64) {
+func (ls Loans) end(holder string, n, t int64) (_ Loans, back int64) {
 	i := ls.find(holder)
 	if i < 0 || holder == "" {
 		return ls, 0
@@ -251,7 +254,7 @@ func (ls loans) end(holder string, n, t int64) (_ loans, back int64) {
 
 // take removes holder's loan and returns min(n, its lent): what a return
 // of n may give back.
-func (ls loans) take(holder string, n int64) (loans, int64) {
+func (ls Loans) take(holder string, n int64) (Loans, int64) {
 	i := ls.find(holder)
 	if i < 0 || holder == "" {
 		return ls, 0
@@ -273,7 +276,7 @@ type split struct {
 	earlyAt, lateAt  int64 // when they were spent by (unix µs)
 }
 
-func (ls loans) split(to Lessee, t int64) split {
+func (ls Loans) split(to Lessee, t int64) split {
 	sp := split{i: -1}
 	if to.ID == "" {
 		return sp
@@ -294,11 +297,11 @@ func (ls loans) split(to Lessee, t int64) split {
 }
 
 // running reports whether the split loan runs at t (it is settled).
-func (sp split) running(ls loans, t int64) bool { return sp.i >= 0 && ls[sp.i].Expires > t }
+func (sp split) running(ls Loans, t int64) bool { return sp.i >= 0 && ls[sp.i].Expires > t }
 
 // keep is what a call that grants g keeps of the loan (settle): nothing
 // of one that ended; run after a grant; run + late otherwise.
-func (sp split) keep(ls loans, t, g int64) int64 {
+func (sp split) keep(ls Loans, t, g int64) int64 {
 	switch {
 	case !sp.running(ls, t):
 		return 0
@@ -312,20 +315,20 @@ func (sp split) keep(ls loans, t, g int64) int64 {
 // with loan i counting lent instead of its Lent, and parts, ended loans
 // beside ls, latest first (Lent 0: none). See effective.
 type view struct {
-	ls    loans
+	ls    Loans
 	i     int
 	lent  int64
 	parts [2]Loan
 }
 
 // viewOf is ls by expiry as it is.
-func viewOf(ls loans) view { return view{ls: ls.byExpiry(), i: -1} }
+func viewOf(ls Loans) view { return view{ls: ls.byExpiry(), i: -1} }
 
 // effective is ls as the caller to's call sees it at t: the tokens of its
 // loan it no longer holds (see split) count from when they were spent
 // like loans that ended then (or at the loan's end, if earlier). ls
 // itself is not changed (but for its order, see byExpiry).
-func (ls loans) effective(to Lessee, t int64) view {
+func (ls Loans) effective(to Lessee, t int64) view {
 	v := viewOf(ls)
 	sp := v.ls.split(to, t)
 	if sp.i < 0 || sp.run == ls[sp.i].Lent {
@@ -388,7 +391,7 @@ func (w *walk) next() (e, a int64, ok bool) {
 // expiry; the parts it settles (early, and late after a grant) become
 // ended loans (no Holder), spent when they were, at t at the latest, or
 // at the loan's expiry if earlier.
-func (ls loans) settling(to Lessee, t int64, granted bool) loans {
+func (ls Loans) settling(to Lessee, t int64, granted bool) Loans {
 	sp := ls.split(to, t)
 	if sp.i < 0 || sp.run == ls[sp.i].Lent {
 		return ls
@@ -414,7 +417,7 @@ const maxEnded = 3
 // retire turns the holders' loans that ended by t into ended loans (no
 // Holder): tokens spent by their Expires, which keep capping the level
 // (capLevel, floorTAT) until trim drops them.
-func (ls loans) retire(t int64) loans {
+func (ls Loans) retire(t int64) Loans {
 	for i := range ls {
 		if ls[i].Holder != "" && ls[i].Expires <= t {
 			ls[i] = Loan{Lent: ls[i].Lent, Expires: ls[i].Expires}
@@ -425,7 +428,7 @@ func (ls loans) retire(t int64) loans {
 
 // trim drops the ended loans (no Holder) that no longer cap anything at
 // t, oldest first: binding(l, A(E)) false, so that they never will (the
-// stored level refills past them: see the package doc). It merges the
+// stored level refills past them: see the lease package doc). It merges the
 // ended loans of the same time (they cap the same), and while more than
 // maxEnded remain, hands the oldest to bake, which applies its cap to the
 // stored level (or TAT) for good, and drops it. By expiry (byExpiry), the
@@ -433,7 +436,7 @@ func (ls loans) retire(t int64) loans {
 // up to the last of its time lend: one pass from the oldest. (After
 // retire, as Lease and Return call it, the ended loans are the last ones,
 // and those dropped the very last.)
-func (ls loans) trim(t int64, binding func(l Loan, a int64) bool, bake func(l Loan, a int64)) loans {
+func (ls Loans) trim(t int64, binding func(l Loan, a int64) bool, bake func(l Loan, a int64)) Loans {
 	ls = ls.byExpiry()
 	// Merge each time's ended loans into the first of them, in place (w:
 	// where the next loan kept goes).
@@ -510,7 +513,7 @@ func (f bakeFunc) report(l Loan, a int64) {
 }
 
 // remove removes ls[i]; the others keep their order.
-func (ls loans) remove(i int) loans { return slices.Delete(ls, i, i+1) }
+func (ls Loans) remove(i int) Loans { return slices.Delete(ls, i, i+1) }
 
 // capLevel caps a refilled level at t by the loans of a token_bucket key
 // as a call sees them (fractional tokens; rate = lf/pf per µs, capacity
@@ -544,7 +547,7 @@ func (v view) floorTAT(t int64, pf, lf float64) int64 {
 // is full in d µs (by refill alone) is full with its loans counted: every
 // running loan must expire and its tokens refill after it, and every
 // ended one stop capping the level.
-func (ls loans) fullIn(d float64, t int64, pf, lf float64) float64 {
+func (ls Loans) fullIn(d float64, t int64, pf, lf float64) float64 {
 	ls = ls.byExpiry()
 	var a int64
 	for i := 0; i < len(ls); {
@@ -562,7 +565,7 @@ func (ls loans) fullIn(d float64, t int64, pf, lf float64) float64 {
 // spentBy is the latest of e and every loan's expiry plus its tokens'
 // worth (E + ceil(A(E)·P/L)): when a gcra key's TAT (e) and loans are all
 // past.
-func (ls loans) spentBy(e int64, pf, lf float64) int64 {
+func (ls Loans) spentBy(e int64, pf, lf float64) int64 {
 	ls = ls.byExpiry()
 	var a int64
 	for i := 0; i < len(ls); {
