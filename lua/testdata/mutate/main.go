@@ -7,7 +7,12 @@
 // SLUICE_LUA_SCRIPTS, lua/scriptdir_test.go) and records whether they
 // failed (killed) or passed (survived). Run from the repository root:
 //
-//	go run ./lua/testdata/mutate [-max N] [-seed S] [-timeout D] [-j N] [-files a.lua,b.lua] [-only file:line] [-list]
+//	go run ./lua/testdata/mutate [-max N] [-seed S] [-timeout D] [-j N] [-files a.lua,b.lua] [-only file:line] [-rerun out.txt] [-list]
+//
+// -rerun tests only the mutants an earlier run's output lists as
+// survivors (matched by file and mutated line, so edits elsewhere in the
+// file do not lose them). An interrupt (^C) stops the run, kills the
+// tests running and reports the mutants tested so far.
 //
 // The mutants of a code line (comments and string literals are never
 // touched), one change each:
@@ -36,6 +41,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -58,7 +64,8 @@ var files = []string{
 }
 
 // equivalent are the mutants no input can tell from the original, by
-// file and the mutated line (trimmed), with the reason.
+// file, the line and the mutated line (trimmed: mutant.key), with the
+// reason.
 var equivalent = map[string]string{}
 
 // mutant is one changed line.
@@ -70,7 +77,9 @@ type mutant struct {
 	to   string // the line as mutated
 }
 
-func (m mutant) key() string { return m.file + "|" + strings.TrimSpace(m.to) }
+func (m mutant) key() string {
+	return m.file + "|" + strings.TrimSpace(m.from) + "|" + strings.TrimSpace(m.to)
+}
 
 // result is what the tests said of a mutant.
 type result struct {
@@ -88,9 +97,16 @@ func main() {
 	only := flag.String("only", "", "test only the mutants of file:line (comma-separated)")
 	fileList := flag.String("files", "", "mutate only these files (comma-separated)")
 	list := flag.Bool("list", false, "print the mutants and exit")
-	run := flag.String("run", "^(TestGoLuaParity|TestFastPathMatchesGeneral|FuzzGoLuaParity)$", "the tests run on each mutant")
+	rerun := flag.String("rerun", "", "test only the survivors listed in this earlier run's output")
+	run := flag.String("run", "^(TestGoLuaParity|TestGoLuaParityEdges|TestReleaseAtItsExpiry|TestFastPathMatchesGeneral|TestPreviousReleaseSameKeys|FuzzGoLuaParity)$", "the tests run on each mutant")
 	flag.Parse()
 
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var again map[string]bool
+	if *rerun != "" {
+		again = survivorsIn(*rerun)
+	}
 	root, err := os.Getwd()
 	check(err)
 	luaDir := filepath.Join(root, "lua")
@@ -118,6 +134,15 @@ func main() {
 			var keep []mutant
 			for _, m := range ms {
 				if onlyLines[fmt.Sprintf("%s:%d", m.file, m.line)] {
+					keep = append(keep, m)
+				}
+			}
+			ms = keep
+		}
+		if again != nil {
+			var keep []mutant
+			for _, m := range ms {
+				if again[m.key()] {
 					keep = append(keep, m)
 				}
 			}
@@ -162,7 +187,7 @@ func main() {
 		}
 	}
 	t := tester{bin: bin, luaDir: luaDir, run: *run, timeout: *timeout}
-	if r := t.test(dirs[0]); r.killed {
+	if r := t.test(ctx, dirs[0]); r.killed {
 		fail("the tests fail on the unmutated scripts (%s); fix that first", r.how)
 	}
 	fmt.Printf("%d mutants of %d files (of %d generated), %d at a time\n", len(all), len(chosen), sum(perFile), *jobs)
@@ -181,11 +206,14 @@ func main() {
 				i := next
 				next++
 				mu.Unlock()
-				if i >= len(all) {
+				if i >= len(all) || ctx.Err() != nil {
 					return
 				}
 				m := all[i]
-				r := t.mutate(dir, m)
+				r := t.mutate(ctx, dir, m)
+				if ctx.Err() != nil {
+					return // interrupted: not a result
+				}
 				mu.Lock()
 				results[i] = r
 				done++
@@ -199,6 +227,17 @@ func main() {
 		}(dirs[w])
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		fmt.Printf("interrupted: %d of %d mutants tested\n", done, len(all))
+		var tested []result
+		for _, r := range results {
+			if r.m.file != "" {
+				tested = append(tested, r)
+			}
+		}
+		results = tested
+	}
+	os.RemoveAll(tmp)
 	report(chosen, results)
 }
 
@@ -210,7 +249,7 @@ type tester struct {
 
 // mutate writes m's file with its one line changed into dir, tests it,
 // and puts the file back.
-func (t tester) mutate(dir string, m mutant) result {
+func (t tester) mutate(ctx context.Context, dir string, m mutant) result {
 	path := filepath.Join(dir, m.file)
 	orig, err := os.ReadFile(path)
 	check(err)
@@ -221,15 +260,15 @@ func (t tester) mutate(dir string, m mutant) result {
 	lines[m.line-1] = m.to
 	check(os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644))
 	defer func() { check(os.WriteFile(path, orig, 0o644)) }()
-	r := t.test(dir)
+	r := t.test(ctx, dir)
 	r.m = m
 	return r
 }
 
 // test runs the tests on the scripts in dir, in their own process group
 // (the redis-servers they start die with the test binary: Pdeathsig).
-func (t tester) test(dir string) result {
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+func (t tester) test(parent context.Context, dir string) result {
+	ctx, cancel := context.WithTimeout(parent, t.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, t.bin, "-test.run", t.run, "-test.count=1", "-test.failfast")
 	cmd.Dir = t.luaDir
@@ -243,6 +282,8 @@ func (t tester) test(dir string) result {
 	r := result{elapsed: time.Since(begin)}
 	switch {
 	case err == nil:
+		return r
+	case parent.Err() != nil:
 		return r
 	case ctx.Err() != nil:
 		r.killed, r.how = true, "timeout"
@@ -302,6 +343,25 @@ func report(chosen []string, results []result) {
 	if len(survivors) > 0 {
 		os.Exit(1)
 	}
+}
+
+// survivorsIn are the survivors an earlier run's output lists, by key.
+func survivorsIn(path string) map[string]bool {
+	b, err := os.ReadFile(path)
+	check(err)
+	keys := map[string]bool{}
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "SURVIVED" || i+2 >= len(lines) {
+			continue
+		}
+		file, _, _ := strings.Cut(f[1], ":")
+		from := strings.TrimPrefix(strings.TrimSpace(lines[i+1]), "-")
+		to := strings.TrimPrefix(strings.TrimSpace(lines[i+2]), "+")
+		keys[file+"|"+strings.TrimSpace(from)+"|"+strings.TrimSpace(to)] = true
+	}
+	return keys
 }
 
 // mutants are the single-line mutants of the script src.
