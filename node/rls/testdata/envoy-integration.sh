@@ -27,8 +27,10 @@
 #     only envoy has (its memcache backend, its local cache, its
 #     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, stats tags, the xDS
 #     configuration source, its Redis over stunnel, Redis Cluster and
-#     Sentinel setups of its docker-compose, gRPC TLS) skips its test,
-#     saying why.
+#     Sentinel setups of its docker-compose) skips its test, saying why.
+#     A runner with gRPC server TLS gets sluiced with -tls-cert and
+#     -tls-key (and -rls-client-ca for a client CA): envoy's certificate
+#     files, which its reload test replaces under the running server.
 #
 # Variables: RATELIMIT_DIR (required); RUN, SKIP (go test -run/-skip;
 # SKIP defaults to the tests needing memcached, TestBasicTLSConfig, whose
@@ -62,6 +64,7 @@ package integration_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -121,8 +124,6 @@ func envoyOnly(s settings.Settings) string {
 		return "the " + s.BackendType + " backend"
 	case s.ConfigType == "GRPC_XDS_SOTW":
 		return "the xDS configuration source"
-	case s.GrpcServerUseTLS:
-		return "gRPC server TLS"
 	case s.RedisTls || s.RedisPerSecondTls:
 		return "Redis over TLS through envoy's stunnel setup"
 	case !strings.EqualFold(s.RedisType, "single"), s.RedisPerSecond && !strings.EqualFold(s.RedisPerSecondType, "single"):
@@ -167,10 +168,20 @@ func startSluice(t *testing.T, s settings.Settings) *sluiceRunner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.cmd = exec.Command(os.Getenv("SLUICED"),
-		"-listen", fmt.Sprintf("127.0.0.1:%d", httpPort),
+	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", httpPort),
 		"-rls-listen", fmt.Sprintf("localhost:%d", s.GrpcPort),
-		"-rls-config", dir, "-redis", redis, "-rules-poll", "200ms")
+		"-rls-config", dir, "-redis", redis, "-rules-poll", "200ms"}
+	if s.GrpcServerUseTLS {
+		// The node serves its HTTP API over TLS too: the metrics are
+		// read over https from loopback, the certificate not verified
+		// (envoy's test makes it for the gRPC port only).
+		args = append(args, "-tls-cert", s.GrpcServerTlsCert, "-tls-key", s.GrpcServerTlsKey)
+		if s.GrpcClientTlsCACert != "" {
+			args = append(args, "-rls-client-ca", s.GrpcClientTlsCACert)
+		}
+		r.metrics = "https" + strings.TrimPrefix(r.metrics, "http")
+	}
+	r.cmd = exec.Command(os.Getenv("SLUICED"), args...)
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -285,6 +296,10 @@ func series(name string) string {
 	return ""
 }
 
+// metricsClient reads sluiced's metrics on loopback, over https when the
+// runner serves TLS (with envoy's test certificate, not verified here).
+var metricsClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
 func (s sluiceStats) value(name string) uint64 {
 	ser := series(name)
 	if ser == "" {
@@ -292,7 +307,7 @@ func (s sluiceStats) value(name string) uint64 {
 		n.(*atomic.Int64).Add(1)
 		return 0
 	}
-	resp, err := http.Get(s.r.metrics)
+	resp, err := metricsClient.Get(s.r.metrics)
 	if err != nil {
 		s.r.t.Errorf("sluice-shim: %v", err)
 		return 0
