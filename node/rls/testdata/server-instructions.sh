@@ -32,7 +32,7 @@ fi
 ir() { # binary call n [env...] -> the node's instructions
   local bin=$1 call=$2 n=$3
   shift 3
-  if ! env "$@" GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 \
+  if ! env "$@" GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off \
     SLUICE_RLS_BENCH_SERVER_EXEC="valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null" \
     "$bin" -test.run '^$' -test.bench "ServerCPU/round1/$call\$" -test.benchtime "${n}x" >"$tmp/out" 2>&1; then
     tail -20 "$tmp/out" >&2
