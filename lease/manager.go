@@ -225,22 +225,6 @@ type Stats struct {
 	Direct bool
 }
 
-// slot is a bucket's lease slot: one Store call per bucket at a time.
-// err is the outcome of the call, written before done is closed.
-type slot struct {
-	done chan struct{}
-	// late is closed when a check gave up on the slot's call (its budget
-	// ran out): the checks waiting for that call are decided at once
-	// instead of each waiting out a budget of its own after it. Only a
-	// check's own call (leaseSync with a budget) closes it.
-	late chan struct{}
-	err  error
-	// took is the tokens on hand a check's own call took off the bucket
-	// (leaseSync: it puts back what the Store still lends it), for the
-	// checks that find the bucket empty meanwhile (see tookOut).
-	took atomic.Int64
-}
-
 // NewManager returns a Manager that leases from store.
 func NewManager(store Store, cfg Config) *Manager {
 	cfg = cfg.withDefaults()

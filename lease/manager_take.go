@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,4 +227,188 @@ func (m *Manager) Refund(key string, p Policy, hits int64) {
 		return
 	}
 	m.refund(b, hits)
+}
+
+// takeSlow handles every leased check the fast path could not: a new key,
+// a policy change, a peek, a deny-until, too few tokens.
+func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (Decision, error) {
+	if b == nil || !samePolicy(b.pol, &p) {
+		if err := p.Validate(); err != nil {
+			return Decision{}, err
+		}
+		if hits == 0 && b == nil {
+			return m.peekStore(strings.Clone(key), p), nil
+		}
+		b = m.bucketFor(key, p, now)
+	}
+	if hits == 0 {
+		return m.peekLocal(b, key, p, now), nil
+	}
+	if hits > p.Capacity() {
+		// Can never be met: deny without asking, and without a
+		// deny-until that would also refuse smaller checks.
+		local := m.onHand(b)
+		return Decision{Limit: p.Limit, Remaining: local + b.remaining.Load(), RetryAfter: p.Period,
+			Reset: b.reset(local, now)}, nil
+	}
+	// lastUse is the last spend (checks that spend touch it): how long
+	// this Manager has not spent a token of the key, for the Store.
+	idle := m.idleFor(b, now)
+	// The check's budget for Store calls and waits (see
+	// Config.CheckBudget), started when first needed.
+	var bud *budget
+	defer func() {
+		if bud != nil {
+			bud.stop()
+		}
+	}()
+	waited, again, retried := false, false, false
+	for {
+		if m.usable(b, now) {
+			if left, ok := m.take(b, hits, -1); ok {
+				m.touch(b, now)
+				if !b.spendable(now) {
+					if renewHook != nil {
+						renewHook(b)
+					}
+					m.renew(b, now) // past half its TTL: re-lend it in the background
+				}
+				return b.decision(left, now), nil
+			}
+		}
+		du := b.denyUntil.Load()
+		if du == evicted {
+			b = m.bucketFor(key, p, now)
+			continue
+		}
+		if m.rollAhead(b, now) {
+			continue // the window of now, on a share leased ahead
+		}
+		// Judged on its own hits: denied locally only if the Store's last
+		// answer, projected to now, cannot cover what local tokens do not
+		// (or, while the key is saturated, that plus a batch).
+		local := int64(0)
+		if m.usable(b, now) {
+			local = m.onHand(b)
+		}
+		if at, slack := b.coverAt(hits - local); at != 0 && !m.aheadMayFind(b, now) {
+			if now < du && hits > local {
+				// (A check the tokens on hand cover, on a striped
+				// bucket whose stripes each hold less, gathers them.)
+				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
+			}
+			// Within the Store's rounding of the time, ask it: a denial
+			// must be sure; a RetryAfter must never be early.
+			if now < at-slack {
+				if m.usable(b, now) && m.onHand(b) > local {
+					// A lease call put tokens on hand since this check
+					// looked (calls add them before they publish the
+					// Store's answer read just now): take those.
+					continue
+				}
+				if !m.tookOut(b, hits-local, du, now) {
+					m.st.localDenials.Add(1)
+					m.met.decisionsDenyLoc.Inc()
+					return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
+						RetryAfter: time.Duration(at - now), Reset: b.reset(local, now)}, nil
+				}
+				// Else wait for the call that took them (below).
+			}
+		}
+		if m.store.Rejecting() {
+			m.met.storeCalls[opLease][resultRejected].Inc()
+			return m.failure(b, key, p, hits, errBreakerOpen), nil
+		}
+		s, owner := m.claim(b)
+		if bud == nil && (!owner || m.cfg.CheckBudget > 0) {
+			// The budget's timer only when something waits on it: a
+			// check that waits for another's call, or a Store call
+			// bounded by CheckBudget (without one, the call's own
+			// context is its bound).
+			bud = m.startBudget()
+		}
+		if !owner {
+			// Another check (or a prefetch, or a return) is leasing for
+			// this key: wait for it rather than stampede, within this
+			// check's budget.
+			if slotWaitHook != nil {
+				slotWaitHook(b.key())
+			}
+			if !m.waitSlot(s, bud) {
+				return m.failure(b, key, p, hits, errStoreSlow), nil
+			}
+			if s.err != nil {
+				return m.failure(b, key, p, hits, s.err), nil
+			}
+			waited = true
+			now = max(now, m.nanosFor(&p))
+			continue
+		}
+		if b.denyUntil.Load() == evicted {
+			m.release(b, s, nil)
+			continue
+		}
+		ctx, lb := m.ctx, bud
+		if m.cfg.CheckBudget <= 0 {
+			lb = nil
+			if waited {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(m.ctx, bud.deadline)
+				defer cancel()
+			}
+		}
+		d := m.leaseSync(ctx, b, s, p, hits, now, idle, lb, &again)
+		if again && !retried {
+			// A call between two windows' spans found less of its own in
+			// the Store's window than it counted on, and the Store has
+			// the rest: ask again, knowing the window (once).
+			retried = true
+			now = max(now, m.nanosFor(&p))
+			continue
+		}
+		return d, nil
+	}
+}
+
+// tookOut reports whether a lease call of b's key in flight took off the
+// bucket at least need tokens on hand, which it puts back as far as the
+// Store still lends them: a check that finds the bucket short then waits
+// for the call rather than deny for tokens this Manager may hold (a key
+// whose holder leased its whole limit, the Store's last answer saying it
+// has none left, was denied so while a call was out). Not while the key
+// is saturated (du: the Store denied it, or a dry grant kept it so): a
+// saturated key's checks are denied without a look at the calls in flight.
+func (m *Manager) tookOut(b *bucket, need, du, now int64) bool {
+	if du != 0 && now < du {
+		return false
+	}
+	m.inflight.Lock()
+	s := m.inflight.m[b.key()]
+	m.inflight.Unlock()
+	return s != nil && s.took.Load() >= need
+}
+
+// peekLocal answers hits = 0 for a known key from what the Manager knows,
+// or from the Store if the key never leased.
+func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision {
+	if b.resetAt.Load() == 0 {
+		return m.peekStore(b.key(), p)
+	}
+	// A peek is never denied: it reports what the Store's last answer,
+	// projected to now, and the local tokens hold.
+	local := m.onHand(b)
+	return Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
+		Reset: b.reset(local, now)}
+}
+
+// peekStore answers hits = 0 with a Store peek; it creates no bucket. key
+// must be the Manager's own copy.
+func (m *Manager) peekStore(key string, p Policy) Decision {
+	m.st.storeDecisions.Add(1)
+	m.met.decisionsStore.Inc()
+	g, err := m.store.Lease(m.ctx, key, p, 0, 0, Lessee{})
+	if err != nil {
+		return m.failure(nil, key, p, 0, err)
+	}
+	return Decision{Allowed: true, Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset}
 }
