@@ -35,8 +35,8 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	if keep >= hits {
 		m.put(b, keep-hits)
 		b.keptAdd(kept)
-		m.touch(b, now)
-		m.release(b, s, nil)
+		b.touch(now, m.touchMs)
+		m.inflight.release(b, s, nil)
 		return b.decision(keep-hits, now)
 	}
 	need := hits - keep
@@ -126,7 +126,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	if err != nil {
 		m.put(b, keep)
 		b.keptAdd(kept)
-		m.release(b, s, err)
+		m.inflight.release(b, s, err)
 		if hits == 0 {
 			return Decision{}
 		}
@@ -145,7 +145,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	// aheadSpan). The answer is published after the tokens it grants are
 	// on hand: a check that reads an answer saying the Store has nothing
 	// left must find them (see takeSlow).
-	after := max(now, m.nanosFor(&p))
+	after := max(now, m.clk.nanosFor(&p))
 	// got is what the call puts on hand: its grant, and what a call made
 	// between two windows' spans finds lent to it in the Store's window.
 	got := g.Granted + m.aheadFound(b, c.gap, g, now, after)
@@ -165,7 +165,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		m.put(b, got+keep-hits-use)
 		b.answer(g, after)
 		m.keepAhead(b, g, now, after)
-		m.touch(b, now)
+		b.touch(now, m.touchMs)
 		// basis bounds Refund: what the Store lends this Manager, so it
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
@@ -198,7 +198,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 			}
 		}
 		b.low.Store(low)
-		m.release(b, s, nil)
+		m.inflight.release(b, s, nil)
 		return b.decision(left, now)
 	}
 	// Denied: the Store renewed what this Manager holds, if anything
@@ -229,7 +229,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	keep = m.settle(b, g.Lent)
 	wait := max(g.Wait, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
 	b.denyTill(dryStamp(addTime(after, wait), 0))
-	m.release(b, s, nil)
+	m.inflight.release(b, s, nil)
 	return Decision{Limit: p.Limit, Remaining: keep + g.Remaining, RetryAfter: wait, Reset: b.reset(keep, after)}
 }
 
@@ -325,14 +325,6 @@ func (m *Manager) startBudget() *budget {
 		d = m.store.Timeout()
 	}
 	bu := &budget{expired: make(chan struct{}), deadline: time.Now().Add(d)}
-	bu.stop = m.afterFunc(d, func() { close(bu.expired) })
+	bu.stop = m.clk.afterFunc(d, func() { close(bu.expired) })
 	return bu
-}
-
-// afterFunc runs f after d on the Manager's timer clock.
-func (m *Manager) afterFunc(d time.Duration, f func()) (stop func() bool) {
-	if m.cfg.AfterFunc != nil {
-		return m.cfg.AfterFunc(d, f)
-	}
-	return time.AfterFunc(d, f).Stop
 }

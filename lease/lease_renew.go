@@ -40,16 +40,16 @@ func (m *Manager) prefetch(b *bucket) {
 }
 
 func (m *Manager) prefetchNow(b *bucket) {
-	s, owner := m.claim(b)
+	s, owner := m.inflight.claim(b)
 	if !owner {
 		return // a sync lease is in flight and will set low
 	}
 	if b.denyUntil.Load() == evicted {
-		m.release(b, s, nil)
+		m.inflight.release(b, s, nil)
 		return
 	}
 	p := *b.pol
-	now := m.nanosFor(&p)
+	now := m.clk.nanosFor(&p)
 	kept := int64(0)
 	if p.Algorithm.Refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
@@ -79,12 +79,12 @@ func (m *Manager) prefetchNow(b *bucket) {
 		to.SpentBefore = b.spentBefore(kept)
 	}
 	g, err := m.store.Lease(m.ctx, b.key(), p, want, need, to)
-	after := max(now, m.nanosFor(&p)) // see leaseEnded
+	after := max(now, m.clk.nanosFor(&p)) // see leaseEnded
 	m.callEnded(b, to, err)
 	if err != nil {
 		// low stays -1: the next sync lease retries, or fails over.
 		b.keptAdd(kept)
-		m.release(b, s, err)
+		m.inflight.release(b, s, err)
 		return
 	}
 	m.endDegraded(b)
@@ -126,5 +126,5 @@ func (m *Manager) prefetchNow(b *bucket) {
 	}
 	// Granted 0 otherwise: nothing available; low stays -1 and the next
 	// check that runs out leases synchronously and gets a deny-until.
-	m.release(b, s, nil)
+	m.inflight.release(b, s, nil)
 }

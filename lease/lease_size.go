@@ -146,22 +146,3 @@ func (m *Manager) dryWait(p Policy, g Grant, need int64) time.Duration {
 	back := time.Duration(float64(max(need-g.Remaining, 0)) * perToken)
 	return max(back, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
 }
-
-// idleFor is how long before now b's key last spent a token here, at
-// most (lastUse is rounded down to whole ms and to touchMs): 0 if unknown.
-func (m *Manager) idleFor(b *bucket, now int64) time.Duration {
-	d := int32(unixMs32(now)-b.lastUse.Load()) - int32(m.touchMs) - 1
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(d) * time.Millisecond
-}
-
-// touch records a spend at now, to touchMs resolution (most checks only
-// read lastUse). Checks that spend nothing do not touch: lastUse is also
-// when this Manager last spent a token of the key (Lessee.Idle).
-func (m *Manager) touch(b *bucket, now int64) {
-	if ms := unixMs32(now); ms-b.lastUse.Load() >= m.touchMs {
-		b.lastUse.Store(ms)
-	}
-}

@@ -95,8 +95,7 @@ type Manager struct {
 	// nil without one.
 	direct   Store
 	refunder refunder
-	clock    *coarseClock // nil when cfg.Now was given
-	nowFn    func() time.Time
+	clk      clock
 	touchMs  uint32 // lastUse resolution
 	idleMs   uint32
 
@@ -110,13 +109,8 @@ type Manager struct {
 		sync.Mutex
 		m map[Policy]*Policy
 	}
-	// inflight holds the lease slot of every key that has a Store call in
-	// flight (sync lease, prefetch or return), by key: one per key, also
-	// across a bucket and the one that replaced it.
-	inflight struct {
-		sync.Mutex
-		m map[string]*slot // by key
-	}
+	// inflight holds the lease slot of every key with a Store call out.
+	inflight slots
 	// degraded holds the buckets in a FailLocal episode: their Store calls
 	// failed and their local state was seeded from the Store's last
 	// answer. A successful lease or the bucket's eviction ends the
@@ -229,14 +223,13 @@ type Stats struct {
 func NewManager(store Store, cfg Config) *Manager {
 	cfg = cfg.withDefaults()
 	m := &Manager{cfg: cfg, met: newLeaseMetrics(cfg.Metrics)}
+	m.clk = clock{now: cfg.Now, after: cfg.AfterFunc}
 	if cfg.Now == nil {
-		m.clock = startCoarseClock(coarseTick)
-		m.nowFn = time.Now
-	} else {
-		m.nowFn = cfg.Now
+		m.clk.coarse = startCoarseClock(coarseTick)
+		m.clk.now = time.Now
 	}
 	bc := cfg.Breaker
-	bc.Now = m.nowFn
+	bc.Now = m.clk.now
 	if bc.Metrics == nil {
 		bc.Metrics = cfg.Metrics
 	}
@@ -260,7 +253,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	m.local = cfg.Local
 	if m.local == nil {
-		m.own = NewMemoryStore(MemoryStoreConfig{Now: m.nowFn})
+		m.own = NewMemoryStore(MemoryStoreConfig{Now: m.clk.now})
 		m.local = m.own
 	}
 	m.touchMs = uint32(max(cfg.Idle/100/time.Millisecond, 1))
@@ -268,7 +261,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	m.buckets.init()
 	m.striped.init()
 	m.policies.m = make(map[Policy]*Policy)
-	m.inflight.m = make(map[string]*slot)
+	m.inflight.init()
 	m.ctx = context.Background()
 	m.stopSweep = make(chan struct{})
 	m.sweepDone = make(chan struct{})
@@ -279,34 +272,6 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	return m
 }
-
-// nanos is the fast path's clock.
-func (m *Manager) nanos() int64 {
-	if m.clock != nil {
-		if ns := m.clock.Nanos(); ns != 0 {
-			return ns
-		}
-	}
-	return m.nowFn().UnixNano()
-}
-
-// nanosFor is the clock a check of p reads: the coarse clock, but for
-// the windows, whose tokens on hand end with their window (1ms early, see
-// Manager.Take) and whose shares ahead start with theirs: the coarse
-// clock lags by its tick only while its ticker goroutine gets a CPU, and
-// on a node whose CPUs are busy it can wait far longer (four goroutines
-// busy on two CPUs: most reads 5ms stale or more, up to 2s), so that a
-// check reading it would spend a window's tokens in the next window.
-func (m *Manager) nanosFor(p *Policy) int64 {
-	if p.Algorithm.Windowed() {
-		return m.preciseNanos()
-	}
-	return m.nanos()
-}
-
-// preciseNanos is the clock read precisely (not the fast path's coarse
-// clock, which may lag a tick): for when a Store's answer came.
-func (m *Manager) preciseNanos() int64 { return m.nowFn().UnixNano() }
 
 // Stats returns a snapshot of the Manager's counters.
 func (m *Manager) Stats() Stats {

@@ -99,7 +99,7 @@ func (m *Manager) seedLocal(ctx context.Context, b *bucket, p Policy) {
 // seedLevel charges the local Store down to the level seedLocal starts
 // b's episode at.
 func (m *Manager) seedLevel(ctx context.Context, b *bucket, p Policy) {
-	level, known := b.storeLevel(m.nanosFor(&p))
+	level, known := b.storeLevel(m.clk.nanosFor(&p))
 	if !known {
 		if m.cfg.UnknownLocalShare == nil {
 			return // the whole capacity
@@ -164,8 +164,8 @@ func (m *Manager) chargeLater(b *bucket, n int64) {
 // counted as the outage's excess while this Manager holds tokens to pay
 // them.
 func (m *Manager) payEpisode(b *bucket, n int64) {
-	s := m.claimWait(b)
-	defer m.release(b, s, nil)
+	s := m.inflight.claimWait(b)
+	defer m.inflight.release(b, s, nil)
 	m.payEpisodeHeld(b, n)
 }
 

@@ -48,9 +48,9 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 			m.met.activeKeys.Inc()
 			return nb
 		}
-		s := m.claimWait(old)
+		s := m.inflight.claimWait(old)
 		if !m.buckets.compareAndSwap(old.key(), old, nb) {
-			m.release(old, s, nil)
+			m.inflight.release(old, s, nil)
 			continue
 		}
 		// The policy changed (rules reloaded): the old bucket's tokens go
@@ -59,7 +59,7 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		m.endDegraded(old)
 		m.callEnded(old, Lessee{}, nil)
 		if !marked {
-			m.release(old, s, nil)
+			m.inflight.release(old, s, nil)
 		} else if !m.goBG(func() { m.returnOne(old, s) }) {
 			m.returnOne(old, s)
 		}
@@ -109,16 +109,16 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 			m.leftRecent() // before a new bucket of the key can lease
 		}
 	}
-	m.release(b, s, err)
+	m.inflight.release(b, s, err)
 	if err == nil && tokens > 0 {
 		// A newer bucket of the key (after a policy change, or a check
 		// racing with eviction) may be denying until a batch that the
 		// Store could not see coming: these tokens. Let it lease again.
 		// Holding its slot orders this after any lease it has in flight.
 		if nb := m.buckets.load(b.key()); nb != nil && nb != b {
-			ns := m.claimWait(nb)
+			ns := m.inflight.claimWait(nb)
 			nb.forget()
-			m.release(nb, ns, nil)
+			m.inflight.release(nb, ns, nil)
 		}
 	}
 	return err
@@ -133,7 +133,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	lent := b.basis.Load()
 	m.countLocal(lent - tokens)
 	b.basis.Store(0)
-	now := m.nanosFor(b.pol)
+	now := m.clk.nanosFor(b.pol)
 	// Shares of windows ahead end only with a return (or a lease call
 	// asking none): one is made for them even with nothing on hand.
 	ahead := m.aheadLive(b, now)
@@ -175,7 +175,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 // (under-admission), where dating their spends back would let it admit
 // them twice.
 func (m *Manager) leftRecent() {
-	until := addTime(m.nanos(), m.cfg.LeaseTTL)
+	until := addTime(m.clk.nanos(), m.cfg.LeaseTTL)
 	for {
 		u := m.leftUntil.Load()
 		if u >= until || m.leftUntil.CompareAndSwap(u, until) {
@@ -219,12 +219,12 @@ type evicting struct {
 func (m *Manager) evictHeld(b *bucket, wait bool) (e evicting, ok bool) {
 	var s *slot
 	if wait {
-		s = m.claimWait(b)
-	} else if s, ok = m.claim(b); !ok {
+		s = m.inflight.claimWait(b)
+	} else if s, ok = m.inflight.claim(b); !ok {
 		return evicting{}, false
 	}
 	if !m.evict(b) {
-		m.release(b, s, nil)
+		m.inflight.release(b, s, nil)
 		return evicting{}, false
 	}
 	return evicting{b: b, s: s, always: wait}, true
@@ -242,7 +242,7 @@ func (m *Manager) returnAll(bs []evicting) error {
 	}
 	slices.SortFunc(bs, func(x, y evicting) int { return cmp.Compare(y.b.basis.Load(), x.b.basis.Load()) })
 	var over atomic.Bool
-	stop := m.afterFunc(m.cfg.ReturnTimeout, func() { over.Store(true) })
+	stop := m.clk.afterFunc(m.cfg.ReturnTimeout, func() { over.Store(true) })
 	defer stop()
 	var (
 		mu       sync.Mutex
@@ -260,7 +260,7 @@ func (m *Manager) returnAll(bs []evicting) error {
 					m.leftRecent() // before a new bucket of the key can lease
 				}
 			}
-			m.release(e.b, e.s, nil)
+			m.inflight.release(e.b, e.s, nil)
 			return
 		}
 		if err := m.returnBucket(m.ctx, e.b, e.s, e.always); err != nil {
@@ -429,7 +429,7 @@ func (m *Manager) sweeper(every time.Duration) {
 		case <-m.stopSweep:
 			return
 		case <-t.C:
-			m.sweep(m.nowFn())
+			m.sweep(m.clk.now())
 		}
 	}
 }
@@ -475,8 +475,8 @@ func (m *Manager) Close() error {
 		if m.own != nil {
 			_ = m.own.Close() // stops its janitor; it stays usable
 		}
-		if m.clock != nil {
-			m.clock.Stop() // nanos falls back to nowFn
+		if m.clk.coarse != nil {
+			m.clk.coarse.Stop() // clk.nanos falls back to clk.now
 		}
 		m.store.Close() // its background probe
 	})

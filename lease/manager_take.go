@@ -30,7 +30,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if m.cfg.Direct && p.Algorithm.Leased() {
 		return m.takeDirect(key, p, hits)
 	}
-	now := m.nanosFor(&p)
+	now := m.clk.nanosFor(&p)
 	b := m.buckets.load(key)
 	// The fast path, as takeFast (written out here: the call costs the
 	// single-check benchmark about a third). Only leased policies have
@@ -41,7 +41,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 			left, ok = m.take(b, hits, left+hits)
 		}
 		if ok {
-			m.touch(b, now)
+			b.touch(now, m.touchMs)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
 				m.prefetch(b)
 			}
@@ -64,7 +64,7 @@ func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, boo
 			left, ok = m.take(b, hits, left+hits)
 		}
 		if ok {
-			m.touch(b, now)
+			b.touch(now, m.touchMs)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
 				m.prefetch(b)
 			}
@@ -125,7 +125,7 @@ func (m *Manager) TakeMany(cs []Check) {
 		}
 		return
 	}
-	now := m.preciseNanos() // once for the batch: it may hold windows (see nanosFor)
+	now := m.clk.precise() // once for the batch: it may hold windows (see nanosFor)
 	misses := 0
 	for i := range cs {
 		c := &cs[i]
@@ -253,7 +253,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	}
 	// lastUse is the last spend (checks that spend touch it): how long
 	// this Manager has not spent a token of the key, for the Store.
-	idle := m.idleFor(b, now)
+	idle := b.idleFor(now, m.touchMs)
 	// The check's budget for Store calls and waits (see
 	// Config.CheckBudget), started when first needed.
 	var bud *budget
@@ -266,7 +266,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	for {
 		if m.usable(b, now) {
 			if left, ok := m.take(b, hits, -1); ok {
-				m.touch(b, now)
+				b.touch(now, m.touchMs)
 				if !b.spendable(now) {
 					if renewHook != nil {
 						renewHook(b)
@@ -306,7 +306,10 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 					// Store's answer read just now): take those.
 					continue
 				}
-				if !m.tookOut(b, hits-local, du, now) {
+				// Not while the key is saturated (du: the Store denied
+				// it, or a dry grant kept it so): a saturated key's
+				// checks are denied without a look at the calls out.
+				if (du != 0 && now < du) || !m.inflight.tookOut(b, hits-local) {
 					m.st.localDenials.Add(1)
 					m.met.decisionsDenyLoc.Inc()
 					return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
@@ -319,7 +322,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			m.met.storeCalls[opLease][resultRejected].Inc()
 			return m.failure(b, key, p, hits, errBreakerOpen), nil
 		}
-		s, owner := m.claim(b)
+		s, owner := m.inflight.claim(b)
 		if bud == nil && (!owner || m.cfg.CheckBudget > 0) {
 			// The budget's timer only when something waits on it: a
 			// check that waits for another's call, or a Store call
@@ -334,18 +337,18 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			if slotWaitHook != nil {
 				slotWaitHook(b.key())
 			}
-			if !m.waitSlot(s, bud) {
+			if !s.wait(bud) {
 				return m.failure(b, key, p, hits, errStoreSlow), nil
 			}
 			if s.err != nil {
 				return m.failure(b, key, p, hits, s.err), nil
 			}
 			waited = true
-			now = max(now, m.nanosFor(&p))
+			now = max(now, m.clk.nanosFor(&p))
 			continue
 		}
 		if b.denyUntil.Load() == evicted {
-			m.release(b, s, nil)
+			m.inflight.release(b, s, nil)
 			continue
 		}
 		ctx, lb := m.ctx, bud
@@ -363,29 +366,11 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			// the Store's window than it counted on, and the Store has
 			// the rest: ask again, knowing the window (once).
 			retried = true
-			now = max(now, m.nanosFor(&p))
+			now = max(now, m.clk.nanosFor(&p))
 			continue
 		}
 		return d, nil
 	}
-}
-
-// tookOut reports whether a lease call of b's key in flight took off the
-// bucket at least need tokens on hand, which it puts back as far as the
-// Store still lends them: a check that finds the bucket short then waits
-// for the call rather than deny for tokens this Manager may hold (a key
-// whose holder leased its whole limit, the Store's last answer saying it
-// has none left, was denied so while a call was out). Not while the key
-// is saturated (du: the Store denied it, or a dry grant kept it so): a
-// saturated key's checks are denied without a look at the calls in flight.
-func (m *Manager) tookOut(b *bucket, need, du, now int64) bool {
-	if du != 0 && now < du {
-		return false
-	}
-	m.inflight.Lock()
-	s := m.inflight.m[b.key()]
-	m.inflight.Unlock()
-	return s != nil && s.took.Load() >= need
 }
 
 // peekLocal answers hits = 0 for a known key from what the Manager knows,

@@ -321,7 +321,7 @@ func (m *Manager) take(b *bucket, hits, was int64) (left int64, ok bool) {
 	}
 	left, ok, raced := s.take(hits)
 	if raced {
-		s.rehome(m.nanos())
+		s.rehome(m.clk.nanos())
 	}
 	return left, ok
 }
@@ -337,7 +337,7 @@ func (m *Manager) raced(b *bucket) {
 	}
 	k := uint64(uintptr(unsafe.Pointer(b))) * 0x9e3779b97f4a7c15 >> 32 << 32
 	w := &m.striped.races[k>>(64-raceBits)]
-	ms := uint64(uint16(unixMs32(m.nanos())))
+	ms := uint64(uint16(unixMs32(m.clk.nanos())))
 	n := uint64(1)
 	if old := w.Load(); old&^0xffffffff == k && uint16(ms-old&0xffff) <= raceWithinMs {
 		n, ms = min(old>>16&0xffff+1, 0xffff), old&0xffff
@@ -356,11 +356,11 @@ func (m *Manager) stripe(b *bucket) {
 	if b.basis.Load() < minStripeBasis*int64(m.striped.n) || m.striped.full() {
 		return
 	}
-	sl, owner := m.claim(b)
+	sl, owner := m.inflight.claim(b)
 	if !owner {
 		return
 	}
-	defer m.release(b, sl, nil)
+	defer m.inflight.release(b, sl, nil)
 	if b.denyUntil.Load() == evicted || b.tokens.Load() < 0 {
 		return
 	}
@@ -497,7 +497,7 @@ func (m *Manager) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) 
 		return (t - hits) * int64(len(s.s)), true
 	}
 	if st.Load() < t {
-		s.rehome(m.nanos())
+		s.rehome(m.clk.nanos())
 	}
 	return 0, false
 }

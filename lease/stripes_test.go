@@ -337,7 +337,7 @@ func TestSharedHomesAreDrawnAgain(t *testing.T) {
 		t.Fatalf("home %d with the multiplier 1, want 0", got)
 	}
 	// rehome: once in a millisecond.
-	now := m.nanos()
+	now := m.clk.nanos()
 	s.rehome(now)
 	drawn := s.mult.Load()
 	if drawn == 1 || drawn&1 == 0 {
