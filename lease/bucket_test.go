@@ -237,19 +237,19 @@ func TestBucketRefundCap(t *testing.T) {
 	b := newBucket("k", &Policy{Algorithm: TokenBucket, Limit: 5, Period: time.Second})
 	b.tokens.Store(3)
 	b.basis.Store(5)
-	if got := m.refund(b, 1); got != 1 || b.tokens.Load() != 4 {
+	if got := m.striped.refund(b, 1); got != 1 || b.tokens.Load() != 4 {
 		t.Fatalf("refund 1: put back %d, tokens %d", got, b.tokens.Load())
 	}
-	if got := m.refund(b, 10); got != 1 || b.tokens.Load() != 5 {
+	if got := m.striped.refund(b, 10); got != 1 || b.tokens.Load() != 5 {
 		t.Fatalf("refund 10 over basis 5: put back %d, tokens %d", got, b.tokens.Load())
 	}
 	if got := b.aux.Load(); got != 2 {
 		t.Fatalf("kept counts the refunds put back: %d, want 2", got)
 	}
-	if left, ok := m.take(b, 5, -1); !ok || left != 0 {
+	if left, ok := m.striped.take(b, 5, -1); !ok || left != 0 {
 		t.Fatalf("tryTake 5 of 5: %d %v", left, ok)
 	}
-	if _, ok := m.take(b, 1, -1); ok {
+	if _, ok := m.striped.take(b, 1, -1); ok {
 		t.Fatal("tryTake from an empty bucket")
 	}
 }

@@ -21,7 +21,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	if p.Algorithm.Refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
 	}
-	local := m.takeAll(b)
+	local := m.striped.takeAll(b)
 	s.took.Store(local)
 	// Tokens of a window that ended, or past their TTL, are dropped: the
 	// Store counted them in that window, or counts them as spent
@@ -33,7 +33,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	}
 	gap := m.aheadGapOf(b, over, local, now)
 	if keep >= hits {
-		m.put(b, keep-hits)
+		m.striped.put(b, keep-hits)
 		b.keptAdd(kept)
 		b.touch(now, m.touchMs)
 		m.inflight.release(b, s, nil)
@@ -124,7 +124,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	b, s, p, now, need, keep, kept, local := c.b, c.s, c.p, c.now, c.need, c.keep, c.kept, c.local
 	m.callEnded(b, c.to, err)
 	if err != nil {
-		m.put(b, keep)
+		m.striped.put(b, keep)
 		b.keptAdd(kept)
 		m.inflight.release(b, s, err)
 		if hits == 0 {
@@ -162,14 +162,14 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		b.expires.Store(exp)
 		use := min(admitted, got+keep-hits)
 		admitted -= use
-		m.put(b, got+keep-hits-use)
+		m.striped.put(b, got+keep-hits-use)
 		b.answer(g, after)
 		m.keepAhead(b, g, now, after)
 		b.touch(now, m.touchMs)
 		// basis bounds Refund: what the Store lends this Manager, so it
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
-		left := m.settle(b, g.Lent)
+		left := m.striped.settle(b, g.Lent)
 		low := m.lowFor(b, got, g.Lent)
 		if g.Crowded || g.Checked {
 			// Lent nothing: the key's holders are at its bound, or this
@@ -211,7 +211,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		got += keep // of the Store's window, as the answer shows: until its end
 		keep = 0
 	}
-	m.put(b, keep+got)
+	m.striped.put(b, keep+got)
 	b.answer(g, after)
 	m.keepAhead(b, g, now, after)
 	if got > 0 {
@@ -226,7 +226,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	if g.Lent > 0 && p.Algorithm.Refills() {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL))
 	}
-	keep = m.settle(b, g.Lent)
+	keep = m.striped.settle(b, g.Lent)
 	wait := max(g.Wait, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
 	b.denyTill(dryStamp(addTime(after, wait), 0))
 	m.inflight.release(b, s, nil)

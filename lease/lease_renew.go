@@ -54,7 +54,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	if p.Algorithm.Refills() {
 		kept = b.keptSwap() // before the tokens on hand: see keptSwap
 	}
-	local := m.onHand(b)
+	local := m.striped.onHand(b)
 	held := local
 	if !m.usable(b, now) {
 		held = 0
@@ -97,8 +97,8 @@ func (m *Manager) prefetchNow(b *bucket) {
 	case g.Granted > 0:
 		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
 		switch {
-		case held == 0 || m.onHand(b) == 0:
-			m.takeAll(b) // of a window that ended, or expired: dropped
+		case held == 0 || m.striped.onHand(b) == 0:
+			m.striped.takeAll(b) // of a window that ended, or expired: dropped
 		case !p.Algorithm.Refills() && !m.aheadSame(b, gap, g, now, after):
 			// Tokens on hand may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
@@ -113,11 +113,11 @@ func (m *Manager) prefetchNow(b *bucket) {
 	// call reports spent since the previous one lent (for the windows, all
 	// of the loan, but for an expired one): refunds of those hits stay
 	// possible.
-	m.put(b, g.Granted)
+	m.striped.put(b, g.Granted)
 	// Published after the tokens are on hand (see leaseSync).
 	b.answer(g, after)
 	m.keepAhead(b, g, now, after)
-	m.settle(b, g.Lent)
+	m.striped.settle(b, g.Lent)
 	switch {
 	case g.Granted > 0:
 		b.low.Store(m.lowFor(b, g.Granted, g.Lent))

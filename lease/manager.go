@@ -259,7 +259,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	m.touchMs = uint32(max(cfg.Idle/100/time.Millisecond, 1))
 	m.idleMs = uint32(cfg.Idle / time.Millisecond)
 	m.buckets.init()
-	m.striped.init()
+	m.striped.init(&m.clk, &m.inflight)
 	m.policies.m = make(map[Policy]*Policy)
 	m.inflight.init()
 	m.ctx = context.Background()

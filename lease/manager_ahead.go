@@ -438,7 +438,7 @@ func (m *Manager) aheadMayFind(b *bucket, now int64) bool {
 		return false
 	}
 	if b.ahead() == 0 {
-		return marginGap(b, true, m.onHand(b), b.resetAt.Load()).held > 0
+		return marginGap(b, true, m.striped.onHand(b), b.resetAt.Load()).held > 0
 	}
 	return m.aheadGapOf(b, true, max(b.tokens.Load(), 0), now).held > 0
 }

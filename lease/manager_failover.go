@@ -21,7 +21,7 @@ func (m *Manager) failure(b *bucket, key string, p Policy, hits int64, err error
 	m.cfg.Logger.Debug("store unavailable", logkey.Attr(key), "mode", p.OnFailure.String(), "err", err)
 	var remaining int64
 	if b != nil {
-		remaining = m.onHand(b) + b.remaining.Load()
+		remaining = m.striped.onHand(b) + b.remaining.Load()
 	}
 	switch p.OnFailure {
 	case FailOpen:
@@ -172,7 +172,7 @@ func (m *Manager) payEpisode(b *bucket, n int64) {
 // payEpisodeHeld is payEpisode for a caller that holds b's key's slot, or
 // knows no lease call can start.
 func (m *Manager) payEpisodeHeld(b *bucket, n int64) {
-	if n -= m.takeUpTo(b, n); n > 0 {
+	if n -= m.striped.takeUpTo(b, n); n > 0 {
 		m.charge(b.key(), *b.pol, n)
 	}
 }

@@ -128,7 +128,7 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 // holds b's slot) and says what its return gives back, and whether it
 // makes a Store call at all.
 func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
-	tokens = m.takeAll(b)
+	tokens = m.striped.takeAll(b)
 	m.striped.remove(b) // b left the index: checks holding it find no stripes
 	lent := b.basis.Load()
 	m.countLocal(lent - tokens)

@@ -38,7 +38,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if b != nil && samePolicy(b.pol, &p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
-			left, ok = m.take(b, hits, left+hits)
+			left, ok = m.striped.take(b, hits, left+hits)
 		}
 		if ok {
 			b.touch(now, m.touchMs)
@@ -61,7 +61,7 @@ func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, boo
 	if b != nil && samePolicy(b.pol, p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
-			left, ok = m.take(b, hits, left+hits)
+			left, ok = m.striped.take(b, hits, left+hits)
 		}
 		if ok {
 			b.touch(now, m.touchMs)
@@ -226,7 +226,7 @@ func (m *Manager) Refund(key string, p Policy, hits int64) {
 	if b == nil || !samePolicy(b.pol, &p) || b.denyUntil.Load() == evicted {
 		return
 	}
-	m.refund(b, hits)
+	m.striped.refund(b, hits)
 }
 
 // takeSlow handles every leased check the fast path could not: a new key,
@@ -247,7 +247,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	if hits > p.Capacity() {
 		// Can never be met: deny without asking, and without a
 		// deny-until that would also refuse smaller checks.
-		local := m.onHand(b)
+		local := m.striped.onHand(b)
 		return Decision{Limit: p.Limit, Remaining: local + b.remaining.Load(), RetryAfter: p.Period,
 			Reset: b.reset(local, now)}, nil
 	}
@@ -265,7 +265,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	waited, again, retried := false, false, false
 	for {
 		if m.usable(b, now) {
-			if left, ok := m.take(b, hits, -1); ok {
+			if left, ok := m.striped.take(b, hits, -1); ok {
 				b.touch(now, m.touchMs)
 				if !b.spendable(now) {
 					if renewHook != nil {
@@ -289,7 +289,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		// (or, while the key is saturated, that plus a batch).
 		local := int64(0)
 		if m.usable(b, now) {
-			local = m.onHand(b)
+			local = m.striped.onHand(b)
 		}
 		if at, slack := b.coverAt(hits - local); at != 0 && !m.aheadMayFind(b, now) {
 			if now < du && hits > local {
@@ -300,7 +300,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			// Within the Store's rounding of the time, ask it: a denial
 			// must be sure; a RetryAfter must never be early.
 			if now < at-slack {
-				if m.usable(b, now) && m.onHand(b) > local {
+				if m.usable(b, now) && m.striped.onHand(b) > local {
 					// A lease call put tokens on hand since this check
 					// looked (calls add them before they publish the
 					// Store's answer read just now): take those.
@@ -381,7 +381,7 @@ func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision
 	}
 	// A peek is never denied: it reports what the Store's last answer,
 	// projected to now, and the local tokens hold.
-	local := m.onHand(b)
+	local := m.striped.onHand(b)
 	return Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
 		Reset: b.reset(local, now)}
 }

@@ -77,7 +77,7 @@ func BenchmarkTakeHot(b *testing.B) {
 			_, _ = m.Take("hot", hotPolicy, 1)
 		}
 		bk := m.buckets.load("hot")
-		m.stripe(bk)
+		m.striped.stripe(bk)
 		if bk.tokens.Load() >= 0 {
 			b.Fatal("not striped")
 		}

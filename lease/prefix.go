@@ -64,8 +64,8 @@ func (px *Prefix) TakeLocal(key string, p *Policy, hits int64) (remaining int64,
 	left, ok := b.quickTake(hits)
 	if !ok {
 		was := left + hits
-		if left, ok = m.quickTakeStriped(b, hits); !ok {
-			if left, ok = m.take(b, hits, was); !ok {
+		if left, ok = m.striped.quickTakeStriped(b, hits); !ok {
+			if left, ok = m.striped.take(b, hits, was); !ok {
 				return 0, 0, false
 			}
 		}
