@@ -252,7 +252,7 @@ func (b *bucket) denyTill(t int64) {
 func (b *bucket) forget() {
 	b.resetAt.Store(0)
 	if b.pol.Algorithm.LeasesAhead() {
-		b.aux.Store(0) // its shares are placed from resetAt: see aheadSpan
+		b.aux.Store(0) // its shares are placed from resetAt: see aheadTerms.span
 	}
 	b.clearDeny()
 }

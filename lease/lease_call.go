@@ -31,7 +31,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	if over {
 		keep = 0
 	}
-	gap := m.aheadGapOf(b, over, local, now)
+	gap := m.ahead.gapOf(b, over, local, now)
 	if keep >= hits {
 		m.striped.put(b, keep-hits)
 		b.keptAdd(kept)
@@ -142,20 +142,20 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	b.keptAdd(keep + g.Granted)
 	// The Store's durations count from its answer, not from now (read
 	// from the precise clock: a share ahead is placed from it, see
-	// aheadSpan). The answer is published after the tokens it grants are
+	// aheadTerms.span). The answer is published after the tokens it grants are
 	// on hand: a check that reads an answer saying the Store has nothing
 	// left must find them (see takeSlow).
 	after := max(now, m.clk.nanosFor(&p))
 	// got is what the call puts on hand: its grant, and what a call made
 	// between two windows' spans finds lent to it in the Store's window.
-	got := g.Granted + m.aheadFound(b, c.gap, g, now, after)
+	got := g.Granted + m.ahead.found(b, c.gap, g, now, after)
 	if got >= need && got > 0 {
 		m.countLocal(b.basis.Load() - local)
 		m.st.tokensLeased.Add(g.Granted)
 		m.met.tokensLeased.AddInt64(g.Granted)
 		b.lastLeaseMs = unixMs32(now)
 		exp := leaseExpiry(p, now, g, m.cfg.LeaseTTL)
-		if keep > 0 && !p.Algorithm.Refills() && !m.aheadSame(b, c.gap, g, now, after) {
+		if keep > 0 && !p.Algorithm.Refills() && !m.ahead.same(b, c.gap, g, now, after) {
 			// Kept tokens may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
@@ -164,7 +164,7 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		admitted -= use
 		m.striped.put(b, got+keep-hits-use)
 		b.answer(g, after)
-		m.keepAhead(b, g, now, after)
+		m.ahead.keep(b, g, now, after)
 		b.touch(now, m.touchMs)
 		// basis bounds Refund: what the Store lends this Manager, so it
 		// counts the hits just spent (measured as consumed at the next
@@ -207,13 +207,13 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	// the consumption is measured at the next grant).
 	m.st.tokensLeased.Add(g.Granted) // a call between windows' spans may get some
 	m.met.tokensLeased.AddInt64(g.Granted)
-	if keep > 0 && m.aheadSame(b, c.gap, g, now, after) {
+	if keep > 0 && m.ahead.same(b, c.gap, g, now, after) {
 		got += keep // of the Store's window, as the answer shows: until its end
 		keep = 0
 	}
 	m.striped.put(b, keep+got)
 	b.answer(g, after)
-	m.keepAhead(b, g, now, after)
+	m.ahead.keep(b, g, now, after)
 	if got > 0 {
 		b.expires.Store(leaseExpiry(p, now, g, m.cfg.LeaseTTL)) // of the Store's window
 		// A call between windows' spans that counted on finding more
@@ -242,7 +242,7 @@ func (m *Manager) lesseeOf(b *bucket, held int64) Lessee {
 	to := m.lessee(held)
 	to.First = b.lastLeaseMs == 0 && b.resetAt.Load() == 0 // never granted, no answer on hand
 	if !b.pol.Algorithm.Refills() {
-		to.AheadWindows, to.AheadTokens = m.aheadAsk(b)
+		to.AheadWindows, to.AheadTokens = m.ahead.ask(b)
 		return to
 	}
 	to.Call = rand.Uint32() | 1

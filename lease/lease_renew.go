@@ -73,7 +73,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.met.prefetches.Inc()
 	// held may be spent while the call is out: an upper bound, which the
 	// Store may count as lent until the next call settles it.
-	gap := m.aheadGapOf(b, false, 0, now)
+	gap := m.ahead.gapOf(b, false, 0, now)
 	to := m.lesseeOf(b, held)
 	if p.Algorithm.Refills() {
 		to.SpentBefore = b.spentBefore(kept)
@@ -99,7 +99,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 		switch {
 		case held == 0 || m.striped.onHand(b) == 0:
 			m.striped.takeAll(b) // of a window that ended, or expired: dropped
-		case !p.Algorithm.Refills() && !m.aheadSame(b, gap, g, now, after):
+		case !p.Algorithm.Refills() && !m.ahead.same(b, gap, g, now, after):
 			// Tokens on hand may belong to the window before the grant's.
 			exp = min(exp, b.expires.Load())
 		}
@@ -116,7 +116,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.striped.put(b, g.Granted)
 	// Published after the tokens are on hand (see leaseSync).
 	b.answer(g, after)
-	m.keepAhead(b, g, now, after)
+	m.ahead.keep(b, g, now, after)
 	m.striped.settle(b, g.Lent)
 	switch {
 	case g.Granted > 0:

@@ -97,6 +97,7 @@ type Manager struct {
 	refunder refunder
 	clk      clock
 	touchMs  uint32 // lastUse resolution
+	ahead    aheadTerms
 	idleMs   uint32
 
 	buckets index
@@ -258,6 +259,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	m.touchMs = uint32(max(cfg.Idle/100/time.Millisecond, 1))
 	m.idleMs = uint32(cfg.Idle / time.Millisecond)
+	m.ahead = aheadTerms{horizon: cfg.AheadHorizon, leaseHorizon: cfg.Horizon, minShare: cfg.MinLeaseShare}
 	m.buckets.init()
 	m.striped.init(&m.clk, &m.inflight)
 	m.policies.m = make(map[Policy]*Policy)

@@ -136,7 +136,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	now := m.clk.nanosFor(b.pol)
 	// Shares of windows ahead end only with a return (or a lease call
 	// asking none): one is made for them even with nothing on hand.
-	ahead := m.aheadLive(b, now)
+	ahead := m.ahead.live(b, now)
 	if !m.usable(b, now) {
 		// Tokens of a window that ended (a return would lower the count
 		// of the current window, which never granted them), or past
@@ -147,7 +147,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 		// window the Store may be in (aheadGap.sure; 0 without shares).
 		// Left there, a clean stop would take the share out of the
 		// window for the key's next holder.
-		tokens = m.aheadGapOf(b, true, tokens, now).sure
+		tokens = m.ahead.gapOf(b, true, tokens, now).sure
 	} else if !always && b.refilled(now) {
 		// The Store said it would be full again by now but for what it
 		// lent this Manager. Not returned: the idle return of a cold key
@@ -374,7 +374,7 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 	if current && b.basis.Load() > m.slowLoan(b) {
 		return false
 	}
-	if !current && now >= m.aheadEnd(b) {
+	if !current && now >= m.ahead.end(b) {
 		return false
 	}
 	if m.degraded.n.Load() > 0 {
