@@ -88,7 +88,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		<-decided
 		m.leaseEnded(lc, 0, g, err)
 	}
-	if !m.goBG(call) {
+	if !m.bg.spawn(call) {
 		call() // closing: no background work, the call is bounded by its timeout
 	}
 	select {
@@ -137,8 +137,8 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 	// spent from this grant first, as if the Store had been charged them
 	// (the Store may have nothing left for a charge: this grant took it);
 	// what the grant cannot cover is charged in the background.
-	admitted := m.takeEpisode(b)
-	defer func() { m.chargeLater(b, admitted) }()
+	admitted := m.fo.takeEpisode(b)
+	defer func() { m.fo.chargeLater(b, admitted) }()
 	b.keptAdd(keep + g.Granted)
 	// The Store's durations count from its answer, not from now (read
 	// from the precise clock: a share ahead is placed from it, see

@@ -34,7 +34,7 @@ var renewHook func(b *bucket)
 // prefetch leases again for b in the background; the caller has set b.low
 // to -1, which stops further triggers until a lease sets it again.
 func (m *Manager) prefetch(b *bucket) {
-	if !m.goBG(func() { m.prefetchNow(b) }) {
+	if !m.bg.spawn(func() { m.prefetchNow(b) }) {
 		b.low.Store(0)
 	}
 }
@@ -87,7 +87,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 		m.inflight.release(b, s, err)
 		return
 	}
-	m.endDegraded(b)
+	m.fo.endDegraded(b)
 	b.keptAdd(held + g.Granted)
 	m.countLocal(b.basis.Load() - local)
 	m.st.tokensLeased.Add(g.Granted)

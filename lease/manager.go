@@ -87,8 +87,9 @@ type Manager struct {
 	cfg   Config
 	met   *leaseMetrics
 	store *Breaker
-	local Store
-	own   *MemoryStore // the default Local, closed by Close
+	// fo is the failure modes' state: the local Store, FailLocal's
+	// episodes and the charges owed to the Store.
+	fo failover
 	// direct is the Store itself with Config.Direct (nil without): its
 	// calls skip the breaker, whose timeout and latency histogram would
 	// cost a call into memory more than the call. refunder is its Refund,
@@ -112,26 +113,6 @@ type Manager struct {
 	}
 	// inflight holds the lease slot of every key with a Store call out.
 	inflight slots
-	// degraded holds the buckets in a FailLocal episode: their Store calls
-	// failed and their local state was seeded from the Store's last
-	// answer. A successful lease or the bucket's eviction ends the
-	// episode. The mutex orders starts and ends (m is read without it:
-	// every degraded check looks); n counts m's entries, so the lease
-	// path skips the lock when there are none.
-	degraded struct {
-		sync.Mutex
-		m sync.Map // *bucket → *episode
-		n atomic.Int64
-	}
-	// owed holds what local mode admitted and the Store could not be
-	// charged yet (the Store was down again when the episode ended, as
-	// for a key evicted during an outage), per key and policy: charged
-	// when the breaker closes and at each sweep with the Store up. At most
-	// maxOwed keys; beyond, the hits count as failed charges.
-	owed struct {
-		sync.Mutex
-		m map[owedKey]int64
-	}
 	// unanswered holds the token_bucket and gcra buckets whose last lease
 	// call got no answer (an error: the Store may have run it), with that
 	// call's Lessee.Call; their next call says so (Lessee.Unanswered), and
@@ -144,11 +125,7 @@ type Manager struct {
 		n atomic.Int64
 	}
 	// bg tracks the Manager's background goroutines.
-	bg struct {
-		sync.Mutex
-		closed bool
-		wg     sync.WaitGroup
-	}
+	bg background
 
 	// ctx is the parent of every Store call. It is never cancelled: each
 	// call is bounded by StoreTimeout, and Close waits for them.
@@ -239,7 +216,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	if bc.OnClose == nil {
 		// The Store is back: charge what local mode admitted.
-		bc.OnClose = func() { m.goBG(m.reconcileAll) }
+		bc.OnClose = func() { m.bg.spawn(m.fo.reconcileAll) }
 	}
 	if bc.AfterFunc == nil && cfg.Now != nil {
 		// A clock of the caller's (a test's): no real timer for the
@@ -252,10 +229,11 @@ func NewManager(store Store, cfg Config) *Manager {
 		m.direct = store
 		m.refunder, _ = store.(refunder)
 	}
-	m.local = cfg.Local
-	if m.local == nil {
-		m.own = NewMemoryStore(MemoryStoreConfig{Now: m.clk.now})
-		m.local = m.own
+	m.fo = failover{local: cfg.Local, store: m.store, cfg: &m.cfg, met: m.met, clk: &m.clk,
+		slots: &m.inflight, striped: &m.striped, bg: &m.bg}
+	if m.fo.local == nil {
+		m.fo.own = NewMemoryStore(MemoryStoreConfig{Now: m.clk.now})
+		m.fo.local = m.fo.own
 	}
 	m.touchMs = uint32(max(cfg.Idle/100/time.Millisecond, 1))
 	m.idleMs = uint32(cfg.Idle / time.Millisecond)
@@ -265,6 +243,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	m.policies.m = make(map[Policy]*Policy)
 	m.inflight.init()
 	m.ctx = context.Background()
+	m.fo.ctx = m.ctx
 	m.stopSweep = make(chan struct{})
 	m.sweepDone = make(chan struct{})
 	if cfg.SweepInterval > 0 {

@@ -56,30 +56,46 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		// The policy changed (rules reloaded): the old bucket's tokens go
 		// back under its old policy, and the key starts fresh.
 		marked := old.markEvicted()
-		m.endDegraded(old)
+		m.fo.endDegraded(old)
 		m.callEnded(old, Lessee{}, nil)
 		if !marked {
 			m.inflight.release(old, s, nil)
-		} else if !m.goBG(func() { m.returnOne(old, s) }) {
+		} else if !m.bg.spawn(func() { m.returnOne(old, s) }) {
 			m.returnOne(old, s)
 		}
 		return nb
 	}
 }
 
-// goBG runs f in a goroutine that Close waits for; false once closed.
-func (m *Manager) goBG(f func()) bool {
-	m.bg.Lock()
-	defer m.bg.Unlock()
-	if m.bg.closed {
+// background is a Manager's background goroutines (prefetches, returns,
+// charges): Close stops new ones and waits for those running.
+type background struct {
+	sync.Mutex // guards closed, and orders wg.Add before Close's Wait
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// spawn runs f in a goroutine that Close waits for; false once closed.
+func (g *background) spawn(f func()) bool {
+	g.Lock()
+	defer g.Unlock()
+	if g.closed {
 		return false
 	}
-	m.bg.wg.Add(1)
+	g.wg.Add(1)
 	go func() {
-		defer m.bg.wg.Done()
+		defer g.wg.Done()
 		f()
 	}()
 	return true
+}
+
+// stop refuses new goroutines and waits for those running.
+func (g *background) stop() {
+	g.Lock()
+	g.closed = true
+	g.Unlock()
+	g.wg.Wait()
 }
 
 // returnBucket gives an evicted bucket's tokens back to the Store and
@@ -201,7 +217,7 @@ func (m *Manager) evict(b *bucket) bool {
 	m.st.active.Add(-1)
 	m.met.activeKeys.Dec()
 	marked := b.markEvicted()
-	m.endDegraded(b) // after the mark, which seedLocal checks under the lock
+	m.fo.endDegraded(b) // after the mark, which seedLocal checks under the lock
 	m.callEnded(b, Lessee{}, nil)
 	return marked
 }
@@ -251,7 +267,7 @@ func (m *Manager) returnAll(bs []evicting) error {
 		fails    int
 		left     atomic.Int64
 	)
-	m.eachStoreCall(len(bs), func(i int) {
+	eachStoreCall(m.cfg.ReturnWorkers, len(bs), func(i int) {
 		e := bs[i]
 		if over.Load() {
 			if _, call := m.returnable(e.b, e.always); call {
@@ -283,12 +299,13 @@ func (m *Manager) returnAll(bs []evicting) error {
 	return nil
 }
 
-// eachStoreCall runs f(i) for i in [0, n) with at most ReturnWorkers
-// calls at once (each makes a Store call), and waits for them.
-func (m *Manager) eachStoreCall(n int, f func(i int)) {
+// eachStoreCall runs f(i) for i in [0, n) with at most workers
+// (Config.ReturnWorkers) calls at once (each makes a Store call), and
+// waits for them.
+func eachStoreCall(workers, n int, f func(i int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(n, m.cfg.ReturnWorkers) {
+	for range min(n, workers) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 				f(i)
@@ -329,7 +346,7 @@ func (m *Manager) sweep(now time.Time) int {
 	}
 	_ = m.returnAll(idle) // logged
 	if !m.store.Rejecting() {
-		m.chargeOwed() // charges that failed while the breaker stayed closed
+		m.fo.chargeOwed() // charges that failed while the breaker stayed closed
 	}
 	m.prunePolicies()
 	if c, ok := m.direct.(interface{ Len() int }); ok {
@@ -377,8 +394,8 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 	if !current && now >= m.ahead.end(b) {
 		return false
 	}
-	if m.degraded.n.Load() > 0 {
-		if _, ok := m.degraded.m.Load(b); ok {
+	if m.fo.degraded.n.Load() > 0 {
+		if _, ok := m.fo.degraded.m.Load(b); ok {
 			return false
 		}
 	}
@@ -465,15 +482,12 @@ func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stopSweep)
 		<-m.sweepDone
-		m.bg.Lock()
-		m.bg.closed = true
-		m.bg.Unlock()
-		m.bg.wg.Wait()
+		m.bg.stop()
 		m.closeErr = m.ReturnKeys(func(string) bool { return false })
-		m.chargeOwed()
-		m.dropOwed() // the Store is still down: nothing left to charge them later
-		if m.own != nil {
-			_ = m.own.Close() // stops its janitor; it stays usable
+		m.fo.chargeOwed()
+		m.fo.dropOwed() // the Store is still down: nothing left to charge them later
+		if m.fo.own != nil {
+			_ = m.fo.own.Close() // stops its janitor; it stays usable
 		}
 		if m.clk.coarse != nil {
 			m.clk.coarse.Stop() // clk.nanos falls back to clk.now
