@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -27,7 +28,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 	// Store counted them in that window, or counts them as spent
 	// (consumption is still measured from all of them).
 	keep := local
-	over := !m.usable(b, now)
+	over := !m.cfg.usable(b, now)
 	if over {
 		keep = 0
 	}
@@ -40,7 +41,7 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		return b.decision(keep-hits, now)
 	}
 	need := hits - keep
-	want := m.sizeLease(b, b.basis.Load()-local, now, need, keep)
+	want := m.cfg.sizeLease(b, b.basis.Load()-local, now, need, keep)
 
 	m.st.storeDecisions.Add(1)
 	m.st.leases.Add(1)
@@ -122,7 +123,7 @@ type leaseCall struct {
 // Decision returned then means nothing).
 func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decision {
 	b, s, p, now, need, keep, kept, local := c.b, c.s, c.p, c.now, c.need, c.keep, c.kept, c.local
-	m.callEnded(b, c.to, err)
+	m.unanswered.ended(b, c.to, err)
 	if err != nil {
 		m.striped.put(b, keep)
 		b.keptAdd(kept)
@@ -170,15 +171,15 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 		// counts the hits just spent (measured as consumed at the next
 		// lease). Tokens refunded meanwhile may not pass it.
 		left := m.striped.settle(b, g.Lent)
-		low := m.lowFor(b, got, g.Lent)
+		low := m.cfg.lowFor(b, got, g.Lent)
 		if g.Crowded || g.Checked {
 			// Lent nothing: the key's holders are at its bound, or this
 			// holder at its share. A prefetch would be answered the same
 			// way, and spend its need.
 			low = 0
 		}
-		if w := m.dryWait(p, g, need); w > 0 {
-			if n, lately := m.deniedLately(b, after); lately {
+		if w := m.cfg.dryWait(p, g, need); w > 0 {
+			if n, lately := m.cfg.deniedLately(b, after); lately {
 				// The grant left the Store less than a batch, and the
 				// key was saturated lately: it still is, as if denied.
 				// Its checks wait for a batch once this grant is spent.
@@ -239,59 +240,21 @@ func (m *Manager) leaseEnded(c leaseCall, hits int64, g Grant, err error) Decisi
 // the shares it asks ahead (which drops b's: the call's answer sets them).
 // The caller holds b's slot.
 func (m *Manager) lesseeOf(b *bucket, held int64) Lessee {
-	to := m.lessee(held)
+	to := m.cfg.lessee(held)
 	to.First = b.lastLeaseMs == 0 && b.resetAt.Load() == 0 // never granted, no answer on hand
 	if !b.pol.Algorithm.Refills() {
 		to.AheadWindows, to.AheadTokens = m.ahead.ask(b)
 		return to
 	}
 	to.Call = rand.Uint32() | 1
-	if m.unanswered.n.Load() > 0 {
-		m.unanswered.Lock()
-		to.Unanswered = m.unanswered.m[b]
-		m.unanswered.Unlock()
-	}
+	to.Unanswered = m.unanswered.of(b)
 	return to
 }
 
 // lessee is this Manager as the Lessee of a lease call, holding held
 // tokens of the key.
-func (m *Manager) lessee(held int64) Lessee {
-	return Lessee{ID: m.cfg.Holder, Held: held, TTL: m.cfg.LeaseTTL}
-}
-
-// callEnded records how b's lease call to ended (err nil: answered), for
-// the next call's Lessee.Unanswered; with to zero, b's eviction. The
-// caller holds b's slot, or evicted b.
-func (m *Manager) callEnded(b *bucket, to Lessee, err error) {
-	if errors.Is(err, errBreakerOpen) {
-		return // never sent: an earlier unanswered call stays the one to tell
-	}
-	if err != nil && to.Call != 0 {
-		m.unanswered.Lock()
-		// Looked at under the lock: evict marks b before it removes the
-		// entry.
-		if b.denyUntil.Load() != evicted {
-			if m.unanswered.m == nil {
-				m.unanswered.m = map[*bucket]uint32{}
-			}
-			if _, ok := m.unanswered.m[b]; !ok {
-				m.unanswered.n.Add(1)
-			}
-			m.unanswered.m[b] = to.Call
-		}
-		m.unanswered.Unlock()
-		return
-	}
-	if m.unanswered.n.Load() == 0 {
-		return
-	}
-	m.unanswered.Lock()
-	if _, ok := m.unanswered.m[b]; ok {
-		delete(m.unanswered.m, b)
-		m.unanswered.n.Add(-1)
-	}
-	m.unanswered.Unlock()
+func (c *Config) lessee(held int64) Lessee {
+	return Lessee{ID: c.Holder, Held: held, TTL: c.LeaseTTL}
 }
 
 // countLocal records hits admitted from leased tokens since the last lease.
@@ -327,4 +290,60 @@ func (m *Manager) startBudget() *budget {
 	bu := &budget{expired: make(chan struct{}), deadline: time.Now().Add(d)}
 	bu.stop = m.clk.afterFunc(d, func() { close(bu.expired) })
 	return bu
+}
+
+// unansweredCalls holds the token_bucket and gcra buckets whose last
+// lease call got no answer (an error: the Store may have run it), with
+// that call's Lessee.Call; their next call says so (Lessee.Unanswered),
+// and the Store gives back what it granted. A call answered or the
+// bucket's eviction removes the entry; n counts them, so the lease path
+// skips the lock when there are none.
+type unansweredCalls struct {
+	sync.Mutex
+	m map[*bucket]uint32
+	n atomic.Int64
+}
+
+// of is the Call of b's last lease call if it went unanswered, else 0.
+func (u *unansweredCalls) of(b *bucket) uint32 {
+	if u.n.Load() == 0 {
+		return 0
+	}
+	u.Lock()
+	defer u.Unlock()
+	return u.m[b]
+}
+
+// ended records how b's lease call to ended (err nil: answered), for
+// the next call's Lessee.Unanswered; with to zero, b's eviction. The
+// caller holds b's slot, or evicted b.
+func (u *unansweredCalls) ended(b *bucket, to Lessee, err error) {
+	if errors.Is(err, errBreakerOpen) {
+		return // never sent: an earlier unanswered call stays the one to tell
+	}
+	if err != nil && to.Call != 0 {
+		u.Lock()
+		// Looked at under the lock: evict marks b before it removes the
+		// entry.
+		if b.denyUntil.Load() != evicted {
+			if u.m == nil {
+				u.m = map[*bucket]uint32{}
+			}
+			if _, ok := u.m[b]; !ok {
+				u.n.Add(1)
+			}
+			u.m[b] = to.Call
+		}
+		u.Unlock()
+		return
+	}
+	if u.n.Load() == 0 {
+		return
+	}
+	u.Lock()
+	if _, ok := u.m[b]; ok {
+		delete(u.m, b)
+		u.n.Add(-1)
+	}
+	u.Unlock()
 }

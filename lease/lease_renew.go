@@ -4,9 +4,9 @@ package lease
 // b.expires, which the fast path checks, and for token_bucket and gcra
 // also in the second half of their LeaseTTL (b.expires is half-way),
 // while a renewal is due.
-func (m *Manager) usable(b *bucket, now int64) bool {
+func (c *Config) usable(b *bucket, now int64) bool {
 	exp := b.expires.Load()
-	return now < exp || (b.pol.Algorithm.Refills() && exp > 0 && now-exp < int64(m.cfg.LeaseTTL/2))
+	return now < exp || (b.pol.Algorithm.Refills() && exp > 0 && now-exp < int64(c.LeaseTTL/2))
 }
 
 // renew starts a background lease of b that re-lends its tokens (they are
@@ -56,11 +56,11 @@ func (m *Manager) prefetchNow(b *bucket) {
 	}
 	local := m.striped.onHand(b)
 	held := local
-	if !m.usable(b, now) {
+	if !m.cfg.usable(b, now) {
 		held = 0
 	}
 	wasRoomy := b.roomy() // before sizeLease sets it anew
-	want, need := m.sizeLease(b, b.basis.Load()-local, now, 1, held), int64(1)
+	want, need := m.cfg.sizeLease(b, b.basis.Load()-local, now, 1, held), int64(1)
 	// Enough on hand (a renewal: the tokens are past half their TTL):
 	// re-lend them, asking for nothing more. A key far from its limit
 	// whose tokens are still spendable is at its prefetch mark, which
@@ -80,7 +80,7 @@ func (m *Manager) prefetchNow(b *bucket) {
 	}
 	g, err := m.store.Lease(m.ctx, b.key(), p, want, need, to)
 	after := max(now, m.clk.nanosFor(&p)) // see leaseEnded
-	m.callEnded(b, to, err)
+	m.unanswered.ended(b, to, err)
 	if err != nil {
 		// low stays -1: the next sync lease retries, or fails over.
 		b.keptAdd(kept)
@@ -120,9 +120,9 @@ func (m *Manager) prefetchNow(b *bucket) {
 	m.striped.settle(b, g.Lent)
 	switch {
 	case g.Granted > 0:
-		b.low.Store(m.lowFor(b, g.Granted, g.Lent))
+		b.low.Store(m.cfg.lowFor(b, g.Granted, g.Lent))
 	case renewal:
-		b.low.Store(m.lowFor(b, g.Lent, g.Lent))
+		b.low.Store(m.cfg.lowFor(b, g.Lent, g.Lent))
 	}
 	// Granted 0 otherwise: nothing available; low stays -1 and the next
 	// check that runs out leases synchronously and gets a deny-until.

@@ -5,18 +5,23 @@ import (
 	"time"
 )
 
+// Lease sizing. How much a lease call asks, when a key prefetches, how
+// long a dry grant keeps a key saturated: functions of the bucket and the
+// Config's terms (Horizon, MinLeaseShare, LowWater, LeaseTTL), methods of
+// the Config. The caller holds b's slot where a comment says so.
+
 // sizeLease updates b's rate with consumed hits since the last grant and
 // returns the tokens to ask for on top of held (what the call reports
 // held), at least need. The caller holds b's slot.
-func (m *Manager) sizeLease(b *bucket, consumed, now, need, held int64) int64 {
+func (c *Config) sizeLease(b *bucket, consumed, now, need, held int64) int64 {
 	first := b.lastLeaseMs == 0
 	elapsed := time.Duration(unixMs32(now)-b.lastLeaseMs) * time.Millisecond
 	r, was := b.rateOf()
-	ewma, sizing := observeRate(r, consumed, elapsed, m.cfg.Horizon, first)
-	want := leaseWant(sizing, m.cfg.Horizon, m.cfg.MinLeaseShare, need, b.pol.Capacity())
+	ewma, sizing := observeRate(r, consumed, elapsed, c.Horizon, first)
+	want := leaseWant(sizing, c.Horizon, c.MinLeaseShare, need, b.pol.Capacity())
 	roomy := false
-	if !first && m.cfg.MinLeaseShare > 0 && b.pol.Algorithm.Refills() {
-		if loan := roomyLoan(b.pol, sizing, m.cfg.LeaseTTL/2, b.free(now)); loan >= 2*want {
+	if !first && c.MinLeaseShare > 0 && b.pol.Algorithm.Refills() {
+		if loan := roomyLoan(b.pol, sizing, c.LeaseTTL/2, b.free(now)); loan >= 2*want {
 			// A loan for the key's life, at least twice what sizing by
 			// rate would ask (else it saves too few calls to be worth
 			// a bigger loan): ask what tops it up (a batch on top of
@@ -69,8 +74,8 @@ func (b *bucket) roomy() bool {
 // burst right after slow traffic finds those not refilled yet: this
 // bounds that to a quarter of the capacity (below 2^33 tokens: the mark
 // is an int32). The caller holds b's slot.
-func (m *Manager) lowFor(b *bucket, n, lent int64) int32 {
-	low := lowMark(m.cfg.LowWater, n)
+func (c *Config) lowFor(b *bucket, n, lent int64) int32 {
+	low := lowMark(c.LowWater, n)
 	if b.roomy() {
 		low = max(low, int32(min(max(lent-b.pol.Capacity()/4, 0), math.MaxInt32)))
 	}
@@ -119,9 +124,9 @@ func roomyLoan(p *Policy, rate float64, life time.Duration, free int64) int64 {
 // loans are out, would stay saturated for good after one spike over its
 // limit. (The Manager's measure of a key's rate cannot tell either: a
 // lease right after a prefetch of the crumbs sees a few tokens spent.)
-func (m *Manager) deniedLately(b *bucket, at int64) (n int, ok bool) {
+func (c *Config) deniedLately(b *bucket, at int64) (n int, ok bool) {
 	du := b.denyUntil.Load()
-	if du == 0 || du == evicted || at >= addTime(du, 10*m.cfg.Horizon) {
+	if du == 0 || du == evicted || at >= addTime(du, 10*c.Horizon) {
 		return 0, false
 	}
 	n = dryCount(du)
@@ -138,11 +143,11 @@ func (m *Manager) deniedLately(b *bucket, at int64) (n int, ok bool) {
 // key over its limit leases the token or two refilled since its last call
 // each time its batch is spent, a Store call per token until one call
 // finds none, and a prefetch asks for the crumbs in between.
-func (m *Manager) dryWait(p Policy, g Grant, need int64) time.Duration {
-	if need <= 0 || !p.Algorithm.Refills() || g.Remaining >= int64(math.Ceil(m.cfg.MinLeaseShare*float64(p.Capacity()))) {
+func (c *Config) dryWait(p Policy, g Grant, need int64) time.Duration {
+	if need <= 0 || !p.Algorithm.Refills() || g.Remaining >= int64(math.Ceil(c.MinLeaseShare*float64(p.Capacity()))) {
 		return 0
 	}
 	perToken := float64(p.Period) / float64(p.Limit)
 	back := time.Duration(float64(max(need-g.Remaining, 0)) * perToken)
-	return max(back, time.Millisecond) + batchWait(p, m.cfg.MinLeaseShare, need, m.cfg.Horizon)
+	return max(back, time.Millisecond) + batchWait(p, c.MinLeaseShare, need, c.Horizon)
 }

@@ -105,25 +105,11 @@ type Manager struct {
 	// striped holds the stripes of the contended keys' tokens on hand.
 	striped stripeTable
 
-	// policies interns the policies of buckets, so a bucket holds a
-	// pointer instead of a copy.
-	policies struct {
-		sync.Mutex
-		m map[Policy]*Policy
-	}
+	policies policyTable
 	// inflight holds the lease slot of every key with a Store call out.
 	inflight slots
-	// unanswered holds the token_bucket and gcra buckets whose last lease
-	// call got no answer (an error: the Store may have run it), with that
-	// call's Lessee.Call; their next call says so (Lessee.Unanswered), and
-	// the Store gives back what it granted. A call answered or the
-	// bucket's eviction removes the entry; n counts them, so the lease
-	// path skips the lock when there are none.
-	unanswered struct {
-		sync.Mutex
-		m map[*bucket]uint32
-		n atomic.Int64
-	}
+	// unanswered holds the buckets whose last lease call got no answer.
+	unanswered unansweredCalls
 	// bg tracks the Manager's background goroutines.
 	bg background
 
@@ -240,7 +226,6 @@ func NewManager(store Store, cfg Config) *Manager {
 	m.ahead = aheadTerms{horizon: cfg.AheadHorizon, leaseHorizon: cfg.Horizon, minShare: cfg.MinLeaseShare}
 	m.buckets.init()
 	m.striped.init(&m.clk, &m.inflight)
-	m.policies.m = make(map[Policy]*Policy)
 	m.inflight.init()
 	m.ctx = context.Background()
 	m.fo.ctx = m.ctx

@@ -178,13 +178,13 @@ func (at *aheadTerms) span(b *bucket, a aheadWord, n int64) (from, to int64, ok 
 // that sees the expiry finds them, and one that saw the old expiry and
 // takes them does so after now, inside the share's window.
 func (m *Manager) rollAhead(b *bucket, now int64) bool {
-	if b.ahead() == 0 || m.usable(b, now) {
+	if b.ahead() == 0 || m.cfg.usable(b, now) {
 		return false
 	}
 	m.inflight.Lock()
 	defer m.inflight.Unlock()
 	a := b.ahead()
-	if a == 0 || m.inflight.m[b.key()] != nil || b.denyUntil.Load() == evicted || b.tokens.Load() < 0 || m.usable(b, now) {
+	if a == 0 || m.inflight.m[b.key()] != nil || b.denyUntil.Load() == evicted || b.tokens.Load() < 0 || m.cfg.usable(b, now) {
 		return false
 	}
 	r := b.resetAt.Load()
@@ -445,7 +445,7 @@ func (at *aheadTerms) found(b *bucket, gp aheadGap, g Grant, send, recv int64) i
 // (see aheadGap): a check then asks the Store rather than deny locally
 // (the tokens on hand of a window that runs on past the bound, a share).
 func (m *Manager) aheadMayFind(b *bucket, now int64) bool {
-	if m.usable(b, now) {
+	if m.cfg.usable(b, now) {
 		return false
 	}
 	if b.ahead() == 0 {

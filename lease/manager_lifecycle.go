@@ -12,16 +12,26 @@ import (
 	"github.com/sluicehq/sluice/lease/logkey"
 )
 
+// policyTable interns the policies of buckets, so a bucket holds a
+// pointer instead of a copy.
+type policyTable struct {
+	sync.Mutex
+	m map[Policy]*Policy
+}
+
 // intern returns the shared copy of p.
-func (m *Manager) intern(p Policy) *Policy {
-	m.policies.Lock()
-	defer m.policies.Unlock()
-	if q, ok := m.policies.m[p]; ok {
+func (t *policyTable) intern(p Policy) *Policy {
+	t.Lock()
+	defer t.Unlock()
+	if q, ok := t.m[p]; ok {
 		return q
+	}
+	if t.m == nil {
+		t.m = make(map[Policy]*Policy)
 	}
 	q := new(Policy)
 	*q = p
-	m.policies.m[p] = q
+	t.m[p] = q
 	return q
 }
 
@@ -35,7 +45,7 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		if old != nil && *old.pol == p && old.denyUntil.Load() != evicted {
 			return old
 		}
-		nb := newBucket(key, m.intern(p))
+		nb := newBucket(key, m.policies.intern(p))
 		nb.lastUse.Store(unixMs32(now))
 		if old == nil {
 			if got, loaded := m.buckets.loadOrStore(nb.key(), nb); loaded {
@@ -57,7 +67,7 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		// back under its old policy, and the key starts fresh.
 		marked := old.markEvicted()
 		m.fo.endDegraded(old)
-		m.callEnded(old, Lessee{}, nil)
+		m.unanswered.ended(old, Lessee{}, nil)
 		if !marked {
 			m.inflight.release(old, s, nil)
 		} else if !m.bg.spawn(func() { m.returnOne(old, s) }) {
@@ -153,7 +163,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 	// Shares of windows ahead end only with a return (or a lease call
 	// asking none): one is made for them even with nothing on hand.
 	ahead := m.ahead.live(b, now)
-	if !m.usable(b, now) {
+	if !m.cfg.usable(b, now) {
 		// Tokens of a window that ended (a return would lower the count
 		// of the current window, which never granted them), or past
 		// their TTL (the Store counts them as spent). But a fixed_window
@@ -218,7 +228,7 @@ func (m *Manager) evict(b *bucket) bool {
 	m.met.activeKeys.Dec()
 	marked := b.markEvicted()
 	m.fo.endDegraded(b) // after the mark, which seedLocal checks under the lock
-	m.callEnded(b, Lessee{}, nil)
+	m.unanswered.ended(b, Lessee{}, nil)
 	return marked
 }
 
@@ -348,7 +358,7 @@ func (m *Manager) sweep(now time.Time) int {
 	if !m.store.Rejecting() {
 		m.fo.chargeOwed() // charges that failed while the breaker stayed closed
 	}
-	m.prunePolicies()
+	m.policies.prune(&m.buckets)
 	if c, ok := m.direct.(interface{ Len() int }); ok {
 		// Config.Direct keeps no bucket: the gauge shows the Store's
 		// keys, as Stats.ActiveKeys does.
@@ -388,7 +398,7 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 		return false // striped buckets (tokens < 0) are hot keys'
 	}
 	current := t > 0 && b.spendable(now)
-	if current && b.basis.Load() > m.slowLoan(b) {
+	if current && b.basis.Load() > m.cfg.slowLoan(b) {
 		return false
 	}
 	if !current && now >= m.ahead.end(b) {
@@ -412,27 +422,27 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 // loan stays below twice it; a key far from its limit tops its loan up to
 // at most half the capacity. A key that leased for its rate has a bigger
 // loan, which goes back at Idle.
-func (m *Manager) slowLoan(b *bucket) int64 {
+func (c *Config) slowLoan(b *bucket) int64 {
 	p := b.pol
-	floor := 2 * leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, p.Capacity())
+	floor := 2 * leaseWant(0, c.Horizon, c.MinLeaseShare, 1, p.Capacity())
 	if b.roomy() {
 		return max(floor, p.Capacity()/2)
 	}
 	return floor
 }
 
-// prunePolicies forgets the interned policies that no bucket uses, so that
+// prune forgets the interned policies that no bucket of x uses, so that
 // rule reloads do not grow the Manager forever. A policy interned by a
 // bucketFor racing with it may be interned again: harmless, buckets
 // compare policies by value.
-func (m *Manager) prunePolicies() {
+func (t *policyTable) prune(x *index) {
 	live := make(map[*Policy]struct{})
-	m.buckets.rangeAll(func(b *bucket) { live[b.pol] = struct{}{} })
-	m.policies.Lock()
-	defer m.policies.Unlock()
-	for p, q := range m.policies.m {
+	x.rangeAll(func(b *bucket) { live[b.pol] = struct{}{} })
+	t.Lock()
+	defer t.Unlock()
+	for p, q := range t.m {
 		if _, ok := live[q]; !ok {
-			delete(m.policies.m, p)
+			delete(t.m, p)
 		}
 	}
 }

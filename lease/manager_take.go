@@ -264,7 +264,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 	}()
 	waited, again, retried := false, false, false
 	for {
-		if m.usable(b, now) {
+		if m.cfg.usable(b, now) {
 			if left, ok := m.striped.take(b, hits, -1); ok {
 				b.touch(now, m.touchMs)
 				if !b.spendable(now) {
@@ -288,7 +288,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 		// answer, projected to now, cannot cover what local tokens do not
 		// (or, while the key is saturated, that plus a batch).
 		local := int64(0)
-		if m.usable(b, now) {
+		if m.cfg.usable(b, now) {
 			local = m.striped.onHand(b)
 		}
 		if at, slack := b.coverAt(hits - local); at != 0 && !m.aheadMayFind(b, now) {
@@ -300,7 +300,7 @@ func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (De
 			// Within the Store's rounding of the time, ask it: a denial
 			// must be sure; a RetryAfter must never be early.
 			if now < at-slack {
-				if m.usable(b, now) && m.striped.onHand(b) > local {
+				if m.cfg.usable(b, now) && m.striped.onHand(b) > local {
 					// A lease call put tokens on hand since this check
 					// looked (calls add them before they publish the
 					// Store's answer read just now): take those.
