@@ -380,6 +380,6 @@ var (
 	// does not support it (a lease for sliding_log, say): algo's.
 	ErrWrongAlgorithm = algo.ErrWrongAlgorithm
 	// ErrNoSlot means a release named an id that holds no slot of the key
-	// (a caller's error: the Store answered).
-	ErrNoSlot = errors.New("no such slot: never acquired, released already, or expired")
+	// (a caller's error: the Store answered): algo's.
+	ErrNoSlot = algo.ErrNoSlot
 )
