@@ -29,7 +29,7 @@ export GODEBUG=asyncpreemptoff=1 # callgrind loses track of Go's preemption sign
 # Go's runtime runs when a lock is contended: now and then a SIGILL).
 ir() { # test-binary bench n -> instructions
   local try
-  for try in 1 2 3; do
+  for try in 1 2 3 4 5 6 7 8; do
     if GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$1" -test.run '^$' \
       -test.bench "$2" -test.benchtime "${3}x" >"$tmp/ir.out" 2>&1; then
       awk '/Collected/ {print $4}' "$tmp/ir.out"
