@@ -16,7 +16,7 @@ import (
 //
 // The atomic fields are read and written by any goroutine. rate and
 // lastLeaseMs belong to the holder of the bucket's lease slot (see
-// Manager.claim): only one goroutine at a time talks to the Store about a
+// slots.claim): only one goroutine at a time talks to the Store about a
 // bucket, and the slot's mutex orders their accesses.
 //
 // Times are Unix nanoseconds.
@@ -252,7 +252,7 @@ func (b *bucket) denyTill(t int64) {
 func (b *bucket) forget() {
 	b.resetAt.Store(0)
 	if b.pol.Algorithm.LeasesAhead() {
-		b.aux.Store(0) // its shares are placed from resetAt: see aheadSpan
+		b.aux.Store(0) // its shares are placed from resetAt: see aheadTerms.span
 	}
 	b.clearDeny()
 }
@@ -521,4 +521,25 @@ func batchWait(p Policy, minShare float64, need int64, horizon time.Duration) ti
 // down, at most MaxInt32.
 func lowMark(lowWater float64, granted int64) int32 {
 	return int32(min(int64(lowWater*float64(granted)), math.MaxInt32))
+}
+
+// idleFor is how long before now b's key last spent a token here, at
+// most (lastUse is rounded down to whole ms and to res, the Manager's
+// touchMs): 0 if unknown.
+func (b *bucket) idleFor(now int64, res uint32) time.Duration {
+	d := int32(unixMs32(now)-b.lastUse.Load()) - int32(res) - 1
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
+// touch records a spend at now, to res resolution (the Manager's
+// touchMs: most checks only read lastUse). Checks that spend nothing do
+// not touch: lastUse is also when this Manager last spent a token of the
+// key (Lessee.Idle).
+func (b *bucket) touch(now int64, res uint32) {
+	if ms := unixMs32(now); ms-b.lastUse.Load() >= res {
+		b.lastUse.Store(ms)
+	}
 }

@@ -98,7 +98,7 @@ func TestCheckBudgetDecidesAStalledCheck(t *testing.T) {
 	if g.Remaining != 100-want {
 		t.Fatalf("Store remaining = %d, want %d (100 - %d lent)", g.Remaining, 100-want, want)
 	}
-	if got := m.onHand(m.buckets.load("k")); got != want-2-1 {
+	if got := m.striped.onHand(m.buckets.load("k")); got != want-2-1 {
 		t.Fatalf("tokens on hand = %d, want %d (the grant of %d less the 2 local admissions and the check after)", got, want-3, want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // half-TTL life of token_bucket and gcra loans (minutes: a lag costs
 // nothing there), never to decide how many tokens exist, nor for the
 // windows, whose tokens end with their window (checks of window policies
-// read the precise clock: Manager.nanosFor).
+// read the precise clock: clock.nanosFor).
 //
 // The ticker sleeps when nobody reads the clock for coarseIdleTicks ticks
 // (an idle node must not wake 1000 times a second: about 2% of a core);
@@ -99,4 +99,49 @@ func (c *coarseClock) Stop() {
 	close(c.stop)
 	<-c.done
 	c.ns.Store(0)
+}
+
+// clock is a Manager's clock: the fast path's coarse clock (nil when
+// Config.Now was given: then now, the caller's), the precise one, and its
+// timers (Config.AfterFunc, or real ones). Set once by NewManager.
+type clock struct {
+	coarse *coarseClock
+	now    func() time.Time
+	after  func(d time.Duration, f func()) (stop func() bool)
+}
+
+// nanos is the fast path's clock.
+func (c *clock) nanos() int64 {
+	if c.coarse != nil {
+		if ns := c.coarse.Nanos(); ns != 0 {
+			return ns
+		}
+	}
+	return c.now().UnixNano()
+}
+
+// nanosFor is the clock a check of p reads: the coarse clock, but for
+// the windows, whose tokens on hand end with their window (1ms early, see
+// Manager.Take) and whose shares ahead start with theirs: the coarse
+// clock lags by its tick only while its ticker goroutine gets a CPU, and
+// on a node whose CPUs are busy it can wait far longer (four goroutines
+// busy on two CPUs: most reads 5ms stale or more, up to 2s), so that a
+// check reading it would spend a window's tokens in the next window.
+func (c *clock) nanosFor(p *Policy) int64 {
+	if p.Algorithm.Windowed() {
+		return c.precise()
+	}
+	return c.nanos()
+}
+
+// precise is the clock read precisely (not the fast path's coarse
+// clock, which may lag a tick): for when a Store's answer came.
+func (c *clock) precise() int64 { return c.now().UnixNano() }
+
+// afterFunc runs f after d on the timer clock (Config.AfterFunc, else real timers).
+func (c *clock) afterFunc(d time.Duration, f func()) (stop func() bool) {
+	if c.after != nil {
+		return c.after(d, f)
+	}
+	return time.AfterFunc(d, f).Stop
 }

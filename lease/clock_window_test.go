@@ -24,7 +24,7 @@ func TestWindowChecksIgnoreALaggingCoarseClock(t *testing.T) {
 			if _, _, ok := px.TakeLocal("k", &p, 1); !ok {
 				t.Fatal("the gateway's local check refused a key with tokens on hand")
 			}
-			if got := m.onHand(m.buckets.load("r:k")); got < 1 {
+			if got := m.striped.onHand(m.buckets.load("r:k")); got < 1 {
 				t.Fatalf("%d tokens on hand after the first lease, want some", got)
 			}
 			// The coarse clock stops in this window (its ticker starved);
@@ -32,7 +32,7 @@ func TestWindowChecksIgnoreALaggingCoarseClock(t *testing.T) {
 			stale := &coarseClock{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 			close(stale.done)
 			stale.ns.Store(clk.Now().UnixNano())
-			m.clock = stale
+			m.clk.coarse = stale
 			clk.Advance(time.Second)
 			// Another holder takes all the new window has.
 			g, err := fs.Lease(context.Background(), "r:k", p, 100, 1, Lessee{ID: "other", TTL: time.Minute})
@@ -61,7 +61,7 @@ func TestRefillingChecksDateAnswersByTheirClock(t *testing.T) {
 			lag := &coarseClock{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 			close(lag.done)
 			lag.ns.Store(clk.Now().Add(-time.Second).UnixNano()) // a second behind
-			m.clock = lag
+			m.clk.coarse = lag
 			p := Policy{Algorithm: alg, Limit: 2, Period: time.Hour}
 			for i, want := range []bool{true, true, false} {
 				if d := mustTake(t, m, "k", p, 1); d.Allowed != want {

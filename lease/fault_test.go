@@ -127,7 +127,7 @@ func TestLocalAdmissionsCharged(t *testing.T) {
 			}
 			held := int64(0)
 			if b := m.buckets.load("k"); b != nil {
-				held = m.onHand(b)
+				held = m.striped.onHand(b)
 			}
 			admitted := int64(10+during) + took
 			if got := fs.available(t, "k", p) + held; got != 100-admitted {

@@ -117,7 +117,7 @@ func TestIdleKeepHotKeyReturnsAtIdle(t *testing.T) {
 	}
 	mustTake(t, m, "cold", p, 1) // a lease of the floor
 	b := m.buckets.load("hot")
-	if lent, slow := b.basis.Load(), m.slowLoan(b); lent <= slow {
+	if lent, slow := b.basis.Load(), m.cfg.slowLoan(b); lent <= slow {
 		t.Fatalf("the hot key's loan is %d, want above a slow key's %d", lent, slow)
 	}
 	clk.Advance(15 * time.Second)

@@ -1,8 +1,9 @@
 // Package lease owns Sluice's decisions: the contract of the algorithms
 // (below; their table and pure math are package lease/algo, whose types
 // this package re-exports), the Store interface that holds the
-// authoritative state of every counter key, the in-memory Store, and the
-// Manager that keeps leased tokens in memory so that almost every check is
+// authoritative state of every counter key (the in-memory Store is
+// package lease/memstore, re-exported as MemoryStore), and the Manager
+// that keeps leased tokens in memory so that almost every check is
 // answered without I/O. On a Store in the process's own memory a Manager
 // may instead decide each check in the Store (Config.Direct), leasing
 // nothing.
@@ -380,6 +381,6 @@ var (
 	// does not support it (a lease for sliding_log, say): algo's.
 	ErrWrongAlgorithm = algo.ErrWrongAlgorithm
 	// ErrNoSlot means a release named an id that holds no slot of the key
-	// (a caller's error: the Store answered).
-	ErrNoSlot = errors.New("no such slot: never acquired, released already, or expired")
+	// (a caller's error: the Store answered): algo's.
+	ErrNoSlot = algo.ErrNoSlot
 )

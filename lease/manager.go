@@ -87,73 +87,31 @@ type Manager struct {
 	cfg   Config
 	met   *leaseMetrics
 	store *Breaker
-	local Store
-	own   *MemoryStore // the default Local, closed by Close
+	// fo is the failure modes' state: the local Store, FailLocal's
+	// episodes and the charges owed to the Store.
+	fo failover
 	// direct is the Store itself with Config.Direct (nil without): its
 	// calls skip the breaker, whose timeout and latency histogram would
 	// cost a call into memory more than the call. refunder is its Refund,
 	// nil without one.
 	direct   Store
 	refunder refunder
-	clock    *coarseClock // nil when cfg.Now was given
-	nowFn    func() time.Time
+	clk      clock
 	touchMs  uint32 // lastUse resolution
+	ahead    aheadTerms
 	idleMs   uint32
 
 	buckets index
 	// striped holds the stripes of the contended keys' tokens on hand.
 	striped stripeTable
 
-	// policies interns the policies of buckets, so a bucket holds a
-	// pointer instead of a copy.
-	policies struct {
-		sync.Mutex
-		m map[Policy]*Policy
-	}
-	// inflight holds the lease slot of every key that has a Store call in
-	// flight (sync lease, prefetch or return), by key: one per key, also
-	// across a bucket and the one that replaced it.
-	inflight struct {
-		sync.Mutex
-		m map[string]*slot // by key
-	}
-	// degraded holds the buckets in a FailLocal episode: their Store calls
-	// failed and their local state was seeded from the Store's last
-	// answer. A successful lease or the bucket's eviction ends the
-	// episode. The mutex orders starts and ends (m is read without it:
-	// every degraded check looks); n counts m's entries, so the lease
-	// path skips the lock when there are none.
-	degraded struct {
-		sync.Mutex
-		m sync.Map // *bucket → *episode
-		n atomic.Int64
-	}
-	// owed holds what local mode admitted and the Store could not be
-	// charged yet (the Store was down again when the episode ended, as
-	// for a key evicted during an outage), per key and policy: charged
-	// when the breaker closes and at each sweep with the Store up. At most
-	// maxOwed keys; beyond, the hits count as failed charges.
-	owed struct {
-		sync.Mutex
-		m map[owedKey]int64
-	}
-	// unanswered holds the token_bucket and gcra buckets whose last lease
-	// call got no answer (an error: the Store may have run it), with that
-	// call's Lessee.Call; their next call says so (Lessee.Unanswered), and
-	// the Store gives back what it granted. A call answered or the
-	// bucket's eviction removes the entry; n counts them, so the lease
-	// path skips the lock when there are none.
-	unanswered struct {
-		sync.Mutex
-		m map[*bucket]uint32
-		n atomic.Int64
-	}
+	policies policyTable
+	// inflight holds the lease slot of every key with a Store call out.
+	inflight slots
+	// unanswered holds the buckets whose last lease call got no answer.
+	unanswered unansweredCalls
 	// bg tracks the Manager's background goroutines.
-	bg struct {
-		sync.Mutex
-		closed bool
-		wg     sync.WaitGroup
-	}
+	bg background
 
 	// ctx is the parent of every Store call. It is never cancelled: each
 	// call is bounded by StoreTimeout, and Close waits for them.
@@ -225,34 +183,17 @@ type Stats struct {
 	Direct bool
 }
 
-// slot is a bucket's lease slot: one Store call per bucket at a time.
-// err is the outcome of the call, written before done is closed.
-type slot struct {
-	done chan struct{}
-	// late is closed when a check gave up on the slot's call (its budget
-	// ran out): the checks waiting for that call are decided at once
-	// instead of each waiting out a budget of its own after it. Only a
-	// check's own call (leaseSync with a budget) closes it.
-	late chan struct{}
-	err  error
-	// took is the tokens on hand a check's own call took off the bucket
-	// (leaseSync: it puts back what the Store still lends it), for the
-	// checks that find the bucket empty meanwhile (see tookOut).
-	took atomic.Int64
-}
-
 // NewManager returns a Manager that leases from store.
 func NewManager(store Store, cfg Config) *Manager {
 	cfg = cfg.withDefaults()
 	m := &Manager{cfg: cfg, met: newLeaseMetrics(cfg.Metrics)}
+	m.clk = clock{now: cfg.Now, after: cfg.AfterFunc}
 	if cfg.Now == nil {
-		m.clock = startCoarseClock(coarseTick)
-		m.nowFn = time.Now
-	} else {
-		m.nowFn = cfg.Now
+		m.clk.coarse = startCoarseClock(coarseTick)
+		m.clk.now = time.Now
 	}
 	bc := cfg.Breaker
-	bc.Now = m.nowFn
+	bc.Now = m.clk.now
 	if bc.Metrics == nil {
 		bc.Metrics = cfg.Metrics
 	}
@@ -261,7 +202,7 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	if bc.OnClose == nil {
 		// The Store is back: charge what local mode admitted.
-		bc.OnClose = func() { m.goBG(m.reconcileAll) }
+		bc.OnClose = func() { m.bg.spawn(m.fo.reconcileAll) }
 	}
 	if bc.AfterFunc == nil && cfg.Now != nil {
 		// A clock of the caller's (a test's): no real timer for the
@@ -274,18 +215,20 @@ func NewManager(store Store, cfg Config) *Manager {
 		m.direct = store
 		m.refunder, _ = store.(refunder)
 	}
-	m.local = cfg.Local
-	if m.local == nil {
-		m.own = NewMemoryStore(MemoryStoreConfig{Now: m.nowFn})
-		m.local = m.own
+	m.fo = failover{local: cfg.Local, store: m.store, cfg: &m.cfg, met: m.met, clk: &m.clk,
+		slots: &m.inflight, striped: &m.striped, bg: &m.bg}
+	if m.fo.local == nil {
+		m.fo.own = NewMemoryStore(MemoryStoreConfig{Now: m.clk.now})
+		m.fo.local = m.fo.own
 	}
 	m.touchMs = uint32(max(cfg.Idle/100/time.Millisecond, 1))
 	m.idleMs = uint32(cfg.Idle / time.Millisecond)
+	m.ahead = aheadTerms{horizon: cfg.AheadHorizon, leaseHorizon: cfg.Horizon, minShare: cfg.MinLeaseShare}
 	m.buckets.init()
-	m.striped.init()
-	m.policies.m = make(map[Policy]*Policy)
-	m.inflight.m = make(map[string]*slot)
+	m.striped.init(&m.clk, &m.inflight)
+	m.inflight.init()
 	m.ctx = context.Background()
+	m.fo.ctx = m.ctx
 	m.stopSweep = make(chan struct{})
 	m.sweepDone = make(chan struct{})
 	if cfg.SweepInterval > 0 {
@@ -295,34 +238,6 @@ func NewManager(store Store, cfg Config) *Manager {
 	}
 	return m
 }
-
-// nanos is the fast path's clock.
-func (m *Manager) nanos() int64 {
-	if m.clock != nil {
-		if ns := m.clock.Nanos(); ns != 0 {
-			return ns
-		}
-	}
-	return m.nowFn().UnixNano()
-}
-
-// nanosFor is the clock a check of p reads: the coarse clock, but for
-// the windows, whose tokens on hand end with their window (1ms early, see
-// Manager.Take) and whose shares ahead start with theirs: the coarse
-// clock lags by its tick only while its ticker goroutine gets a CPU, and
-// on a node whose CPUs are busy it can wait far longer (four goroutines
-// busy on two CPUs: most reads 5ms stale or more, up to 2s), so that a
-// check reading it would spend a window's tokens in the next window.
-func (m *Manager) nanosFor(p *Policy) int64 {
-	if p.Algorithm.Windowed() {
-		return m.preciseNanos()
-	}
-	return m.nanos()
-}
-
-// preciseNanos is the clock read precisely (not the fast path's coarse
-// clock, which may lag a tick): for when a Store's answer came.
-func (m *Manager) preciseNanos() int64 { return m.nowFn().UnixNano() }
 
 // Stats returns a snapshot of the Manager's counters.
 func (m *Manager) Stats() Stats {

@@ -93,6 +93,17 @@ func (a aheadWord) latency() int64 {
 	return int64(a&(1<<15-1)) * int64(aheadUnit)
 }
 
+// aheadTerms are what a Manager leases ahead by: Config.AheadHorizon,
+// and the smallest lease (Config.Horizon, MinLeaseShare) that each share
+// is. What a call asks ahead, and where a share is spendable, are
+// functions of the bucket and these; rolling into a window (rollAhead)
+// is the Manager's, which owns the slots and counters it touches.
+type aheadTerms struct {
+	horizon      time.Duration // Config.AheadHorizon
+	leaseHorizon time.Duration // Config.Horizon
+	minShare     float64       // Config.MinLeaseShare
+}
+
 // ahead returns b's shares (0 for an algorithm that does not lease
 // ahead: Algorithm.LeasesAhead).
 func (b *bucket) ahead() aheadWord {
@@ -102,32 +113,32 @@ func (b *bucket) ahead() aheadWord {
 	return aheadWord(b.aux.Load())
 }
 
-// aheadAsk is what a lease call of b asks ahead: the smallest lease in
+// ask is what a lease call of b asks ahead: the smallest lease in
 // each of aheadWindows windows; none for other algorithms, with
 // AheadHorizon off, or for a striped bucket (a contended key, whose need
 // is far above the floor: shares would save it no Store call). The caller
 // holds b's slot; b's shares are dropped, as the call replaces them (its
-// answer sets them again: see keepAhead).
-func (m *Manager) aheadAsk(b *bucket) (windows, tokens int64) {
+// answer sets them again: see aheadTerms.keep).
+func (at *aheadTerms) ask(b *bucket) (windows, tokens int64) {
 	if !b.pol.Algorithm.LeasesAhead() {
 		return 0, 0
 	}
 	b.aux.Store(0)
-	k := aheadWindows(b.pol.Period, m.cfg.AheadHorizon)
+	k := aheadWindows(b.pol.Period, at.horizon)
 	if k == 0 || b.tokens.Load() < 0 {
 		return 0, 0
 	}
-	return k, min(leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, b.pol.Capacity()), aheadMaxTokens)
+	return k, min(leaseWant(0, at.leaseHorizon, at.minShare, 1, b.pol.Capacity()), aheadMaxTokens)
 }
 
-// keepAhead records the shares of answer g to b's lease call, sent at send
+// keep records the shares of answer g to b's lease call, sent at send
 // and answered at recv (after b.answer set resetAt = recv + Reset). The
 // caller holds b's slot.
-func (m *Manager) keepAhead(b *bucket, g Grant, send, recv int64) {
+func (at *aheadTerms) keep(b *bucket, g Grant, send, recv int64) {
 	if !b.pol.Algorithm.LeasesAhead() {
 		return
 	}
-	k := aheadWindows(b.pol.Period, m.cfg.AheadHorizon)
+	k := aheadWindows(b.pol.Period, at.horizon)
 	w := recv - send + int64(time.Millisecond)
 	if g.AheadTokens <= 0 || g.AheadWindows <= 0 || k == 0 || w > int64(aheadMaxLatency) || b.resetAt.Load() == 0 {
 		b.aux.Store(0)
@@ -141,13 +152,13 @@ func (m *Manager) keepAhead(b *bucket, g Grant, send, recv int64) {
 	b.aux.Store(int64(packAhead(min(g.AheadTokens, aheadMaxTokens), j, units)))
 }
 
-// aheadSpan is the span of b's window n after its current one (n ≥ 1) in
+// span is the span of b's window n after its current one (n ≥ 1) in
 // which its share may be spent, on the node's clock: [from, to). ok is
 // false when b has no share of it.
-func (m *Manager) aheadSpan(b *bucket, a aheadWord, n int64) (from, to int64, ok bool) {
+func (at *aheadTerms) span(b *bucket, a aheadWord, n int64) (from, to int64, ok bool) {
 	pu := b.pol.Period
 	j := a.index() + n
-	if a == 0 || n < 1 || j > aheadWindows(pu, m.cfg.AheadHorizon) {
+	if a == 0 || n < 1 || j > aheadWindows(pu, at.horizon) {
 		return 0, 0, false
 	}
 	r := b.resetAt.Load() // the latest end of the current window
@@ -167,13 +178,13 @@ func (m *Manager) aheadSpan(b *bucket, a aheadWord, n int64) (from, to int64, ok
 // that sees the expiry finds them, and one that saw the old expiry and
 // takes them does so after now, inside the share's window.
 func (m *Manager) rollAhead(b *bucket, now int64) bool {
-	if b.ahead() == 0 || m.usable(b, now) {
+	if b.ahead() == 0 || m.cfg.usable(b, now) {
 		return false
 	}
 	m.inflight.Lock()
 	defer m.inflight.Unlock()
 	a := b.ahead()
-	if a == 0 || m.inflight.m[b.key()] != nil || b.denyUntil.Load() == evicted || b.tokens.Load() < 0 || m.usable(b, now) {
+	if a == 0 || m.inflight.m[b.key()] != nil || b.denyUntil.Load() == evicted || b.tokens.Load() < 0 || m.cfg.usable(b, now) {
 		return false
 	}
 	r := b.resetAt.Load()
@@ -182,7 +193,7 @@ func (m *Manager) rollAhead(b *bucket, now int64) bool {
 	}
 	pu := int64(b.pol.Period)
 	n := (now-r)/pu + 1
-	from, to, ok := m.aheadSpan(b, a, n)
+	from, to, ok := m.ahead.span(b, a, n)
 	if !ok || now < from || now >= to {
 		return false
 	}
@@ -209,30 +220,30 @@ func (m *Manager) rollAhead(b *bucket, now int64) bool {
 	return true
 }
 
-// aheadEnd is when b's last share stops being spendable (the end of its
+// end is when b's last share stops being spendable (the end of its
 // span), or 0 if b has none.
-func (m *Manager) aheadEnd(b *bucket) int64 {
+func (at *aheadTerms) end(b *bucket) int64 {
 	a := b.ahead()
 	if a == 0 {
 		return 0
 	}
-	left := aheadWindows(b.pol.Period, m.cfg.AheadHorizon) - a.index()
-	if _, to, ok := m.aheadSpan(b, a, left); ok {
+	left := aheadWindows(b.pol.Period, at.horizon) - a.index()
+	if _, to, ok := at.span(b, a, left); ok {
 		return to
 	}
 	return 0
 }
 
-// aheadLive reports whether the Store may still lend b shares of a window
+// live reports whether the Store may still lend b shares of a window
 // that has not started at now: a return ends them (see returnable). It
 // errs towards true (a return that ends nothing costs a Store call, a
 // share left running costs the key's other holders its tokens).
-func (m *Manager) aheadLive(b *bucket, now int64) bool {
+func (at *aheadTerms) live(b *bucket, now int64) bool {
 	a := b.ahead()
 	if a == 0 {
 		return false
 	}
-	left := aheadWindows(b.pol.Period, m.cfg.AheadHorizon) - a.index()
+	left := aheadWindows(b.pol.Period, at.horizon) - a.index()
 	r := b.resetAt.Load()
 	if left <= 0 {
 		return false
@@ -250,7 +261,7 @@ func (m *Manager) aheadLive(b *bucket, now int64) bool {
 // (its end bound is early by the latency and the margin), or the share
 // of a window ahead the bucket did not roll into: it reports held what
 // covers either (the Store keeps min(held, lent) of the loan), and its
-// answer says which window the Store is in (see aheadFound). Zero for a
+// answer says which window the Store is in (see aheadTerms.found). Zero for a
 // bucket without shares.
 type aheadGap struct {
 	a     aheadWord
@@ -262,10 +273,10 @@ type aheadGap struct {
 	sure  int64 // the least it may find, in any window the Store may be in
 }
 
-// aheadGapOf is b's aheadGap before a lease call at now (the caller holds
+// gapOf is b's aheadGap before a lease call at now (the caller holds
 // b's slot, and has not asked lesseeOf, which drops the shares). With over
 // (b's window is over at now), local is the tokens the call took off b.
-func (m *Manager) aheadGapOf(b *bucket, over bool, local, now int64) aheadGap {
+func (at *aheadTerms) gapOf(b *bucket, over bool, local, now int64) aheadGap {
 	a, r := b.ahead(), b.resetAt.Load()
 	if a == 0 {
 		return marginGap(b, over, local, r)
@@ -287,7 +298,7 @@ func (m *Manager) aheadGapOf(b *bucket, over bool, local, now int64) aheadGap {
 	// (by the latest ends) to that of now + P/2 (by the earliest: a call
 	// takes less than half a window), counted from the bucket's window.
 	pu := b.pol.Period
-	k := aheadWindows(pu, m.cfg.AheadHorizon)
+	k := aheadWindows(pu, at.horizon)
 	d := aheadMargin(pu, k)
 	first := max(0, (now-r-d)/int64(pu)+1)
 	if now < r+d {
@@ -372,18 +383,18 @@ func marginSame(b *bucket, gp aheadGap, g Grant, send, recv int64) bool {
 	return lo <= ghi && glo <= hi
 }
 
-// aheadWindowOf is which window the Store answered g in (sent at send,
+// windowOf is which window the Store answered g in (sent at send,
 // answered at recv), counted from the bucket's window before the call (0:
 // the same), told from where its end falls (recv + Reset) against that
 // window's latest end: n periods later, within the two calls' latencies
 // and the margins, which must stay under half a period. ok is false when
 // it cannot tell.
-func (m *Manager) aheadWindowOf(b *bucket, gp aheadGap, g Grant, send, recv int64) (n int64, ok bool) {
+func (at *aheadTerms) windowOf(b *bucket, gp aheadGap, g Grant, send, recv int64) (n int64, ok bool) {
 	if gp.a == 0 {
 		return 0, false
 	}
 	pu := int64(b.pol.Period)
-	k := aheadWindows(b.pol.Period, m.cfg.AheadHorizon)
+	k := aheadWindows(b.pol.Period, at.horizon)
 	if recv-send+int64(time.Millisecond)+gp.a.latency()+2*aheadMargin(b.pol.Period, k) >= pu/2 {
 		return 0, false
 	}
@@ -394,19 +405,19 @@ func (m *Manager) aheadWindowOf(b *bucket, gp aheadGap, g Grant, send, recv int6
 	return (d + pu/2) / pu, true
 }
 
-// aheadSame reports whether answer g shows the Store in the bucket's
+// same reports whether answer g shows the Store in the bucket's
 // window before the call, whose tokens on hand are that window's: they
 // may then be spent until the answer's end of it.
-func (m *Manager) aheadSame(b *bucket, gp aheadGap, g Grant, send, recv int64) bool {
-	n, ok := m.aheadWindowOf(b, gp, g, send, recv)
+func (at *aheadTerms) same(b *bucket, gp aheadGap, g Grant, send, recv int64) bool {
+	n, ok := at.windowOf(b, gp, g, send, recv)
 	return ok && n == 0 && gp.own
 }
 
-// aheadFound is what answer g to a call of a bucket in gap gp finds lent
+// found is what answer g to a call of a bucket in gap gp finds lent
 // to it in the Store's window: gp.left if that window is the bucket's,
 // the share if it is one of the windows ahead (none of it was spent: the
 // bucket did not roll into it), else 0.
-func (m *Manager) aheadFound(b *bucket, gp aheadGap, g Grant, send, recv int64) int64 {
+func (at *aheadTerms) found(b *bucket, gp aheadGap, g Grant, send, recv int64) int64 {
 	if gp.held == 0 {
 		return 0
 	}
@@ -417,13 +428,13 @@ func (m *Manager) aheadFound(b *bucket, gp aheadGap, g Grant, send, recv int64) 
 		}
 		return min(gp.left, lent) // see marginGap
 	}
-	n, ok := m.aheadWindowOf(b, gp, g, send, recv)
+	n, ok := at.windowOf(b, gp, g, send, recv)
 	switch {
 	case !ok:
 		return 0
 	case n == 0:
 		return min(gp.left, lent)
-	case gp.a.index()+n <= aheadWindows(b.pol.Period, m.cfg.AheadHorizon):
+	case gp.a.index()+n <= aheadWindows(b.pol.Period, at.horizon):
 		return min(gp.a.tokens(), lent)
 	}
 	return 0
@@ -434,11 +445,11 @@ func (m *Manager) aheadFound(b *bucket, gp aheadGap, g Grant, send, recv int64) 
 // (see aheadGap): a check then asks the Store rather than deny locally
 // (the tokens on hand of a window that runs on past the bound, a share).
 func (m *Manager) aheadMayFind(b *bucket, now int64) bool {
-	if m.usable(b, now) {
+	if m.cfg.usable(b, now) {
 		return false
 	}
 	if b.ahead() == 0 {
-		return marginGap(b, true, m.onHand(b), b.resetAt.Load()).held > 0
+		return marginGap(b, true, m.striped.onHand(b), b.resetAt.Load()).held > 0
 	}
-	return m.aheadGapOf(b, true, max(b.tokens.Load(), 0), now).held > 0
+	return m.ahead.gapOf(b, true, max(b.tokens.Load(), 0), now).held > 0
 }

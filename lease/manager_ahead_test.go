@@ -429,7 +429,7 @@ func TestAheadStripedAsksNone(t *testing.T) {
 	m := ms[0]
 	mustTake(t, m, "k", p, 1)
 	b := m.buckets.load("k")
-	m.stripe(b)
+	m.striped.stripe(b)
 	if b.tokens.Load() >= 0 {
 		t.Fatal("not striped")
 	}

@@ -68,7 +68,7 @@ func (m *Manager) Acquire(key string, p Policy, hits int64) (Decision, string, e
 			return Decision{Limit: p.Limit, RetryAfter: m.store.Config().Cooldown, Unavailable: true}, "", nil
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StoreTimeout)
-		r, err = m.local.Acquire(ctx, key, p, id, hits)
+		r, err = m.fo.local.Acquire(ctx, key, p, id, hits)
 		cancel()
 		if err != nil {
 			return Decision{Limit: p.Limit, RetryAfter: m.store.Config().Cooldown, Unavailable: true}, "", nil
@@ -96,7 +96,7 @@ func (m *Manager) Release(key string, p Policy, id string) error {
 	}
 	key = strings.Clone(key) // Stores may keep it
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StoreTimeout)
-	localErr := m.local.Release(ctx, key, p, id) // a slot taken while degraded
+	localErr := m.fo.local.Release(ctx, key, p, id) // a slot taken while degraded
 	cancel()
 	err := m.store.Release(m.ctx, key, p, id)
 	if errors.Is(err, ErrNoSlot) && localErr == nil {

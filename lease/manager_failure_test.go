@@ -222,8 +222,8 @@ func TestFailLocalEpisodes(t *testing.T) {
 	if st := m.Stats(); st.DegradedDecisions != 7 {
 		t.Fatalf("DegradedDecisions = %d, want 7", st.DegradedDecisions)
 	}
-	if m.degraded.n.Load() != 1 {
-		t.Fatalf("%d keys in a degraded episode, want 1", m.degraded.n.Load())
+	if m.fo.degraded.n.Load() != 1 {
+		t.Fatalf("%d keys in a degraded episode, want 1", m.fo.degraded.n.Load())
 	}
 	// Eviction ends the episode (no leak). The charge for the first
 	// episode runs in the background holding the key's slot, and a sweep
@@ -231,7 +231,7 @@ func TestFailLocalEpisodes(t *testing.T) {
 	m.drain()
 	clk.Advance(time.Hour)
 	m.sweep(clk.Now())
-	if n := m.degraded.n.Load(); n != 0 {
+	if n := m.fo.degraded.n.Load(); n != 0 {
 		t.Fatalf("%d keys in a degraded episode after the sweep, want 0", n)
 	}
 }

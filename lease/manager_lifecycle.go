@@ -12,16 +12,26 @@ import (
 	"github.com/sluicehq/sluice/lease/logkey"
 )
 
+// policyTable interns the policies of buckets, so a bucket holds a
+// pointer instead of a copy.
+type policyTable struct {
+	sync.Mutex
+	m map[Policy]*Policy
+}
+
 // intern returns the shared copy of p.
-func (m *Manager) intern(p Policy) *Policy {
-	m.policies.Lock()
-	defer m.policies.Unlock()
-	if q, ok := m.policies.m[p]; ok {
+func (t *policyTable) intern(p Policy) *Policy {
+	t.Lock()
+	defer t.Unlock()
+	if q, ok := t.m[p]; ok {
 		return q
+	}
+	if t.m == nil {
+		t.m = make(map[Policy]*Policy)
 	}
 	q := new(Policy)
 	*q = p
-	m.policies.m[p] = q
+	t.m[p] = q
 	return q
 }
 
@@ -35,7 +45,7 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 		if old != nil && *old.pol == p && old.denyUntil.Load() != evicted {
 			return old
 		}
-		nb := newBucket(key, m.intern(p))
+		nb := newBucket(key, m.policies.intern(p))
 		nb.lastUse.Store(unixMs32(now))
 		if old == nil {
 			if got, loaded := m.buckets.loadOrStore(nb.key(), nb); loaded {
@@ -48,38 +58,54 @@ func (m *Manager) bucketFor(key string, p Policy, now int64) *bucket {
 			m.met.activeKeys.Inc()
 			return nb
 		}
-		s := m.claimWait(old)
+		s := m.inflight.claimWait(old)
 		if !m.buckets.compareAndSwap(old.key(), old, nb) {
-			m.release(old, s, nil)
+			m.inflight.release(old, s, nil)
 			continue
 		}
 		// The policy changed (rules reloaded): the old bucket's tokens go
 		// back under its old policy, and the key starts fresh.
 		marked := old.markEvicted()
-		m.endDegraded(old)
-		m.callEnded(old, Lessee{}, nil)
+		m.fo.endDegraded(old)
+		m.unanswered.ended(old, Lessee{}, nil)
 		if !marked {
-			m.release(old, s, nil)
-		} else if !m.goBG(func() { m.returnOne(old, s) }) {
+			m.inflight.release(old, s, nil)
+		} else if !m.bg.spawn(func() { m.returnOne(old, s) }) {
 			m.returnOne(old, s)
 		}
 		return nb
 	}
 }
 
-// goBG runs f in a goroutine that Close waits for; false once closed.
-func (m *Manager) goBG(f func()) bool {
-	m.bg.Lock()
-	defer m.bg.Unlock()
-	if m.bg.closed {
+// background is a Manager's background goroutines (prefetches, returns,
+// charges): Close stops new ones and waits for those running.
+type background struct {
+	sync.Mutex // guards closed, and orders wg.Add before Close's Wait
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// spawn runs f in a goroutine that Close waits for; false once closed.
+func (g *background) spawn(f func()) bool {
+	g.Lock()
+	defer g.Unlock()
+	if g.closed {
 		return false
 	}
-	m.bg.wg.Add(1)
+	g.wg.Add(1)
 	go func() {
-		defer m.bg.wg.Done()
+		defer g.wg.Done()
 		f()
 	}()
 	return true
+}
+
+// stop refuses new goroutines and waits for those running.
+func (g *background) stop() {
+	g.Lock()
+	g.closed = true
+	g.Unlock()
+	g.wg.Wait()
 }
 
 // returnBucket gives an evicted bucket's tokens back to the Store and
@@ -109,16 +135,16 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 			m.leftRecent() // before a new bucket of the key can lease
 		}
 	}
-	m.release(b, s, err)
+	m.inflight.release(b, s, err)
 	if err == nil && tokens > 0 {
 		// A newer bucket of the key (after a policy change, or a check
 		// racing with eviction) may be denying until a batch that the
 		// Store could not see coming: these tokens. Let it lease again.
 		// Holding its slot orders this after any lease it has in flight.
 		if nb := m.buckets.load(b.key()); nb != nil && nb != b {
-			ns := m.claimWait(nb)
+			ns := m.inflight.claimWait(nb)
 			nb.forget()
-			m.release(nb, ns, nil)
+			m.inflight.release(nb, ns, nil)
 		}
 	}
 	return err
@@ -128,16 +154,16 @@ func (m *Manager) returnBucket(ctx context.Context, b *bucket, s *slot, always b
 // holds b's slot) and says what its return gives back, and whether it
 // makes a Store call at all.
 func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
-	tokens = m.takeAll(b)
+	tokens = m.striped.takeAll(b)
 	m.striped.remove(b) // b left the index: checks holding it find no stripes
 	lent := b.basis.Load()
 	m.countLocal(lent - tokens)
 	b.basis.Store(0)
-	now := m.nanosFor(b.pol)
+	now := m.clk.nanosFor(b.pol)
 	// Shares of windows ahead end only with a return (or a lease call
 	// asking none): one is made for them even with nothing on hand.
-	ahead := m.aheadLive(b, now)
-	if !m.usable(b, now) {
+	ahead := m.ahead.live(b, now)
+	if !m.cfg.usable(b, now) {
 		// Tokens of a window that ended (a return would lower the count
 		// of the current window, which never granted them), or past
 		// their TTL (the Store counts them as spent). But a fixed_window
@@ -147,7 +173,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 		// window the Store may be in (aheadGap.sure; 0 without shares).
 		// Left there, a clean stop would take the share out of the
 		// window for the key's next holder.
-		tokens = m.aheadGapOf(b, true, tokens, now).sure
+		tokens = m.ahead.gapOf(b, true, tokens, now).sure
 	} else if !always && b.refilled(now) {
 		// The Store said it would be full again by now but for what it
 		// lent this Manager. Not returned: the idle return of a cold key
@@ -175,7 +201,7 @@ func (m *Manager) returnable(b *bucket, always bool) (tokens int64, call bool) {
 // (under-admission), where dating their spends back would let it admit
 // them twice.
 func (m *Manager) leftRecent() {
-	until := addTime(m.nanos(), m.cfg.LeaseTTL)
+	until := addTime(m.clk.nanos(), m.cfg.LeaseTTL)
 	for {
 		u := m.leftUntil.Load()
 		if u >= until || m.leftUntil.CompareAndSwap(u, until) {
@@ -201,8 +227,8 @@ func (m *Manager) evict(b *bucket) bool {
 	m.st.active.Add(-1)
 	m.met.activeKeys.Dec()
 	marked := b.markEvicted()
-	m.endDegraded(b) // after the mark, which seedLocal checks under the lock
-	m.callEnded(b, Lessee{}, nil)
+	m.fo.endDegraded(b) // after the mark, which seedLocal checks under the lock
+	m.unanswered.ended(b, Lessee{}, nil)
 	return marked
 }
 
@@ -219,12 +245,12 @@ type evicting struct {
 func (m *Manager) evictHeld(b *bucket, wait bool) (e evicting, ok bool) {
 	var s *slot
 	if wait {
-		s = m.claimWait(b)
-	} else if s, ok = m.claim(b); !ok {
+		s = m.inflight.claimWait(b)
+	} else if s, ok = m.inflight.claim(b); !ok {
 		return evicting{}, false
 	}
 	if !m.evict(b) {
-		m.release(b, s, nil)
+		m.inflight.release(b, s, nil)
 		return evicting{}, false
 	}
 	return evicting{b: b, s: s, always: wait}, true
@@ -242,7 +268,7 @@ func (m *Manager) returnAll(bs []evicting) error {
 	}
 	slices.SortFunc(bs, func(x, y evicting) int { return cmp.Compare(y.b.basis.Load(), x.b.basis.Load()) })
 	var over atomic.Bool
-	stop := m.afterFunc(m.cfg.ReturnTimeout, func() { over.Store(true) })
+	stop := m.clk.afterFunc(m.cfg.ReturnTimeout, func() { over.Store(true) })
 	defer stop()
 	var (
 		mu       sync.Mutex
@@ -251,7 +277,7 @@ func (m *Manager) returnAll(bs []evicting) error {
 		fails    int
 		left     atomic.Int64
 	)
-	m.eachStoreCall(len(bs), func(i int) {
+	eachStoreCall(m.cfg.ReturnWorkers, len(bs), func(i int) {
 		e := bs[i]
 		if over.Load() {
 			if _, call := m.returnable(e.b, e.always); call {
@@ -260,7 +286,7 @@ func (m *Manager) returnAll(bs []evicting) error {
 					m.leftRecent() // before a new bucket of the key can lease
 				}
 			}
-			m.release(e.b, e.s, nil)
+			m.inflight.release(e.b, e.s, nil)
 			return
 		}
 		if err := m.returnBucket(m.ctx, e.b, e.s, e.always); err != nil {
@@ -283,12 +309,13 @@ func (m *Manager) returnAll(bs []evicting) error {
 	return nil
 }
 
-// eachStoreCall runs f(i) for i in [0, n) with at most ReturnWorkers
-// calls at once (each makes a Store call), and waits for them.
-func (m *Manager) eachStoreCall(n int, f func(i int)) {
+// eachStoreCall runs f(i) for i in [0, n) with at most workers
+// (Config.ReturnWorkers) calls at once (each makes a Store call), and
+// waits for them.
+func eachStoreCall(workers, n int, f func(i int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(n, m.cfg.ReturnWorkers) {
+	for range min(n, workers) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 				f(i)
@@ -329,9 +356,9 @@ func (m *Manager) sweep(now time.Time) int {
 	}
 	_ = m.returnAll(idle) // logged
 	if !m.store.Rejecting() {
-		m.chargeOwed() // charges that failed while the breaker stayed closed
+		m.fo.chargeOwed() // charges that failed while the breaker stayed closed
 	}
-	m.prunePolicies()
+	m.policies.prune(&m.buckets)
 	if c, ok := m.direct.(interface{ Len() int }); ok {
 		// Config.Direct keeps no bucket: the gauge shows the Store's
 		// keys, as Stats.ActiveKeys does.
@@ -371,14 +398,14 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 		return false // striped buckets (tokens < 0) are hot keys'
 	}
 	current := t > 0 && b.spendable(now)
-	if current && b.basis.Load() > m.slowLoan(b) {
+	if current && b.basis.Load() > m.cfg.slowLoan(b) {
 		return false
 	}
-	if !current && now >= m.aheadEnd(b) {
+	if !current && now >= m.ahead.end(b) {
 		return false
 	}
-	if m.degraded.n.Load() > 0 {
-		if _, ok := m.degraded.m.Load(b); ok {
+	if m.fo.degraded.n.Load() > 0 {
+		if _, ok := m.fo.degraded.m.Load(b); ok {
 			return false
 		}
 	}
@@ -395,27 +422,27 @@ func (m *Manager) keeps(b *bucket, now int64) bool {
 // loan stays below twice it; a key far from its limit tops its loan up to
 // at most half the capacity. A key that leased for its rate has a bigger
 // loan, which goes back at Idle.
-func (m *Manager) slowLoan(b *bucket) int64 {
+func (c *Config) slowLoan(b *bucket) int64 {
 	p := b.pol
-	floor := 2 * leaseWant(0, m.cfg.Horizon, m.cfg.MinLeaseShare, 1, p.Capacity())
+	floor := 2 * leaseWant(0, c.Horizon, c.MinLeaseShare, 1, p.Capacity())
 	if b.roomy() {
 		return max(floor, p.Capacity()/2)
 	}
 	return floor
 }
 
-// prunePolicies forgets the interned policies that no bucket uses, so that
+// prune forgets the interned policies that no bucket of x uses, so that
 // rule reloads do not grow the Manager forever. A policy interned by a
 // bucketFor racing with it may be interned again: harmless, buckets
 // compare policies by value.
-func (m *Manager) prunePolicies() {
+func (t *policyTable) prune(x *index) {
 	live := make(map[*Policy]struct{})
-	m.buckets.rangeAll(func(b *bucket) { live[b.pol] = struct{}{} })
-	m.policies.Lock()
-	defer m.policies.Unlock()
-	for p, q := range m.policies.m {
+	x.rangeAll(func(b *bucket) { live[b.pol] = struct{}{} })
+	t.Lock()
+	defer t.Unlock()
+	for p, q := range t.m {
 		if _, ok := live[q]; !ok {
-			delete(m.policies.m, p)
+			delete(t.m, p)
 		}
 	}
 }
@@ -429,7 +456,7 @@ func (m *Manager) sweeper(every time.Duration) {
 		case <-m.stopSweep:
 			return
 		case <-t.C:
-			m.sweep(m.nowFn())
+			m.sweep(m.clk.now())
 		}
 	}
 }
@@ -465,18 +492,15 @@ func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stopSweep)
 		<-m.sweepDone
-		m.bg.Lock()
-		m.bg.closed = true
-		m.bg.Unlock()
-		m.bg.wg.Wait()
+		m.bg.stop()
 		m.closeErr = m.ReturnKeys(func(string) bool { return false })
-		m.chargeOwed()
-		m.dropOwed() // the Store is still down: nothing left to charge them later
-		if m.own != nil {
-			_ = m.own.Close() // stops its janitor; it stays usable
+		m.fo.chargeOwed()
+		m.fo.dropOwed() // the Store is still down: nothing left to charge them later
+		if m.fo.own != nil {
+			_ = m.fo.own.Close() // stops its janitor; it stays usable
 		}
-		if m.clock != nil {
-			m.clock.Stop() // nanos falls back to nowFn
+		if m.clk.coarse != nil {
+			m.clk.coarse.Stop() // clk.nanos falls back to clk.now
 		}
 		m.store.Close() // its background probe
 	})

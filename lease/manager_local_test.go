@@ -66,7 +66,7 @@ func TestPrefixTakeLocal(t *testing.T) {
 	}
 	// Its answer is the allowed Decision Take's fast path gives (the
 	// clock is frozen: the same now).
-	if want := m.buckets.load("r:k").decision(held-1, m.nanos()); remaining != want.Remaining || reset != want.Reset {
+	if want := m.buckets.load("r:k").decision(held-1, m.clk.nanos()); remaining != want.Remaining || reset != want.Reset {
 		t.Fatalf("TakeLocal answered remaining %d, reset %v; Take's fast path: %d, %v", remaining, reset, want.Remaining, want.Reset)
 	}
 	other := perSecond(99)

@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +30,7 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if m.cfg.Direct && p.Algorithm.Leased() {
 		return m.takeDirect(key, p, hits)
 	}
-	now := m.nanosFor(&p)
+	now := m.clk.nanosFor(&p)
 	b := m.buckets.load(key)
 	// The fast path, as takeFast (written out here: the call costs the
 	// single-check benchmark about a third). Only leased policies have
@@ -36,10 +38,10 @@ func (m *Manager) Take(key string, p Policy, hits int64) (Decision, error) {
 	if b != nil && samePolicy(b.pol, &p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
-			left, ok = m.take(b, hits, left+hits)
+			left, ok = m.striped.take(b, hits, left+hits)
 		}
 		if ok {
-			m.touch(b, now)
+			b.touch(now, m.touchMs)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
 				m.prefetch(b)
 			}
@@ -59,10 +61,10 @@ func (m *Manager) takeFast(b *bucket, p *Policy, hits, now int64) (Decision, boo
 	if b != nil && samePolicy(b.pol, p) && hits > 0 && b.spendable(now) {
 		left, ok := b.quickTake(hits)
 		if !ok {
-			left, ok = m.take(b, hits, left+hits)
+			left, ok = m.striped.take(b, hits, left+hits)
 		}
 		if ok {
-			m.touch(b, now)
+			b.touch(now, m.touchMs)
 			if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
 				m.prefetch(b)
 			}
@@ -123,7 +125,7 @@ func (m *Manager) TakeMany(cs []Check) {
 		}
 		return
 	}
-	now := m.preciseNanos() // once for the batch: it may hold windows (see nanosFor)
+	now := m.clk.precise() // once for the batch: it may hold windows (see nanosFor)
 	misses := 0
 	for i := range cs {
 		c := &cs[i]
@@ -224,5 +226,174 @@ func (m *Manager) Refund(key string, p Policy, hits int64) {
 	if b == nil || !samePolicy(b.pol, &p) || b.denyUntil.Load() == evicted {
 		return
 	}
-	m.refund(b, hits)
+	m.striped.refund(b, hits)
+}
+
+// takeSlow handles every leased check the fast path could not: a new key,
+// a policy change, a peek, a deny-until, too few tokens.
+func (m *Manager) takeSlow(b *bucket, key string, p Policy, hits, now int64) (Decision, error) {
+	if b == nil || !samePolicy(b.pol, &p) {
+		if err := p.Validate(); err != nil {
+			return Decision{}, err
+		}
+		if hits == 0 && b == nil {
+			return m.peekStore(strings.Clone(key), p), nil
+		}
+		b = m.bucketFor(key, p, now)
+	}
+	if hits == 0 {
+		return m.peekLocal(b, key, p, now), nil
+	}
+	if hits > p.Capacity() {
+		// Can never be met: deny without asking, and without a
+		// deny-until that would also refuse smaller checks.
+		local := m.striped.onHand(b)
+		return Decision{Limit: p.Limit, Remaining: local + b.remaining.Load(), RetryAfter: p.Period,
+			Reset: b.reset(local, now)}, nil
+	}
+	// lastUse is the last spend (checks that spend touch it): how long
+	// this Manager has not spent a token of the key, for the Store.
+	idle := b.idleFor(now, m.touchMs)
+	// The check's budget for Store calls and waits (see
+	// Config.CheckBudget), started when first needed.
+	var bud *budget
+	defer func() {
+		if bud != nil {
+			bud.stop()
+		}
+	}()
+	waited, again, retried := false, false, false
+	for {
+		if m.cfg.usable(b, now) {
+			if left, ok := m.striped.take(b, hits, -1); ok {
+				b.touch(now, m.touchMs)
+				if !b.spendable(now) {
+					if renewHook != nil {
+						renewHook(b)
+					}
+					m.renew(b, now) // past half its TTL: re-lend it in the background
+				}
+				return b.decision(left, now), nil
+			}
+		}
+		du := b.denyUntil.Load()
+		if du == evicted {
+			b = m.bucketFor(key, p, now)
+			continue
+		}
+		if m.rollAhead(b, now) {
+			continue // the window of now, on a share leased ahead
+		}
+		// Judged on its own hits: denied locally only if the Store's last
+		// answer, projected to now, cannot cover what local tokens do not
+		// (or, while the key is saturated, that plus a batch).
+		local := int64(0)
+		if m.cfg.usable(b, now) {
+			local = m.striped.onHand(b)
+		}
+		if at, slack := b.coverAt(hits - local); at != 0 && !m.aheadMayFind(b, now) {
+			if now < du && hits > local {
+				// (A check the tokens on hand cover, on a striped
+				// bucket whose stripes each hold less, gathers them.)
+				at = addTime(at, batchWait(p, m.cfg.MinLeaseShare, hits-local, m.cfg.Horizon))
+			}
+			// Within the Store's rounding of the time, ask it: a denial
+			// must be sure; a RetryAfter must never be early.
+			if now < at-slack {
+				if m.cfg.usable(b, now) && m.striped.onHand(b) > local {
+					// A lease call put tokens on hand since this check
+					// looked (calls add them before they publish the
+					// Store's answer read just now): take those.
+					continue
+				}
+				// Not while the key is saturated (du: the Store denied
+				// it, or a dry grant kept it so): a saturated key's
+				// checks are denied without a look at the calls out.
+				if (du != 0 && now < du) || !m.inflight.tookOut(b, hits-local) {
+					m.st.localDenials.Add(1)
+					m.met.decisionsDenyLoc.Inc()
+					return Decision{Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
+						RetryAfter: time.Duration(at - now), Reset: b.reset(local, now)}, nil
+				}
+				// Else wait for the call that took them (below).
+			}
+		}
+		if m.store.Rejecting() {
+			m.met.storeCalls[opLease][resultRejected].Inc()
+			return m.failure(b, key, p, hits, errBreakerOpen), nil
+		}
+		s, owner := m.inflight.claim(b)
+		if bud == nil && (!owner || m.cfg.CheckBudget > 0) {
+			// The budget's timer only when something waits on it: a
+			// check that waits for another's call, or a Store call
+			// bounded by CheckBudget (without one, the call's own
+			// context is its bound).
+			bud = m.startBudget()
+		}
+		if !owner {
+			// Another check (or a prefetch, or a return) is leasing for
+			// this key: wait for it rather than stampede, within this
+			// check's budget.
+			if slotWaitHook != nil {
+				slotWaitHook(b.key())
+			}
+			if !s.wait(bud) {
+				return m.failure(b, key, p, hits, errStoreSlow), nil
+			}
+			if s.err != nil {
+				return m.failure(b, key, p, hits, s.err), nil
+			}
+			waited = true
+			now = max(now, m.clk.nanosFor(&p))
+			continue
+		}
+		if b.denyUntil.Load() == evicted {
+			m.inflight.release(b, s, nil)
+			continue
+		}
+		ctx, lb := m.ctx, bud
+		if m.cfg.CheckBudget <= 0 {
+			lb = nil
+			if waited {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(m.ctx, bud.deadline)
+				defer cancel()
+			}
+		}
+		d := m.leaseSync(ctx, b, s, p, hits, now, idle, lb, &again)
+		if again && !retried {
+			// A call between two windows' spans found less of its own in
+			// the Store's window than it counted on, and the Store has
+			// the rest: ask again, knowing the window (once).
+			retried = true
+			now = max(now, m.clk.nanosFor(&p))
+			continue
+		}
+		return d, nil
+	}
+}
+
+// peekLocal answers hits = 0 for a known key from what the Manager knows,
+// or from the Store if the key never leased.
+func (m *Manager) peekLocal(b *bucket, key string, p Policy, now int64) Decision {
+	if b.resetAt.Load() == 0 {
+		return m.peekStore(b.key(), p)
+	}
+	// A peek is never denied: it reports what the Store's last answer,
+	// projected to now, and the local tokens hold.
+	local := m.striped.onHand(b)
+	return Decision{Allowed: true, Limit: p.Limit, Remaining: min(local+b.projected(now), p.Capacity()),
+		Reset: b.reset(local, now)}
+}
+
+// peekStore answers hits = 0 with a Store peek; it creates no bucket. key
+// must be the Manager's own copy.
+func (m *Manager) peekStore(key string, p Policy) Decision {
+	m.st.storeDecisions.Add(1)
+	m.met.decisionsStore.Inc()
+	g, err := m.store.Lease(m.ctx, key, p, 0, 0, Lessee{})
+	if err != nil {
+		return m.failure(nil, key, p, 0, err)
+	}
+	return Decision{Allowed: true, Limit: p.Limit, Remaining: g.Remaining, Reset: g.Reset}
 }

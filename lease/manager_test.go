@@ -612,13 +612,13 @@ func TestSaturatedKeyCoveredOnHand(t *testing.T) {
 	if b.denyUntil.Load() <= clk.Now().UnixNano() {
 		t.Fatal("the dry grant did not saturate the key")
 	}
-	m.stripe(b)
+	m.striped.stripe(b)
 	if b.tokens.Load() >= 0 {
 		t.Fatal("the key was not striped")
 	}
 	for n := 0; n < 10_000; n++ {
 		if d := mustTake(t, m, "k", p, 4); !d.Allowed {
-			if on := m.onHand(b); on >= 4 {
+			if on := m.striped.onHand(b); on >= 4 {
 				t.Errorf("after %d checks of 4: denied with %d tokens on hand: %+v", n, on, d)
 			}
 			return

@@ -53,7 +53,7 @@ func BenchmarkTakeHot(b *testing.B) {
 		})
 	})
 	// window: a fixed_window key, whose checks read the precise clock
-	// (Manager.nanosFor): the cost of that read over single's.
+	// (clock.nanosFor): the cost of that read over single's.
 	b.Run("window", func(b *testing.B) {
 		m := benchManager(b)
 		p := Policy{Algorithm: FixedWindow, Limit: 1 << 40, Period: time.Hour}
@@ -77,7 +77,7 @@ func BenchmarkTakeHot(b *testing.B) {
 			_, _ = m.Take("hot", hotPolicy, 1)
 		}
 		bk := m.buckets.load("hot")
-		m.stripe(bk)
+		m.striped.stripe(bk)
 		if bk.tokens.Load() >= 0 {
 			b.Fatal("not striped")
 		}

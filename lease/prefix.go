@@ -51,11 +51,11 @@ func (px *Prefix) TakeLocal(key string, p *Policy, hits int64) (remaining int64,
 	}
 	m := px.m
 	var now int64
-	if m.clock != nil && !p.Algorithm.Windowed() { // see Manager.nanosFor
-		now = m.clock.Nanos()
+	if m.clk.coarse != nil && !p.Algorithm.Windowed() { // see clock.nanosFor
+		now = m.clk.coarse.Nanos()
 	}
 	if now == 0 {
-		now = m.nowFn().UnixNano()
+		now = m.clk.now().UnixNano()
 	}
 	b := px.x.load(key)
 	if b == nil || !samePolicy(b.pol, p) || !b.spendable(now) {
@@ -64,13 +64,13 @@ func (px *Prefix) TakeLocal(key string, p *Policy, hits int64) (remaining int64,
 	left, ok := b.quickTake(hits)
 	if !ok {
 		was := left + hits
-		if left, ok = m.quickTakeStriped(b, hits); !ok {
-			if left, ok = m.take(b, hits, was); !ok {
+		if left, ok = m.striped.quickTakeStriped(b, hits); !ok {
+			if left, ok = m.striped.take(b, hits, was); !ok {
 				return 0, 0, false
 			}
 		}
 	}
-	m.touch(b, now)
+	b.touch(now, m.touchMs)
 	if low := b.low.Load(); left < int64(low) && b.low.CompareAndSwap(low, -1) {
 		m.prefetch(b)
 	}

@@ -294,7 +294,7 @@ func BenchmarkPrefixTakeLocal(b *testing.B) {
 			}
 			if striped {
 				bk := m.buckets.load("rule:hot")
-				m.stripe(bk)
+				m.striped.stripe(bk)
 				if bk.tokens.Load() >= 0 {
 					b.Fatal("not striped")
 				}
@@ -326,7 +326,7 @@ func TestPrefixStripedKeyAdmitsExactlyWhatItHolds(t *testing.T) {
 			t.Fatalf("first check: %+v, %v", d, err)
 		}
 		b := m.buckets.load("r:k")
-		m.stripe(b)
+		m.striped.stripe(b)
 		if b.tokens.Load() >= 0 {
 			t.Fatal("not striped")
 		}

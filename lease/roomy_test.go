@@ -118,11 +118,11 @@ func TestBurstAfterSlowTraffic(t *testing.T) {
 				m.drain()
 				clk.Advance(2 * time.Second)
 				b = m.buckets.load("k")
-				if b.roomy() && m.onHand(b) == int64(b.low.Load())+1 {
+				if b.roomy() && m.striped.onHand(b) == int64(b.low.Load())+1 {
 					break
 				}
 			}
-			loan, unreported := b.basis.Load(), b.basis.Load()-m.onHand(b)
+			loan, unreported := b.basis.Load(), b.basis.Load()-m.striped.onHand(b)
 			admitted := int64(0)
 			for range 2 * p.Capacity() {
 				if mustTake(t, m, "k", p, 1).Allowed {

@@ -94,6 +94,8 @@ type stripes struct {
 // stripeTable is a Manager's striped buckets' stripes, by index.
 type stripeTable struct {
 	n      int // stripes per key, a power of 2; 1: no striping (one core)
+	clk    *clock
+	slots  *slots // a key is striped under its slot (see stripe)
 	mu     sync.Mutex
 	used   atomic.Int32 // written under mu
 	places [maxStriped]atomic.Pointer[stripes]
@@ -105,42 +107,43 @@ type stripeTable struct {
 	_     [stripeBytes]byte // nor the Manager's next fields share its lines
 }
 
-func (t *stripeTable) init() {
+func (tab *stripeTable) init(clk *clock, sl *slots) {
+	tab.clk, tab.slots = clk, sl
 	// Four stripes per core, at least 16: two goroutines on two cores
 	// hash to the same stripe one time in 16.
-	t.n = 1 << bits.Len(uint(max(4*runtime.GOMAXPROCS(0), 16)-1))
-	t.n = min(t.n, 64)
+	tab.n = 1 << bits.Len(uint(max(4*runtime.GOMAXPROCS(0), 16)-1))
+	tab.n = min(tab.n, 64)
 	if runtime.GOMAXPROCS(0) == 1 {
-		t.n = 1 // one core: no cache line to move
+		tab.n = 1 // one core: no cache line to move
 	}
 }
 
 // of returns the stripes of b, whose counter read t (negative), or nil
 // when b's stripes are gone (b left the index: it holds nothing).
-func (t *stripeTable) of(b *bucket, c int64) *stripes {
+func (tab *stripeTable) of(b *bucket, c int64) *stripes {
 	i := uint64(c - stripedMark)
 	if i >= maxStriped {
 		return nil
 	}
-	if s := t.places[i].Load(); s != nil && s.owner == b {
+	if s := tab.places[i].Load(); s != nil && s.owner == b {
 		return s
 	}
 	return nil
 }
 
 // add gives b stripes, if a place is free.
-func (t *stripeTable) add(b *bucket) (int, *stripes) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.used.Load() >= maxStriped {
+func (tab *stripeTable) add(b *bucket) (int, *stripes) {
+	tab.mu.Lock()
+	defer tab.mu.Unlock()
+	if tab.used.Load() >= maxStriped {
 		return -1, nil
 	}
-	for i := range t.places {
-		if t.places[i].Load() == nil {
-			s := &stripes{owner: b, mask: uint64(t.n - 1), shift: uint8(64 - bits.TrailingZeros(uint(t.n))), s: make([]stripe, t.n)}
+	for i := range tab.places {
+		if tab.places[i].Load() == nil {
+			s := &stripes{owner: b, mask: uint64(tab.n - 1), shift: uint8(64 - bits.TrailingZeros(uint(tab.n))), s: make([]stripe, tab.n)}
 			s.mult.Store(rand.Uint64() | 1)
-			t.places[i].Store(s)
-			t.used.Add(1)
+			tab.places[i].Store(s)
+			tab.used.Add(1)
 			return i, s
 		}
 	}
@@ -148,23 +151,23 @@ func (t *stripeTable) add(b *bucket) (int, *stripes) {
 }
 
 // full reports whether no key can be striped now.
-func (t *stripeTable) full() bool { return t.used.Load() >= maxStriped }
+func (tab *stripeTable) full() bool { return tab.used.Load() >= maxStriped }
 
 // remove frees b's place (b left the index and its tokens were drained).
-func (t *stripeTable) remove(b *bucket) {
+func (tab *stripeTable) remove(b *bucket) {
 	c := b.tokens.Load()
 	if c >= 0 {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	tab.mu.Lock()
+	defer tab.mu.Unlock()
 	i := uint64(c - stripedMark)
 	if i >= maxStriped {
 		return
 	}
-	if s := t.places[i].Load(); s != nil && s.owner == b {
-		t.places[i].Store(nil)
-		t.used.Add(-1)
+	if s := tab.places[i].Load(); s != nil && s.owner == b {
+		tab.places[i].Store(nil)
+		tab.used.Add(-1)
 	}
 }
 
@@ -298,10 +301,10 @@ func (b *bucket) quickTake(hits int64) (left int64, ok bool) {
 // (what else lowers it, a lease call's settle or a return, is rare):
 // counted by raced, or on a striped key by rehome if it was the check's
 // home.
-func (m *Manager) take(b *bucket, hits, was int64) (left int64, ok bool) {
+func (tab *stripeTable) take(b *bucket, hits, was int64) (left int64, ok bool) {
 	t := b.tokens.Load()
 	if t < was && t >= 0 {
-		m.raced(b)
+		tab.raced(b)
 	}
 	for t >= hits {
 		if b.tokens.CompareAndSwap(t, t-hits) {
@@ -309,19 +312,19 @@ func (m *Manager) take(b *bucket, hits, was int64) (left int64, ok bool) {
 		}
 		last := t
 		if t = b.tokens.Load(); t < last && t >= 0 {
-			m.raced(b)
+			tab.raced(b)
 		}
 	}
 	if t >= 0 {
 		return t, false
 	}
-	s := m.striped.of(b, t)
+	s := tab.of(b, t)
 	if s == nil {
 		return 0, false
 	}
 	left, ok, raced := s.take(hits)
 	if raced {
-		s.rehome(m.nanos())
+		s.rehome(tab.clk.nanos())
 	}
 	return left, ok
 }
@@ -331,20 +334,20 @@ func (m *Manager) take(b *bucket, hits, was int64) (left int64, ok bool) {
 // first: several cores check the key at once, at a high rate. Checks
 // that only follow one another (one goroutine's, or goroutines that take
 // turns) never race.
-func (m *Manager) raced(b *bucket) {
-	if m.striped.n <= 1 {
+func (tab *stripeTable) raced(b *bucket) {
+	if tab.n <= 1 {
 		return // one core: no cache line to move
 	}
 	k := uint64(uintptr(unsafe.Pointer(b))) * 0x9e3779b97f4a7c15 >> 32 << 32
-	w := &m.striped.races[k>>(64-raceBits)]
-	ms := uint64(uint16(unixMs32(m.nanos())))
+	w := &tab.races[k>>(64-raceBits)]
+	ms := uint64(uint16(unixMs32(tab.clk.nanos())))
 	n := uint64(1)
 	if old := w.Load(); old&^0xffffffff == k && uint16(ms-old&0xffff) <= raceWithinMs {
 		n, ms = min(old>>16&0xffff+1, 0xffff), old&0xffff
 	}
 	w.Store(k | n<<16 | ms)
 	if n >= racesToStripe {
-		m.stripe(b)
+		tab.stripe(b)
 	}
 }
 
@@ -352,19 +355,19 @@ func (m *Manager) raced(b *bucket) {
 // pay or cannot be had now: the key's slot is busy (a lease call of it
 // is out: the next race tries again), the table is full, b holds too
 // little.
-func (m *Manager) stripe(b *bucket) {
-	if b.basis.Load() < minStripeBasis*int64(m.striped.n) || m.striped.full() {
+func (tab *stripeTable) stripe(b *bucket) {
+	if b.basis.Load() < minStripeBasis*int64(tab.n) || tab.full() {
 		return
 	}
-	sl, owner := m.claim(b)
+	sl, owner := tab.slots.claim(b)
 	if !owner {
 		return
 	}
-	defer m.release(b, sl, nil)
+	defer tab.slots.release(b, sl, nil)
 	if b.denyUntil.Load() == evicted || b.tokens.Load() < 0 {
 		return
 	}
-	i, s := m.striped.add(b)
+	i, s := tab.add(b)
 	if s == nil {
 		return
 	}
@@ -385,12 +388,12 @@ func (m *Manager) stripe(b *bucket) {
 var stripeHook func(b *bucket)
 
 // onHand is b's tokens on hand.
-func (m *Manager) onHand(b *bucket) int64 {
+func (tab *stripeTable) onHand(b *bucket) int64 {
 	t := b.tokens.Load()
 	if t >= 0 {
 		return t
 	}
-	if s := m.striped.of(b, t); s != nil {
+	if s := tab.of(b, t); s != nil {
 		return s.sum()
 	}
 	return 0
@@ -398,25 +401,25 @@ func (m *Manager) onHand(b *bucket) int64 {
 
 // takeAll takes all of b's tokens on hand and returns them. The caller
 // holds b's slot.
-func (m *Manager) takeAll(b *bucket) int64 {
+func (tab *stripeTable) takeAll(b *bucket) int64 {
 	t := b.tokens.Load()
 	if t >= 0 {
 		return b.tokens.Swap(0) // striped only under the slot: still >= 0
 	}
-	if s := m.striped.of(b, t); s != nil {
+	if s := tab.of(b, t); s != nil {
 		return s.drain()
 	}
 	return 0
 }
 
 // put adds n ≥ 0 tokens to b's tokens on hand. The caller holds b's slot.
-func (m *Manager) put(b *bucket, n int64) {
+func (tab *stripeTable) put(b *bucket, n int64) {
 	t := b.tokens.Load()
 	if t >= 0 {
 		b.tokens.Add(n)
 		return
 	}
-	if s := m.striped.of(b, t); s != nil {
+	if s := tab.of(b, t); s != nil {
 		s.mu.Lock()
 		s.put(n)
 		s.mu.Unlock()
@@ -424,9 +427,9 @@ func (m *Manager) put(b *bucket, n int64) {
 }
 
 // takeUpTo takes at most n > 0 of b's tokens and returns how many it took.
-func (m *Manager) takeUpTo(b *bucket, n int64) int64 {
+func (tab *stripeTable) takeUpTo(b *bucket, n int64) int64 {
 	if t := b.tokens.Load(); t < 0 {
-		if s := m.striped.of(b, t); s != nil {
+		if s := tab.of(b, t); s != nil {
 			return s.takeUpTo(n)
 		}
 		return 0
@@ -436,9 +439,9 @@ func (m *Manager) takeUpTo(b *bucket, n int64) int64 {
 
 // refund puts hits back on hand, never above basis; it returns how many
 // it put back (counted in kept: see keptSwap).
-func (m *Manager) refund(b *bucket, hits int64) int64 {
+func (tab *stripeTable) refund(b *bucket, hits int64) int64 {
 	if t := b.tokens.Load(); t < 0 {
-		s := m.striped.of(b, t)
+		s := tab.of(b, t)
 		if s == nil {
 			return 0
 		}
@@ -454,16 +457,16 @@ func (m *Manager) refund(b *bucket, hits int64) int64 {
 	if n := b.refund(hits); n >= 0 {
 		return n
 	}
-	return m.refund(b, hits) // striped meanwhile
+	return tab.refund(b, hits) // striped meanwhile
 }
 
 // settle records lent, the Store's Grant.Lent, as the bound on b's tokens
 // on hand (basis) and takes off what passes it; it returns the tokens on
 // hand. The caller holds b's slot.
-func (m *Manager) settle(b *bucket, lent int64) int64 {
+func (tab *stripeTable) settle(b *bucket, lent int64) int64 {
 	if t := b.tokens.Load(); t < 0 {
 		b.basis.Store(lent)
-		s := m.striped.of(b, t)
+		s := tab.of(b, t)
 		if s == nil {
 			return 0
 		}
@@ -483,8 +486,8 @@ func (m *Manager) settle(b *bucket, lent int64) int64 {
 // compare-and-swap (if it loses to another check, the homes are drawn
 // again: see rehome). When it reports false it changed no tokens: call
 // take.
-func (m *Manager) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) {
-	s := m.striped.of(b, b.tokens.Load())
+func (tab *stripeTable) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) {
+	s := tab.of(b, b.tokens.Load())
 	if s == nil {
 		return 0, false
 	}
@@ -497,7 +500,7 @@ func (m *Manager) quickTakeStriped(b *bucket, hits int64) (left int64, ok bool) 
 		return (t - hits) * int64(len(s.s)), true
 	}
 	if st.Load() < t {
-		s.rehome(m.nanos())
+		s.rehome(tab.clk.nanos())
 	}
 	return 0, false
 }

@@ -19,12 +19,12 @@ func stripedKey(t *testing.T, m *Manager, key string, p Policy) *bucket {
 		t.Fatalf("first check of %s denied: %+v", key, d)
 	}
 	b := m.buckets.load(key)
-	held := m.onHand(b)
-	m.stripe(b)
+	held := m.striped.onHand(b)
+	m.striped.stripe(b)
 	if b.tokens.Load() >= 0 {
 		t.Fatalf("%s not striped (basis %d)", key, b.basis.Load())
 	}
-	if got := m.onHand(b); got != held {
+	if got := m.striped.onHand(b); got != held {
 		t.Fatalf("%s holds %d once striped, %d before", key, got, held)
 	}
 	return b
@@ -123,22 +123,22 @@ func TestStripedKeyBounds(t *testing.T) {
 	m, fs, _ := testManager(t, wholeLease)
 	p := Policy{Algorithm: TokenBucket, Limit: 1000, Period: time.Hour}
 	b := stripedKey(t, m, "k", p)
-	if got := m.onHand(b); got != 999 {
+	if got := m.striped.onHand(b); got != 999 {
 		t.Fatalf("on hand %d, want 999", got)
 	}
 	for range 10 {
 		mustTake(t, m, "k", p, 1)
 	}
 	m.Refund("k", p, 4)
-	if got := m.onHand(b); got != 993 {
+	if got := m.striped.onHand(b); got != 993 {
 		t.Fatalf("after 10 checks and a refund of 4: %d on hand, want 993", got)
 	}
 	m.Refund("k", p, 100)
-	if got, lent := m.onHand(b), b.basis.Load(); got != lent {
+	if got, lent := m.striped.onHand(b), b.basis.Load(); got != lent {
 		t.Fatalf("after a refund past the loan: %d on hand, want %d (what the Store lends)", got, lent)
 	}
-	if got := m.settle(b, 500); got != 500 || m.onHand(b) != 500 {
-		t.Fatalf("settle to 500: returned %d, %d on hand", got, m.onHand(b))
+	if got := m.striped.settle(b, 500); got != 500 || m.striped.onHand(b) != 500 {
+		t.Fatalf("settle to 500: returned %d, %d on hand", got, m.striped.onHand(b))
 	}
 	if err := m.ReturnKeys(func(string) bool { return false }); err != nil {
 		t.Fatal(err)
@@ -152,10 +152,10 @@ func TestStripedKeyBounds(t *testing.T) {
 	// A check still holding the old bucket finds no stripes, even once
 	// its place belongs to another key.
 	stripedKey(t, m, "other", p)
-	if got := m.onHand(b); got != 0 {
+	if got := m.striped.onHand(b); got != 0 {
 		t.Fatalf("the old bucket holds %d, want 0", got)
 	}
-	if _, ok := m.take(b, 1, -1); ok {
+	if _, ok := m.striped.take(b, 1, -1); ok {
 		t.Fatal("a take from the old bucket spent another key's tokens")
 	}
 }
@@ -171,24 +171,24 @@ func TestRacesStripeContendedKeys(t *testing.T) {
 		mustTake(t, m, "k", p, 1)
 		bk := m.buckets.load("k")
 		for range racesToStripe - 1 {
-			m.raced(bk)
+			m.striped.raced(bk)
 		}
 		if bk.tokens.Load() < 0 {
 			t.Fatalf("striped after %d races", racesToStripe-1)
 		}
 		clk.Advance(time.Duration(raceWithinMs+1) * time.Millisecond)
-		m.raced(bk) // the first of a new count
+		m.striped.raced(bk) // the first of a new count
 		if bk.tokens.Load() < 0 {
 			t.Fatal("striped by races more than raceWithinMs apart")
 		}
 		for range racesToStripe - 2 {
-			m.raced(bk)
+			m.striped.raced(bk)
 		}
 		if bk.tokens.Load() < 0 {
 			t.Fatalf("striped after %d races within raceWithinMs", racesToStripe-1)
 		}
 		clk.Advance(time.Duration(raceWithinMs) * time.Millisecond)
-		m.raced(bk)
+		m.striped.raced(bk)
 		if bk.tokens.Load() >= 0 {
 			t.Fatalf("not striped by %d races within raceWithinMs", racesToStripe)
 		}
@@ -199,7 +199,7 @@ func TestRacesStripeContendedKeys(t *testing.T) {
 		mustTake(t, m, "k", p, 1)
 		bk := m.buckets.load("k")
 		for range 2 * racesToStripe {
-			m.raced(bk)
+			m.striped.raced(bk)
 		}
 		if bk.tokens.Load() < 0 {
 			t.Fatal("striped with one core")
@@ -212,7 +212,7 @@ func TestRacesStripeContendedKeys(t *testing.T) {
 		mustTake(t, m, "k", small, 1)
 		bk := m.buckets.load("k")
 		for range 2 * racesToStripe {
-			m.raced(bk)
+			m.striped.raced(bk)
 		}
 		if bk.tokens.Load() < 0 {
 			t.Fatalf("striped holding %d, under %d a stripe", bk.basis.Load(), minStripeBasis)
@@ -316,7 +316,7 @@ func TestOverlappingChecksStripe(t *testing.T) {
 // Homes are drawn at most once a millisecond.
 func TestSharedHomesAreDrawnAgain(t *testing.T) {
 	m, p, bk, clk := hotKey(t)
-	m.stripe(bk)
+	m.striped.stripe(bk)
 	s := m.striped.of(bk, bk.tokens.Load())
 	if s == nil {
 		t.Fatal("not striped")
@@ -337,7 +337,7 @@ func TestSharedHomesAreDrawnAgain(t *testing.T) {
 		t.Fatalf("home %d with the multiplier 1, want 0", got)
 	}
 	// rehome: once in a millisecond.
-	now := m.nanos()
+	now := m.clk.nanos()
 	s.rehome(now)
 	drawn := s.mult.Load()
 	if drawn == 1 || drawn&1 == 0 {

@@ -27,7 +27,7 @@ func TestWindowsLastMillisecondSpendsTheTokensOnHand(t *testing.T) {
 			if d := mustTake(t, m, "k", p, 1); !d.Allowed {
 				t.Fatalf("first check: %+v, want allowed", d)
 			}
-			if on := m.onHand(m.buckets.load("k")); on != 9 {
+			if on := m.striped.onHand(m.buckets.load("k")); on != 9 {
 				t.Fatalf("%d tokens on hand after the first lease, want 9 (the whole limit leased)", on)
 			}
 			clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 999_600_000, time.UTC)) // 400µs before the window's end

@@ -78,6 +78,10 @@ import (
 // does not support it (a lease for sliding_log, say).
 var ErrWrongAlgorithm = errors.New("operation not supported by the policy's algorithm")
 
+// ErrNoSlot means a release named an id that holds no slot of the key (a
+// caller's error: the Store answered).
+var ErrNoSlot = errors.New("no such slot: never acquired, released already, or expired")
+
 // maxReportMillis caps reported durations so that extreme policies cannot
 // overflow time.Duration (about 292 years).
 const maxReportMillis = float64(math.MaxInt64 / int64(time.Millisecond))

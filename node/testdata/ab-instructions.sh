@@ -24,12 +24,13 @@ git worktree add -q --detach "$tmp/old" "$old"
 go test -c -o "$tmp/new.test" ./node/
 go test -c -o "$tmp/new-lease.test" ./lease/
 go build -o "$tmp/new-sluiced" ./cmd/sluiced
-export GODEBUG=asyncpreemptoff=1 # callgrind loses track of Go's preemption signals
-# ir: a run valgrind stopped runs again (valgrind does not know RDTSCP, which
-# Go's runtime runs when a lock is contended: now and then a SIGILL).
+# callgrind loses track of Go's preemption signals, and does not know
+# RDTSCP, which Go's runtime runs when a lock is contended (a SIGILL): off.
+export GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off
+# ir: a run valgrind stopped runs again.
 ir() { # test-binary bench n -> instructions
   local try
-  for try in 1 2 3; do
+  for try in 1 2 3 4 5 6 7 8; do
     if GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$1" -test.run '^$' \
       -test.bench "$2" -test.benchtime "${3}x" >"$tmp/ir.out" 2>&1; then
       awk '/Collected/ {print $4}' "$tmp/ir.out"

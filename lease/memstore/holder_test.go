@@ -1,4 +1,4 @@
-package lease
+package memstore
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 )
 
 // shardOf is key's shard.
-func (m *MemoryStore) shardOf(key string) *memShard {
+func (m *Store) shardOf(key string) *memShard {
 	sh, _ := m.shard(key)
 	return sh
 }
 
 // sameShardKeys returns n keys of s's shard of "k0".
-func sameShardKeys(s *MemoryStore, n int) []string {
+func sameShardKeys(s *Store, n int) []string {
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := "k" + strconv.Itoa(i)
@@ -36,14 +36,14 @@ func sameShardKeys(s *MemoryStore, n int) []string {
 // the caller's buffer may change after the call.
 func TestMemoryStoreSharesHolderIDs(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return now }, SweepInterval: -1})
+	s := New(Config{Now: func() time.Time { return now }, SweepInterval: -1})
 	defer s.Close()
-	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Second}
+	p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 100, Period: time.Second}
 	keys := sameShardKeys(s, 3)
 	buf := []byte("holder-a")
 	for _, k := range keys {
 		id := unsafe.String(&buf[0], len(buf)) // a reused request buffer, say
-		if g, err := s.Lease(context.Background(), k, p, 10, 1, Lessee{ID: id, TTL: time.Minute, Idle: 10 * time.Second}); err != nil || g.Granted != 10 {
+		if g, err := s.Lease(context.Background(), k, p, 10, 1, algo.Lessee{ID: id, TTL: time.Minute, Idle: 10 * time.Second}); err != nil || g.Granted != 10 {
 			t.Fatalf("Lease(%s) = %+v, %v", k, g, err)
 		}
 	}
@@ -52,7 +52,7 @@ func TestMemoryStoreSharesHolderIDs(t *testing.T) {
 	var first *byte
 	for _, k := range keys {
 		slot, ok := sh.find(k, sh.hash(k))
-		st := sh.state(TokenBucket, slot, ok).(*TokenBucketState)
+		st := sh.state(algo.TokenBucket, slot, ok).(*algo.TokenBucketState)
 		ls := append(algo.Loans(nil), st.Loans...)
 		sh.done(st)
 		if len(ls) != 1 || ls[0].Holder != "holder-a" || ls[0].Lent != 10 {
@@ -74,13 +74,13 @@ func TestMemoryStoreSharesHolderIDs(t *testing.T) {
 // its index serves the next new holder.
 func TestMemoryStoreDropsGoneHolders(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return now }, SweepInterval: -1})
+	s := New(Config{Now: func() time.Time { return now }, SweepInterval: -1})
 	defer s.Close()
 	ctx := context.Background()
-	p := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Second}
+	p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 100, Period: time.Second}
 	keys := sameShardKeys(s, 2)
 	sh := s.shardOf(keys[0])
-	to := func(id string) Lessee { return Lessee{ID: id, TTL: time.Minute, Idle: time.Second} }
+	to := func(id string) algo.Lessee { return algo.Lessee{ID: id, TTL: time.Minute, Idle: time.Second} }
 	for _, k := range keys {
 		if _, err := s.Lease(ctx, k, p, 10, 1, to("gw-1")); err != nil {
 			t.Fatal(err)
@@ -120,13 +120,13 @@ func TestMemoryStoreDropsGoneHolders(t *testing.T) {
 // has go on leasing.
 func TestMemoryStoreFullHolderTable(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return now }, SweepInterval: -1})
+	s := New(Config{Now: func() time.Time { return now }, SweepInterval: -1})
 	defer s.Close()
 	ctx := context.Background()
-	p := Policy{Algorithm: TokenBucket, Limit: 1 << 20, Period: time.Second}
+	p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 20, Period: time.Second}
 	key := sameShardKeys(s, 1)[0]
 	sh := s.shardOf(key)
-	to := func(id string) Lessee { return Lessee{ID: id, TTL: time.Minute, Idle: time.Second} }
+	to := func(id string) algo.Lessee { return algo.Lessee{ID: id, TTL: time.Minute, Idle: time.Second} }
 	// Fill the table directly: 65535 leases of one key would take long.
 	for i := 1; i <= math.MaxUint16; i++ {
 		if _, ok := sh.holders.acquire("h" + strconv.Itoa(i)); !ok {
@@ -141,7 +141,7 @@ func TestMemoryStoreFullHolderTable(t *testing.T) {
 		t.Fatalf("Lease by a new holder = %+v, %v; want errHolders", g, err)
 	}
 	slot, _ := sh.find(key, sh.hash(key))
-	st := sh.state(TokenBucket, slot, true).(*TokenBucketState)
+	st := sh.state(algo.TokenBucket, slot, true).(*algo.TokenBucketState)
 	defer sh.done(st)
 	if len(st.Loans) != 1 || st.Loans[0].Holder != "h1" || st.Loans[0].Lent != 10 || st.Tokens != 1<<20-10 {
 		t.Fatalf("after the refusal the key has %+v, want h1's loan of 10 alone", *st)
@@ -154,15 +154,15 @@ func TestMemoryStoreFullHolderTable(t *testing.T) {
 // lists of the exact algorithms.
 func TestMemoryStoreSweepCompacts(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return now }, SweepInterval: -1})
+	s := New(Config{Now: func() time.Time { return now }, SweepInterval: -1})
 	defer s.Close()
 	ctx := context.Background()
 	keys := sameShardKeys(s, 600)
 	sh := s.shardOf(keys[0])
-	short := Policy{Algorithm: TokenBucket, Limit: 100, Period: time.Second}
-	long := Policy{Algorithm: TokenBucket, Limit: 10, Period: time.Hour}
-	logp := Policy{Algorithm: SlidingLog, Limit: 10, Period: time.Hour}
-	to := func(id string) Lessee { return Lessee{ID: id, TTL: 30 * time.Minute, Idle: time.Second} }
+	short := algo.Policy{Algorithm: algo.TokenBucket, Limit: 100, Period: time.Second}
+	long := algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: time.Hour}
+	logp := algo.Policy{Algorithm: algo.SlidingLog, Limit: 10, Period: time.Hour}
+	to := func(id string) algo.Lessee { return algo.Lessee{ID: id, TTL: 30 * time.Minute, Idle: time.Second} }
 	for i, k := range keys {
 		var err error
 		switch {
@@ -174,7 +174,7 @@ func TestMemoryStoreSweepCompacts(t *testing.T) {
 		case i%100 == 1: // stays: a log
 			_, err = s.Log(ctx, k, logp, 3)
 		default: // full again in 50ms
-			_, err = s.Lease(ctx, k, short, 5, 5, Lessee{})
+			_, err = s.Lease(ctx, k, short, 5, 5, algo.Lessee{})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -195,14 +195,14 @@ func TestMemoryStoreSweepCompacts(t *testing.T) {
 		switch i % 100 {
 		case 0:
 			slot, ok := sh.find(k, sh.hash(k))
-			st := sh.state(TokenBucket, slot, ok).(*TokenBucketState)
+			st := sh.state(algo.TokenBucket, slot, ok).(*algo.TokenBucketState)
 			ls := append(algo.Loans(nil), st.Loans...)
 			sh.done(st)
 			for i := range ls {
 				ls[i].Ref = 0 // the record's holder index
 			}
-			if len(ls) != 2 || ls[0] != (Loan{Holder: "gw-a", Lent: 1, Expires: ls[0].Expires, LastSpend: ls[0].LastSpend}) ||
-				ls[1] != (Loan{Holder: "gw-b", Lent: 2, Expires: ls[1].Expires, LastSpend: ls[1].LastSpend}) {
+			if len(ls) != 2 || ls[0] != (algo.Loan{Holder: "gw-a", Lent: 1, Expires: ls[0].Expires, LastSpend: ls[0].LastSpend}) ||
+				ls[1] != (algo.Loan{Holder: "gw-b", Lent: 2, Expires: ls[1].Expires, LastSpend: ls[1].LastSpend}) {
 				t.Fatalf("%s: loans %+v, want gw-a's 1 and gw-b's 2", k, ls)
 			}
 			// 7 tokens left, refilled by 10 an hour for a minute.
@@ -221,7 +221,7 @@ func TestMemoryStoreSweepCompacts(t *testing.T) {
 // and removals (growth, tombstones, their reuse, rehashes, compaction)
 // against a Go map, and checks every key it ever held after each round.
 func TestMemoryStoreIndex(t *testing.T) {
-	s := NewMemoryStore(MemoryStoreConfig{SweepInterval: -1})
+	s := New(Config{SweepInterval: -1})
 	defer s.Close()
 	sh := &s.shards[0]
 	want := map[string]uint32{}
@@ -236,7 +236,7 @@ func TestMemoryStoreIndex(t *testing.T) {
 			if len(all) < 3000 {
 				all = append(all, k)
 			}
-			want[k] = sh.insert(k, sh.hash(k), TokenBucket)
+			want[k] = sh.insert(k, sh.hash(k), algo.TokenBucket)
 		}
 		for k, slot := range want {
 			if r.IntN(3) == 0 {
@@ -267,7 +267,7 @@ func TestMemoryStoreIndex(t *testing.T) {
 // a key bakes the oldest), with its end and the tokens lent then, and of
 // nothing else.
 func TestMemoryStoreReportsBakes(t *testing.T) {
-	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+	for _, alg := range []algo.Algorithm{algo.TokenBucket, algo.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			clk := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 			type bake struct {
@@ -276,15 +276,15 @@ func TestMemoryStoreReportsBakes(t *testing.T) {
 				lent int64
 			}
 			var bakes []bake
-			s := NewMemoryStore(MemoryStoreConfig{Now: func() time.Time { return clk }, SweepInterval: -1,
+			s := New(Config{Now: func() time.Time { return clk }, SweepInterval: -1,
 				OnBake: func(key string, end time.Time, lent int64) { bakes = append(bakes, bake{key, end, lent}) }})
 			defer s.Close()
 			// A slow refill: every ended loan keeps capping the key.
-			p := Policy{Algorithm: alg, Limit: 1, Period: time.Hour, Burst: 100}
+			p := algo.Policy{Algorithm: alg, Limit: 1, Period: time.Hour, Burst: 100}
 			ctx := context.Background()
 			var ends []time.Time
 			for i := range 5 {
-				to := Lessee{ID: "h" + strconv.Itoa(i), TTL: time.Minute}
+				to := algo.Lessee{ID: "h" + strconv.Itoa(i), TTL: time.Minute}
 				if g, err := s.Lease(ctx, "k", p, 10, 10, to); err != nil || g.Granted != 10 {
 					t.Fatalf("lease %d: %+v, %v", i, g, err)
 				}
@@ -315,5 +315,48 @@ func TestMemoryStoreReportsBakes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// keyView returns a string that shares buf's bytes, as a caller building
+// counter keys in a reused buffer would pass.
+func keyView(buf []byte) string { return unsafe.String(unsafe.SliceData(buf), len(buf)) }
+
+// TestKeyNeedNotOutliveCall: the Store copies a key it keeps, so
+// overwriting the caller's buffer after the call changes nothing it holds,
+// for every kind of state (lease's test of the same name: the Manager's
+// copies).
+func TestKeyNeedNotOutliveCall(t *testing.T) {
+	p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 100, Period: time.Hour}
+	buf := []byte("rule:key-a")
+	ms := New(Config{SweepInterval: -1})
+	ctx := context.Background()
+	for _, q := range []algo.Policy{
+		p,
+		{Algorithm: algo.SlidingLog, Limit: 10, Period: time.Hour},
+		{Algorithm: algo.Concurrency, Limit: 10, Period: time.Hour},
+	} {
+		copy(buf, "rule:key-c")
+		var err error
+		switch q.Algorithm {
+		case algo.SlidingLog:
+			_, err = ms.Log(ctx, keyView(buf), q, 1)
+		case algo.Concurrency:
+			_, err = ms.Acquire(ctx, keyView(buf), q, "id1", 1)
+		default:
+			_, err = ms.Lease(ctx, keyView(buf), q, 3, 1, algo.Lessee{})
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", q.Algorithm, err)
+		}
+		copy(buf, "rule:key-d")
+		sh, h := ms.shard("rule:key-c")
+		sh.mu.Lock()
+		_, okC := sh.find("rule:key-c", h)
+		sh.mu.Unlock()
+		if !okC || ms.Len() != 1 {
+			t.Errorf("%s: state of key-c lost after the caller's buffer changed (%d keys)", q.Algorithm, ms.Len())
+		}
+		ms.Sweep(time.Now().Add(3 * time.Hour))
 	}
 }

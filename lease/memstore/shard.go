@@ -1,9 +1,9 @@
-package lease
+package memstore
 
-// A MemoryStore shard: its slab of records, the open-addressing table
+// A Store shard: its slab of records, the open-addressing table
 // that finds a key's slot, the table of holder IDs its loans name, and
 // how a leased algorithm's state is packed into a record and back (see
-// MemoryStore). Every method wants the shard's lock held.
+// Store). Every method wants the shard's lock held.
 
 import (
 	"errors"
@@ -53,7 +53,7 @@ type memRec struct {
 	loan    memLoan // the first loan, with recLoan
 	call    uint32  // algo.Fields.Call
 	holder  uint16  // the first loan's holder: its index in the holder table
-	alg     Algorithm
+	alg     algo.Algorithm
 	flags   uint8 // recLoan, recSpill
 }
 
@@ -67,12 +67,12 @@ const (
 // loans have both.
 type memLoan struct{ lent, expires, aux int64 }
 
-func memLoanOf(l Loan) memLoan { return memLoan{l.Lent, l.Expires, l.LastSpend + l.Share} }
+func memLoanOf(l algo.Loan) memLoan { return memLoan{l.Lent, l.Expires, l.LastSpend + l.Share} }
 
 // loan is l as the Loan of holder (its index id in the shard's holder
 // table) of a key of algorithm alg.
-func (l memLoan) loan(holder string, id uint16, alg Algorithm) Loan {
-	x := Loan{Holder: holder, Lent: l.lent, Expires: l.expires, Ref: id}
+func (l memLoan) loan(holder string, id uint16, alg algo.Algorithm) algo.Loan {
+	x := algo.Loan{Holder: holder, Lent: l.lent, Expires: l.expires, Ref: id}
 	if alg.LeasesAhead() {
 		x.Share = l.aux
 	} else {
@@ -241,7 +241,7 @@ func (sh *memShard) compact() {
 // false without one. State of another algorithm (the key's policy
 // changed) or expired state is removed: the key starts fresh. sh.mu must
 // be held.
-func (sh *memShard) lookup(key string, h uint64, alg Algorithm, t int64) (slot uint32, ok bool) {
+func (sh *memShard) lookup(key string, h uint64, alg algo.Algorithm, t int64) (slot uint32, ok bool) {
 	slot, ok = sh.find(key, h)
 	if ok {
 		if r := &sh.recs[slot]; r.alg != alg || r.expires <= t {
@@ -279,7 +279,7 @@ func (sh *memShard) releaseLoans(slot uint32) {
 // algorithm the shard's scratch state, set from the record at slot (ok)
 // or without state; else the state kept beside the record, or a new one.
 // sh.mu must be held until the call is done with it.
-func (sh *memShard) state(alg Algorithm, slot uint32, ok bool) algo.State {
+func (sh *memShard) state(alg algo.Algorithm, slot uint32, ok bool) algo.State {
 	ps := sh.scratch[alg]
 	if ps == nil {
 		if ok {
@@ -323,7 +323,7 @@ func (sh *memShard) done(st algo.State) {
 // slot), or removes the key when the state already equals no state. It
 // fails, changing nothing, when a new holder's loan finds the shard's
 // holder table full. sh.mu must be held.
-func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorithm, st algo.State, p Policy, t int64) error {
+func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg algo.Algorithm, st algo.State, p algo.Policy, t int64) error {
 	exp := st.Expiry(p)
 	if exp <= t {
 		if ok {
@@ -395,7 +395,7 @@ func (sh *memShard) save(key string, h uint64, slot uint32, ok bool, alg Algorit
 
 // insert gives key (hash h) a record of algorithm alg, in a free slot or
 // a new one, and returns its slot. sh.mu must be held.
-func (sh *memShard) insert(key string, h uint64, alg Algorithm) uint32 {
+func (sh *memShard) insert(key string, h uint64, alg algo.Algorithm) uint32 {
 	var slot uint32
 	if n := len(sh.free); n > 0 {
 		slot, sh.free = sh.free[n-1], sh.free[:n-1]
