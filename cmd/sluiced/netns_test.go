@@ -134,6 +134,7 @@ func runNsRow(t *testing.T, l *lab, bin string, row nsRow) {
 			"-join", l.ip["n1"]+":7946", "-rules", rules, "-node-name", role,
 			"-cluster-key", nsKey, "-admin-token", nsToken), redisArgs...)
 		p := startDaemon(t, args[0], true, args[1:]...)
+		t.Cleanup(func() { killNsNode(t, p) })
 		nodes = append(nodes, p)
 		bases = append(bases, "http://"+l.ip[role]+":8080")
 	}
@@ -214,8 +215,17 @@ func runNsRow(t *testing.T, l *lab, bin string, row nsRow) {
 		t.Fatal(err)
 	}
 	nsCheck(t, row, &cfg, &res, cut, heal, nodes)
-	for _, p := range nodes {
-		_ = p.cmd.Process.Kill()
+}
+
+// killNsNode kills a row's node and waits until it is gone: the next row
+// listens on the same addresses in the same namespaces (a node still
+// exiting failed the next row's start with "address already in use").
+func killNsNode(t *testing.T, p *daemonProc) {
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Errorf("sluiced (pid %d) still running 30 s after SIGKILL", p.cmd.Process.Pid)
 	}
 }
 
