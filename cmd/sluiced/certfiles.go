@@ -11,8 +11,8 @@ import (
 )
 
 // certCheckEvery is how often at most a handshake looks at -tls-cert and
-// -tls-key for a new pair.
-const certCheckEvery = time.Second
+// -tls-key for a new pair (a variable for the tests).
+var certCheckEvery = time.Second
 
 // certFiles serves the node's certificate from -tls-cert and -tls-key and
 // follows their rotation (cert-manager, a mesh's agent, a renewed Let's
