@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"strconv"
 	"strings"
@@ -34,6 +35,10 @@ var (
 	// The script files the algorithm table names.
 	//go:embed *.lua
 	scriptFiles embed.FS
+	// scriptFS is where scriptSource reads the table's script files:
+	// scriptFiles (a test may point it at a directory of mutated copies:
+	// scriptdir_test.go).
+	scriptFS fs.ReadFileFS = scriptFiles
 )
 
 // algorithms is the Redis side of lease's algorithm table: for each
@@ -107,7 +112,7 @@ func scriptsWith(fast bool) *scripts {
 // prelude, the leased algorithms' helpers if leased, then the file (with
 // its fast path turned off if not fast).
 func scriptSource(name string, leased, fast bool) string {
-	src, err := scriptFiles.ReadFile(name)
+	src, err := scriptFS.ReadFile(name)
 	if err != nil {
 		panic("lua: the algorithm table names a script that is not embedded: " + name)
 	}

@@ -134,7 +134,7 @@ func start(o options, log *slog.Logger, h hooks) (_ *daemon, err error) {
 	d.mgr = lease.NewManager(d.store, mcfg)
 	undo = append(undo, func() { d.mgr.Close() })
 
-	srvTLS, peerTLS, err := loadTLS(o)
+	srvTLS, peerTLS, err := loadTLS(o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -324,16 +324,17 @@ func regionName(name string) string {
 }
 
 // loadTLS reads -tls-cert, -tls-key and -tls-ca: the server's config (nil
-// without TLS) and the config to dial peers with.
-func loadTLS(o options) (srv, peer *tls.Config, err error) {
+// without TLS), which follows the pair's rotation (certFiles), and the
+// config to dial peers with.
+func loadTLS(o options, log *slog.Logger) (srv, peer *tls.Config, err error) {
 	if o.tlsCert == "" {
 		return nil, nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+	certs, err := newCertFiles(o.tlsCert, o.tlsKey, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot load -tls-cert/-tls-key: %w", err)
+		return nil, nil, err
 	}
-	srv = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
 	if peer, err = caTLS(o.tlsCA); err != nil {
 		return nil, nil, err
 	}

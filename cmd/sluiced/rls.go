@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -30,7 +31,7 @@ func (d *daemon) startRLS(o options) error {
 		}
 		return nil
 	}
-	tlsConf, err := rlsTLS(o)
+	tlsConf, err := rlsTLS(o, d.log)
 	if err != nil {
 		return err
 	}
@@ -67,10 +68,11 @@ func (d *daemon) startRLS(o options) error {
 }
 
 // rlsTLS is the rate limit service's TLS configuration: nil without
-// -tls-cert; the node's certificate (read at start, as the HTTP API's),
-// and with -rls-client-ca a required client certificate that chains to it.
-func rlsTLS(o options) (*tls.Config, error) {
-	srv, _, err := loadTLS(o)
+// -tls-cert; the node's certificate (followed as it rotates, as the HTTP
+// API's), and with -rls-client-ca a required client certificate that
+// chains to it.
+func rlsTLS(o options, log *slog.Logger) (*tls.Config, error) {
+	srv, _, err := loadTLS(o, log)
 	if srv == nil || err != nil {
 		return nil, err
 	}

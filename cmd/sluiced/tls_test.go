@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -188,7 +189,7 @@ func TestTLSOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := loadTLS(o); err == nil || !strings.Contains(err.Error(), "-tls-cert") {
+	if _, _, err := loadTLS(o, slog.Default()); err == nil || !strings.Contains(err.Error(), "-tls-cert") {
 		t.Errorf("missing files: %v", err)
 	}
 }
