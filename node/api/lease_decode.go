@@ -11,16 +11,16 @@ func leaseField(idx int, f string) string {
 }
 
 // DecodeLease decodes and validates the body of POST /v1/lease into dst,
-// reusing dst.Ops's storage. Any invalid op fails the whole request (the
-// error is a [*FieldError] naming it, "ops[3].want"): nothing is applied.
+// reusing dst.Ops's storage, and dst.Holder's and dst.Region's when they
+// are unchanged (a pooled dst allocates no holder per request). Any
+// invalid op fails the whole request (the error is a [*FieldError]
+// naming it, "ops[3].want"): nothing is applied.
 func DecodeLease(data []byte, dst *LeaseRequest) error {
 	s := scanner{data: data}
 	if len(data) > MaxBodyBytes {
 		return &FieldError{Field: "body", Msg: "larger than 1048576 bytes"}
 	}
-	dst.Holder = ""
 	ops := dst.Ops[:0]
-	dst.Region = ""
 	var (
 		fe                            *FieldError
 		kb                            [16]byte
@@ -92,6 +92,12 @@ func DecodeLease(data []byte, dst *LeaseRequest) error {
 	}
 	s.end()
 	dst.Ops = ops
+	if !holderSet {
+		dst.Holder = ""
+	}
+	if !regionSet {
+		dst.Region = ""
+	}
 	switch {
 	case s.err != nil:
 		return s.err

@@ -184,3 +184,22 @@ func TestLeaseLeavesOutZeros(t *testing.T) {
 		t.Fatalf("DecodeLeaseResults: %+v, %v", back, err)
 	}
 }
+
+// A pooled request decoded again holds only what the new body says: a
+// region the last one had is gone.
+func TestDecodeLeaseReused(t *testing.T) {
+	var req LeaseRequest
+	if err := DecodeLease([]byte(`{"holder":"`+holder+`","region":"eu","ops":[{"op":"peek","rule":"r","key":"a"},{"op":"peek","rule":"r","key":"b"}]}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	if err := DecodeLease([]byte(`{"holder":"`+holder+`","ops":[{"op":"return","rule":"q","key":"c"}]}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	want := LeaseRequest{Holder: holder, Ops: []LeaseOp{{Op: OpReturn, Rule: "q", Key: "c"}}}
+	if !reflect.DeepEqual(req, want) {
+		t.Fatalf("got %+v, want %+v", req, want)
+	}
+	if err := DecodeLease([]byte(`{"ops":[{"op":"return","rule":"q","key":"c"}]}`), &req); err == nil || req.Holder != "" {
+		t.Fatalf("no holder: %v, holder %q", err, req.Holder)
+	}
+}
