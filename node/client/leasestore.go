@@ -44,7 +44,12 @@ type remoteStore struct {
 	queued func(n int)
 }
 
-var _ lease.Store = (*remoteStore)(nil)
+var _ lease.DeadlineStore = (*remoteStore)(nil)
+
+// EndsByDeadline: a call sent at once is bounded by its context's
+// deadline (Client.send's DoDeadline), and one that waits in a node's
+// queue waits until then at most (await).
+func (s *remoteStore) EndsByDeadline() {}
 
 // errNotLeased answers the exact calls: the Limiter sends exact rules as
 // checks, never through its Manager.
@@ -233,8 +238,16 @@ func (s *remoteStore) wait(ctx context.Context, op api.LeaseOp) *leaseWait {
 	return w
 }
 
-// await waits for w's answer or ctx.
+// await waits for w's answer, ctx's end or its deadline (which ctx.Done
+// need not close at: see lease.DeadlineStore).
 func (s *remoteStore) await(ctx context.Context, w *leaseWait) (api.LeaseResult, error) {
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		t := time.NewTimer(time.Until(d))
+		defer t.Stop()
+		expired = t.C
+	}
+	err := context.DeadlineExceeded
 	select {
 	case <-w.done:
 		r, err := w.r, w.err
@@ -242,11 +255,13 @@ func (s *remoteStore) await(ctx context.Context, w *leaseWait) (api.LeaseResult,
 		s.waits.Put(w)
 		return answerOf(r, err)
 	case <-ctx.Done():
-		// w is abandoned: its request may still write to it, so it is
-		// not reused. The node may still apply op: its answer is lost,
-		// as a single call's is when its deadline passes first.
-		return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, ctx.Err())
+		err = ctx.Err()
+	case <-expired:
 	}
+	// w is abandoned: its request may still write to it, so it is not
+	// reused. The node may still apply op: its answer is lost, as a
+	// single call's is when its deadline passes first.
+	return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
 }
 
 // answerOf is a call's result: an op the node answered with an error was
