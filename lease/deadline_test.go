@@ -30,10 +30,16 @@ func (s *deadlineStore) Lease(ctx context.Context, key string, p Policy, want, n
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return Grant{}, ctx.Err()
+		if ctx.Done() == nil {
+			return Grant{}, context.DeadlineExceeded // (a connection's deadline)
+		}
+		// A context of the caller's own, which does close at its
+		// deadline: its end, not the timer (which may fire first), is
+		// the call's.
+		<-ctx.Done()
 	case <-ctx.Done():
-		return Grant{}, ctx.Err()
 	}
+	return Grant{}, ctx.Err()
 }
 
 // A DeadlineStore's call is bounded by the Breaker's timeout through a
