@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -353,7 +354,9 @@ func (s *remoteStore) postQueued(n *node, ws []*leaseWait) {
 // answers, in order (in cl.lres). Every error is a failed Store call.
 func (s *remoteStore) post(ctx context.Context, n *node, cl *call) ([]api.LeaseResult, error) {
 	l := s.l
-	cl.req.Header.Set(fasthttp.HeaderAuthorization, l.auth)
+	// The key is canonical already: SetCanonical skips Set's copy and
+	// normalisation of it (the value is copied in either way).
+	cl.req.Header.SetCanonical([]byte(fasthttp.HeaderAuthorization), unsafe.Slice(unsafe.StringData(l.auth), len(l.auth)))
 	cl.body = api.AppendLeaseRequest(cl.body[:0], &api.LeaseRequest{Holder: l.holder, Region: l.cfg.Region, Ops: cl.lops})
 	sent, err := l.c.send(ctx, l.c.view.Load(), n, leasePath, cl)
 	if err != nil {
