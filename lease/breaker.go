@@ -145,15 +145,18 @@ var probePolicy = Policy{Algorithm: TokenBucket, Limit: 1, Period: time.Hour}
 // is logged once, with its cause.
 //
 // The timeout is applied through the context: the wrapped Store must honour
-// its context's deadline (every network call does).
+// its context's deadline (every network call does). A DeadlineStore's
+// context carries the deadline without a timer.
 //
 // A Breaker is safe for concurrent use. Its background probe runs only
 // while it is open; Close stops it.
 type Breaker struct {
 	store Store
-	cfg   BreakerConfig
-	met   *leaseMetrics
-	state atomic.Uint32 // BreakerState, readable without mu
+	// byDeadline: the store is a DeadlineStore.
+	byDeadline bool
+	cfg        BreakerConfig
+	met        *leaseMetrics
+	state      atomic.Uint32 // BreakerState, readable without mu
 	// openUntil is, while open, when the cool-down ends (Unix ns): until
 	// then Rejecting answers without the mutex.
 	openUntil atomic.Int64
@@ -183,7 +186,8 @@ type Breaker struct {
 
 // NewBreaker returns a Breaker around store.
 func NewBreaker(store Store, cfg BreakerConfig) *Breaker {
-	b := &Breaker{store: store, cfg: cfg.withDefaults(), met: newLeaseMetrics(cfg.Metrics)}
+	_, byDeadline := store.(DeadlineStore)
+	b := &Breaker{store: store, byDeadline: byDeadline, cfg: cfg.withDefaults(), met: newLeaseMetrics(cfg.Metrics)}
 	b.timeout.Store(int64(b.cfg.Timeout))
 	return b
 }
@@ -492,8 +496,14 @@ func do[T any](b *Breaker, ctx context.Context, op int, f func(context.Context) 
 		// loses its tokens (under-admission): it gets the maximum.
 		timeout = b.cfg.MaxTimeout
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
+	var cctx context.Context
+	cancel := func() {}
+	if b.byDeadline {
+		cctx = withDeadline(ctx, start.Add(timeout))
+	} else {
+		cctx, cancel = context.WithTimeout(ctx, timeout)
+	}
 	v, err := f(cctx)
 	rtt := time.Since(start)
 	// Read before cancel, after which cctx.Err() is never nil.

@@ -126,14 +126,18 @@ func (x *index) load(key string) *bucket {
 
 // find returns the slot of key, whose hash is h, in t, or -1; the
 // table's keys are its buckets' keys from off (0, or a Prefix's length).
-// Callers hold the shard's mutex.
+// As load, it reads the bucket of a slot only if its tag is the key's:
+// a new key's insert probes past slots whose buckets are not in the
+// cache. Callers hold the shard's mutex.
 func (t *indexTable) find(key string, off int, h uint64) int {
+	tag := tagOf(h)
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		b := t.slot(i).Load()
+		g := &t.groups[i/8]
+		b := g.slots[i%8].Load()
 		if b == nil {
 			return -1
 		}
-		if b != tombstone && len(b.key()) == off+len(key) && b.key()[off:] == key {
+		if g.tags.Load()>>(i%8*8)&0xff == tag && b != tombstone && len(b.key()) == off+len(key) && b.key()[off:] == key {
 			return int(i)
 		}
 	}

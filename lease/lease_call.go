@@ -67,9 +67,17 @@ func (m *Manager) leaseSync(ctx context.Context, b *bucket, s *slot, p Policy, h
 		g, err := m.store.Lease(ctx, b.key(), p, want, ask, to)
 		return m.leaseEnded(lc, hits, g, err)
 	}
-	// The call, in the background; the first of its answer and the budget
-	// decides the check. state: 0 both pending, 1 answered first, 2 the
-	// budget ran out first.
+	return m.leaseBudgeted(ctx, lc, hits, want, ask, bud)
+}
+
+// leaseBudgeted is leaseSync's call c within the check's budget bud: the
+// call, in the background; the first of its answer and the budget
+// decides the check. (A function of its own: the call's closure would
+// put c on the heap for every call, those without a budget too.)
+func (m *Manager) leaseBudgeted(ctx context.Context, lc leaseCall, hits, want, ask int64, bud *budget) Decision {
+	b, s, p, to := lc.b, lc.s, lc.p, lc.to
+	// state: 0 both pending, 1 answered first, 2 the budget ran out
+	// first.
 	var (
 		state    atomic.Int32
 		g        Grant

@@ -187,8 +187,13 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 	if !n.leaseAuth(ctx) {
 		return
 	}
-	var req api.LeaseRequest
-	if err := api.DecodeLease(ctx.PostBody(), &req); err != nil {
+	// The request's state is pooled, as a check's: its slices are
+	// reused, and a holder's id (its secret, decoded) is allocated once
+	// per state, not per request.
+	st := n.getState()
+	defer n.putState(st)
+	req := &st.lease
+	if err := api.DecodeLease(ctx.PostBody(), req); err != nil {
 		n.writeError(ctx, err)
 		return
 	}
@@ -196,7 +201,8 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	holder := n.gw.holderID(req.Holder, req.Region)
-	ops := make([]engine.LeaseOp, len(req.Ops))
+	ops := slices.Grow(st.lops[:0], len(req.Ops))[:len(req.Ops)]
+	st.lops = ops
 	for i := range req.Ops {
 		op := &req.Ops[i]
 		ops[i] = engine.LeaseOp{
@@ -209,7 +215,8 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 			},
 		}
 	}
-	results := make([]engine.LeaseResult, len(ops))
+	results := slices.Grow(st.lres[:0], len(ops))[:len(ops)]
+	st.lres = results
 	// context.Background: a fasthttp RequestCtx as a context races with the
 	// server's Shutdown (its Done), as the check paths know.
 	if err := n.eng.Lease(context.Background(), n.eng.Table(), ops, results); err != nil {
@@ -220,7 +227,8 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		n.writeError(ctx, err)
 		return
 	}
-	out := make([]api.LeaseResult, len(results))
+	out := slices.Grow(st.lout[:0], len(results))[:len(results)]
+	st.lout = out
 	for i := range results {
 		r := &results[i]
 		if r.Err != "" {
@@ -236,8 +244,8 @@ func (n *Node) lease(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	ctx.SetContentTypeBytes(contentTypeJSON)
-	// Sized for the common result (about 80 bytes): one allocation.
-	ctx.SetBody(api.AppendLeaseResults(make([]byte, 0, 96*len(out)+16), out))
+	st.buf = api.AppendLeaseResults(st.buf[:0], out)
+	ctx.SetBody(st.buf)
 }
 
 func ceilMS(d time.Duration) int64 {

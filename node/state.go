@@ -25,6 +25,12 @@ type reqState struct {
 	buf     []byte  // the response body
 	scratch []byte  // header values
 	ticks   uint32  // checks served with this state, for startTimer
+	// lease, lops, lres and lout are a lease request's (Node.lease):
+	// its decoded body, the engine's ops and results, the answers.
+	lease api.LeaseRequest
+	lops  []engine.LeaseOp
+	lres  []engine.LeaseResult
+	lout  []api.LeaseResult
 }
 
 func (n *Node) getState() *reqState { return n.states.Get().(*reqState) }
@@ -35,5 +41,10 @@ func (n *Node) putState(st *reqState) {
 	st.matches = st.matches[:0]
 	clear(st.results)
 	st.results = st.results[:0]
+	// A lease request's strings and results are not kept past it.
+	clear(st.lops)
+	clear(st.lres)
+	clear(st.lease.Ops)
+	st.lops, st.lres, st.lease.Ops = st.lops[:0], st.lres[:0], st.lease.Ops[:0]
 	n.states.Put(st)
 }

@@ -13,11 +13,11 @@ import (
 //
 //	{"holder":"<32 hex>","ops":[
 //	  {"op":"lease","rule":"per-key","key":"u1","want":40,"need":1,"held":3,
-//	   "ttl_ms":10000,"spent_before":2,"idle_ms":0,"call":7,"unanswered":0},
+//	   "ttl_ms":10000,"spent_before":2,"call":7},
 //	  {"op":"return","rule":"per-key","key":"u2","tokens":5}]}
 //
 //	{"results":[{"granted":40,"remaining":12,"wait_ms":0,"reset_ms":900,"lent":43},
-//	  {"granted":0,"remaining":0,"wait_ms":0,"reset_ms":0,"lent":0}]}
+//	  {"granted":0,"remaining":0}]}
 //
 // A fixed_window lease op may add "ahead_windows" and "ahead_tokens"
 // (lease.Lessee's AheadWindows and AheadTokens: shares of the next
@@ -26,6 +26,10 @@ import (
 // node that does not know them ignores them and lends none. A lease op
 // may add "first":1 (lease.Lessee.First: the holder was never granted
 // the key, a hint a node that does not know it ignores).
+//
+// An op's fields other than op, rule, key and a lease's want and ttl_ms
+// (a result's, other than granted and remaining) may be left out, and
+// are then 0; the encoders here leave out those that are 0.
 //
 // The fields of a lease op are lease.Lessee's and the Store's Lease
 // arguments; a result's are lease.Grant's (durations in whole

@@ -11,16 +11,16 @@ func leaseField(idx int, f string) string {
 }
 
 // DecodeLease decodes and validates the body of POST /v1/lease into dst,
-// reusing dst.Ops's storage. Any invalid op fails the whole request (the
-// error is a [*FieldError] naming it, "ops[3].want"): nothing is applied.
+// reusing dst.Ops's storage, and dst.Holder's and dst.Region's when they
+// are unchanged (a pooled dst allocates no holder per request). Any
+// invalid op fails the whole request (the error is a [*FieldError]
+// naming it, "ops[3].want"): nothing is applied.
 func DecodeLease(data []byte, dst *LeaseRequest) error {
 	s := scanner{data: data}
 	if len(data) > MaxBodyBytes {
 		return &FieldError{Field: "body", Msg: "larger than 1048576 bytes"}
 	}
-	dst.Holder = ""
 	ops := dst.Ops[:0]
-	dst.Region = ""
 	var (
 		fe                            *FieldError
 		kb                            [16]byte
@@ -92,6 +92,12 @@ func DecodeLease(data []byte, dst *LeaseRequest) error {
 	}
 	s.end()
 	dst.Ops = ops
+	if !holderSet {
+		dst.Holder = ""
+	}
+	if !regionSet {
+		dst.Region = ""
+	}
 	switch {
 	case s.err != nil:
 		return s.err
@@ -235,6 +241,47 @@ const (
 
 var leaseFieldNames = [...]string{"op", "rule", "key", "want", "need", "held", "ttl_ms", "spent_before", "idle_ms", "call", "unanswered", "tokens", "demand", "ahead_windows", "ahead_tokens", "first"}
 
+// leaseFieldBit is the index in leaseFieldNames of k, or -1: a switch,
+// which the compiler turns into a search by length and bytes, not a
+// comparison with each name in turn.
+func leaseFieldBit(k []byte) int {
+	switch string(k) {
+	case "op":
+		return 0
+	case "rule":
+		return 1
+	case "key":
+		return 2
+	case "want":
+		return 3
+	case "need":
+		return 4
+	case "held":
+		return 5
+	case "ttl_ms":
+		return 6
+	case "spent_before":
+		return 7
+	case "idle_ms":
+		return 8
+	case "call":
+		return 9
+	case "unanswered":
+		return 10
+	case "tokens":
+		return 11
+	case "demand":
+		return 12
+	case "ahead_windows":
+		return 13
+	case "ahead_tokens":
+		return 14
+	case "first":
+		return 15
+	}
+	return -1
+}
+
 func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 	s.pos++
 	var (
@@ -256,12 +303,7 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 			}
 			bit := -1
 			if ok {
-				for b, n := range leaseFieldNames {
-					if string(k) == n {
-						bit = b
-						break
-					}
-				}
+				bit = leaseFieldBit(k)
 			}
 			if bit < 0 {
 				s.skip(2)
@@ -366,6 +408,34 @@ func (s *scanner) leaseOp(dst *LeaseOp, idx int, fe **FieldError) {
 // Lease result fields.
 var leaseResultNames = [...]string{"granted", "remaining", "wait_ms", "reset_ms", "lent", "error", "ahead_tokens", "ahead_windows", "checked", "crowded"}
 
+// leaseResultBit is the index in leaseResultNames of k, or -1 (see
+// leaseFieldBit).
+func leaseResultBit(k []byte) int {
+	switch string(k) {
+	case "granted":
+		return 0
+	case "remaining":
+		return 1
+	case "wait_ms":
+		return 2
+	case "reset_ms":
+		return 3
+	case "lent":
+		return 4
+	case "error":
+		return 5
+	case "ahead_tokens":
+		return 6
+	case "ahead_windows":
+		return 7
+	case "checked":
+		return 8
+	case "crowded":
+		return 9
+	}
+	return -1
+}
+
 // DecodeLeaseResults decodes the body answering a lease request into dst
 // (reused), checking that it holds exactly n results.
 func DecodeLeaseResults(data []byte, dst []LeaseResult, n int) ([]LeaseResult, error) {
@@ -438,12 +508,7 @@ func (s *scanner) leaseResults(dst []LeaseResult, n int, fe **FieldError) []Leas
 					}
 					bit := -1
 					if ok {
-						for b, nm := range leaseResultNames {
-							if string(k) == nm {
-								bit = b
-								break
-							}
-						}
+						bit = leaseResultBit(k)
 					}
 					switch bit {
 					case -1:

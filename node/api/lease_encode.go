@@ -39,20 +39,17 @@ func AppendLeaseRequest(dst []byte, r *LeaseRequest) []byte {
 		}
 		dst = append(dst, `,"want":`...)
 		dst = strconv.AppendInt(dst, op.Want, 10)
-		dst = append(dst, `,"need":`...)
-		dst = strconv.AppendInt(dst, op.Need, 10)
-		dst = append(dst, `,"held":`...)
-		dst = strconv.AppendInt(dst, op.Held, 10)
+		// The optional fields are left out when 0 (what a decoder reads
+		// for a field left out): a first touch's op carries only what
+		// it asks, half the fields for the node to read.
+		dst = appendNonZero(dst, `,"need":`, op.Need)
+		dst = appendNonZero(dst, `,"held":`, op.Held)
 		dst = append(dst, `,"ttl_ms":`...)
 		dst = strconv.AppendInt(dst, op.TTLMS, 10)
-		dst = append(dst, `,"spent_before":`...)
-		dst = strconv.AppendInt(dst, op.SpentBefore, 10)
-		dst = append(dst, `,"idle_ms":`...)
-		dst = strconv.AppendInt(dst, op.IdleMS, 10)
-		dst = append(dst, `,"call":`...)
-		dst = strconv.AppendUint(dst, uint64(op.Call), 10)
-		dst = append(dst, `,"unanswered":`...)
-		dst = strconv.AppendUint(dst, uint64(op.Unanswered), 10)
+		dst = appendNonZero(dst, `,"spent_before":`, op.SpentBefore)
+		dst = appendNonZero(dst, `,"idle_ms":`, op.IdleMS)
+		dst = appendNonZero(dst, `,"call":`, int64(op.Call))
+		dst = appendNonZero(dst, `,"unanswered":`, int64(op.Unanswered))
 		if op.Demand > 0 {
 			dst = append(dst, `,"demand":`...)
 			dst = strconv.AppendInt(dst, op.Demand, 10)
@@ -83,12 +80,9 @@ func AppendLeaseResults(dst []byte, rs []LeaseResult) []byte {
 		dst = strconv.AppendInt(dst, r.Granted, 10)
 		dst = append(dst, `,"remaining":`...)
 		dst = strconv.AppendInt(dst, r.Remaining, 10)
-		dst = append(dst, `,"wait_ms":`...)
-		dst = strconv.AppendInt(dst, r.WaitMS, 10)
-		dst = append(dst, `,"reset_ms":`...)
-		dst = strconv.AppendInt(dst, r.ResetMS, 10)
-		dst = append(dst, `,"lent":`...)
-		dst = strconv.AppendInt(dst, r.Lent, 10)
+		dst = appendNonZero(dst, `,"wait_ms":`, r.WaitMS)
+		dst = appendNonZero(dst, `,"reset_ms":`, r.ResetMS)
+		dst = appendNonZero(dst, `,"lent":`, r.Lent)
 		if r.AheadWindows > 0 {
 			dst = append(dst, `,"ahead_tokens":`...)
 			dst = strconv.AppendInt(dst, r.AheadTokens, 10)
@@ -108,4 +102,13 @@ func AppendLeaseResults(dst []byte, rs []LeaseResult) []byte {
 		dst = append(dst, '}')
 	}
 	return append(dst, "]}"...)
+}
+
+// appendNonZero appends field (`,"name":`) and v, unless v is 0: an
+// optional field left out reads as 0.
+func appendNonZero(dst []byte, field string, v int64) []byte {
+	if v == 0 {
+		return dst
+	}
+	return strconv.AppendInt(append(dst, field...), v, 10)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -44,7 +45,12 @@ type remoteStore struct {
 	queued func(n int)
 }
 
-var _ lease.Store = (*remoteStore)(nil)
+var _ lease.DeadlineStore = (*remoteStore)(nil)
+
+// EndsByDeadline: a call sent at once is bounded by its context's
+// deadline (Client.send's DoDeadline), and one that waits in a node's
+// queue waits until then at most (await).
+func (s *remoteStore) EndsByDeadline() {}
 
 // errNotLeased answers the exact calls: the Limiter sends exact rules as
 // checks, never through its Manager.
@@ -233,8 +239,16 @@ func (s *remoteStore) wait(ctx context.Context, op api.LeaseOp) *leaseWait {
 	return w
 }
 
-// await waits for w's answer or ctx.
+// await waits for w's answer, ctx's end or its deadline (which ctx.Done
+// need not close at: see lease.DeadlineStore).
 func (s *remoteStore) await(ctx context.Context, w *leaseWait) (api.LeaseResult, error) {
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		t := time.NewTimer(time.Until(d))
+		defer t.Stop()
+		expired = t.C
+	}
+	err := context.DeadlineExceeded
 	select {
 	case <-w.done:
 		r, err := w.r, w.err
@@ -242,11 +256,13 @@ func (s *remoteStore) await(ctx context.Context, w *leaseWait) (api.LeaseResult,
 		s.waits.Put(w)
 		return answerOf(r, err)
 	case <-ctx.Done():
-		// w is abandoned: its request may still write to it, so it is
-		// not reused. The node may still apply op: its answer is lost,
-		// as a single call's is when its deadline passes first.
-		return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, ctx.Err())
+		err = ctx.Err()
+	case <-expired:
 	}
+	// w is abandoned: its request may still write to it, so it is not
+	// reused. The node may still apply op: its answer is lost, as a
+	// single call's is when its deadline passes first.
+	return api.LeaseResult{}, fmt.Errorf("%w: %w", lease.ErrStoreUnavailable, err)
 }
 
 // answerOf is a call's result: an op the node answered with an error was
@@ -338,7 +354,9 @@ func (s *remoteStore) postQueued(n *node, ws []*leaseWait) {
 // answers, in order (in cl.lres). Every error is a failed Store call.
 func (s *remoteStore) post(ctx context.Context, n *node, cl *call) ([]api.LeaseResult, error) {
 	l := s.l
-	cl.req.Header.Set(fasthttp.HeaderAuthorization, l.auth)
+	// The key is canonical already: SetCanonical skips Set's copy and
+	// normalisation of it (the value is copied in either way).
+	cl.req.Header.SetCanonical([]byte(fasthttp.HeaderAuthorization), unsafe.Slice(unsafe.StringData(l.auth), len(l.auth)))
 	cl.body = api.AppendLeaseRequest(cl.body[:0], &api.LeaseRequest{Holder: l.holder, Region: l.cfg.Region, Ops: cl.lops})
 	sent, err := l.c.send(ctx, l.c.view.Load(), n, leasePath, cl)
 	if err != nil {

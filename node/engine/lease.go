@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -132,7 +133,8 @@ func (e *Engine) Lease(ctx context.Context, t *Table, ops []LeaseOp, results []L
 	clear(results)
 	routes := e.routes.Load()
 	var groups map[string][]int
-	var mine []int
+	var one [1]int
+	mine := one[:0] // (a lone op's, on the stack)
 	for i := range ls {
 		addr := ""
 		if len(routes.Addrs) > 0 {
@@ -146,6 +148,10 @@ func (e *Engine) Lease(ctx context.Context, t *Table, ops []LeaseOp, results []L
 			groups = map[string][]int{}
 		}
 		groups[addr] = append(groups[addr], i)
+	}
+	if groups == nil {
+		e.lendEach(ls, mine, results)
+		return nil
 	}
 	var wg sync.WaitGroup
 	for addr, idx := range groups {
@@ -263,19 +269,22 @@ func (e *Engine) lendEach(ls []leaseOp, idx []int, results []LeaseResult) {
 		results[i] = e.lessor.apply(e.mgr.Lender(), &ls[i])
 		return
 	}
+	// The workers read a copy: idx itself (a lone op's, on the caller's
+	// stack) does not escape.
+	own := slices.Clone(idx)
 	var next atomic.Int64
 	work := func() {
 		for {
 			j := next.Add(1) - 1
-			if j >= int64(len(idx)) {
+			if j >= int64(len(own)) {
 				return
 			}
-			i := idx[j]
+			i := own[j]
 			results[i] = e.lessor.apply(e.mgr.Lender(), &ls[i])
 		}
 	}
 	var wg sync.WaitGroup
-	for range min(len(idx), maxLendWorkers) - 1 {
+	for range min(len(own), maxLendWorkers) - 1 {
 		wg.Go(work)
 	}
 	work()
