@@ -556,62 +556,112 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 // calls.
 func (h *parity) run(src source, steps int) {
 	as := lease.Algorithms()
-	if a := as[src.IntN(len(as))]; a.Leased() {
+	h.runAlgorithm(src, as[src.IntN(len(as))], steps)
+}
+
+// runAlgorithm runs one key of algorithm a for steps calls.
+func (h *parity) runAlgorithm(src source, a lease.Algorithm, steps int) {
+	if a.Leased() {
 		h.leased(src, a, steps)
 	} else {
 		h.exact(src, a, steps)
 	}
 }
 
+// byAlgorithm runs f as a subtest named after each algorithm of the
+// table, in its order (go test -run 'TestGoLuaParity/gcra' runs one; the
+// mutation harness, lua/testdata/mutate, runs those a script serves), and
+// reports whether every one ran: the tests check what their sequences
+// exercised, summed over the algorithms, only then.
+func byAlgorithm(t *testing.T, f func(t *testing.T, i int, a lease.Algorithm)) (all bool) {
+	ran := 0
+	for i, a := range lease.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			ran++
+			f(t, i, a)
+		})
+	}
+	if ran < len(lease.Algorithms()) {
+		t.Logf("%d of %d algorithms run: what the sequences exercised is not checked", ran, len(lease.Algorithms()))
+		return false
+	}
+	return true
+}
+
 // TestGoLuaParity runs random call sequences of every algorithm, with
 // random policies across the whole valid range (periods from 1ms to a
 // year, limits and bursts up to 2^40), through the harness above: the
 // scripts, the Go definition and the MemoryStore must not drift apart by
-// a token, a millisecond or a byte of state. It runs twice: each call
-// alone, and each lease and return in a batch of two (forceBatches).
+// a token, a millisecond or a byte of state. Each algorithm (a subtest)
+// runs twice: each call alone, and each lease and return in a batch of
+// two (forceBatches).
 func TestGoLuaParity(t *testing.T) {
-	t.Run("single", func(t *testing.T) { goLuaParity(t, false) })
-	t.Run("batched", func(t *testing.T) { goLuaParity(t, true) })
-}
-
-func goLuaParity(t *testing.T, batched bool) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 5, 17, 3, 4, 5, 678901000, time.UTC))
-	raw := newTestStore(t, srv.Addr)
-	var rs lease.Store = raw
-	if batched {
-		rs = forceBatches(t, raw)
+	general := generalStore(t, srv.Addr)
+	single := newTestStore(t, srv.Addr)
+	batchedRaw := newTestStore(t, srv.Addr) // its own: forceBatches takes every call it sees
+	modes := []struct {
+		name string
+		h    *parity
+		ran  int // algorithms
+	}{
+		{"single", newParity(t, single, single, general, clock), 0},
+		{"batched", newParity(t, forceBatches(t, batchedRaw), batchedRaw, general, clock), 0},
 	}
-	h := newParity(t, rs, raw, generalStore(t, srv.Addr), clock)
-	r := rand.New(rand.NewPCG(7, 11))
-	for range 600 {
-		h.run(r, 12)
+	all := byAlgorithm(t, func(t *testing.T, i int, a lease.Algorithm) {
+		for j := range modes {
+			m := &modes[j]
+			t.Run(m.name, func(t *testing.T) {
+				m.ran++
+				h := m.h
+				h.t = t
+				r := rand.New(rand.NewPCG(7+uint64(j), 11+uint64(i)))
+				for range 100 {
+					h.runAlgorithm(r, a, 12)
+				}
+				if a.Leased() && h.byAlg[a] < 300 {
+					t.Errorf("%v: %d states compared, want at least 300", a, h.byAlg[a])
+				}
+			})
+		}
+	})
+	if !all {
+		return
 	}
-	t.Logf("identical answers and states: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns, %d naming the key's last call unanswered; %d states compared byte for byte (%v; %d of them with 3 ended loans), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
-		h.grants, h.denials, h.ahead, h.crowded, h.returns, h.backs, h.states, h.byAlg, h.ended, h.gaps, h.logAllowed, h.logDenied, h.acquired)
-	if h.grants < 500 || h.denials < 500 || h.ahead < 100 || h.crowded < 70 || h.returns < 300 || h.backs < 50 || h.gaps < 50 || h.ended < 50 || h.logDenied < 150 || h.logAllowed < 150 || h.acquired < 100 {
-		t.Errorf("the random sequences exercised too few grants, denials, shares, crowds, returns, expired keys or exact calls to compare")
-	}
-	for _, a := range lease.Algorithms() {
-		if a.Leased() && h.byAlg[a] < 300 {
-			t.Errorf("%v: %d states compared, want at least 300", a, h.byAlg[a])
+	for _, m := range modes {
+		h := m.h
+		if m.ran < len(lease.Algorithms()) {
+			continue
+		}
+		t.Logf("%s: identical answers and states: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns, %d naming the key's last call unanswered; %d states compared byte for byte (%v; %d of them with 3 ended loans), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
+			m.name, h.grants, h.denials, h.ahead, h.crowded, h.returns, h.backs, h.states, h.byAlg, h.ended, h.gaps, h.logAllowed, h.logDenied, h.acquired)
+		if h.grants < 500 || h.denials < 500 || h.ahead < 100 || h.crowded < 70 || h.returns < 300 || h.backs < 50 || h.gaps < 50 || h.ended < 50 || h.logDenied < 150 || h.logAllowed < 150 || h.acquired < 100 {
+			t.Errorf("%s: the random sequences exercised too few grants, denials, shares, crowds, returns, expired keys or exact calls to compare", m.name)
 		}
 	}
 }
 
 // TestGoLuaParityEdges runs the harness at the algorithms' edges (see
-// parity.edge): where the random sequences of TestGoLuaParity seldom land
-// on a boundary (a comparison of equal times, a count of exactly the
-// limit, a loan ending at the call's instant, a call naming the key's last
-// call unanswered), these land on one at most calls, so that a script
-// that compares < where Go compares <=, or is off by one, fails here.
+// parity.edge), each algorithm a subtest: where the random sequences of
+// TestGoLuaParity seldom land on a boundary (a comparison of equal times,
+// a count of exactly the limit, a loan ending at the call's instant, a
+// call naming the key's last call unanswered), these land on one at most
+// calls, so that a script that compares < where Go compares <=, or is off
+// by one, fails here.
 func TestGoLuaParityEdges(t *testing.T) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 5, 17, 3, 4, 5, 678901000, time.UTC))
 	raw := newTestStore(t, srv.Addr)
 	h := newParity(t, raw, raw, generalStore(t, srv.Addr), clock)
 	h.edge = true
-	r := rand.New(rand.NewPCG(13, 17))
-	for range 400 {
-		h.run(r, 16)
+	all := byAlgorithm(t, func(t *testing.T, i int, a lease.Algorithm) {
+		h.t = t
+		r := rand.New(rand.NewPCG(13, 17+uint64(i)))
+		for range 70 {
+			h.runAlgorithm(r, a, 16)
+		}
+	})
+	if !all {
+		return
 	}
 	t.Logf("at the edges: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns, %d naming the key's last call unanswered; %d states compared (%v), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
 		h.grants, h.denials, h.ahead, h.crowded, h.returns, h.backs, h.states, h.byAlg, h.gaps, h.logAllowed, h.logDenied, h.acquired)
