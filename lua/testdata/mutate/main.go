@@ -95,13 +95,14 @@ func algorithmsOf(file string) string {
 // pattern is the -test.run pattern of a mutant of file: the tests, each
 // its subtests of the algorithms that run file, and of those the calls
 // alone (TestGoLuaParity's batched subtests run the same lines, in a
-// batch); and TestReleaseAtItsExpiry for the concurrency scripts.
+// batch) and every scenario of TestGoLuaParityCorners (their names
+// have a hyphen); and TestReleaseAtItsExpiry for the concurrency scripts.
 func pattern(tests, file string) string {
 	a := algorithmsOf(file)
 	if a == "concurrency" {
 		tests += "|TestReleaseAtItsExpiry"
 	}
-	return "^(" + tests + ")$/^(" + a + ")$/^single$"
+	return "^(" + tests + ")$/^(" + a + ")$/^(single|.*-.*)$"
 }
 
 // mutant is one changed line.
@@ -134,7 +135,7 @@ func main() {
 	fileList := flag.String("files", "", "mutate only these files (comma-separated)")
 	list := flag.Bool("list", false, "print the mutants and exit")
 	rerun := flag.String("rerun", "", "test only the survivors listed in this earlier run's output")
-	run := flag.String("tests", "TestGoLuaParityEdges|TestGoLuaParity|TestFastPathMatchesGeneral", "the tests run on each mutant (|-separated names): of each, the subtests of the algorithms that run the mutated script")
+	run := flag.String("tests", "TestGoLuaParityCorners|TestGoLuaParityEdges|TestGoLuaParity|TestFastPathMatchesGeneral", "the tests run on each mutant (|-separated names): of each, the subtests of the algorithms that run the mutated script")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

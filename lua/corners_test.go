@@ -1,0 +1,120 @@
+package lua
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/lease/algo"
+	"github.com/sluicehq/sluice/lua/redistest"
+)
+
+// TestGoLuaParityCorners runs call sequences written to reach states
+// the random sequences of TestGoLuaParity and TestGoLuaParityEdges seldom
+// do, through the same harness (the scripts, fast paths on and off, the
+// Go definition and the MemoryStore must agree on every answer, byte of
+// state and expiry), each algorithm a subtest. The expectations are the
+// Go definition's: a scenario only chooses the calls.
+func TestGoLuaParityCorners(t *testing.T) {
+	srv, clock := redistest.StartWithClock(t, time.Date(2026, 5, 17, 3, 4, 5, 678901000, time.UTC))
+	raw := newUnbatchedStore(t, srv.Addr)
+	h := newParity(t, raw, raw, generalStore(t, srv.Addr), clock)
+	byAlgorithm(t, func(t *testing.T, _ int, a lease.Algorithm) {
+		h.t = t
+		for _, sc := range scenarios {
+			if sc.only != nil && !sc.only(a) {
+				continue
+			}
+			t.Run(sc.name, func(t *testing.T) {
+				h.t = t
+				sc.run(h, a)
+			})
+		}
+	})
+}
+
+// scenario is a call sequence run on a new key of each algorithm only
+// accepts (nil: every one). Its name has a hyphen (the mutation harness
+// runs the subtests so named).
+type scenario struct {
+	name string
+	only func(lease.Algorithm) bool
+	run  func(h *parity, a lease.Algorithm)
+}
+
+// newKey is a new key of algorithm a with limit and period.
+func (h *parity) newKey(a lease.Algorithm, limit int64, period time.Duration) (string, *goKey) {
+	return uniqueKey(h.t), &goKey{p: lease.Policy{Algorithm: a, Limit: limit, Period: period}}
+}
+
+func (h *parity) step(d time.Duration) { h.clock.Advance(d) }
+
+// seed writes st into Redis as k's state (both Stores' keys, packed as
+// the scripts pack it, expiring as a script would set it): a state the
+// calls of this release do not make, but the scripts read, as one an
+// earlier release wrote.
+func (h *parity) seed(key string, k *goKey, st algo.LeasedState) {
+	h.t.Helper()
+	a := k.p.Algorithm
+	now := h.clock.Now().UnixMicro()
+	exp := st.Expiry(k.p)
+	ms := ttlMillis(exp - now)
+	for _, s := range []*Store{h.raw, h.general} {
+		if err := s.client.Do(h.ctx, s.client.B().Set().Key(s.Key(key, a)).Value(stateBytes(st, a)).PxMilliseconds(ms).Build()).Error(); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	k.st, k.seeded, k.at, k.exp = st, true, now/1000+ms, exp
+}
+
+var scenarios = []scenario{
+	{
+		// Loans without a last spend (an earlier release's; this one
+		// records one at every lease): kind byte 64 (every width 1
+		// byte), a loan before another and the last; then calls of
+		// each holder.
+		name: "no-last-spend", only: lease.Algorithm.Refills,
+		run: func(h *parity, a lease.Algorithm) {
+			for _, last := range []bool{false, true} {
+				key, k := h.newKey(a, 10, time.Second)
+				now := h.clock.Now().UnixMicro()
+				ref := now // the loans' expiries are packed as distances from it
+				if a == lease.GCRA {
+					ref += 700_000 // the TAT: 7 of 10 tokens used
+				}
+				ls := algo.Loans{
+					{Holder: holderOf("node-a"), Lent: 2, Expires: ref + 100},
+					{Holder: holderOf("node-b/7f3a"), Lent: 3, Expires: ref + 50},
+				}
+				if last {
+					ls = ls[:1]
+				}
+				var st algo.LeasedState = &algo.TokenBucketState{Tokens: 3, Updated: ref, Loans: ls}
+				if a == lease.GCRA {
+					st = &algo.GCRAState{TAT: ref, Loans: ls}
+				}
+				h.seed(key, k, st)
+				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-c", TTL: time.Second})
+				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 2})
+				h.ret(key, k, 1, "node-b/7f3a")
+			}
+		},
+	},
+	{
+		// A loan of a few tokens whose expiry is within 128µs of the
+		// key's reference time packs with kind byte 64 (all width codes
+		// 0, no last spend): written by another holder's call, then
+		// read with another loan after it, and alone.
+		name: "loan-kind-64", only: lease.Algorithm.Leased,
+		run: func(h *parity, a lease.Algorithm) {
+			for _, other := range []string{"node-b/7f3a", ""} {
+				key, k := h.newKey(a, 10, time.Second)
+				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Millisecond})
+				h.step(time.Millisecond - time.Microsecond)
+				h.lease(key, k, 1, 1, lease.Lessee{ID: other, TTL: time.Second})
+				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-c", TTL: time.Second})
+				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second})
+			}
+		},
+	},
+}
