@@ -53,21 +53,68 @@ func (h *parity) step(d time.Duration) { h.clock.Advance(d) }
 // the scripts pack it, expiring as a script would set it): a state the
 // calls of this release do not make, but the scripts read, as one an
 // earlier release wrote.
-func (h *parity) seed(key string, k *goKey, st algo.LeasedState) {
+func (h *parity) seed(key string, k *goKey, st algo.LeasedState) { h.seedAs(key, k, st, st) }
+
+// seedAs is seed with Redis holding as, packed: the same state as st in
+// another order of its loans (the order an earlier release kept).
+func (h *parity) seedAs(key string, k *goKey, st, as algo.LeasedState) {
 	h.t.Helper()
 	a := k.p.Algorithm
 	now := h.clock.Now().UnixMicro()
 	exp := st.Expiry(k.p)
 	ms := ttlMillis(exp - now)
 	for _, s := range []*Store{h.raw, h.general} {
-		if err := s.client.Do(h.ctx, s.client.B().Set().Key(s.Key(key, a)).Value(stateBytes(st, a)).PxMilliseconds(ms).Build()).Error(); err != nil {
+		if err := s.client.Do(h.ctx, s.client.B().Set().Key(s.Key(key, a)).Value(stateBytes(as, a)).PxMilliseconds(ms).Build()).Error(); err != nil {
 			h.t.Fatal(err)
 		}
 	}
 	k.st, k.seeded, k.at, k.exp = st, true, now/1000+ms, exp
 }
 
+// refilling is a token_bucket or gcra state (a) of limit 10 a second at
+// now with 2 tokens left, and loans ls: its level, and the reference
+// time of its loans' expiries (ref).
+func refilling(a lease.Algorithm, now int64) (ref int64, with func(ls algo.Loans) algo.LeasedState) {
+	if a == lease.GCRA {
+		ref = now + 800_000 // the TAT: 8 of 10 tokens used
+		return ref, func(ls algo.Loans) algo.LeasedState { return &algo.GCRAState{TAT: ref, Loans: ls} }
+	}
+	return now, func(ls algo.Loans) algo.LeasedState {
+		return &algo.TokenBucketState{Tokens: 2, Updated: now, Loans: ls}
+	}
+}
+
 var scenarios = []scenario{
+	{
+		// The caller's loan first, then ended loans: a fast path's
+		// state. Packed out of expiry order (an earlier release's
+		// order), which the fast paths leave to the general path to
+		// sort; and two of one time, which a return merges with the
+		// rest of the caller's loan.
+		name: "ended-loans", only: lease.Algorithm.Refills,
+		run: func(h *parity, a lease.Algorithm) {
+			for _, c := range []string{"unsorted", "merged"} {
+				for _, call := range []string{"lease", "return"} {
+					key, k := h.newKey(a, 10, time.Second)
+					now := h.clock.Now().UnixMicro()
+					_, with := refilling(a, now)
+					own := algo.Loan{Holder: holderOf("node-a"), Lent: 5, Expires: now + 1_000_000, LastSpend: now - 10}
+					ls := algo.Loans{own, {Lent: 1, Expires: now - 50}, {Lent: 1, Expires: now - 100}}
+					as := algo.Loans{own, ls[2], ls[1]}
+					if c == "merged" {
+						ls = algo.Loans{own, {Lent: 1, Expires: now}, {Lent: 2, Expires: now - 100}}
+						as = ls
+					}
+					h.seedAs(key, k, with(ls), with(as))
+					if call == "lease" {
+						h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 3})
+					} else {
+						h.ret(key, k, 2, "node-a") // 3 of 5 end at now: 4 with the ended loan
+					}
+				}
+			}
+		},
+	},
 	{
 		// Loans without a last spend (an earlier release's; this one
 		// records one at every lease): kind byte 64 (every width 1
@@ -77,11 +124,7 @@ var scenarios = []scenario{
 		run: func(h *parity, a lease.Algorithm) {
 			for _, last := range []bool{false, true} {
 				key, k := h.newKey(a, 10, time.Second)
-				now := h.clock.Now().UnixMicro()
-				ref := now // the loans' expiries are packed as distances from it
-				if a == lease.GCRA {
-					ref += 700_000 // the TAT: 7 of 10 tokens used
-				}
+				ref, with := refilling(a, h.clock.Now().UnixMicro()) // the loans' expiries: distances from ref
 				ls := algo.Loans{
 					{Holder: holderOf("node-a"), Lent: 2, Expires: ref + 100},
 					{Holder: holderOf("node-b/7f3a"), Lent: 3, Expires: ref + 50},
@@ -89,11 +132,7 @@ var scenarios = []scenario{
 				if last {
 					ls = ls[:1]
 				}
-				var st algo.LeasedState = &algo.TokenBucketState{Tokens: 3, Updated: ref, Loans: ls}
-				if a == lease.GCRA {
-					st = &algo.GCRAState{TAT: ref, Loans: ls}
-				}
-				h.seed(key, k, st)
+				h.seed(key, k, with(ls))
 				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-c", TTL: time.Second})
 				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 2})
 				h.ret(key, k, 1, "node-b/7f3a")
