@@ -348,7 +348,7 @@ func report(chosen []string, results []result) {
 	for _, f := range chosen {
 		by[f] = &counts{}
 	}
-	var survivors, equiv []result
+	var survivors, equiv, wrong []result
 	for _, r := range results {
 		c := by[r.m.file]
 		c.mutants++
@@ -357,6 +357,9 @@ func report(chosen []string, results []result) {
 			c.killed++
 			if r.how == "script error" {
 				c.errors++
+			}
+			if equivalent[r.m.key()] != "" {
+				wrong = append(wrong, r)
 			}
 		case equivalent[r.m.key()] != "":
 			c.equivalent++
@@ -381,10 +384,13 @@ func report(chosen []string, results []result) {
 	for _, r := range equiv {
 		fmt.Printf("\nequivalent %s:%d %s (%s)\n  - %s\n  + %s\n", r.m.file, r.m.line, r.m.op, equivalent[r.m.key()], strings.TrimSpace(r.m.from), strings.TrimSpace(r.m.to))
 	}
+	for _, r := range wrong {
+		fmt.Printf("\nKILLED, listed equivalent (remove it from equivalent.go) %s:%d %s\n  - %s\n  + %s\n", r.m.file, r.m.line, r.m.op, strings.TrimSpace(r.m.from), strings.TrimSpace(r.m.to))
+	}
 	for _, r := range survivors {
 		fmt.Printf("\nSURVIVED %s:%d %s\n  - %s\n  + %s\n", r.m.file, r.m.line, r.m.op, strings.TrimSpace(r.m.from), strings.TrimSpace(r.m.to))
 	}
-	if len(survivors) > 0 {
+	if len(survivors) > 0 || len(wrong) > 0 {
 		os.Exit(1)
 	}
 }
