@@ -84,7 +84,93 @@ func refilling(a lease.Algorithm, now int64) (ref int64, with func(ls algo.Loans
 	}
 }
 
+// acquire runs one concurrency acquire of id through the three and
+// compares them.
+func (h *parity) acquire(key string, k *goKey, id string, hits int64) {
+	h.t.Helper()
+	now := h.clock.Now()
+	r0 := h.state(k, now.UnixMicro()).(algo.SlotState).Acquire(k.p, now, id, hits)
+	r1, e1 := h.rs.Acquire(h.ctx, key, k.p, id, hits)
+	r2, e2 := h.ms.Acquire(h.ctx, key, k.p, id, hits)
+	if e1 != nil || e2 != nil || r1 != r0 || r2 != r0 {
+		h.t.Fatalf("%+v Acquire(%s, %d):\n  go:     %+v\n  redis:  %+v %v\n  memory: %+v %v", k.p, id, hits, r0, r1, e1, r2, e2)
+	}
+	h.checkExpiry(key, k, r0.Allowed && hits > 0)
+}
+
+// log runs one sliding_log call of hits through the three and compares
+// them.
+func (h *parity) log(key string, k *goKey, hits int64) {
+	h.t.Helper()
+	now := h.clock.Now()
+	r0 := h.state(k, now.UnixMicro()).(algo.LogState).Check(k.p, now, hits)
+	r1, e1 := h.rs.Log(h.ctx, key, k.p, hits)
+	r2, e2 := h.ms.Log(h.ctx, key, k.p, hits)
+	if e1 != nil || e2 != nil || r1 != r0 || r2 != r0 {
+		h.t.Fatalf("%+v Log(%d) at %s:\n  go:     %+v\n  redis:  %+v %v\n  memory: %+v %v", k.p, hits, now.Format(time.RFC3339Nano), r0, r1, e1, r2, e2)
+	}
+	h.checkExpiry(key, k, r0.Allowed && hits > 0)
+}
+
 var scenarios = []scenario{
+	{
+		// Calls of more hits than the script adds in one ZADD (500).
+		name: "many-hits", only: lease.Algorithm.HasMinInterval,
+		run: func(h *parity, a lease.Algorithm) {
+			key, k := h.newKey(a, 2000, time.Minute)
+			for range 3 {
+				h.log(key, k, 700)
+				h.step(time.Second)
+			}
+		},
+	},
+	{
+		// A minimum interval of 1µs: a second call at the instant of the
+		// newest stamp waits it.
+		name: "min-interval-1us", only: lease.Algorithm.HasMinInterval,
+		run: func(h *parity, a lease.Algorithm) {
+			key, k := h.newKey(a, 10, time.Second)
+			k.p.MinInterval = time.Microsecond
+			h.log(key, k, 1)
+			h.log(key, k, 1)
+			h.step(time.Microsecond)
+			h.log(key, k, 1)
+		},
+	},
+	{
+		// The clock steps back (NTP): a call then records at the newest
+		// stamp, without a minimum interval; with one, it waits from
+		// the newest stamp.
+		name: "clock-back", only: lease.Algorithm.HasMinInterval,
+		run: func(h *parity, a lease.Algorithm) {
+			for _, mi := range []time.Duration{0, time.Millisecond} {
+				key, k := h.newKey(a, 10, time.Second)
+				k.p.MinInterval = mi
+				start := h.clock.Now()
+				h.log(key, k, 1)
+				h.clock.Set(start.Add(-10 * time.Microsecond))
+				h.log(key, k, 1)
+				h.log(key, k, 0)
+				h.clock.Set(start.Add(2 * time.Millisecond))
+			}
+		},
+	},
+	{
+		// Releases: of a key without state, and of an id that a
+		// release of another reaped (its expiry passed).
+		name: "release-reaps", only: lease.Algorithm.Acquired,
+		run: func(h *parity, a lease.Algorithm) {
+			key, k := h.newKey(a, 3, time.Second)
+			h.release(key, k, h.state(k, h.clock.Now().UnixMicro()).(algo.SlotState), "a")
+			h.acquire(key, k, "b", 1)
+			h.step(time.Second / 2)
+			h.acquire(key, k, "a", 1)
+			h.step(time.Second / 2)
+			for _, id := range []string{"x", "b", "a"} {
+				h.release(key, k, h.state(k, h.clock.Now().UnixMicro()).(algo.SlotState), id)
+			}
+		},
+	},
 	{
 		// The caller's loan first, then ended loans: a fast path's
 		// state. Packed out of expiry order (an earlier release's

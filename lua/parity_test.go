@@ -525,10 +525,11 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 		ends = append(ends, now.UnixMicro()+p.Period.Microseconds(), now.UnixMicro()+p.MinInterval.Microseconds())
 		var r0, r1, r2 lease.Result
 		var e1, e2 error
+		var hits int64
 		held := int64(-1) // what the Go state holds after the call
 		switch st := h.state(k, now.UnixMicro()).(type) {
 		case algo.LogState:
-			hits := min(pick(src, 0, 1, 1, 1, 2, p.Limit, p.Limit+1), MaxLogHits)
+			hits = min(pick(src, 0, 1, 1, 1, 2, p.Limit, p.Limit+1), MaxLogHits)
 			r0 = st.Check(*p, now, hits)
 			r1, e1 = h.rs.Log(h.ctx, key, *p, hits)
 			r2, e2 = h.ms.Log(h.ctx, key, *p, hits)
@@ -543,14 +544,10 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 		case algo.SlotState:
 			id := []string{"a", "b", "c", "d", "e", "f"}[src.IntN(6)]
 			if src.IntN(3) == 0 {
-				ok := st.Release(now, id)
-				e1, e2 = h.rs.Release(h.ctx, key, *p, id), h.ms.Release(h.ctx, key, *p, id)
-				if (e1 == nil) != ok || (e2 == nil) != ok {
-					h.t.Fatalf("%+v Release(%s): go %v, redis %v, memory %v", *p, id, ok, e1, e2)
-				}
+				h.release(key, k, st, id)
 				continue
 			}
-			hits := pick(src, 0, 1, 1)
+			hits = pick(src, 0, 1, 1)
 			r0 = st.Acquire(*p, now, id, hits)
 			r1, e1 = h.rs.Acquire(h.ctx, key, *p, id, hits)
 			r2, e2 = h.ms.Acquire(h.ctx, key, *p, id, hits)
@@ -562,6 +559,7 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 		if e1 != nil || e2 != nil || r1 != r0 || r2 != r0 {
 			h.t.Fatalf("%+v, step %d at %s:\n  go:     %+v\n  redis:  %+v %v\n  memory: %+v %v", *p, step, now.Format(time.RFC3339Nano), r0, r1, e1, r2, e2)
 		}
+		h.checkExpiry(key, k, r0.Allowed && hits > 0)
 		// Redis reaps stamps and ids at its next call: it may hold more
 		// than the Go state, never fewer.
 		n, err := h.raw.client.Do(h.ctx, h.raw.client.B().Zcard().Key(h.raw.Key(key, p.Algorithm)).Build()).AsInt64()
@@ -572,6 +570,43 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 			h.t.Fatalf("%+v, step %d: Redis holds %d stamps or slots, the Go state %d", *p, step, n, held+1)
 		}
 	}
+}
+
+// release runs one concurrency release of id through the three and
+// compares them: nil where the Go state held id, else lease.ErrNoSlot.
+func (h *parity) release(key string, k *goKey, st algo.SlotState, id string) {
+	h.t.Helper()
+	ok := st.Release(h.clock.Now(), id)
+	e1, e2 := h.rs.Release(h.ctx, key, k.p, id), h.ms.Release(h.ctx, key, k.p, id)
+	for _, err := range []error{e1, e2} {
+		if ok && err != nil || !ok && !errors.Is(err, lease.ErrNoSlot) {
+			h.t.Fatalf("%+v Release(%s): go %v, redis %v, memory %v", k.p, id, ok, e1, e2)
+		}
+	}
+	h.checkExpiry(key, k, false)
+}
+
+// checkExpiry checks when Redis's key of an exact algorithm expires
+// against the Go state's expiry: never before it, never without an expiry;
+// after a call that recorded a stamp or a slot (wrote), as the script sets
+// it (ttl in prelude.lua), and after any other call as before it.
+func (h *parity) checkExpiry(key string, k *goKey, wrote bool) {
+	h.t.Helper()
+	now := h.clock.Now().UnixMicro()
+	exp := k.st.Expiry(k.p)
+	if exp <= now {
+		k.at = 0
+		return // no state: Redis may keep the key a while
+	}
+	pttl, err := h.raw.client.Do(h.ctx, h.raw.client.B().Pttl().Key(h.raw.Key(key, k.p.Algorithm)).Build()).AsInt64()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	at, written := now/1000+pttl, now/1000+ttlMillis(exp-now)
+	if pttl < 0 || at*1000 < exp || wrote && at != written || !wrote && k.at != 0 && at != k.at {
+		h.t.Fatalf("%+v: the key expires at %d ms (PTTL %d), the Go state at %d µs (want %d ms after a write, else %d as before)", k.p, at, pttl, exp, written, k.at)
+	}
+	k.at = at
 }
 
 // run runs one key of a random algorithm (any of the table's) for steps
