@@ -205,7 +205,8 @@ var scenarios = []scenario{
 		// Loans without a last spend (an earlier release's; this one
 		// records one at every lease): kind byte 64 (every width 1
 		// byte), a loan before another and the last; then calls of
-		// each holder.
+		// each holder, the first of them the loan's holder alone (a
+		// fast path) reporting a token spent before its call.
 		name: "no-last-spend", only: lease.Algorithm.Refills,
 		run: func(h *parity, a lease.Algorithm) {
 			for _, last := range []bool{false, true} {
@@ -219,8 +220,8 @@ var scenarios = []scenario{
 					ls = ls[:1]
 				}
 				h.seed(key, k, with(ls))
+				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 1, SpentBefore: 1, Idle: time.Microsecond})
 				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-c", TTL: time.Second})
-				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 2})
 				h.ret(key, k, 1, "node-b/7f3a")
 			}
 		},

@@ -105,4 +105,6 @@ var equivalent = map[string]string{
 	`sliding_log.lua|seq = seq + 1|seq = seq - 1`:                                                                                                                     "only the members' scores and count are read: NX and the loop until hits are in keep every call's members",
 	`sliding_log.lua|seq = seq + 1|seq = seq + 2`:                                                                                                                     "only the members' scores and count are read: the suffixes stay unique",
 	`sliding_log.lua|if count > 0 then|if count >= 0 then`:                                                                                                            "with count 0 reset is pu - now < 0, which ms makes 0",
+	`token_bucket_lease.lua|local lent, exp, last = nil, 0, 0 -- the caller's loan|local lent, exp, last = nil, 1, 0 -- the caller's loan`:                            "exp is read only with lent, which the loan's read sets with it",
+	`gcra_lease.lua|local lent, exp, last = nil, 0, 0 -- the caller's loan|local lent, exp, last = nil, 1, 0 -- the caller's loan`:                                    "exp is read only with lent, which the loan's read sets with it",
 }
