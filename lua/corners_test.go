@@ -179,16 +179,29 @@ var scenarios = []scenario{
 		// rest of the caller's loan.
 		name: "ended-loans", only: lease.Algorithm.Refills,
 		run: func(h *parity, a lease.Algorithm) {
-			for _, c := range []string{"unsorted", "merged"} {
+			for _, c := range []string{"unsorted", "merged", "past"} {
 				for _, call := range []string{"lease", "return"} {
 					key, k := h.newKey(a, 10, time.Second)
 					now := h.clock.Now().UnixMicro()
 					_, with := refilling(a, now)
+					if c == "past" {
+						// The level's time or the TAT before the
+						// ended loans' expiries: distances forward.
+						with = func(ls algo.Loans) algo.LeasedState {
+							if a == lease.GCRA {
+								return &algo.GCRAState{TAT: now - 1000, Loans: ls}
+							}
+							return &algo.TokenBucketState{Tokens: 2, Updated: now - 1000, Loans: ls}
+						}
+					}
 					own := algo.Loan{Holder: holderOf("node-a"), Lent: 5, Expires: now + 1_000_000, LastSpend: now - 10}
 					ls := algo.Loans{own, {Lent: 1, Expires: now - 50}, {Lent: 1, Expires: now - 100}}
 					as := algo.Loans{own, ls[2], ls[1]}
-					if c == "merged" {
+					switch c {
+					case "merged":
 						ls = algo.Loans{own, {Lent: 1, Expires: now}, {Lent: 2, Expires: now - 100}}
+						as = ls
+					case "past":
 						as = ls
 					}
 					h.seedAs(key, k, with(ls), with(as))
