@@ -10,15 +10,18 @@ import (
 func mutants(file, src string) []mutant {
 	var ms []mutant
 	lines := strings.Split(src, "\n")
-	prev := "" // the previous code line
+	prev := ""               // the previous code line
+	seen := map[string]int{} // the lines so far, trimmed: how many of each
 	for i, line := range lines {
 		code, mask := codeOf(line)
 		if strings.TrimSpace(code) == "" {
 			continue
 		}
+		seen[strings.TrimSpace(line)]++
+		nth := seen[strings.TrimSpace(line)]
 		add := func(op, to string) {
 			if to != line {
-				ms = append(ms, mutant{file: file, line: i + 1, op: op, from: line, to: to})
+				ms = append(ms, mutant{file: file, line: i + 1, nth: nth, op: op, from: line, to: to})
 			}
 		}
 		for _, c := range relational(code, mask) {

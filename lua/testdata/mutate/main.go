@@ -49,6 +49,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -109,12 +110,25 @@ func pattern(tests, file string) string {
 type mutant struct {
 	file string
 	line int    // 1-based
+	nth  int    // the line is the file's nth of its text (trimmed)
 	op   string // rel, arith, num, cond, del
 	from string // the line as it was
 	to   string // the line as mutated
 }
 
+// key names m by its file, its line's text and the mutated text (and,
+// for the second line of a text and after, the line's rank: n), so that
+// edits elsewhere in the file keep it.
 func (m mutant) key() string {
+	k := m.file + "|" + strings.TrimSpace(m.from) + "|" + strings.TrimSpace(m.to)
+	if m.nth > 1 {
+		k += "|" + strconv.Itoa(m.nth)
+	}
+	return k
+}
+
+// text is key without the rank: -rerun matches survivors by it.
+func (m mutant) text() string {
 	return m.file + "|" + strings.TrimSpace(m.from) + "|" + strings.TrimSpace(m.to)
 }
 
@@ -179,7 +193,7 @@ func main() {
 		if again != nil {
 			var keep []mutant
 			for _, m := range ms {
-				if again[m.key()] {
+				if again[m.text()] {
 					keep = append(keep, m)
 				}
 			}
@@ -395,7 +409,8 @@ func report(chosen []string, results []result) {
 	}
 }
 
-// survivorsIn are the survivors an earlier run's output lists, by key.
+// survivorsIn are the survivors an earlier run's output lists, by text
+// (mutant.text: every line of that text).
 func survivorsIn(path string) map[string]bool {
 	b, err := os.ReadFile(path)
 	check(err)
