@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -114,6 +115,81 @@ func (h *parity) log(key string, k *goKey, hits int64) {
 
 var scenarios = []scenario{
 	{
+		// The clock steps back (NTP) between two calls of one holder.
+		name: "leased-clock-back", only: lease.Algorithm.Leased,
+		run: func(h *parity, a lease.Algorithm) {
+			for _, call := range []string{"lease", "return"} {
+				key, k := h.newKey(a, 10, time.Second)
+				start := h.clock.Now()
+				h.lease(key, k, 3, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 0})
+				h.clock.Set(start.Add(-10 * time.Microsecond))
+				if call == "lease" {
+					h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 3})
+				} else {
+					h.ret(key, k, 1, "node-a")
+				}
+				h.clock.Set(start.Add(time.Millisecond))
+			}
+		},
+	},
+	{
+		// An anonymous call with max_holders set is never crowded out:
+		// max_holders bounds holders.
+		name: "anonymous-max-holders", only: lease.Algorithm.Leased,
+		run: func(h *parity, a lease.Algorithm) {
+			key, k := h.newKey(a, 10, time.Second)
+			h.lease(key, k, 2, 1, lease.Lessee{ID: "node-a", TTL: time.Second})
+			h.lease(key, k, 5, 1, lease.Lessee{MaxHolders: 1})
+		},
+	},
+	{
+		// Loans at the packed widths' bounds (255 and 256, 65,535 and
+		// 65,536, 2^32 - 1 and 2^32 tokens), lent on a fast path and
+		// repacked by another holder's call.
+		name: "lent-width-bounds", only: lease.Algorithm.Leased,
+		run: func(h *parity, a lease.Algorithm) {
+			for _, n := range []int64{255, 256, 65535, 65536, 1<<32 - 1, 1 << 32} {
+				key, k := h.newKey(a, 1<<33, time.Hour)
+				h.lease(key, k, n, n, lease.Lessee{ID: "node-a", TTL: time.Second})
+				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-b/7f3a", TTL: time.Second})
+			}
+		},
+	},
+	{
+		// Loans whose expiries are at the packed widths' bounds from
+		// the reference time (zigzag distances of 256, 65,536 and
+		// 2^32, and one less), repacked by another holder's call.
+		name: "expiry-width-bounds", only: lease.Algorithm.Refills,
+		run: func(h *parity, a lease.Algorithm) {
+			key, k := h.newKey(a, 1<<20, time.Hour)
+			now := h.clock.Now().UnixMicro()
+			var ls algo.Loans
+			for i, d := range []int64{1 << 31, 1<<31 - 1, 1 << 15, 1<<15 - 1, 1 << 7, 1<<7 - 1} {
+				ls = append(ls, algo.Loan{Holder: holderOf(fmt.Sprintf("node-%d", i)), Lent: 100, Expires: now + d, LastSpend: now - 10})
+			}
+			var st algo.LeasedState = &algo.TokenBucketState{Tokens: 1<<20 - 1000, Updated: now, Loans: ls}
+			if a == lease.GCRA {
+				st = &algo.GCRAState{TAT: now, Loans: ls}
+			}
+			h.seed(key, k, st)
+			h.lease(key, k, 1, 1, lease.Lessee{ID: "node-c", TTL: time.Second})
+		},
+	},
+	{
+		// The caller's loan alone, spent whole before the call, which
+		// grants nothing: the loan goes, an ended loan in its place.
+		name: "spent-whole", only: lease.Algorithm.Refills,
+		run: func(h *parity, a lease.Algorithm) {
+			for _, want := range []int64{11, 1} {
+				key, k := h.newKey(a, 10, time.Second)
+				now := h.clock.Now().UnixMicro()
+				_, with := refilling(a, now)
+				h.seed(key, k, with(algo.Loans{{Holder: holderOf("node-a"), Lent: 2, Expires: now + 1_000_000, LastSpend: now - 10}}))
+				h.lease(key, k, want, want, lease.Lessee{ID: "node-a", TTL: time.Second, SpentBefore: 2, Idle: time.Microsecond})
+			}
+		},
+	},
+	{
 		// Calls of more hits than the script adds in one ZADD (500).
 		name: "many-hits", only: lease.Algorithm.HasMinInterval,
 		run: func(h *parity, a lease.Algorithm) {
@@ -223,7 +299,8 @@ var scenarios = []scenario{
 		// fast path) reporting a token spent before its call.
 		name: "no-last-spend", only: lease.Algorithm.Refills,
 		run: func(h *parity, a lease.Algorithm) {
-			for _, last := range []bool{false, true} {
+			for _, c := range []string{"two", "one", "two-return"} {
+				last := c == "one"
 				key, k := h.newKey(a, 10, time.Second)
 				ref, with := refilling(a, h.clock.Now().UnixMicro()) // the loans' expiries: distances from ref
 				ls := algo.Loans{
@@ -234,6 +311,9 @@ var scenarios = []scenario{
 					ls = ls[:1]
 				}
 				h.seed(key, k, with(ls))
+				if c == "two-return" {
+					h.ret(key, k, 1, "node-a") // its loan first, another holder's after it
+				}
 				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-a", TTL: time.Second, Held: 1, SpentBefore: 1, Idle: time.Microsecond})
 				h.lease(key, k, 1, 1, lease.Lessee{ID: "node-c", TTL: time.Second})
 				h.ret(key, k, 1, "node-b/7f3a")
