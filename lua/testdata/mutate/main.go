@@ -1,21 +1,22 @@
 // Command mutate is the Lua scripts' mutation harness (make mutate-lua):
-// it proves that the parity tests (TestGoLuaParityEdges, TestGoLuaParity,
-// TestFastPathMatchesGeneral) fail when one line of one algorithm's
-// script changes. It builds the lua package's test binary once, then for
-// each single-line mutant of the scripts writes the scripts to a
-// directory with that one line changed, runs the parity tests on them
-// (the test-only hook SLUICE_LUA_SCRIPTS, lua/scriptdir_test.go) and
-// records whether they failed (killed) or passed (survived). A mutant's
-// run stops at its first failure (-test.failfast) and runs only the
-// subtests of the algorithms whose keys run the mutated script (served,
-// below), and of TestGoLuaParity the calls alone: the lines a batch runs
-// are the same. Run from the repository root:
+// it proves that the parity tests (TestGoLuaParityCorners,
+// TestGoLuaParityEdges, TestGoLuaParity, TestFastPathMatchesGeneral) fail
+// when one line of one algorithm's script changes. It builds the lua
+// package's test binary once, then for each single-line mutant of the
+// scripts writes the scripts to a directory with that one line changed,
+// runs the parity tests on them (the test-only hook SLUICE_LUA_SCRIPTS,
+// lua/scriptdir_test.go) and records whether they failed (killed) or
+// passed (survived). A mutant's run stops at its first failure
+// (-test.failfast) and runs only the subtests of the algorithms whose
+// keys run the mutated script (served, below), and of TestGoLuaParity the
+// calls alone: the lines a batch runs are the same. Run from the
+// repository root:
 //
 //	go run ./lua/testdata/mutate [-max N] [-seed S] [-timeout D] [-j N] [-files a.lua,b.lua] [-only file:line] [-rerun out.txt] [-tests T1|T2] [-list]
 //
 // -rerun tests only the mutants an earlier run's output lists as
-// survivors (matched by file and mutated line, so edits elsewhere in the
-// file do not lose them). An interrupt (^C) stops the run, kills the
+// survivors (matched by file and the line's text, so edits elsewhere in
+// the file do not lose them). An interrupt (^C) stops the run, kills the
 // tests running and reports the mutants tested so far.
 //
 // The mutants of a code line (comments and string literals are never
@@ -33,9 +34,10 @@
 //
 // A mutant the tests cannot tell from the original, because no input can
 // change behaviour, is listed in equivalent (equivalent.go) with the
-// reason; the
-// harness reports it apart from the survivors, which are gaps in the
-// tests. Every run prints a table per file and each survivor.
+// reason; the harness runs it too, reports it apart from the survivors
+// (which are gaps in the tests), and fails a run in which one is killed
+// (the reason is wrong). Every run prints a table per file, each survivor
+// and the mean time of a mutant's tests.
 package main
 
 import (
