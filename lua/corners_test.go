@@ -48,6 +48,7 @@ func (h *parity) newKey(a lease.Algorithm, limit int64, period time.Duration) (s
 	return uniqueKey(h.t), &goKey{p: lease.Policy{Algorithm: a, Limit: limit, Period: period}}
 }
 
+// step moves the clock forward by d.
 func (h *parity) step(d time.Duration) { h.clock.Advance(d) }
 
 // seed writes st into Redis as k's state (both Stores' keys, packed as
@@ -72,17 +73,30 @@ func (h *parity) seedAs(key string, k *goKey, st, as algo.LeasedState) {
 	k.st, k.seeded, k.at, k.exp = st, true, now/1000+ms, exp
 }
 
-// refilling is a token_bucket or gcra state (a) of limit 10 a second at
+// refilling is a state of refilling algorithm a (limit 10 a second) at
 // now with 2 tokens left, and loans ls: its level, and the reference
 // time of its loans' expiries (ref).
 func refilling(a lease.Algorithm, now int64) (ref int64, with func(ls algo.Loans) algo.LeasedState) {
-	if a == lease.GCRA {
+	ref = now
+	if _, tat := a.NewState().(*algo.GCRAState); tat {
 		ref = now + 800_000 // the TAT: 8 of 10 tokens used
-		return ref, func(ls algo.Loans) algo.LeasedState { return &algo.GCRAState{TAT: ref, Loans: ls} }
 	}
-	return now, func(ls algo.Loans) algo.LeasedState {
-		return &algo.TokenBucketState{Tokens: 2, Updated: now, Loans: ls}
+	return ref, func(ls algo.Loans) algo.LeasedState { return refillState(a, ref, 2, ls) }
+}
+
+// refillState is a state of refilling algorithm a whose reference time
+// (the level's time, or the TAT) is ref, with loans ls and, where the
+// state has one, a stored level of tokens.
+func refillState(a lease.Algorithm, ref int64, tokens float64, ls algo.Loans) algo.LeasedState {
+	switch s := a.NewState().(type) {
+	case *algo.TokenBucketState:
+		s.Tokens, s.Updated, s.Loans = tokens, ref, ls
+		return s
+	case *algo.GCRAState:
+		s.TAT, s.Loans = ref, ls
+		return s
 	}
+	panic(fmt.Sprintf("refillState: %v's state", a))
 }
 
 // acquire runs one concurrency acquire of id through the three and
@@ -167,11 +181,7 @@ var scenarios = []scenario{
 			for i, d := range []int64{1 << 31, 1<<31 - 1, 1 << 15, 1<<15 - 1, 1 << 7, 1<<7 - 1} {
 				ls = append(ls, algo.Loan{Holder: holderOf(fmt.Sprintf("node-%d", i)), Lent: 100, Expires: now + d, LastSpend: now - 10})
 			}
-			var st algo.LeasedState = &algo.TokenBucketState{Tokens: 1<<20 - 1000, Updated: now, Loans: ls}
-			if a == lease.GCRA {
-				st = &algo.GCRAState{TAT: now, Loans: ls}
-			}
-			h.seed(key, k, st)
+			h.seed(key, k, refillState(a, now, 1<<20-1000, ls))
 			h.lease(key, k, 1, 1, lease.Lessee{ID: "node-c", TTL: time.Second})
 		},
 	},
@@ -263,12 +273,7 @@ var scenarios = []scenario{
 					if c == "past" {
 						// The level's time or the TAT before the
 						// ended loans' expiries: distances forward.
-						with = func(ls algo.Loans) algo.LeasedState {
-							if a == lease.GCRA {
-								return &algo.GCRAState{TAT: now - 1000, Loans: ls}
-							}
-							return &algo.TokenBucketState{Tokens: 2, Updated: now - 1000, Loans: ls}
-						}
+						with = func(ls algo.Loans) algo.LeasedState { return refillState(a, now-1000, 2, ls) }
 					}
 					own := algo.Loan{Holder: holderOf("node-a"), Lent: 5, Expires: now + 1_000_000, LastSpend: now - 10}
 					ls := algo.Loans{own, {Lent: 1, Expires: now - 50}, {Lent: 1, Expires: now - 100}}
