@@ -6,8 +6,10 @@ RULES    ?= deploy/rules.example.yaml
 FUZZTIME ?= 10s
 MODELTIME ?= 10s
 BENCHTIME ?= 1s
+MUTATE_MAX ?= 40
+MUTATE_J ?= 2
 
-.PHONY: all build caddy run cluster cluster-status cluster-stop test test-valkey race e2e e2e-deps e2e-rls-redis bench bench-go fuzz lint deps clean
+.PHONY: all build caddy run cluster cluster-status cluster-stop test test-valkey race e2e e2e-deps e2e-rls-redis bench bench-go fuzz mutate-lua lint deps clean
 
 all: lint test
 
@@ -191,6 +193,12 @@ fuzz:
 		done; \
 	done
 	SLUICE_MODEL_TIME=$(MODELTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestModel$$' ./lease/ ./lua/
+
+## mutate-lua: the Lua scripts' mutation harness (lua/testdata/mutate): MUTATE_MAX single-line
+## mutants per script (0: all 3,987, some hours), MUTATE_J at a time, each must fail the parity
+## tests or be listed equivalent. Not part of test: minutes of redis-server per run.
+mutate-lua:
+	$(GO) run ./lua/testdata/mutate -max $(MUTATE_MAX) -j $(MUTATE_J)
 
 ## lint: gofmt and go vet must be clean (contrib/caddy, its own module, included).
 lint:

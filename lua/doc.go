@@ -178,8 +178,12 @@
 // clock, which must give the same answers, and after every call the same
 // state (the Go state packed by its row's packer is the bytes Redis
 // holds) and expiry; FuzzGoLuaParity runs the sequences the fuzzer's
-// bytes spell, and TestFastPathMatchesGeneral runs calls aimed at the
-// fast paths' states through the same harness. They need
+// bytes spell, TestFastPathMatchesGeneral runs calls aimed at the fast
+// paths' states through the same harness, and TestGoLuaParityCorners runs
+// sequences written for states random calls seldom reach (some seeded as
+// an earlier release wrote them). Each runs every algorithm as a subtest;
+// the mutation harness (make mutate-lua, lua/testdata/mutate) checks that
+// they fail when one line of a script changes. They need
 // redis-server, redis-cli and gcc (the frozen clock is a small C shim
 // preloaded into redis-server); with SLUICE_TEST_REDIS=valkey they run on
 // valkey-server and valkey-cli (Valkey 8) instead, as make test does too.

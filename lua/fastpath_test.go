@@ -32,146 +32,155 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	// store's own scripts (a batch would run the batch script, built with
 	// the fast paths on); its keys: the same counters under another prefix.
 	hp := newParity(t, fast, fast, generalStore(t, srv.Addr), clock)
-	r := rand.New(rand.NewPCG(3, 5))
-	pick := func(vals ...int64) int64 { return vals[r.IntN(len(vals))] }
 	holders := []string{"", "m-a", "m-a", "m-a", "m-b", "m-c"}
 	var calls, empty, ownOnly, spent, spentEnded, returned, returnedEnded, other, withShare, shareRolled, crowded int
-	for i := 0; i < 400; i++ {
-		// Half the keys: one holder renewing its key, mostly
-		// reporting tokens spent (the steady state of a key one node
-		// checks), now and then another caller; token_bucket or gcra,
-		// whose loans end.
-		renewing := r.IntN(2) == 0
-		a := leasedAlgorithms[r.IntN(len(leasedAlgorithms))]
-		if renewing {
-			a = refillingAlgorithms[r.IntN(len(refillingAlgorithms))]
+	all := byAlgorithm(t, func(t *testing.T, ai int, a lease.Algorithm) {
+		if !a.Leased() {
+			return
 		}
-		// Most fixed_window keys: one holder leasing shares ahead, of
-		// windows short enough to roll.
-		sharing := a.LeasesAhead() && r.IntN(3) != 0
-		p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: time.Duration(pick(1, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
-		if sharing {
-			p.Period = time.Duration(pick(1, 10, 1000, 1000, 60_000)) * time.Millisecond
+		hp.t = t
+		r := rand.New(rand.NewPCG(3, 5+uint64(ai)))
+		pick := func(vals ...int64) int64 { return vals[r.IntN(len(vals))] }
+		keys := 50
+		if a.Refills() {
+			keys = 150
 		}
-		if a.HasBurst() {
-			p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
-			if p.Validate() != nil {
-				p.Burst = 0 // a burst that would take too long to refill
+		for i := 0; i < keys; i++ {
+			// Two thirds of a refilling algorithm's keys: one holder
+			// renewing its key, mostly reporting tokens spent (the steady
+			// state of a key one node checks), now and then another
+			// caller; token_bucket or gcra, whose loans end.
+			renewing := a.Refills() && r.IntN(3) != 0
+			// Most fixed_window keys: one holder leasing shares ahead, of
+			// windows short enough to roll.
+			sharing := a.LeasesAhead() && r.IntN(3) != 0
+			p := lease.Policy{Algorithm: a, Limit: pick(1, 3, 10, 100, 1000, 1+r.Int64N(1_000_000), lease.MaxLimit), Period: time.Duration(pick(1, 1000, 60_000, 3_600_000, 1+r.Int64N(365*86_400_000))) * time.Millisecond}
+			if sharing {
+				p.Period = time.Duration(pick(1, 10, 1000, 1000, 60_000)) * time.Millisecond
 			}
-		}
-		if err := p.Validate(); err != nil {
-			continue
-		}
-		capacity := p.Capacity()
-		key := uniqueKey(t)
-		k := &goKey{p: p}
-		lent := map[string]int64{}      // what each holder was last told it is lent
-		lastCall := map[string]uint32{} // each holder's last Lessee.Call
-		two := len(holders)
-		if r.IntN(2) == 0 {
-			two = 4 // most keys: anonymous callers and one holder
-		}
-		for step := 0; step < 25; step++ {
-			switch c := r.IntN(5); {
-			case c == 0: // same instant
-			case renewing && r.IntN(4) != 0: // ended loans still capping the level
-				clock.Advance(time.Duration(r.Int64N(int64(p.Period)/50 + 1)))
-			case c == 1:
-				clock.Advance(time.Duration(r.Int64N(int64(p.Period)/8 + 1)))
-			case c == 2:
-				clock.Advance(time.Duration(r.Int64N(int64(2 * p.Period))))
-			default:
-				clock.Advance(time.Duration(r.Int64N(int64(10 * time.Millisecond))))
-			}
-			h := holders[r.IntN(two)]
-			if (renewing || sharing) && r.IntN(10) != 0 {
-				h = "m-a"
-			}
-			fv, _ := stored(t, fast, key, a)
-			first, ended := loansOf(fv, a, holderOf(h))
-			if first && a.LeasesAhead() {
-				if start, end, ok := shareOf(fv); ok {
-					withShare++
-					if now := clock.Now().UnixMicro(); start < now-now%p.Period.Microseconds() && end >= now-now%p.Period.Microseconds()+p.Period.Microseconds() {
-						shareRolled++
-					}
+			if a.HasBurst() {
+				p.Burst = pick(0, 0, 1, p.Limit, 1+r.Int64N(lease.MaxLimit))
+				if p.Validate() != nil {
+					p.Burst = 0 // a burst that would take too long to refill
 				}
 			}
-			switch {
-			case fv == "":
-				empty++
-			case !first:
-				other++
+			if err := p.Validate(); err != nil {
+				continue
 			}
-			if h != "" && r.IntN(6) == 0 && (!renewing || r.IntN(2) == 0) {
-				n := min(pick(0, 1, lent[h], lent[h]+1, r.Int64N(capacity)+1), lease.MaxHits)
-				if first {
-					returned++
-					if ended > 0 {
-						returnedEnded++
-					}
+			capacity := p.Capacity()
+			key := uniqueKey(t)
+			k := &goKey{p: p}
+			lent := map[string]int64{}      // what each holder was last told it is lent
+			lastCall := map[string]uint32{} // each holder's last Lessee.Call
+			two := len(holders)
+			if r.IntN(2) == 0 {
+				two = 4 // most keys: anonymous callers and one holder
+			}
+			for step := 0; step < 25; step++ {
+				switch c := r.IntN(5); {
+				case c == 0: // same instant
+				case renewing && r.IntN(4) != 0: // ended loans still capping the level
+					clock.Advance(time.Duration(r.Int64N(int64(p.Period)/50 + 1)))
+				case c == 1:
+					clock.Advance(time.Duration(r.Int64N(int64(p.Period)/8 + 1)))
+				case c == 2:
+					clock.Advance(time.Duration(r.Int64N(int64(2 * p.Period))))
+				default:
+					clock.Advance(time.Duration(r.Int64N(int64(10 * time.Millisecond))))
 				}
-				hp.ret(key, k, n, h)
-			} else {
-				need := min(pick(0, 1, 1, 2, capacity/2, capacity, capacity+1, r.Int64N(capacity)+1), lease.MaxHits)
-				if renewing && r.IntN(4) != 0 {
-					need = min(pick(1, 1, 2, r.Int64N(capacity/8+1)+1), lease.MaxHits) // mostly granted
+				h := holders[r.IntN(two)]
+				if (renewing || sharing) && r.IntN(10) != 0 {
+					h = "m-a"
 				}
-				want := min(lease.MaxHits, need+pick(0, 0, 1, 10, capacity, r.Int64N(capacity)+1))
-				to := lease.Lessee{ID: h}
-				if h != "" {
-					// Mostly the holder holds all it was lent, sometimes less
-					// (spent tokens); a renewing holder mostly less.
-					to.Held = min(pick(lent[h], lent[h], lent[h], lent[h]+3, 0, r.Int64N(capacity)+1), lease.MaxHits)
-					if renewing && r.IntN(4) != 0 {
-						to.Held = pick(lent[h]/2, max(0, lent[h]-1), r.Int64N(lent[h]+1))
-					}
-					to.SpentBefore = min(pick(0, 0, 0, 1, lent[h], r.Int64N(capacity)+1), lease.MaxHits)
-					to.TTL = time.Duration(pick(1, 100, 60_000, 300_000, 3_600_000)) * time.Millisecond
-					to.Idle = time.Duration(pick(0, 0, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
-					to.MaxHolders = int(pick(0, 0, 0, 1, 2))
-					to.Call = uint32(r.Uint64())
-					if r.IntN(8) == 0 {
-						to.Call = 0
-					}
-					if r.IntN(5) == 0 {
-						to.Unanswered = uint32(pick(0, 1, 2, 3))
-					}
-					if c := lastCall[h]; c != 0 && r.IntN(4) == 0 {
-						to.Unanswered = c // its previous call, unanswered
-					}
-					if a.LeasesAhead() && (!sharing || r.IntN(5) != 0) {
-						maxW := min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
-						to.AheadWindows = min(pick(0, 1, 2, 3, 3, maxW), maxW)
-						to.AheadTokens = min(pick(0, 1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
-						if sharing { // mostly asking some
-							to.AheadWindows = min(pick(1, 2, 3, 3, maxW), maxW)
-							to.AheadTokens = min(pick(1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
+				fv, _ := stored(t, fast, key, a)
+				first, ended := loansOf(fv, a, holderOf(h))
+				if first && a.LeasesAhead() {
+					if start, end, ok := shareOf(fv); ok {
+						withShare++
+						if now := clock.Now().UnixMicro(); start < now-now%p.Period.Microseconds() && end >= now-now%p.Period.Microseconds()+p.Period.Microseconds() {
+							shareRolled++
 						}
 					}
 				}
 				switch {
+				case fv == "":
+					empty++
 				case !first:
-				case to.Held < lent[h]:
-					spent++
-					if ended > 0 {
-						spentEnded++
-					}
-				case ended == 0:
-					ownOnly++
-				default:
 					other++
 				}
-				g1 := hp.lease(key, k, want, need, to)
-				if g1.Crowded {
-					crowded++
+				if h != "" && r.IntN(6) == 0 && (!renewing || r.IntN(2) == 0) {
+					n := min(pick(0, 1, lent[h], lent[h]+1, r.Int64N(capacity)+1), lease.MaxHits)
+					if first {
+						returned++
+						if ended > 0 {
+							returnedEnded++
+						}
+					}
+					hp.ret(key, k, n, h)
+				} else {
+					need := min(pick(0, 1, 1, 2, capacity/2, capacity, capacity+1, r.Int64N(capacity)+1), lease.MaxHits)
+					if renewing && r.IntN(4) != 0 {
+						need = min(pick(1, 1, 2, r.Int64N(capacity/8+1)+1), lease.MaxHits) // mostly granted
+					}
+					want := min(lease.MaxHits, need+pick(0, 0, 1, 10, capacity, r.Int64N(capacity)+1))
+					to := lease.Lessee{ID: h}
+					if h != "" {
+						// Mostly the holder holds all it was lent, sometimes less
+						// (spent tokens); a renewing holder mostly less.
+						to.Held = min(pick(lent[h], lent[h], lent[h], lent[h]+3, 0, r.Int64N(capacity)+1), lease.MaxHits)
+						if renewing && r.IntN(4) != 0 {
+							to.Held = pick(lent[h]/2, max(0, lent[h]-1), r.Int64N(lent[h]+1))
+						}
+						to.SpentBefore = min(pick(0, 0, 0, 1, lent[h], r.Int64N(capacity)+1), lease.MaxHits)
+						to.TTL = time.Duration(pick(1, 100, 60_000, 300_000, 3_600_000)) * time.Millisecond
+						to.Idle = time.Duration(pick(0, 0, 1000, r.Int64N(int64(p.Period)/1000+1))) * time.Microsecond
+						to.MaxHolders = int(pick(0, 0, 0, 1, 2))
+						to.Call = uint32(r.Uint64())
+						if r.IntN(8) == 0 {
+							to.Call = 0
+						}
+						if r.IntN(5) == 0 {
+							to.Unanswered = uint32(pick(0, 1, 2, 3))
+						}
+						if c := lastCall[h]; c != 0 && r.IntN(4) == 0 {
+							to.Unanswered = c // its previous call, unanswered
+						}
+						if a.LeasesAhead() && (!sharing || r.IntN(5) != 0) {
+							maxW := min(int64(lease.MaxAheadWindows), int64(lease.MaxLeaseTTL/p.Period))
+							to.AheadWindows = min(pick(0, 1, 2, 3, 3, maxW), maxW)
+							to.AheadTokens = min(pick(0, 1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
+							if sharing { // mostly asking some
+								to.AheadWindows = min(pick(1, 2, 3, 3, maxW), maxW)
+								to.AheadTokens = min(pick(1, 3, capacity/4+1, capacity, r.Int64N(capacity)+1), lease.MaxHits)
+							}
+						}
+					}
+					switch {
+					case !first:
+					case to.Held < lent[h]:
+						spent++
+						if ended > 0 {
+							spentEnded++
+						}
+					case ended == 0:
+						ownOnly++
+					default:
+						other++
+					}
+					g1 := hp.lease(key, k, want, need, to)
+					if g1.Crowded {
+						crowded++
+					}
+					if h != "" {
+						lent[h], lastCall[h] = g1.Lent, to.Call
+					}
 				}
-				if h != "" {
-					lent[h], lastCall[h] = g1.Lent, to.Call
-				}
+				calls++
 			}
-			calls++
 		}
+	})
+	if !all {
+		return
 	}
 	t.Logf("%d calls with identical replies, bytes and expiry on the fast and the general paths and in the Go definition; before them: %d keys without state, %d whose only loan was the caller's, %d leases reporting spent tokens and %d returns with the caller's loan first and only ended loans after it (%d and %d of them with ended loans), %d others; %d fixed_window calls on the caller's loan with a share ahead, %d of them in a later window it covers; %d crowded out; %d naming the key's last call unanswered", calls, empty, ownOnly, spent, returned, spentEnded, returnedEnded, other, withShare, shareRolled, crowded, hp.backs)
 	if empty < 500 || ownOnly < 700 || spent < 800 || spentEnded < 300 || returned < 200 || returnedEnded < 40 || other < 500 || withShare < 300 || shareRolled < 70 || crowded < 100 || hp.backs < 100 {

@@ -74,6 +74,10 @@ type goKey struct {
 	// at and exp are when Redis's key expires (unix ms: now + PTTL) and
 	// when the Go state did, after the last call.
 	at, exp int64
+	// seeded: the key's state was written into Redis (parity.seed), not
+	// made by calls, and the MemoryStore, which has no such door, is not
+	// compared.
+	seeded bool
 }
 
 // parity is the harness. Not safe for concurrent use.
@@ -230,7 +234,13 @@ func (h *parity) lease(key string, k *goKey, want, need int64, to lease.Lessee) 
 		}
 	}
 	g1, e1 := h.rs.Lease(h.ctx, key, k.p, want, need, to)
-	g2, e2 := h.ms.Lease(h.ctx, key, k.p, want, need, to)
+	g2, e2 := g0, error(nil)
+	if !valid {
+		e2 = e1
+	}
+	if !k.seeded {
+		g2, e2 = h.ms.Lease(h.ctx, key, k.p, want, need, to)
+	}
 	g3, e3 := g1, e1
 	if h.general != nil {
 		g3, e3 = h.general.Lease(h.ctx, key, k.p, want, need, to)
@@ -268,7 +278,13 @@ func (h *parity) ret(key string, k *goKey, n int64, holder string) {
 		before = stateBytes(st, k.p.Algorithm)
 		st.Return(k.p, now, n, holderOf(holder))
 	}
-	e1, e2 := h.rs.Return(h.ctx, key, k.p, n, holder), h.ms.Return(h.ctx, key, k.p, n, holder)
+	e1, e2 := h.rs.Return(h.ctx, key, k.p, n, holder), error(nil)
+	if !valid {
+		e2 = e1
+	}
+	if !k.seeded {
+		e2 = h.ms.Return(h.ctx, key, k.p, n, holder)
+	}
 	e3 := e1
 	if h.general != nil {
 		e3 = h.general.Return(h.ctx, key, k.p, n, holder)
@@ -314,8 +330,14 @@ func (h *parity) advance(src source, p time.Duration, at ...int64) {
 		case 2:
 			to = now - now%p.Microseconds() + p.Microseconds()
 		default:
-			if len(at) > 0 {
-				to = at[src.IntN(len(at))]
+			var ahead []int64 // the times not yet past (or just)
+			for _, t := range at {
+				if t >= now {
+					ahead = append(ahead, t)
+				}
+			}
+			if len(ahead) > 0 {
+				to = ahead[src.IntN(len(ahead))]
 			}
 		}
 		if to += pick(src, 0, 0, -1, 1); to > now {
@@ -503,10 +525,11 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 		ends = append(ends, now.UnixMicro()+p.Period.Microseconds(), now.UnixMicro()+p.MinInterval.Microseconds())
 		var r0, r1, r2 lease.Result
 		var e1, e2 error
+		var hits int64
 		held := int64(-1) // what the Go state holds after the call
 		switch st := h.state(k, now.UnixMicro()).(type) {
 		case algo.LogState:
-			hits := min(pick(src, 0, 1, 1, 1, 2, p.Limit, p.Limit+1), MaxLogHits)
+			hits = min(pick(src, 0, 1, 1, 1, 2, p.Limit, p.Limit+1), MaxLogHits)
 			r0 = st.Check(*p, now, hits)
 			r1, e1 = h.rs.Log(h.ctx, key, *p, hits)
 			r2, e2 = h.ms.Log(h.ctx, key, *p, hits)
@@ -521,14 +544,10 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 		case algo.SlotState:
 			id := []string{"a", "b", "c", "d", "e", "f"}[src.IntN(6)]
 			if src.IntN(3) == 0 {
-				ok := st.Release(now, id)
-				e1, e2 = h.rs.Release(h.ctx, key, *p, id), h.ms.Release(h.ctx, key, *p, id)
-				if (e1 == nil) != ok || (e2 == nil) != ok {
-					h.t.Fatalf("%+v Release(%s): go %v, redis %v, memory %v", *p, id, ok, e1, e2)
-				}
+				h.release(key, k, st, id)
 				continue
 			}
-			hits := pick(src, 0, 1, 1)
+			hits = pick(src, 0, 1, 1)
 			r0 = st.Acquire(*p, now, id, hits)
 			r1, e1 = h.rs.Acquire(h.ctx, key, *p, id, hits)
 			r2, e2 = h.ms.Acquire(h.ctx, key, *p, id, hits)
@@ -540,6 +559,7 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 		if e1 != nil || e2 != nil || r1 != r0 || r2 != r0 {
 			h.t.Fatalf("%+v, step %d at %s:\n  go:     %+v\n  redis:  %+v %v\n  memory: %+v %v", *p, step, now.Format(time.RFC3339Nano), r0, r1, e1, r2, e2)
 		}
+		h.checkExpiry(key, k, r0.Allowed && hits > 0)
 		// Redis reaps stamps and ids at its next call: it may hold more
 		// than the Go state, never fewer.
 		n, err := h.raw.client.Do(h.ctx, h.raw.client.B().Zcard().Key(h.raw.Key(key, p.Algorithm)).Build()).AsInt64()
@@ -552,66 +572,153 @@ func (h *parity) exact(src source, a lease.Algorithm, steps int) {
 	}
 }
 
+// release runs one concurrency release of id through the three and
+// compares them: nil where the Go state held id, else lease.ErrNoSlot.
+func (h *parity) release(key string, k *goKey, st algo.SlotState, id string) {
+	h.t.Helper()
+	ok := st.Release(h.clock.Now(), id)
+	e1, e2 := h.rs.Release(h.ctx, key, k.p, id), h.ms.Release(h.ctx, key, k.p, id)
+	for _, err := range []error{e1, e2} {
+		if ok && err != nil || !ok && !errors.Is(err, lease.ErrNoSlot) {
+			h.t.Fatalf("%+v Release(%s): go %v, redis %v, memory %v", k.p, id, ok, e1, e2)
+		}
+	}
+	h.checkExpiry(key, k, false)
+}
+
+// checkExpiry checks when Redis's key of an exact algorithm expires
+// against the Go state's expiry: never before it, never without an expiry;
+// after a call that recorded a stamp or a slot (wrote), as the script sets
+// it (ttl in prelude.lua), and after any other call as before it.
+func (h *parity) checkExpiry(key string, k *goKey, wrote bool) {
+	h.t.Helper()
+	now := h.clock.Now().UnixMicro()
+	exp := k.st.Expiry(k.p)
+	if exp <= now {
+		k.at = 0
+		return // no state: Redis may keep the key a while
+	}
+	pttl, err := h.raw.client.Do(h.ctx, h.raw.client.B().Pttl().Key(h.raw.Key(key, k.p.Algorithm)).Build()).AsInt64()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	at, written := now/1000+pttl, now/1000+ttlMillis(exp-now)
+	if pttl < 0 || at*1000 < exp || wrote && at != written || !wrote && k.at != 0 && at != k.at {
+		h.t.Fatalf("%+v: the key expires at %d ms (PTTL %d), the Go state at %d µs (want %d ms after a write, else %d as before)", k.p, at, pttl, exp, written, k.at)
+	}
+	k.at = at
+}
+
 // run runs one key of a random algorithm (any of the table's) for steps
 // calls.
 func (h *parity) run(src source, steps int) {
 	as := lease.Algorithms()
-	if a := as[src.IntN(len(as))]; a.Leased() {
+	h.runAlgorithm(src, as[src.IntN(len(as))], steps)
+}
+
+// runAlgorithm runs one key of algorithm a for steps calls.
+func (h *parity) runAlgorithm(src source, a lease.Algorithm, steps int) {
+	if a.Leased() {
 		h.leased(src, a, steps)
 	} else {
 		h.exact(src, a, steps)
 	}
 }
 
+// byAlgorithm runs f as a subtest named after each algorithm of the
+// table, in its order (go test -run 'TestGoLuaParity/gcra' runs one; the
+// mutation harness, lua/testdata/mutate, runs those a script serves), and
+// reports whether every one ran: the tests check what their sequences
+// exercised, summed over the algorithms, only then.
+func byAlgorithm(t *testing.T, f func(t *testing.T, i int, a lease.Algorithm)) (all bool) {
+	ran := 0
+	for i, a := range lease.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			ran++
+			f(t, i, a)
+		})
+	}
+	if ran < len(lease.Algorithms()) {
+		t.Logf("%d of %d algorithms run: what the sequences exercised is not checked", ran, len(lease.Algorithms()))
+		return false
+	}
+	return true
+}
+
 // TestGoLuaParity runs random call sequences of every algorithm, with
 // random policies across the whole valid range (periods from 1ms to a
 // year, limits and bursts up to 2^40), through the harness above: the
 // scripts, the Go definition and the MemoryStore must not drift apart by
-// a token, a millisecond or a byte of state. It runs twice: each call
-// alone, and each lease and return in a batch of two (forceBatches).
+// a token, a millisecond or a byte of state. Each algorithm (a subtest)
+// runs twice: each call alone, and each lease and return in a batch of
+// two (forceBatches).
 func TestGoLuaParity(t *testing.T) {
-	t.Run("single", func(t *testing.T) { goLuaParity(t, false) })
-	t.Run("batched", func(t *testing.T) { goLuaParity(t, true) })
-}
-
-func goLuaParity(t *testing.T, batched bool) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 5, 17, 3, 4, 5, 678901000, time.UTC))
-	raw := newTestStore(t, srv.Addr)
-	var rs lease.Store = raw
-	if batched {
-		rs = forceBatches(t, raw)
+	general := generalStore(t, srv.Addr)
+	single := newTestStore(t, srv.Addr)
+	batchedRaw := newTestStore(t, srv.Addr) // its own: forceBatches takes every call it sees
+	modes := []struct {
+		name string
+		h    *parity
+		ran  int // algorithms
+	}{
+		{"single", newParity(t, single, single, general, clock), 0},
+		{"batched", newParity(t, forceBatches(t, batchedRaw), batchedRaw, general, clock), 0},
 	}
-	h := newParity(t, rs, raw, generalStore(t, srv.Addr), clock)
-	r := rand.New(rand.NewPCG(7, 11))
-	for range 600 {
-		h.run(r, 12)
+	all := byAlgorithm(t, func(t *testing.T, i int, a lease.Algorithm) {
+		for j := range modes {
+			m := &modes[j]
+			t.Run(m.name, func(t *testing.T) {
+				m.ran++
+				h := m.h
+				h.t = t
+				r := rand.New(rand.NewPCG(7+uint64(j), 11+uint64(i)))
+				for range 100 {
+					h.runAlgorithm(r, a, 12)
+				}
+				if a.Leased() && h.byAlg[a] < 300 {
+					t.Errorf("%v: %d states compared, want at least 300", a, h.byAlg[a])
+				}
+			})
+		}
+	})
+	if !all {
+		return
 	}
-	t.Logf("identical answers and states: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns, %d naming the key's last call unanswered; %d states compared byte for byte (%v; %d of them with 3 ended loans), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
-		h.grants, h.denials, h.ahead, h.crowded, h.returns, h.backs, h.states, h.byAlg, h.ended, h.gaps, h.logAllowed, h.logDenied, h.acquired)
-	if h.grants < 500 || h.denials < 500 || h.ahead < 100 || h.crowded < 70 || h.returns < 300 || h.backs < 50 || h.gaps < 50 || h.ended < 50 || h.logDenied < 150 || h.logAllowed < 150 || h.acquired < 100 {
-		t.Errorf("the random sequences exercised too few grants, denials, shares, crowds, returns, expired keys or exact calls to compare")
-	}
-	for _, a := range lease.Algorithms() {
-		if a.Leased() && h.byAlg[a] < 300 {
-			t.Errorf("%v: %d states compared, want at least 300", a, h.byAlg[a])
+	for _, m := range modes {
+		h := m.h
+		if m.ran < len(lease.Algorithms()) {
+			continue
+		}
+		t.Logf("%s: identical answers and states: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns, %d naming the key's last call unanswered; %d states compared byte for byte (%v; %d of them with 3 ended loans), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
+			m.name, h.grants, h.denials, h.ahead, h.crowded, h.returns, h.backs, h.states, h.byAlg, h.ended, h.gaps, h.logAllowed, h.logDenied, h.acquired)
+		if h.grants < 500 || h.denials < 500 || h.ahead < 100 || h.crowded < 70 || h.returns < 300 || h.backs < 50 || h.gaps < 50 || h.ended < 50 || h.logDenied < 150 || h.logAllowed < 150 || h.acquired < 100 {
+			t.Errorf("%s: the random sequences exercised too few grants, denials, shares, crowds, returns, expired keys or exact calls to compare", m.name)
 		}
 	}
 }
 
 // TestGoLuaParityEdges runs the harness at the algorithms' edges (see
-// parity.edge): where the random sequences of TestGoLuaParity seldom land
-// on a boundary (a comparison of equal times, a count of exactly the
-// limit, a loan ending at the call's instant, a call naming the key's last
-// call unanswered), these land on one at most calls, so that a script
-// that compares < where Go compares <=, or is off by one, fails here.
+// parity.edge), each algorithm a subtest: where the random sequences of
+// TestGoLuaParity seldom land on a boundary (a comparison of equal times,
+// a count of exactly the limit, a loan ending at the call's instant, a
+// call naming the key's last call unanswered), these land on one at most
+// calls, so that a script that compares < where Go compares <=, or is off
+// by one, fails here.
 func TestGoLuaParityEdges(t *testing.T) {
 	srv, clock := redistest.StartWithClock(t, time.Date(2026, 5, 17, 3, 4, 5, 678901000, time.UTC))
 	raw := newTestStore(t, srv.Addr)
 	h := newParity(t, raw, raw, generalStore(t, srv.Addr), clock)
 	h.edge = true
-	r := rand.New(rand.NewPCG(13, 17))
-	for range 400 {
-		h.run(r, 16)
+	all := byAlgorithm(t, func(t *testing.T, i int, a lease.Algorithm) {
+		h.t = t
+		r := rand.New(rand.NewPCG(13, 17+uint64(i)))
+		for range 70 {
+			h.runAlgorithm(r, a, 16)
+		}
+	})
+	if !all {
+		return
 	}
 	t.Logf("at the edges: %d leases granted, %d denied with a wait, %d lending shares ahead, %d crowded out, %d returns, %d naming the key's last call unanswered; %d states compared (%v), %d calls on a key Redis kept past its Go state's expiry; sliding_log %d allowed, %d denied; %d acquires",
 		h.grants, h.denials, h.ahead, h.crowded, h.returns, h.backs, h.states, h.byAlg, h.gaps, h.logAllowed, h.logDenied, h.acquired)

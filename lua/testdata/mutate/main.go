@@ -1,17 +1,22 @@
 // Command mutate is the Lua scripts' mutation harness (make mutate-lua):
-// it proves that the parity tests (TestGoLuaParity, TestFastPathMatchesGeneral,
-// FuzzGoLuaParity's seeds) fail when one line of one algorithm's script
-// changes. It builds the lua package's test binary once, then for each
-// single-line mutant of the scripts writes the scripts to a directory with
-// that one line changed, runs the parity tests on them (the test-only hook
-// SLUICE_LUA_SCRIPTS, lua/scriptdir_test.go) and records whether they
-// failed (killed) or passed (survived). Run from the repository root:
+// it proves that the parity tests (TestGoLuaParityCorners,
+// TestGoLuaParityEdges, TestGoLuaParity, TestFastPathMatchesGeneral) fail
+// when one line of one algorithm's script changes. It builds the lua
+// package's test binary once, then for each single-line mutant of the
+// scripts writes the scripts to a directory with that one line changed,
+// runs the parity tests on them (the test-only hook SLUICE_LUA_SCRIPTS,
+// lua/scriptdir_test.go) and records whether they failed (killed) or
+// passed (survived). A mutant's run stops at its first failure
+// (-test.failfast) and runs only the subtests of the algorithms whose
+// keys run the mutated script (served, below), and of TestGoLuaParity the
+// calls alone: the lines a batch runs are the same. Run from the
+// repository root:
 //
-//	go run ./lua/testdata/mutate [-max N] [-seed S] [-timeout D] [-j N] [-files a.lua,b.lua] [-only file:line] [-rerun out.txt] [-list]
+//	go run ./lua/testdata/mutate [-max N] [-seed S] [-timeout D] [-j N] [-files a.lua,b.lua] [-only file:line] [-rerun out.txt] [-tests T1|T2] [-list]
 //
 // -rerun tests only the mutants an earlier run's output lists as
-// survivors (matched by file and mutated line, so edits elsewhere in the
-// file do not lose them). An interrupt (^C) stops the run, kills the
+// survivors (matched by file and the line's text, so edits elsewhere in
+// the file do not lose them). An interrupt (^C) stops the run, kills the
 // tests running and reports the mutants tested so far.
 //
 // The mutants of a code line (comments and string literals are never
@@ -28,9 +33,11 @@
 //	      its line
 //
 // A mutant the tests cannot tell from the original, because no input can
-// change behaviour, is listed in equivalent (below) with the reason; the
-// harness reports it apart from the survivors, which are gaps in the
-// tests. Every run prints a table per file and each survivor.
+// change behaviour, is listed in equivalent (equivalent.go) with the
+// reason; the harness runs it too, reports it apart from the survivors
+// (which are gaps in the tests), and fails a run in which one is killed
+// (the reason is wrong). Every run prints a table per file, each survivor
+// and the mean time of a mutant's tests.
 package main
 
 import (
@@ -43,7 +50,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,21 +69,68 @@ var files = []string{
 	"leased.lua", "prelude.lua",
 }
 
-// equivalent are the mutants no input can tell from the original, by
-// file, the line and the mutated line (trimmed: mutant.key), with the
-// reason.
-var equivalent = map[string]string{}
+const leasedAlgorithms = "token_bucket|gcra|fixed_window|sliding_window"
+
+// served are the algorithms whose keys run each script: a mutant's tests
+// run only their subtests (the parity tests have one per algorithm), as
+// no other key runs the mutated line.
+var served = map[string]string{
+	"leased.lua":              leasedAlgorithms,
+	"prelude.lua":             leasedAlgorithms + "|sliding_log|concurrency",
+	"sliding_log.lua":         "sliding_log",
+	"concurrency_acquire.lua": "concurrency",
+	"concurrency_release.lua": "concurrency",
+}
+
+func algorithmsOf(file string) string {
+	if a, ok := served[file]; ok {
+		return a
+	}
+	for _, suffix := range []string{"_lease.lua", "_return.lua"} {
+		if a, ok := strings.CutSuffix(file, suffix); ok {
+			return a
+		}
+	}
+	fail("no algorithm runs %s: add it to served", file)
+	return ""
+}
+
+// pattern is the -test.run pattern of a mutant of file: the tests, each
+// its subtests of the algorithms that run file, and of those the calls
+// alone (TestGoLuaParity's batched subtests run the same lines, in a
+// batch) and every scenario of TestGoLuaParityCorners (their names
+// have a hyphen); and TestReleaseAtItsExpiry for the concurrency scripts.
+func pattern(tests, file string) string {
+	a := algorithmsOf(file)
+	if a == "concurrency" {
+		tests += "|TestReleaseAtItsExpiry"
+	}
+	return "^(" + tests + ")$/^(" + a + ")$/^(single|.*-.*)$"
+}
 
 // mutant is one changed line.
 type mutant struct {
 	file string
 	line int    // 1-based
+	nth  int    // the line is the file's nth of its text (trimmed)
 	op   string // rel, arith, num, cond, del
 	from string // the line as it was
 	to   string // the line as mutated
 }
 
+// key names m by its file, its line's text and the mutated text (and,
+// for the second line of a text and after, the line's rank: n), so that
+// edits elsewhere in the file keep it.
 func (m mutant) key() string {
+	k := m.file + "|" + strings.TrimSpace(m.from) + "|" + strings.TrimSpace(m.to)
+	if m.nth > 1 {
+		k += "|" + strconv.Itoa(m.nth)
+	}
+	return k
+}
+
+// text is key without the rank: -rerun matches survivors by it.
+func (m mutant) text() string {
 	return m.file + "|" + strings.TrimSpace(m.from) + "|" + strings.TrimSpace(m.to)
 }
 
@@ -92,13 +145,13 @@ type result struct {
 func main() {
 	max := flag.Int("max", 0, "at most this many mutants per file, sampled evenly with -seed (0: all)")
 	seed := flag.Uint64("seed", 1, "the sample's seed")
-	timeout := flag.Duration("timeout", 3*time.Minute, "a mutant's test run is killed (and the mutant counted killed) after this")
+	timeout := flag.Duration("timeout", time.Minute, "a mutant's test run is killed (and the mutant counted killed) after this")
 	jobs := flag.Int("j", 1, "mutants tested at once")
 	only := flag.String("only", "", "test only the mutants of file:line (comma-separated)")
 	fileList := flag.String("files", "", "mutate only these files (comma-separated)")
 	list := flag.Bool("list", false, "print the mutants and exit")
 	rerun := flag.String("rerun", "", "test only the survivors listed in this earlier run's output")
-	run := flag.String("run", "^(TestGoLuaParity|TestGoLuaParityEdges|TestReleaseAtItsExpiry|TestFastPathMatchesGeneral|TestPreviousReleaseSameKeys|FuzzGoLuaParity)$", "the tests run on each mutant")
+	run := flag.String("tests", "TestGoLuaParityCorners|TestGoLuaParityEdges|TestGoLuaParity|TestFastPathMatchesGeneral", "the tests run on each mutant (|-separated names): of each, the subtests of the algorithms that run the mutated script")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -142,7 +195,7 @@ func main() {
 		if again != nil {
 			var keep []mutant
 			for _, m := range ms {
-				if again[m.key()] {
+				if again[m.text()] {
 					keep = append(keep, m)
 				}
 			}
@@ -187,7 +240,7 @@ func main() {
 		}
 	}
 	t := tester{bin: bin, luaDir: luaDir, run: *run, timeout: *timeout}
-	if r := t.test(ctx, dirs[0]); r.killed {
+	if r := t.test(ctx, dirs[0], pattern(t.run, "prelude.lua")); r.killed {
 		fail("the tests fail on the unmutated scripts (%s); fix that first", r.how)
 	}
 	fmt.Printf("%d mutants of %d files (of %d generated), %d at a time\n", len(all), len(chosen), sum(perFile), *jobs)
@@ -238,6 +291,13 @@ func main() {
 		results = tested
 	}
 	os.RemoveAll(tmp)
+	if len(results) > 0 {
+		var total time.Duration
+		for _, r := range results {
+			total += r.elapsed
+		}
+		fmt.Printf("\n%d mutants in %v, %d at a time: %v per mutant's tests\n", len(results), time.Since(start).Round(time.Second), *jobs, (total / time.Duration(len(results))).Round(10*time.Millisecond))
+	}
 	report(chosen, results)
 }
 
@@ -260,17 +320,17 @@ func (t tester) mutate(ctx context.Context, dir string, m mutant) result {
 	lines[m.line-1] = m.to
 	check(os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644))
 	defer func() { check(os.WriteFile(path, orig, 0o644)) }()
-	r := t.test(ctx, dir)
+	r := t.test(ctx, dir, pattern(t.run, m.file))
 	r.m = m
 	return r
 }
 
 // test runs the tests on the scripts in dir, in their own process group
 // (the redis-servers they start die with the test binary: Pdeathsig).
-func (t tester) test(parent context.Context, dir string) result {
+func (t tester) test(parent context.Context, dir, run string) result {
 	ctx, cancel := context.WithTimeout(parent, t.timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, t.bin, "-test.run", t.run, "-test.count=1", "-test.failfast")
+	cmd := exec.CommandContext(ctx, t.bin, "-test.run", run, "-test.count=1", "-test.failfast")
 	cmd.Dir = t.luaDir
 	cmd.Env = append(os.Environ(), "SLUICE_LUA_SCRIPTS="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -304,7 +364,7 @@ func report(chosen []string, results []result) {
 	for _, f := range chosen {
 		by[f] = &counts{}
 	}
-	var survivors, equiv []result
+	var survivors, equiv, wrong []result
 	for _, r := range results {
 		c := by[r.m.file]
 		c.mutants++
@@ -313,6 +373,9 @@ func report(chosen []string, results []result) {
 			c.killed++
 			if r.how == "script error" {
 				c.errors++
+			}
+			if equivalent[r.m.key()] != "" {
+				wrong = append(wrong, r)
 			}
 		case equivalent[r.m.key()] != "":
 			c.equivalent++
@@ -337,15 +400,19 @@ func report(chosen []string, results []result) {
 	for _, r := range equiv {
 		fmt.Printf("\nequivalent %s:%d %s (%s)\n  - %s\n  + %s\n", r.m.file, r.m.line, r.m.op, equivalent[r.m.key()], strings.TrimSpace(r.m.from), strings.TrimSpace(r.m.to))
 	}
+	for _, r := range wrong {
+		fmt.Printf("\nKILLED, listed equivalent (remove it from equivalent.go) %s:%d %s\n  - %s\n  + %s\n", r.m.file, r.m.line, r.m.op, strings.TrimSpace(r.m.from), strings.TrimSpace(r.m.to))
+	}
 	for _, r := range survivors {
 		fmt.Printf("\nSURVIVED %s:%d %s\n  - %s\n  + %s\n", r.m.file, r.m.line, r.m.op, strings.TrimSpace(r.m.from), strings.TrimSpace(r.m.to))
 	}
-	if len(survivors) > 0 {
+	if len(survivors) > 0 || len(wrong) > 0 {
 		os.Exit(1)
 	}
 }
 
-// survivorsIn are the survivors an earlier run's output lists, by key.
+// survivorsIn are the survivors an earlier run's output lists, by text
+// (mutant.text: every line of that text).
 func survivorsIn(path string) map[string]bool {
 	b, err := os.ReadFile(path)
 	check(err)
@@ -362,278 +429,6 @@ func survivorsIn(path string) map[string]bool {
 		keys[file+"|"+strings.TrimSpace(from)+"|"+strings.TrimSpace(to)] = true
 	}
 	return keys
-}
-
-// mutants are the single-line mutants of the script src.
-func mutants(file, src string) []mutant {
-	var ms []mutant
-	lines := strings.Split(src, "\n")
-	prev := "" // the previous code line
-	for i, line := range lines {
-		code, mask := codeOf(line)
-		if strings.TrimSpace(code) == "" {
-			continue
-		}
-		add := func(op, to string) {
-			if to != line {
-				ms = append(ms, mutant{file: file, line: i + 1, op: op, from: line, to: to})
-			}
-		}
-		for _, c := range relational(code, mask) {
-			add("rel", c+line[len(code):])
-		}
-		for _, c := range arithmetic(code, mask) {
-			add("arith", c+line[len(code):])
-		}
-		for _, c := range numbers(code, mask) {
-			add("num", c+line[len(code):])
-		}
-		for _, c := range conditions(code, mask) {
-			add("cond", c+line[len(code):])
-		}
-		if deletable(code, prev) {
-			add("del", "")
-		}
-		prev = code
-	}
-	return ms
-}
-
-// codeOf is line without its comment, and a mask of the code's bytes that
-// are inside a string literal.
-func codeOf(line string) (string, []bool) {
-	mask := make([]bool, len(line))
-	var quote byte
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case quote != 0:
-			mask[i] = true
-			if c == '\\' && i+1 < len(line) {
-				i++
-				mask[i] = true
-			} else if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote, mask[i] = c, true
-		case c == '-' && i+1 < len(line) && line[i+1] == '-':
-			return line[:i], mask[:i]
-		}
-	}
-	return line, mask
-}
-
-// relational swaps each comparison outside strings.
-func relational(code string, mask []bool) []string {
-	var out []string
-	for i := 0; i < len(code); i++ {
-		if mask[i] {
-			continue
-		}
-		two := ""
-		if i+1 < len(code) {
-			two = code[i : i+2]
-		}
-		switch {
-		case two == "<=" || two == ">=":
-			out = append(out, code[:i]+code[i:i+1]+code[i+2:])
-			i++
-		case two == "==":
-			out = append(out, code[:i]+"~="+code[i+2:])
-			i++
-		case two == "~=":
-			out = append(out, code[:i]+"=="+code[i+2:])
-			i++
-		case code[i] == '<' || code[i] == '>':
-			if two == "<<" || two == ">>" {
-				i++
-				continue
-			}
-			out = append(out, code[:i+1]+"="+code[i+1:])
-		}
-	}
-	return out
-}
-
-// arithmetic swaps each binary + and - outside strings.
-func arithmetic(code string, mask []bool) []string {
-	var out []string
-	for i := 0; i < len(code); i++ {
-		if mask[i] {
-			continue
-		}
-		switch code[i] {
-		case '+':
-			out = append(out, code[:i]+"-"+code[i+1:])
-		case '-':
-			// Binary: after an operand (a name, a number, a closing
-			// bracket), skipping spaces.
-			j := i - 1
-			for j >= 0 && code[j] == ' ' {
-				j--
-			}
-			if j < 0 {
-				continue
-			}
-			c := code[j]
-			if c == ')' || c == ']' || c == '_' || isAlnum(c) {
-				if w := lastWord(code[:j+1]); luaKeyword[w] {
-					continue // return -x, and -x, ...
-				}
-				out = append(out, code[:i]+"+"+code[i+1:])
-			}
-		}
-	}
-	return out
-}
-
-var number = regexp.MustCompile(`[0-9]+(\.[0-9]+)?([eE][0-9]+)?`)
-
-// numbers changes each integer literal outside strings to one more.
-func numbers(code string, mask []bool) []string {
-	var out []string
-	for _, loc := range number.FindAllStringIndex(code, -1) {
-		a, b := loc[0], loc[1]
-		if mask[a] || a > 0 && (isAlnum(code[a-1]) || code[a-1] == '_' || code[a-1] == '.') {
-			continue // in a string, a name (W2, x1) or a number already
-		}
-		if b < len(code) && (isAlnum(code[b]) || code[b] == '.') {
-			continue
-		}
-		lit := code[a:b]
-		var to string
-		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
-			to = strconv.FormatInt(n+1, 10)
-		} else if f, err := strconv.ParseFloat(lit, 64); err == nil {
-			to = strconv.FormatFloat(f+1, 'g', -1, 64)
-		} else {
-			continue
-		}
-		out = append(out, code[:a]+to+code[b:])
-	}
-	return out
-}
-
-var condition = regexp.MustCompile(`^(\s*(?:if|elseif|while|until)\s+)(.*?)(\s+(?:then|do)\b.*)?$`)
-
-// conditions drops each operand of a top-level and/or of the line's
-// condition.
-func conditions(code string, mask []bool) []string {
-	m := condition.FindStringSubmatchIndex(code)
-	if m == nil {
-		return nil
-	}
-	cs, ce := m[4], m[5]
-	// The top-level operands: split at " and " / " or " outside brackets
-	// and strings.
-	var cuts [][2]int // the connectors' spans
-	depth := 0
-	for i := cs; i < ce; i++ {
-		if mask[i] {
-			continue
-		}
-		switch code[i] {
-		case '(', '[', '{':
-			depth++
-		case ')', ']', '}':
-			depth--
-		}
-		if depth != 0 {
-			continue
-		}
-		for _, w := range []string{" and ", " or "} {
-			if strings.HasPrefix(code[i:ce], w) {
-				cuts = append(cuts, [2]int{i, i + len(w)})
-			}
-		}
-	}
-	if len(cuts) == 0 {
-		return nil
-	}
-	var out []string
-	// Operand k spans from the end of connector k-1 to the start of
-	// connector k; dropping it drops one of its connectors too.
-	for k := 0; k <= len(cuts); k++ {
-		a, b := cs, cuts[0][1] // the first operand and the connector after it
-		if k > 0 {
-			a, b = cuts[k-1][0], ce // the connector before it and the operand
-			if k < len(cuts) {
-				b = cuts[k][0]
-			}
-		}
-		out = append(out, code[:a]+code[b:])
-	}
-	return out
-}
-
-// deletable is whether code is a statement line a mutant may delete: an
-// assignment or call, whole on its line, no declaration, no block
-// structure.
-func deletable(code, prev string) bool {
-	s := strings.TrimSpace(code)
-	w := firstWord(s)
-	if luaKeyword[w] && !(w == "if" && strings.HasSuffix(s, " end")) {
-		return false // a block's structure (a one-line if ... end may go)
-	}
-	if strings.HasPrefix(s, "}") || strings.HasPrefix(s, ")") {
-		return false
-	}
-	if !balanced(code) || continues(strings.TrimSpace(prev)) || continues(s) {
-		return false
-	}
-	return true
-}
-
-// continues is whether a statement ending so continues on the next line.
-func continues(s string) bool {
-	for _, end := range []string{",", "(", "{", "[", "=", "..", "+", "-", "*", "/", " and", " or"} {
-		if strings.HasSuffix(s, end) {
-			return true
-		}
-	}
-	return false
-}
-
-func balanced(s string) bool {
-	_, mask := codeOf(s)
-	d := 0
-	for i := 0; i < len(s) && i < len(mask); i++ {
-		if mask[i] {
-			continue
-		}
-		switch s[i] {
-		case '(', '[', '{':
-			d++
-		case ')', ']', '}':
-			d--
-		}
-	}
-	return d == 0
-}
-
-var luaKeyword = map[string]bool{"local": true, "return": true, "break": true, "if": true, "elseif": true, "else": true,
-	"end": true, "for": true, "while": true, "repeat": true, "until": true, "do": true, "function": true,
-	"and": true, "or": true, "not": true, "then": true, "in": true, "goto": true}
-
-func firstWord(s string) string {
-	i := 0
-	for i < len(s) && (isAlnum(s[i]) || s[i] == '_') {
-		i++
-	}
-	return s[:i]
-}
-
-func lastWord(s string) string {
-	i := len(s)
-	for i > 0 && (isAlnum(s[i-1]) || s[i-1] == '_') {
-		i--
-	}
-	return s[i:]
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 func sum(m map[string]int) int {
