@@ -16,12 +16,6 @@ import (
 // does not load is logged and the last good one kept; nothing is read
 // again before a second has passed (a fake clock).
 func TestCertFilesFollowRotation(t *testing.T) {
-	// Every handshake looks at the files (certCheckEvery 0), so the first
-	// dial after the rotation is served the new pair: no waiting on the
-	// clock. Restored after the daemon stops (cleanups run last first).
-	every := certCheckEvery
-	t.Cleanup(func() { certCheckEvery = every })
-	certCheckEvery = 0
 	dir := t.TempDir()
 	ca := newTestCA(t, "rotation CA")
 	certPath, keyPath, _ := ca.issue(t, dir)
